@@ -1,0 +1,419 @@
+/* util.c - errors, buffers, file helpers. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+int dcr_err_set(struct dcr_err *e, int code, const char *fmt, ...)
+{
+	if (e) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+		va_end(ap);
+		e->code = code;
+	}
+	return code;
+}
+
+int dcr_err_sys(struct dcr_err *e, int errnum, const char *fmt, ...)
+{
+	if (errnum < 0)
+		errnum = -errnum;
+	if (e) {
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+		va_end(ap);
+		if (n >= 0 && (size_t)n < sizeof(e->msg))
+			snprintf(e->msg + n, sizeof(e->msg) - n, ": %s",
+				 strerror(errnum));
+		e->code = -errnum;
+	}
+	return -errnum;
+}
+
+/* ---- buffers ---- */
+
+int dcr_buf_reserve(struct dcr_buf *b, size_t extra)
+{
+	if (b->cap - b->len >= extra)
+		return 0;
+	size_t need = b->len + extra;
+	if (need < b->len)
+		return -ENOMEM;
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap < need) {
+		if (cap > SIZE_MAX / 2)
+			return -ENOMEM;
+		cap *= 2;
+	}
+	uint8_t *p = realloc(b->p, cap);
+	if (!p)
+		return -ENOMEM;
+	b->p = p;
+	b->cap = cap;
+	return 0;
+}
+
+int dcr_buf_add(struct dcr_buf *b, const void *p, size_t n)
+{
+	if (dcr_buf_reserve(b, n))
+		return -ENOMEM;
+	if (n)
+		memcpy(b->p + b->len, p, n);
+	b->len += n;
+	return 0;
+}
+
+int dcr_buf_add_u8(struct dcr_buf *b, uint8_t v) { return dcr_buf_add(b, &v, 1); }
+
+int dcr_buf_add_le32(struct dcr_buf *b, uint32_t v)
+{
+	uint8_t t[4];
+	put_le32(t, v);
+	return dcr_buf_add(b, t, 4);
+}
+
+int dcr_buf_add_le64(struct dcr_buf *b, uint64_t v)
+{
+	uint8_t t[8];
+	put_le64(t, v);
+	return dcr_buf_add(b, t, 8);
+}
+
+int dcr_buf_add_varint(struct dcr_buf *b, uint64_t v)
+{
+	uint8_t t[10];
+	int n = 0;
+	while (v >= 0x80) {
+		t[n++] = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	t[n++] = (uint8_t)v;
+	return dcr_buf_add(b, t, n);
+}
+
+void dcr_buf_free(struct dcr_buf *b)
+{
+	free(b->p);
+	b->p = NULL;
+	b->len = b->cap = 0;
+}
+
+/* ---- reader ---- */
+
+const uint8_t *dcr_rd_bytes(struct dcr_rd *r, size_t n)
+{
+	if (r->bad || dcr_rd_left(r) < n) {
+		r->bad = 1;
+		return NULL;
+	}
+	const uint8_t *p = r->p;
+	r->p += n;
+	return p;
+}
+
+uint8_t dcr_rd_u8(struct dcr_rd *r)
+{
+	const uint8_t *p = dcr_rd_bytes(r, 1);
+	return p ? p[0] : 0;
+}
+
+uint32_t dcr_rd_le32(struct dcr_rd *r)
+{
+	const uint8_t *p = dcr_rd_bytes(r, 4);
+	return p ? get_le32(p) : 0;
+}
+
+uint64_t dcr_rd_le64(struct dcr_rd *r)
+{
+	const uint8_t *p = dcr_rd_bytes(r, 8);
+	return p ? get_le64(p) : 0;
+}
+
+uint64_t dcr_rd_varint(struct dcr_rd *r)
+{
+	uint64_t v = 0;
+	for (int shift = 0; shift < 64; shift += 7) {
+		if (r->bad || r->p >= r->end) {
+			r->bad = 1;
+			return 0;
+		}
+		uint8_t c = *r->p++;
+		if (shift == 63 && (c & 0x7e)) {
+			r->bad = 1; /* overflows 64 bits */
+			return 0;
+		}
+		v |= (uint64_t)(c & 0x7f) << shift;
+		if (!(c & 0x80))
+			return v;
+	}
+	r->bad = 1;
+	return 0;
+}
+
+/* ---- files ---- */
+
+int dcr_read_full(int fd, void *buf, size_t n)
+{
+	uint8_t *p = buf;
+	while (n) {
+		ssize_t r = read(fd, p, n);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			return -EPIPE;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+int dcr_write_full(int fd, const void *buf, size_t n)
+{
+	const uint8_t *p = buf;
+	while (n) {
+		ssize_t r = write(fd, p, n);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+int dcr_pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+	uint8_t *p = buf;
+	while (n) {
+		ssize_t r = pread(fd, p, n, (off_t)off);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			return -EPIPE;
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+int dcr_pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
+{
+	const uint8_t *p = buf;
+	while (n) {
+		ssize_t r = pwrite(fd, p, n, (off_t)off);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+int dcr_fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = fsync(fd) ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+int dcr_mkdir_p(const char *path, struct dcr_err *e)
+{
+	char *p = dcr_strdup(path);
+	if (!p)
+		return dcr_err_sys(e, ENOMEM, "mkdir '%s'", path);
+	for (char *s = p + 1;; s++) {
+		if (*s == '/' || *s == '\0') {
+			char c = *s;
+			*s = '\0';
+			if (mkdir(p, 0777) && errno != EEXIST) {
+				int r = dcr_err_sys(e, errno, "cannot create directory '%s'", p);
+				free(p);
+				return r;
+			}
+			*s = c;
+			if (!c)
+				break;
+		}
+	}
+	free(p);
+	return 0;
+}
+
+char *dcr_path_join(const char *a, const char *b)
+{
+	size_t la = strlen(a);
+	if (la && a[la - 1] == '/')
+		return dcr_asprintf("%s%s", a, b);
+	return dcr_asprintf("%s/%s", a, b);
+}
+
+char *dcr_dirname(const char *path)
+{
+	const char *s = strrchr(path, '/');
+	if (!s)
+		return dcr_strdup(".");
+	if (s == path)
+		return dcr_strdup("/");
+	return strndup(path, (size_t)(s - path));
+}
+
+int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
+{
+	a->fd = -1;
+	a->final = dcr_strdup(final);
+	char *dir = dcr_dirname(final);
+	const char *base = strrchr(final, '/');
+	base = base ? base + 1 : final;
+	for (int tries = 0; a->final && dir && tries < 100; tries++) {
+		a->tmp = dcr_asprintf("%s/.%s.tmp-%ld-%d", dir, base, (long)getpid(),
+				      tries);
+		if (!a->tmp)
+			break;
+		a->fd = open(a->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (a->fd >= 0) {
+			free(dir);
+			return 0;
+		}
+		int err = errno;
+		free(a->tmp);
+		a->tmp = NULL;
+		if (err != EEXIST) {
+			free(dir);
+			free(a->final);
+			a->final = NULL;
+			return dcr_err_sys(e, err, "cannot create a temporary file for '%s'", final);
+		}
+	}
+	free(dir);
+	free(a->final);
+	a->final = NULL;
+	return dcr_err_sys(e, ENOMEM, "cannot create a temporary file for '%s'", final);
+}
+
+int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e)
+{
+	int r = 0;
+	if (fsync(a->fd))
+		r = dcr_err_sys(e, errno, "cannot fsync '%s'", a->tmp);
+	if (close(a->fd) && !r)
+		r = dcr_err_sys(e, errno, "cannot close '%s'", a->tmp);
+	a->fd = -1;
+	if (!r && rename(a->tmp, a->final))
+		r = dcr_err_sys(e, errno, "cannot rename '%s' to '%s'", a->tmp, a->final);
+	if (!r) {
+		char *dir = dcr_dirname(a->final);
+		int s = dir ? dcr_fsync_dir(dir) : -ENOMEM;
+		if (s)
+			r = dcr_err_sys(e, s, "cannot fsync directory of '%s'", a->final);
+		free(dir);
+	}
+	if (r)
+		unlink(a->tmp);
+	free(a->tmp);
+	free(a->final);
+	a->tmp = a->final = NULL;
+	return r;
+}
+
+void dcr_atomic_abort(struct dcr_atomic *a)
+{
+	if (a->fd >= 0)
+		close(a->fd);
+	if (a->tmp)
+		unlink(a->tmp);
+	free(a->tmp);
+	free(a->final);
+	a->tmp = a->final = NULL;
+	a->fd = -1;
+}
+
+int dcr_write_file_atomic(const char *path, const void *buf, size_t n,
+			  struct dcr_err *e)
+{
+	struct dcr_atomic a;
+	int r = dcr_atomic_open(&a, path, e);
+	if (r)
+		return r;
+	r = dcr_write_full(a.fd, buf, n);
+	if (r) {
+		dcr_atomic_abort(&a);
+		return dcr_err_sys(e, r, "cannot write '%s'", path);
+	}
+	return dcr_atomic_commit(&a, e);
+}
+
+int dcr_read_file(const char *path, size_t max, uint8_t **out, size_t *len,
+		  struct dcr_err *e)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return dcr_err_sys(e, errno, "cannot open '%s'", path);
+	struct stat st;
+	if (fstat(fd, &st)) {
+		int r = dcr_err_sys(e, errno, "cannot stat '%s'", path);
+		close(fd);
+		return r;
+	}
+	if ((uint64_t)st.st_size > max) {
+		close(fd);
+		return dcr_err_set(e, DCR_EFORMAT, "'%s' is too large (%lld bytes, at most %zu)",
+				   path, (long long)st.st_size, max);
+	}
+	uint8_t *p = malloc((size_t)st.st_size + 1);
+	if (!p) {
+		close(fd);
+		return dcr_err_sys(e, ENOMEM, "cannot read '%s'", path);
+	}
+	int r = dcr_read_full(fd, p, (size_t)st.st_size);
+	close(fd);
+	if (r) {
+		free(p);
+		return dcr_err_sys(e, r == -EPIPE ? EIO : -r, "cannot read '%s'", path);
+	}
+	p[st.st_size] = '\0';
+	*out = p;
+	*len = (size_t)st.st_size;
+	return 0;
+}
+
+void *dcr_calloc(size_t n, size_t size) { return calloc(n ? n : 1, size ? size : 1); }
+
+char *dcr_strdup(const char *s) { return s ? strdup(s) : NULL; }
+
+char *dcr_asprintf(const char *fmt, ...)
+{
+	va_list ap;
+	char *s = NULL;
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		s = NULL;
+	va_end(ap);
+	return s;
+}

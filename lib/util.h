@@ -1,0 +1,134 @@
+/* util.h - internal helpers: byte order, varints, files, memory. */
+#ifndef DCR_UTIL_H
+#define DCR_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include "dcr.h"
+
+static inline void put_le16(uint8_t *p, uint16_t v) { p[0] = v; p[1] = v >> 8; }
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t get_le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static inline uint32_t get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+static inline uint64_t get_le64(const uint8_t *p)
+{
+	return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+}
+
+/* Load/store one element of `unit` bytes (1, 2, 4 or 8) as an integer. */
+static inline uint64_t load_unit(const uint8_t *p, unsigned unit)
+{
+	switch (unit) {
+	case 1: return p[0];
+	case 2: return get_le16(p);
+	case 4: return get_le32(p);
+	default: return get_le64(p);
+	}
+}
+static inline void store_unit(uint8_t *p, unsigned unit, uint64_t v)
+{
+	switch (unit) {
+	case 1: p[0] = (uint8_t)v; break;
+	case 2: put_le16(p, (uint16_t)v); break;
+	case 4: put_le32(p, (uint32_t)v); break;
+	default: put_le64(p, v); break;
+	}
+}
+
+/* A growable byte buffer. */
+struct dcr_buf {
+	uint8_t *p;
+	size_t len, cap;
+};
+int dcr_buf_reserve(struct dcr_buf *b, size_t extra);
+int dcr_buf_add(struct dcr_buf *b, const void *p, size_t n);
+int dcr_buf_add_u8(struct dcr_buf *b, uint8_t v);
+int dcr_buf_add_le32(struct dcr_buf *b, uint32_t v);
+int dcr_buf_add_le64(struct dcr_buf *b, uint64_t v);
+int dcr_buf_add_varint(struct dcr_buf *b, uint64_t v);
+void dcr_buf_free(struct dcr_buf *b);
+
+/* A bounds-checked reader over a byte range. Every get fails once past end
+ * and leaves r->bad set; callers check r->bad once per record. */
+struct dcr_rd {
+	const uint8_t *p, *end;
+	int bad;
+};
+static inline void dcr_rd_init(struct dcr_rd *r, const void *p, size_t n)
+{
+	r->p = p;
+	r->end = r->p + n;
+	r->bad = 0;
+}
+static inline size_t dcr_rd_left(const struct dcr_rd *r) { return (size_t)(r->end - r->p); }
+const uint8_t *dcr_rd_bytes(struct dcr_rd *r, size_t n);
+uint8_t dcr_rd_u8(struct dcr_rd *r);
+uint32_t dcr_rd_le32(struct dcr_rd *r);
+uint64_t dcr_rd_le64(struct dcr_rd *r);
+uint64_t dcr_rd_varint(struct dcr_rd *r);
+
+/* Files. */
+int dcr_read_full(int fd, void *buf, size_t n); /* 0, -errno, or -EPIPE at EOF */
+int dcr_write_full(int fd, const void *buf, size_t n);
+int dcr_pread_full(int fd, void *buf, size_t n, uint64_t off);
+int dcr_pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
+int dcr_fsync_dir(const char *dir);
+int dcr_mkdir_p(const char *path, struct dcr_err *e);
+char *dcr_path_join(const char *a, const char *b);
+char *dcr_dirname(const char *path);
+
+/* Atomic file creation: a temp file beside the final name, fsync, rename,
+ * fsync the directory. */
+struct dcr_atomic {
+	char *final;
+	char *tmp;
+	int fd;
+};
+int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e);
+int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e);
+void dcr_atomic_abort(struct dcr_atomic *a);
+/* Write a whole small file atomically. */
+int dcr_write_file_atomic(const char *path, const void *buf, size_t n,
+			  struct dcr_err *e);
+/* Read a whole file (at most max bytes) into malloc'd memory, NUL added. */
+int dcr_read_file(const char *path, size_t max, uint8_t **out, size_t *len,
+		  struct dcr_err *e);
+
+/* SHA-256, one shot and streaming (OpenSSL EVP underneath). */
+void dcr_sha256(const void *p, size_t n, dcr_digest *out);
+struct dcr_sha;
+struct dcr_sha *dcr_sha_new(void);
+void dcr_sha_update(struct dcr_sha *s, const void *p, size_t n);
+void dcr_sha_final(struct dcr_sha *s, dcr_digest *out); /* resets s */
+void dcr_sha_free(struct dcr_sha *s);
+
+/* Memory: abort-free; callers handle NULL. */
+void *dcr_calloc(size_t n, size_t size);
+char *dcr_strdup(const char *s);
+char *dcr_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Checked arithmetic. */
+static inline int mul_ovf(uint64_t a, uint64_t b, uint64_t *r)
+{
+	return __builtin_mul_overflow(a, b, r);
+}
+static inline int add_ovf(uint64_t a, uint64_t b, uint64_t *r)
+{
+	return __builtin_add_overflow(a, b, r);
+}
+
+#endif
