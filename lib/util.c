@@ -417,3 +417,9 @@ char *dcr_asprintf(const char *fmt, ...)
 	va_end(ap);
 	return s;
 }
+
+int dcr_ncpu(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+}

@@ -116,6 +116,8 @@ void dcr_sha_update(struct dcr_sha *s, const void *p, size_t n);
 void dcr_sha_final(struct dcr_sha *s, dcr_digest *out); /* resets s */
 void dcr_sha_free(struct dcr_sha *s);
 
+int dcr_ncpu(void); /* online CPUs, 1..64 */
+
 /* Memory: abort-free; callers handle NULL. */
 void *dcr_calloc(size_t n, size_t size);
 char *dcr_strdup(const char *s);

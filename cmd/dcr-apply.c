@@ -1,0 +1,111 @@
+/* dcr-apply - apply a delta to a receiver checkpoint in place. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "receiver.h"
+
+static const char usage[] =
+	"usage: dcr-apply [options] CKPT [DELTA]\n"
+	"\n"
+	"Apply a delta (from DELTA, or standard input; '-' also means standard input)\n"
+	"to the receiver checkpoint directory CKPT in place. State is kept in CKPT/.dcr/.\n"
+	"Rerunning after a crash finishes the interrupted apply.\n"
+	"\n"
+	"      --recover        only finish an interrupted apply, read no delta\n"
+	"      --progress       show progress on stderr\n"
+	"      --no-progress    do not show progress\n"
+	"  -q, --quiet          print nothing but errors\n"
+	"  -h, --help           show this help\n"
+	"\n"
+	"Exit status: 0 applied (or already at the target), 1 the receiver is not at\n"
+	"the delta's base (nothing written), 128 any other error.\n";
+
+static void progress(void *ctx, uint64_t done, uint64_t total)
+{
+	(void)ctx;
+	cmd_progress_bytes("items", done << 20, total << 20);
+}
+
+int main(int argc, char **argv)
+{
+	cmd_init("dcr-apply", argc, argv);
+	static const struct option longopts[] = {
+		{"recover", no_argument, NULL, 'R'},
+		{"progress", no_argument, NULL, 'p'},
+		{"no-progress", no_argument, NULL, 'n'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	int recover_only = 0, c;
+	while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'R': recover_only = 1; break;
+		case 'p': cmd_progress_on = 1; break;
+		case 'n': cmd_progress_on = 0; break;
+		case 'q': cmd_quiet = 1; break;
+		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
+		default: fputs(usage, stderr); return EXIT_USAGE;
+		}
+	}
+	if (argc - optind < 1 || argc - optind > 2)
+		cmd_usage_error(usage, "need CKPT and at most one DELTA");
+	const char *ckpt = argv[optind];
+	const char *input = argc - optind == 2 ? argv[optind + 1] : "-";
+
+	struct dcr_apply_opts o = {.progress = progress, .what = "delta"};
+	const char *fault = getenv("DCR_FAULT_AT");
+	if (fault)
+		o.fault_at = atoi(fault);
+	struct dcr_err e = {0};
+	struct dcr_receiver *rc;
+	int r = dcr_receiver_open(ckpt, 1, &rc, &e);
+	if (r)
+		cmd_die_err(&e, EXIT_FATAL);
+	if (recover_only) {
+		r = dcr_apply_recover(rc, &o, &e);
+		if (r < 0)
+			cmd_die_err(&e, EXIT_FATAL);
+		if (!cmd_quiet)
+			fprintf(stderr, "dcr-apply: %s\n",
+				r ? "finished an interrupted apply" : "nothing to recover");
+		dcr_receiver_close(rc);
+		return cmd_finish(EXIT_OK);
+	}
+	int fd = 0;
+	if (strcmp(input, "-")) {
+		fd = open(input, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			cmd_die("cannot open '%s': %s", input, strerror(errno));
+		o.what = input;
+	} else {
+		o.what = "standard input";
+	}
+	struct dcr_apply_result res;
+	r = dcr_apply(rc, (struct dcr_source){dcr_source_fd_read, &fd}, NULL, 0, &o, &res, &e);
+	cmd_progress_end();
+	if (r)
+		cmd_die_err(&e, cmd_exit_code(r));
+	if (!cmd_quiet) {
+		char t[65];
+		dcr_digest_hex(&res.target, t);
+		if (res.recovered)
+			fprintf(stderr, "dcr-apply: finished an interrupted apply first\n");
+		if (res.already)
+			fprintf(stderr, "dcr-apply: '%s' is already at the target %.12s\n", ckpt, t);
+		else
+			fprintf(stderr,
+				"dcr-apply: applied %llu changes in %llu items, %llu tensors verified; state %.12s\n",
+				(unsigned long long)res.changes, (unsigned long long)res.items,
+				(unsigned long long)res.tensors_checked, t);
+	}
+	dcr_receiver_close(rc);
+	return cmd_finish(EXIT_OK);
+}

@@ -1,0 +1,120 @@
+/* dcr-diff - compare two checkpoints on stored bits, write a delta. */
+#include "config.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "diff.h"
+
+static const char usage[] =
+	"usage: dcr-diff [options] BASE NEW\n"
+	"\n"
+	"Compare two checkpoints (directories of .safetensors files, or single files)\n"
+	"on stored bits and write a delta stream that turns BASE into NEW.\n"
+	"\n"
+	"  -o, --output FILE    write the delta to FILE (atomically) instead of stdout\n"
+	"      --base-id HEX    trust HEX as BASE's state id instead of hashing BASE\n"
+	"      --chunk N        elements per item (default 1048576)\n"
+	"      --stats          print a summary to stderr\n"
+	"      --porcelain      with --stats, print it as key=value lines on stderr\n"
+	"      --progress       show progress on stderr\n"
+	"      --no-progress    do not show progress\n"
+	"  -q, --quiet          no progress, no summary\n"
+	"  -h, --help           show this help\n";
+
+int main(int argc, char **argv)
+{
+	cmd_init("dcr-diff", argc, argv);
+	static const struct option longopts[] = {
+		{"output", required_argument, NULL, 'o'},
+		{"base-id", required_argument, NULL, 'B'},
+		{"chunk", required_argument, NULL, 'C'},
+		{"stats", no_argument, NULL, 'S'},
+		{"porcelain", no_argument, NULL, 'P'},
+		{"progress", no_argument, NULL, 'p'},
+		{"no-progress", no_argument, NULL, 'n'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *output = NULL;
+	struct dcr_diff_opts o = {0};
+	dcr_digest base_id;
+	int stats = 0, porcelain = 0, c;
+	while ((c = getopt_long(argc, argv, "o:qh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'o': output = optarg; break;
+		case 'B':
+			if (dcr_digest_parse_hex(optarg, &base_id))
+				cmd_usage_error(usage, "--base-id wants 64 hex digits, not '%s'", optarg);
+			o.base_id = &base_id;
+			break;
+		case 'C': {
+			char *end;
+			unsigned long long v = strtoull(optarg, &end, 10);
+			if (*end || !v || v > (1u << 26))
+				cmd_usage_error(usage, "--chunk wants 1..67108864, not '%s'", optarg);
+			o.chunk_elems = v;
+			break;
+		}
+		case 'S': stats = 1; break;
+		case 'P': porcelain = 1; break;
+		case 'p': cmd_progress_on = 1; break;
+		case 'n': cmd_progress_on = 0; break;
+		case 'q': cmd_quiet = 1; break;
+		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
+		default: fputs(usage, stderr); return EXIT_USAGE;
+		}
+	}
+	if (argc - optind != 2)
+		cmd_usage_error(usage, "need BASE and NEW");
+	o.base = argv[optind];
+	o.target = argv[optind + 1];
+	o.progress = cmd_progress_bytes;
+	o.progress_ctx = "diff";
+
+	struct dcr_err e = {0};
+	struct dcr_atomic a = {.fd = -1};
+	int fd;
+	if (output && strcmp(output, "-")) {
+		if (dcr_atomic_open(&a, output, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+		fd = a.fd;
+		o.what = output;
+	} else {
+		fd = cmd_open_output("-");
+		o.what = "standard output";
+	}
+	struct dcr_diff_stats st = {0};
+	int r = dcr_diff(&o, (struct dcr_sink){dcr_sink_fd_write, &fd}, &st, &e);
+	if (!r && a.tmp)
+		r = dcr_atomic_commit(&a, &e);
+	else if (a.tmp)
+		dcr_atomic_abort(&a);
+	cmd_progress_end();
+	if (r)
+		cmd_die_err(&e, EXIT_FATAL);
+	if (stats && !cmd_quiet) {
+		char b[65], t[65];
+		dcr_digest_hex(&st.base, b);
+		dcr_digest_hex(&st.target, t);
+		double share = st.dense_bytes ? 100.0 * (double)st.bytes_out / (double)st.dense_bytes : 0;
+		if (porcelain)
+			fprintf(stderr,
+				"base=%s\ntarget=%s\ntensors=%llu\nitems=%llu\nchanged=%llu\ndelta_bytes=%llu\ndense_bytes=%llu\n",
+				b, t, (unsigned long long)st.tensors, (unsigned long long)st.items,
+				(unsigned long long)st.changed, (unsigned long long)st.bytes_out,
+				(unsigned long long)st.dense_bytes);
+		else
+			fprintf(stderr,
+				"dcr-diff: %llu tensors, %llu changed values in %llu items; delta %llu bytes = %.3f%% of %llu dense bytes\n"
+				"dcr-diff: base %s\ndcr-diff: target %s\n",
+				(unsigned long long)st.tensors, (unsigned long long)st.changed,
+				(unsigned long long)st.items, (unsigned long long)st.bytes_out, share,
+				(unsigned long long)st.dense_bytes, b, t);
+	}
+	return cmd_finish(EXIT_OK);
+}

@@ -1,0 +1,139 @@
+/* dcr-verify - print a checkpoint's state id, or prove it equals another. */
+#include "config.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "common.h"
+#include "util.h"
+#include "verify.h"
+
+static const char usage[] =
+	"usage: dcr-verify [options] CKPT\n"
+	"       dcr-verify [options] CKPT --against DENSE\n"
+	"\n"
+	"Without --against, print CKPT's state id (and with --tensors, every tensor's\n"
+	"digest). With --against, compare CKPT with the checkpoint DENSE tensor by\n"
+	"tensor on stored bits and report every tensor that differs.\n"
+	"\n"
+	"      --against DENSE  the checkpoint CKPT must equal\n"
+	"      --tensor NAME    check only this tensor\n"
+	"      --tensors        list per-tensor digests (without --against)\n"
+	"      --porcelain      one stable, tab-separated line per tensor\n"
+	"  -z                   end porcelain lines with NUL\n"
+	"  -q, --quiet          print nothing; only the exit status tells\n"
+	"  -h, --help           show this help\n"
+	"\n"
+	"Exit status: 0 identical, 1 differences found, 128 error.\n";
+
+static const char *vname[] = {"ok", "differ", "layout", "missing", "extra"};
+
+struct out {
+	int porcelain, quiet;
+	char eol;
+};
+
+static void report(void *ctx, const struct dcr_verify_item *it)
+{
+	struct out *o = ctx;
+	if (o->quiet)
+		return;
+	if (o->porcelain) {
+		printf("%s\t%s", vname[it->v], it->name);
+		if (it->v == DCR_V_DIFFER)
+			printf("\t%llu\t%llu\t0x%llx\t0x%llx", (unsigned long long)it->ndiff,
+			       (unsigned long long)it->first, (unsigned long long)it->have,
+			       (unsigned long long)it->want);
+		putchar(o->eol);
+		return;
+	}
+	switch (it->v) {
+	case DCR_V_OK: break;
+	case DCR_V_DIFFER:
+		printf("differ: '%s': %llu elements differ, first at element %llu (have 0x%llx, want 0x%llx)\n",
+		       it->name, (unsigned long long)it->ndiff, (unsigned long long)it->first,
+		       (unsigned long long)it->have, (unsigned long long)it->want);
+		break;
+	case DCR_V_LAYOUT: printf("layout: '%s': dtype or shape differs\n", it->name); break;
+	case DCR_V_MISSING: printf("missing: '%s'\n", it->name); break;
+	case DCR_V_EXTRA: printf("extra: '%s' is not in the reference\n", it->name); break;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	cmd_init("dcr-verify", argc, argv);
+	static const struct option longopts[] = {
+		{"against", required_argument, NULL, 'a'},
+		{"tensor", required_argument, NULL, 't'},
+		{"tensors", no_argument, NULL, 'T'},
+		{"porcelain", no_argument, NULL, 'P'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *against = NULL, *only = NULL;
+	int tensors = 0, c;
+	struct out o = {.eol = '\n'};
+	while ((c = getopt_long(argc, argv, "zqh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'a': against = optarg; break;
+		case 't': only = optarg; break;
+		case 'T': tensors = 1; break;
+		case 'P': o.porcelain = 1; break;
+		case 'z': o.eol = '\0'; break;
+		case 'q': o.quiet = 1; break;
+		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
+		default: fputs(usage, stderr); return EXIT_USAGE;
+		}
+	}
+	if (argc - optind != 1)
+		cmd_usage_error(usage, "need exactly one CKPT");
+	struct dcr_err e = {0};
+	struct dcr_ckpt *have = NULL, *want = NULL;
+	if (dcr_ckpt_open(argv[optind], &have, &e))
+		cmd_die_err(&e, EXIT_FATAL);
+	if (!against) {
+		dcr_digest id, *dg = dcr_calloc(have->ntensors, sizeof(dcr_digest));
+		if (!dg)
+			cmd_die("out of memory");
+		dcr_ckpt_state_id(have, &id, dg, &e);
+		char hex[65];
+		int found = !only;
+		if (tensors || only) {
+			for (size_t i = 0; i < have->ntensors; i++) {
+				if (only && strcmp(only, have->tensors[i].info->name))
+					continue;
+				found = 1;
+				dcr_digest_hex(&dg[i], hex);
+				if (!o.quiet)
+					printf("%s\t%s%c", hex, have->tensors[i].info->name, o.eol);
+			}
+		} else if (!o.quiet) {
+			dcr_digest_hex(&id, hex);
+			printf("%s%c", hex, o.eol);
+		}
+		free(dg);
+		dcr_ckpt_close(have);
+		if (!found)
+			cmd_die("no tensor '%s' in '%s'", only, argv[optind]);
+		return cmd_finish(EXIT_OK);
+	}
+	if (dcr_ckpt_open(against, &want, &e))
+		cmd_die_err(&e, EXIT_FATAL);
+	int bad = dcr_verify_against(have, want, only, report, &o, &e);
+	if (bad < 0)
+		cmd_die_err(&e, EXIT_FATAL);
+	if (!o.quiet && !o.porcelain)
+	{
+		if (bad)
+			printf("%d tensor(s) differ\n", bad);
+		else
+			printf("identical: %zu tensors\n", want->ntensors);
+	}
+	dcr_ckpt_close(have);
+	dcr_ckpt_close(want);
+	return cmd_finish(bad ? EXIT_NEGATIVE : EXIT_OK);
+}

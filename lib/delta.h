@@ -1,0 +1,158 @@
+/* delta.h - the delta stream (see dcr-format-delta(5)).
+ *
+ *   stream  = header record* END trailer
+ *   header  = magic[8] le32 version le32 flags base_id[32] attempt[16]
+ *   record  = le32 type le32 flags le64 length body[length]
+ *   trailer = SHA-256 of every byte before it
+ */
+#ifndef DCR_DELTA_H
+#define DCR_DELTA_H
+
+#include "dcr.h"
+#include "util.h"
+
+#define DCR_DELTA_MAGIC "\x89" "DCRD\r\n\x1a"
+#define DCR_DELTA_VERSION 1
+#define DCR_DELTA_HDR_LEN (8 + 4 + 4 + 32 + 16)
+#define DCR_REC_HDR_LEN 16
+#define DCR_REC_MAX (1u << 30)      /* largest record body accepted */
+#define DCR_ITEM_MAX_ELEMS (1u << 26) /* largest item range accepted */
+
+enum dcr_rec_type {
+	DCR_REC_TENSOR = 1, /* a target tensor's name, file, dtype, shape */
+	DCR_REC_ITEM = 2,   /* changes in an element range of a tensor */
+	DCR_REC_REMOVE = 3, /* a base tensor absent from the target */
+	DCR_REC_DONE = 4,   /* a target tensor's digest, after its items */
+	DCR_REC_END = 5,    /* target state id and counts */
+	DCR_REC_JRENAME = 0x20, /* journal only: rename .dcr/stage/F to F */
+	DCR_REC_JUNLINK = 0x21, /* journal only: remove F */
+	DCR_REC_ANCILLARY = 0x1000, /* types at or above may be skipped */
+};
+
+enum { DCR_TENSOR_NEW = 1 }; /* TENSOR flag: not XOR-able from base */
+enum { DCR_ENC_XOR = 1, DCR_ENC_OVERWRITE = 2 };
+enum { DCR_ITEM_DENSE = 1 }; /* ITEM flag: every element of the range */
+
+struct dcr_delta_tensor {
+	char *name;
+	char *file;
+	uint32_t flags;
+	int dtype;
+	unsigned ndim;
+	uint64_t shape[DCR_MAX_NDIM];
+	uint64_t nelem;
+	int have_digest;
+	dcr_digest digest;
+};
+
+struct dcr_item {
+	uint32_t tensor;   /* index of its TENSOR record */
+	uint32_t flags;    /* DCR_ITEM_DENSE */
+	uint8_t enc;       /* DCR_ENC_* */
+	uint8_t codec;     /* how data is coded */
+	uint64_t start;    /* first element of the range */
+	uint64_t len;      /* elements in the range */
+	uint64_t n;        /* changed elements */
+	const uint8_t *data;
+	size_t data_len;
+};
+
+/* Decoded changes of one item: positions relative to start, and values
+ * (XOR masks or new stored bits, per enc). */
+struct dcr_changes {
+	size_t n, cap;
+	uint64_t *pos;
+	uint64_t *val;
+};
+int dcr_changes_reserve(struct dcr_changes *c, size_t n);
+void dcr_changes_free(struct dcr_changes *c);
+
+/* Codec of item data: positions then values; see dcr-format-delta(5). */
+enum { DCR_CODEC_PLAIN = 1 };
+int dcr_item_encode(const struct dcr_changes *ch, unsigned unit, uint64_t len,
+		    int dense, uint8_t *codec, struct dcr_buf *out, struct dcr_err *e);
+/* Decode positions and values. */
+int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes *ch,
+		    struct dcr_err *e);
+
+/* An output: the delta writer hashes and forwards every byte. */
+struct dcr_sink {
+	int (*write)(void *ctx, const void *p, size_t n);
+	void *ctx;
+};
+int dcr_sink_fd_write(void *ctx, const void *p, size_t n); /* ctx: int* fd */
+
+struct dcr_delta_writer {
+	struct dcr_sink sink;
+	struct dcr_sha *sha;
+	struct dcr_buf rec;
+	uint32_t ntensors;
+	uint64_t nitems, nchanges, bytes;
+	const char *what; /* for messages */
+};
+int dcr_delta_writer_init(struct dcr_delta_writer *w, struct dcr_sink sink,
+			  const dcr_digest *base, const uint8_t attempt[16],
+			  const char *what, struct dcr_err *e);
+int dcr_delta_write_tensor(struct dcr_delta_writer *w, const struct dcr_delta_tensor *t,
+			   struct dcr_err *e);
+int dcr_delta_write_item(struct dcr_delta_writer *w, const struct dcr_item *it,
+			 struct dcr_err *e);
+int dcr_delta_write_remove(struct dcr_delta_writer *w, const char *name, struct dcr_err *e);
+/* A record whose body is one name (REMOVE, JRENAME, JUNLINK). */
+int dcr_delta_write_name(struct dcr_delta_writer *w, uint32_t type, const char *name,
+			 struct dcr_err *e);
+int dcr_delta_write_done(struct dcr_delta_writer *w, uint32_t tensor,
+			 const dcr_digest *d, struct dcr_err *e);
+int dcr_delta_write_end(struct dcr_delta_writer *w, const dcr_digest *target,
+			struct dcr_err *e);
+void dcr_delta_writer_release(struct dcr_delta_writer *w);
+
+/* A source: read exactly n bytes, or fail. */
+struct dcr_source {
+	int (*read)(void *ctx, void *p, size_t n); /* 0, -EPIPE at EOF, -errno */
+	void *ctx;
+};
+int dcr_source_fd_read(void *ctx, void *p, size_t n); /* ctx: int* fd */
+
+struct dcr_delta_rec {
+	uint32_t type, flags;
+	uint64_t len;
+	const uint8_t *body; /* valid until the next call */
+};
+
+struct dcr_delta_reader {
+	struct dcr_source src;
+	struct dcr_sha *sha;
+	struct dcr_buf body;
+	const char *what;
+	uint32_t version, flags;
+	dcr_digest base;
+	uint8_t attempt[16];
+	int ended;
+	dcr_digest target; /* from END */
+	uint64_t end_tensors, end_items, end_changes;
+	uint64_t offset;   /* bytes consumed */
+	int journal;       /* accept journal-only records */
+};
+int dcr_delta_reader_init(struct dcr_delta_reader *r, struct dcr_source src,
+			  const char *what, struct dcr_err *e);
+/* Initialise from a header already read (its 16 magic+version+flags bytes
+ * consumed by a sniffer); `head` holds those bytes. */
+int dcr_delta_reader_init_with(struct dcr_delta_reader *r, struct dcr_source src,
+			       const uint8_t *head, size_t head_len, const char *what,
+			       struct dcr_err *e);
+/* 1 and a record, 0 after END and a verified trailer, or an error. */
+int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct dcr_err *e);
+void dcr_delta_reader_release(struct dcr_delta_reader *r);
+
+/* Record body parsers (hostile-input safe). */
+int dcr_delta_parse_tensor(const struct dcr_delta_rec *rec, struct dcr_delta_tensor *t,
+			   struct dcr_err *e);
+void dcr_delta_tensor_clear(struct dcr_delta_tensor *t);
+int dcr_delta_parse_item(const struct dcr_delta_rec *rec, struct dcr_item *it,
+			 struct dcr_err *e);
+int dcr_delta_parse_name(const struct dcr_delta_rec *rec, char **name, struct dcr_err *e);
+int dcr_delta_parse_done(const struct dcr_delta_rec *rec, uint32_t *tensor, dcr_digest *d,
+			 struct dcr_err *e);
+
+#endif

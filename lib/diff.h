@@ -1,0 +1,25 @@
+/* diff.h - compare two checkpoints and write a delta stream. */
+#ifndef DCR_DIFF_H
+#define DCR_DIFF_H
+
+#include "delta.h"
+
+struct dcr_diff_opts {
+	const char *base, *target;     /* checkpoint paths */
+	const dcr_digest *base_id;     /* trust this base state id (skip hashing base) */
+	const uint8_t *attempt;        /* 16 bytes, or NULL for random */
+	uint64_t chunk_elems;          /* elements per item (default 1Mi) */
+	const char *what;              /* output name for messages */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
+};
+
+struct dcr_diff_stats {
+	dcr_digest base, target;
+	uint64_t changed, items, tensors, bytes_out, dense_bytes;
+};
+
+int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_diff_stats *st,
+	     struct dcr_err *e);
+
+#endif
