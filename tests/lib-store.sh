@@ -1,0 +1,91 @@
+# lib-store.sh - sourced by the store tests (tests/t03*.sh): a scratch
+# directory, loopback servers started from tests/node and always killed at
+# exit, and checks on store-tool's exit status and one-line errors.
+set -eu
+: "${DCR_SRC:?run through make check}"
+: "${DCR_BUILD:?run through make check}"
+TOOL="$DCR_BUILD/tests/store-tool"
+NODE_DIR="$DCR_SRC/tests/node"
+T=$(mktemp -d "${TMPDIR:-/tmp}/dcr-t03.XXXXXX")
+PIDS=""
+cleanup() {
+	for p in $PIDS; do kill "$p" 2>/dev/null || true; done
+	for p in $PIDS; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+# need_node MODULE...: skip unless node and these npm modules are there.
+need_node() {
+	command -v node >/dev/null 2>&1 || skip "node not found (scripts/install-deps installs it)"
+	for m in "$@"; do
+		[ -d "$NODE_DIR/node_modules/$m" ] ||
+			skip "npm module '$m' missing in tests/node (scripts/install-deps installs it)"
+	done
+}
+
+# start_server NAME SCRIPT ARGS...: start tests/node/SCRIPT on 127.0.0.1 with
+# a free port, wait until it listens, set PORT.
+start_server() {
+	name=$1 script=$2
+	shift 2
+	rm -f "$T/$name.port"
+	node "$NODE_DIR/$script" --port-file "$T/$name.port" "$@" >"$T/$name.out" 2>&1 &
+	pid=$!
+	PIDS="$PIDS $pid"
+	i=0
+	while [ ! -s "$T/$name.port" ]; do
+		kill -0 "$pid" 2>/dev/null || { cat "$T/$name.out"; fail "server $name exited"; }
+		i=$((i + 1))
+		[ $i -lt 400 ] || { cat "$T/$name.out"; fail "server $name did not start in 20 s"; }
+		sleep 0.05
+	done
+	PORT=$(cat "$T/$name.port")
+}
+
+# run_ok CMD...: CMD must succeed.
+run_ok() {
+	"$@" >"$T/out" 2>"$T/err" || fail "'$*' exited $?: $(cat "$T/err")"
+}
+
+# expect_fail STATUS CMD...: CMD must exit STATUS with exactly one line on
+# stderr, left in ERR.
+expect_fail() {
+	want=$1
+	shift
+	rc=0
+	"$@" >"$T/out" 2>"$T/err" || rc=$?
+	ERR=$(cat "$T/err")
+	[ "$rc" = "$want" ] || fail "'$*' exited $rc, want $want; stderr: $ERR"
+	[ "$(wc -l <"$T/err")" = 1 ] || fail "'$*' did not print one line: $ERR"
+}
+
+# contains STRING PATTERN: fixed-string match.
+contains() {
+	case $1 in *"$2"*) ;; *) fail "expected '$2' in: $1" ;; esac
+}
+
+# mkdata FILE BYTES: pseudo-random content.
+mkdata() {
+	head -c "$2" /dev/urandom >"$1"
+}
+
+# start_s3 NAME ARGS...: s3rver behind the SigV4-checking proxy
+# (tests/node/s3-server.js); sets EP (the proxy's URL) and the AWS variables
+# of the one credential it accepts.
+start_s3() {
+	name=$1
+	shift
+	mkdir -p "$T/$name.data"
+	export AWS_ACCESS_KEY_ID=S3RVER
+	export AWS_SECRET_ACCESS_KEY='dcr-test/secret+KEY'
+	export AWS_REGION=us-east-1
+	unset AWS_SESSION_TOKEN DCR_S3_ENDPOINT 2>/dev/null || true
+	start_server "$name" s3-server.js --dir "$T/$name.data" --bucket dcr-test \
+		--key "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" "$@"
+	EP="http://127.0.0.1:$PORT"
+}
