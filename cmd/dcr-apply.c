@@ -8,14 +8,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "common.h"
+#include "pack.h"
 #include "receiver.h"
 
 static const char usage[] =
-	"usage: dcr-apply [options] CKPT [DELTA]\n"
+	"usage: dcr-apply [options] CKPT [DELTA|PACK]\n"
 	"\n"
-	"Apply a delta (from DELTA, or standard input; '-' also means standard input)\n"
-	"to the receiver checkpoint directory CKPT in place. State is kept in CKPT/.dcr/.\n"
+	"Apply a delta stream or a pack (a pack directory, or a pack tar stream) from\n"
+	"DELTA|PACK, or standard input ('-' also means standard input), to the\n"
+	"receiver checkpoint directory CKPT in place. State is kept in CKPT/.dcr/.\n"
 	"Rerunning after a crash finishes the interrupted apply.\n"
 	"\n"
 	"      --recover        only finish an interrupted apply, read no delta\n"
@@ -80,16 +84,45 @@ int main(int argc, char **argv)
 		return cmd_finish(EXIT_OK);
 	}
 	int fd = 0;
-	if (strcmp(input, "-")) {
-		fd = open(input, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			cmd_die("cannot open '%s': %s", input, strerror(errno));
-		o.what = input;
-	} else {
-		o.what = "standard input";
-	}
 	struct dcr_apply_result res;
-	r = dcr_apply(rc, (struct dcr_source){dcr_source_fd_read, &fd}, NULL, 0, &o, &res, &e);
+	struct dcr_pack_in *in = NULL;
+	struct stat sb;
+	o.what = strcmp(input, "-") ? input : "standard input";
+	if (strcmp(input, "-") && !stat(input, &sb) && S_ISDIR(sb.st_mode)) {
+		if (dcr_pack_in_open_dir(input, &in, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+		r = dcr_apply_pack(rc, in, &o, &res, &e);
+	} else {
+		if (strcmp(input, "-")) {
+			fd = open(input, O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				cmd_die("cannot open '%s': %s", input, strerror(errno));
+		}
+		/* sniff: a delta starts with its magic, anything else must be a tar pack */
+		uint8_t head[8];
+		size_t got = 0;
+		while (got < sizeof(head)) {
+			ssize_t n = read(fd, head + got, sizeof(head) - got);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0)
+				cmd_die("cannot read %s: %s", o.what, strerror(errno));
+			if (n == 0)
+				break;
+			got += (size_t)n;
+		}
+		if (got == 0)
+			cmd_die("%s is empty: no delta or pack to apply", o.what);
+		if (got == sizeof(head) && !memcmp(head, "\x89" "DCRD", 5)) {
+			r = dcr_apply(rc, (struct dcr_source){dcr_source_fd_read, &fd}, head, got, &o,
+				      &res, &e);
+		} else {
+			if (dcr_pack_in_open_tar(fd, head, got, &in, &e))
+				cmd_die_err(&e, EXIT_FATAL);
+			r = dcr_apply_pack(rc, in, &o, &res, &e);
+		}
+	}
+	dcr_pack_in_close(in);
 	cmd_progress_end();
 	if (r)
 		cmd_die_err(&e, cmd_exit_code(r));

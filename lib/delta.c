@@ -235,15 +235,19 @@ static int add_str(struct dcr_buf *b, const char *s)
 	return dcr_buf_add_varint(b, n) || dcr_buf_add(b, s, n);
 }
 
-int dcr_delta_write_tensor(struct dcr_delta_writer *w, const struct dcr_delta_tensor *t,
-			   struct dcr_err *e)
+int dcr_delta_tensor_body(struct dcr_buf *b, const struct dcr_delta_tensor *t)
 {
-	struct dcr_buf *b = &w->rec;
 	int r = dcr_buf_add_le32(b, t->flags) || add_str(b, t->name) || add_str(b, t->file) ||
 		dcr_buf_add_u8(b, (uint8_t)t->dtype) || dcr_buf_add_u8(b, (uint8_t)t->ndim);
 	for (unsigned k = 0; k < t->ndim && !r; k++)
 		r = dcr_buf_add_le64(b, t->shape[k]);
-	if (r)
+	return r ? -ENOMEM : 0;
+}
+
+int dcr_delta_write_tensor(struct dcr_delta_writer *w, const struct dcr_delta_tensor *t,
+			   struct dcr_err *e)
+{
+	if (dcr_delta_tensor_body(&w->rec, t))
 		return dcr_err_sys(e, ENOMEM, "%s", w->what);
 	w->ntensors++;
 	return w_record(w, DCR_REC_TENSOR, e);

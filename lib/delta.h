@@ -93,6 +93,8 @@ struct dcr_delta_writer {
 int dcr_delta_writer_init(struct dcr_delta_writer *w, struct dcr_sink sink,
 			  const dcr_digest *base, const uint8_t attempt[16],
 			  const char *what, struct dcr_err *e);
+/* Append a TENSOR record body (no framing). */
+int dcr_delta_tensor_body(struct dcr_buf *b, const struct dcr_delta_tensor *t);
 int dcr_delta_write_tensor(struct dcr_delta_writer *w, const struct dcr_delta_tensor *t,
 			   struct dcr_err *e);
 int dcr_delta_write_item(struct dcr_delta_writer *w, const struct dcr_item *it,

@@ -54,6 +54,13 @@ struct dcr_apply_result {
 int dcr_apply(struct dcr_receiver *rc, struct dcr_source src, const uint8_t *head,
 	      size_t head_len, const struct dcr_apply_opts *o, struct dcr_apply_result *res,
 	      struct dcr_err *e);
+/* Apply a pack (payloads then a manifest) read from in. Payloads are
+ * checked and resolved as they arrive; nothing is written before the
+ * manifest has accounted for every payload. */
+struct dcr_pack_in;
+int dcr_apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
+		   const struct dcr_apply_opts *o, struct dcr_apply_result *res,
+		   struct dcr_err *e);
 /* Replay a committed journal if one exists (1 if it did). */
 int dcr_apply_recover(struct dcr_receiver *rc, const struct dcr_apply_opts *o,
 		      struct dcr_err *e);

@@ -1,0 +1,240 @@
+/* dcr-pack - turn a delta stream into a pack: payloads and a manifest. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "pack.h"
+
+static const char usage[] =
+	"usage: dcr-pack [options] [DELTA|-]\n"
+	"       dcr-pack --list [--porcelain] [-z] PACK|-\n"
+	"\n"
+	"Group a delta stream (DELTA, or standard input) into self-checking payloads\n"
+	"of about --payload-size raw bytes each, then a manifest, written last.\n"
+	"The pack goes to standard output as a tar stream, or with -o DIR into a\n"
+	"directory (each file written atomically).\n"
+	"\n"
+	"  -o, --output DIR|-      where the pack goes (default: '-', a tar stream)\n"
+	"  -s, --payload-size SIZE raw bytes per payload: 64M by default (K, M, G)\n"
+	"  -l, --list              list the contents of PACK (a directory or a tar file)\n"
+	"      --porcelain         with --list: stable tab-separated records\n"
+	"  -z                      with --list --porcelain: end records with NUL\n"
+	"      --progress          show progress on stderr\n"
+	"      --no-progress       do not show progress\n"
+	"  -q, --quiet             print nothing but errors\n"
+	"  -h, --help              show this help\n"
+	"\n"
+	"Exit status: 0 success, 128 error, 129 usage error.\n";
+
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t mul = 1;
+	if (*end == 'K' || *end == 'k')
+		mul = 1 << 10, end++;
+	else if (*end == 'M' || *end == 'm')
+		mul = 1 << 20, end++;
+	else if (*end == 'G' || *end == 'g')
+		mul = 1 << 30, end++;
+	if (errno || *end || !v || v > (4ull << 30) / mul)
+		return 0;
+	return v * mul;
+}
+
+static int list_pack(const char *path, int porcelain, char eol)
+{
+	struct dcr_err e = {0};
+	struct dcr_pack_in *in;
+	struct stat sb;
+	int fd = -1;
+	if (strcmp(path, "-") && !stat(path, &sb) && S_ISDIR(sb.st_mode)) {
+		if (dcr_pack_in_open_dir(path, &in, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+	} else {
+		fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
+		if (fd < 0)
+			cmd_die("cannot open '%s': %s", path, strerror(errno));
+		if (dcr_pack_in_open_tar(fd, NULL, 0, &in, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+	}
+	const char *name;
+	const uint8_t *buf;
+	size_t len;
+	int r, bad = 0;
+	char h1[65], h2[65];
+	while ((r = dcr_pack_in_next(in, &name, &buf, &len, &e)) == 1) {
+		if (!strcmp(name, DCR_MANIFEST_NAME)) {
+			struct dcr_manifest m;
+			if (dcr_manifest_parse(buf, len, name, &m, &e)) {
+				cmd_error("%s", e.msg);
+				bad = 1;
+				continue;
+			}
+			dcr_digest_hex(&m.base, h1);
+			dcr_digest_hex(&m.target, h2);
+			char at[33];
+			for (int i = 0; i < 16; i++)
+				snprintf(at + 2 * i, 3, "%02x", m.attempt[i]);
+			if (porcelain)
+				printf("manifest\t%zu\t%s\t%s\t%s\t%u\t%u\t%u\t%llu\t%llu%c", len, h1, h2, at,
+				       m.npayloads, m.ntensors, m.nremoved,
+				       (unsigned long long)m.nitems, (unsigned long long)m.nchanges, eol);
+			else
+				printf("%-24s %12zu  manifest: %u payloads, %u tensors, %u removed, %llu items, %llu changes\n"
+				       "  base   %s\n  target %s\n  attempt %s\n",
+				       name, len, m.npayloads, m.ntensors, m.nremoved,
+				       (unsigned long long)m.nitems, (unsigned long long)m.nchanges, h1, h2, at);
+			for (uint32_t i = 0; i < m.ntensors; i++) {
+				const struct dcr_delta_tensor *t = &m.tensors[i];
+				char shape[512] = "";
+				size_t o = 0;
+				for (unsigned k = 0; k < t->ndim && o < sizeof(shape) - 24; k++)
+					o += (size_t)snprintf(shape + o, sizeof(shape) - o, "%s%llu",
+							      k ? "," : "", (unsigned long long)t->shape[k]);
+				dcr_digest_hex(&t->digest, h1);
+				if (porcelain)
+					printf("tensor\t%s\t%s\t%s\t%s\t%s\t%s%c", t->name,
+					       dcr_dtype_name(t->dtype), shape, t->file, h1,
+					       (t->flags & DCR_TENSOR_NEW) ? "new" : "base", eol);
+			}
+			for (uint32_t i = 0; i < m.nremoved; i++)
+				if (porcelain)
+					printf("removed\t%s%c", m.removed[i], eol);
+				else
+					printf("  removed %s\n", m.removed[i]);
+			dcr_manifest_release(&m);
+			continue;
+		}
+		struct dcr_payload pl;
+		if (dcr_payload_open(buf, len, name, &pl, &e)) {
+			cmd_error("%s", e.msg);
+			bad = 1;
+			continue;
+		}
+		uint64_t items = 0, changes = 0, tensors = 0;
+		struct dcr_rd rd;
+		dcr_rd_init(&rd, pl.raw, pl.raw_len);
+		while (dcr_rd_left(&rd) && !rd.bad) {
+			struct dcr_delta_rec rec = {.type = dcr_rd_le32(&rd)};
+			dcr_rd_le32(&rd);
+			rec.len = dcr_rd_le64(&rd);
+			rec.body = dcr_rd_bytes(&rd, rec.len);
+			if (!rec.body)
+				break;
+			struct dcr_item it;
+			if (rec.type == DCR_REC_ITEM && !dcr_delta_parse_item(&rec, &it, &e)) {
+				items++;
+				changes += it.n;
+			}
+			tensors += rec.type == DCR_REC_TENSOR;
+		}
+		dcr_digest_hex(&pl.digest, h1);
+		if (porcelain)
+			printf("payload\t%u\t%zu\t%s\t%llu\t%llu\t%llu\t%llu%c", pl.index, len, h1,
+			       (unsigned long long)pl.raw_len, (unsigned long long)tensors,
+			       (unsigned long long)items, (unsigned long long)changes, eol);
+		else
+			printf("%-24s %12zu  %llu tensors, %llu items, %llu changes, raw %llu, digest %.16s\n",
+			       name, len, (unsigned long long)tensors, (unsigned long long)items,
+			       (unsigned long long)changes, (unsigned long long)pl.raw_len, h1);
+		dcr_payload_release(&pl);
+	}
+	if (r < 0) {
+		cmd_error("%s", e.msg);
+		bad = 1;
+	}
+	dcr_pack_in_close(in);
+	return bad ? EXIT_FATAL : EXIT_OK;
+}
+
+static void progress(void *ctx, uint64_t done, uint64_t total)
+{
+	(void)total;
+	cmd_progress_bytes(ctx, done, done);
+}
+
+int main(int argc, char **argv)
+{
+	cmd_init("dcr-pack", argc, argv);
+	static const struct option longopts[] = {
+		{"output", required_argument, NULL, 'o'},
+		{"payload-size", required_argument, NULL, 's'},
+		{"list", no_argument, NULL, 'l'},
+		{"porcelain", no_argument, NULL, 'P'},
+		{"progress", no_argument, NULL, 'p'},
+		{"no-progress", no_argument, NULL, 'n'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *output = "-";
+	struct dcr_pack_opts o = {0};
+	int list = 0, porcelain = 0, c;
+	char eol = '\n';
+	while ((c = getopt_long(argc, argv, "o:s:lzqh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'o': output = optarg; break;
+		case 's':
+			if (!(o.payload_size = parse_size(optarg)))
+				cmd_usage_error(usage, "bad --payload-size '%s'", optarg);
+			break;
+		case 'l': list = 1; break;
+		case 'P': porcelain = 1; break;
+		case 'z': eol = '\0'; break;
+		case 'p': cmd_progress_on = 1; break;
+		case 'n': cmd_progress_on = 0; break;
+		case 'q': cmd_quiet = 1; break;
+		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
+		default: fputs(usage, stderr); return EXIT_USAGE;
+		}
+	}
+	if (argc - optind > 1)
+		cmd_usage_error(usage, "at most one input");
+	const char *input = argc - optind == 1 ? argv[optind] : "-";
+	if (list)
+		return cmd_finish(list_pack(input, porcelain, eol));
+
+	int in = 0;
+	if (strcmp(input, "-")) {
+		in = open(input, O_RDONLY | O_CLOEXEC);
+		if (in < 0)
+			cmd_die("cannot open '%s': %s", input, strerror(errno));
+	}
+	struct dcr_err e = {0};
+	struct dcr_pack_out out;
+	struct dcr_tar_out *tar = NULL;
+	if (!strcmp(output, "-")) {
+		int fd = cmd_open_output("-");
+		if (dcr_tar_out_open(fd, &tar, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+		out = (struct dcr_pack_out){dcr_tar_out_entry, tar};
+	} else {
+		out = (struct dcr_pack_out){dcr_pack_dir_entry, (void *)output};
+	}
+	o.progress = progress;
+	o.progress_ctx = "pack";
+	struct dcr_pack_stats st = {0};
+	int r = dcr_pack((struct dcr_source){dcr_source_fd_read, &in},
+			 strcmp(input, "-") ? input : "standard input", &o, out, &st, &e);
+	if (!r && tar)
+		r = dcr_tar_out_close(tar, &e);
+	else if (tar)
+		dcr_tar_out_close(tar, NULL);
+	if (r)
+		cmd_die_err(&e, EXIT_FATAL);
+	cmd_progress_end();
+	if (!cmd_quiet && cmd_progress_on)
+		fprintf(stderr, "dcr-pack: %u payloads, %llu items, %llu changes, %llu bytes\n",
+			st.npayloads, (unsigned long long)st.items, (unsigned long long)st.changes,
+			(unsigned long long)st.bytes);
+	return cmd_finish(EXIT_OK);
+}

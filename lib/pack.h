@@ -1,0 +1,124 @@
+/* pack.h - packs: payloads and a manifest (see dcr-format-pack(5)).
+ *
+ * payload  = header body trailer
+ *   header = magic[8] "\x89DCRP\r\n\x1a", le32 version, le32 flags,
+ *            base_id[32], attempt[16], le32 index, le32 codec,
+ *            le64 raw_len, le64 body_len                      (96 bytes)
+ *   body   = codec 1: one zstd frame of raw_len bytes of delta records
+ *            (TENSOR, ITEM, REMOVE); item tensor numbers refer to the
+ *            TENSOR records of the same payload
+ *   trailer= SHA-256 of header and body
+ * manifest = magic[8] "\x89DCRM\r\n\x1a", le32 version, le32 flags,
+ *            base_id[32], target_id[32], attempt[16],
+ *            le32 npayloads, npayloads x (le64 size, digest[32]),
+ *            le32 ntensors, ntensors x (TENSOR body as a varint-length
+ *            string, digest[32]), le32 nremoved, nremoved x name,
+ *            le64 nitems, le64 nchanges, trailer SHA-256 of all before.
+ * Entry names: payload-NNNNNN.dcrp (index in decimal, 6+ digits), manifest.dcrm.
+ */
+#ifndef DCR_PACK_H
+#define DCR_PACK_H
+
+#include "delta.h"
+
+#define DCR_PAYLOAD_MAGIC "\x89" "DCRP\r\n\x1a"
+#define DCR_MANIFEST_MAGIC "\x89" "DCRM\r\n\x1a"
+#define DCR_PACK_VERSION 1
+#define DCR_PAYLOAD_HDR_LEN 96
+#define DCR_PAYLOAD_MAX_RAW (1ull << 32) /* 4 GiB decompressed at most */
+#define DCR_MANIFEST_NAME "manifest.dcrm"
+#define DCR_MANIFEST_MAX (1u << 30)
+#define DCR_DEFAULT_PAYLOAD_SIZE (64u << 20)
+
+enum { DCR_PAYLOAD_STORED = 0, DCR_PAYLOAD_ZSTD = 1 };
+
+struct dcr_payload {
+	uint32_t version, flags, index, codec;
+	dcr_digest base;
+	uint8_t attempt[16];
+	uint64_t raw_len, body_len;
+	dcr_digest digest;  /* SHA-256 of the whole payload file but the trailer */
+	uint8_t *raw;       /* decompressed records (malloc'd), raw_len bytes */
+};
+
+/* Check a payload image (magic, version, sizes, trailer) and decompress its
+ * body. `what` names it in messages. */
+int dcr_payload_open(const uint8_t *buf, size_t len, const char *what,
+		     struct dcr_payload *p, struct dcr_err *e);
+void dcr_payload_release(struct dcr_payload *p);
+/* Build a payload image from raw records. */
+int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
+		      const uint8_t *raw, size_t raw_len, struct dcr_buf *out,
+		      dcr_digest *digest, struct dcr_err *e);
+char *dcr_payload_name(uint32_t index);
+/* 1 if name is a payload entry name (index in *index), else 0. */
+int dcr_payload_name_parse(const char *name, uint32_t *index);
+
+struct dcr_manifest_tensor {
+	struct dcr_delta_tensor t; /* digest filled */
+};
+
+struct dcr_manifest {
+	dcr_digest base, target;
+	uint8_t attempt[16];
+	uint32_t npayloads;
+	uint64_t *psize;
+	dcr_digest *pdigest;
+	uint32_t ntensors;
+	struct dcr_delta_tensor *tensors; /* sorted by name, digests set */
+	uint32_t nremoved;
+	char **removed;
+	uint64_t nitems, nchanges;
+};
+
+int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct dcr_err *e);
+int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
+		       struct dcr_err *e);
+void dcr_manifest_release(struct dcr_manifest *m);
+
+/* Where a packer puts finished entries, in order; manifest last. */
+struct dcr_pack_out {
+	int (*entry)(void *ctx, const char *name, const uint8_t *buf, size_t len,
+		     struct dcr_err *e);
+	void *ctx;
+};
+
+struct dcr_pack_opts {
+	uint64_t payload_size; /* raw bytes per payload (default 64 MiB) */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
+};
+
+struct dcr_pack_stats {
+	uint32_t npayloads;
+	uint64_t bytes, items, changes;
+	dcr_digest base, target;
+};
+
+/* Read one delta stream and write a pack. */
+int dcr_pack(struct dcr_source src, const char *what, const struct dcr_pack_opts *o,
+	     struct dcr_pack_out out, struct dcr_pack_stats *st, struct dcr_err *e);
+
+/* Pack outputs: a directory (each entry written atomically), or a tar
+ * stream on an fd (libarchive, ustar). */
+struct dcr_pack_dir;
+int dcr_pack_dir_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
+		       struct dcr_err *e); /* ctx: const char *dir */
+struct dcr_tar_out;
+int dcr_tar_out_open(int fd, struct dcr_tar_out **out, struct dcr_err *e);
+int dcr_tar_out_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
+		      struct dcr_err *e);
+int dcr_tar_out_close(struct dcr_tar_out *t, struct dcr_err *e);
+
+/* Reading a pack: a directory or a tar stream; entries in stream order. */
+struct dcr_pack_in;
+int dcr_pack_in_open_dir(const char *dir, struct dcr_pack_in **out, struct dcr_err *e);
+/* A tar stream from fd; head (may be NULL) holds bytes already read from it. */
+int dcr_pack_in_open_tar(int fd, const uint8_t *head, size_t head_len, struct dcr_pack_in **out,
+			 struct dcr_err *e);
+/* 1 and the next entry (name and bytes valid until the next call), 0 at the end. */
+int dcr_pack_in_next(struct dcr_pack_in *in, const char **name, const uint8_t **buf,
+		     size_t *len, struct dcr_err *e);
+void dcr_pack_in_close(struct dcr_pack_in *in);
+
+#endif
