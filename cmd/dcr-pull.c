@@ -1,0 +1,142 @@
+/* dcr-pull - download a pack from a store as a pack stream or directory. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "transfer.h"
+
+static const char usage[] =
+	"usage: dcr-pull [options] STORE/NAME\n"
+	"\n"
+	"Download the pack NAME from STORE and write it to standard output as a pack\n"
+	"tar stream (for dcr-apply), or with -o DIR into a pack directory. Payloads\n"
+	"are fetched in parallel and each is checked against its own checksum and\n"
+	"the manifest's digest before it is passed on; the manifest comes last.\n"
+	"\n"
+	"  -o, --output DIR|-   where the pack goes (default '-': a tar stream)\n"
+	"      --wait SECONDS   start before the manifest exists and follow payloads\n"
+	"                       as they appear, for at most SECONDS\n"
+	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
+	"      --cacert FILE    CA certificates for https\n"
+	"  -j, --parallel N     downloads in flight (default 4)\n"
+	"      --retries N      retries of a failed request (default 5)\n"
+	"      --progress       show progress on stderr\n"
+	"      --no-progress    do not show progress\n"
+	"  -q, --quiet          print nothing but errors\n"
+	"  -h, --help           show this help\n"
+	"\n"
+	"With -o DIR, payloads already in DIR that check out are not fetched again\n"
+	"(resume). Exit status: 0 pulled, 128 error, 129 usage error.\n";
+
+static int dir_have(void *ctx, uint32_t index, dcr_digest *digest)
+{
+	const char *dir = ctx;
+	char *en = dcr_payload_name(index);
+	char *path = en ? dcr_path_join(dir, en) : NULL;
+	uint8_t *buf = NULL;
+	size_t len;
+	struct dcr_err e;
+	int ok = 0;
+	if (path && !dcr_read_file(path, 2ull << 30, &buf, &len, &e)) {
+		struct dcr_payload pl;
+		if (!dcr_payload_open(buf, len, path, &pl, &e)) {
+			ok = pl.index == index;
+			*digest = pl.digest;
+			dcr_payload_release(&pl);
+		}
+	}
+	free(buf);
+	free(path);
+	free(en);
+	return ok;
+}
+
+int main(int argc, char **argv)
+{
+	cmd_init("dcr-pull", argc, argv);
+	static const struct option longopts[] = {
+		{"output", required_argument, NULL, 'o'},
+		{"wait", required_argument, NULL, 'W'},
+		{"endpoint", required_argument, NULL, 'E'},
+		{"cacert", required_argument, NULL, 'C'},
+		{"parallel", required_argument, NULL, 'j'},
+		{"retries", required_argument, NULL, 'R'},
+		{"progress", no_argument, NULL, 'p'},
+		{"no-progress", no_argument, NULL, 'n'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct dcr_store_opts so = {0};
+	struct dcr_xfer_opts xo = {0};
+	const char *output = "-";
+	int c;
+	while ((c = getopt_long(argc, argv, "o:j:qh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'o': output = optarg; break;
+		case 'W': {
+			char *end;
+			xo.wait_s = strtod(optarg, &end);
+			if (*end || xo.wait_s < 0)
+				cmd_usage_error(usage, "--wait wants seconds, not '%s'", optarg);
+			break;
+		}
+		case 'E': so.endpoint = optarg; break;
+		case 'C': so.cacert = optarg; break;
+		case 'j':
+			xo.parallel = atoi(optarg);
+			if (xo.parallel < 1 || xo.parallel > 256)
+				cmd_usage_error(usage, "--parallel wants 1..256");
+			so.parallel = xo.parallel;
+			break;
+		case 'R': so.retries = atoi(optarg); if (!so.retries) so.retries = -1; break;
+		case 'p': cmd_progress_on = 1; break;
+		case 'n': cmd_progress_on = 0; break;
+		case 'q': cmd_quiet = 1; break;
+		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
+		default: fputs(usage, stderr); return EXIT_USAGE;
+		}
+	}
+	if (argc - optind != 1)
+		cmd_usage_error(usage, "need STORE/NAME");
+	struct dcr_err e = {0};
+	char *surl, *name;
+	if (dcr_split_store_url(argv[optind], &surl, &name, &e))
+		cmd_usage_error(usage, "%s", e.msg);
+	struct dcr_store *s;
+	if (dcr_store_open(surl, &so, &s, &e))
+		cmd_die_err(&e, EXIT_FATAL);
+	struct dcr_pack_out out;
+	struct dcr_tar_out *tar = NULL;
+	int to_dir = strcmp(output, "-") != 0;
+	if (!to_dir) {
+		int fd = cmd_open_output("-");
+		if (dcr_tar_out_open(fd, &tar, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+		out = (struct dcr_pack_out){dcr_tar_out_entry, tar};
+	} else {
+		out = (struct dcr_pack_out){dcr_pack_dir_entry, (void *)output};
+	}
+	xo.progress = cmd_progress_bytes;
+	xo.progress_ctx = "pull";
+	struct dcr_xfer_stats st = {0};
+	int r = dcr_pull(s, name, out, to_dir ? dir_have : NULL, (void *)output, &xo, &st, &e);
+	if (!r && tar)
+		r = dcr_tar_out_close(tar, &e);
+	else if (tar)
+		dcr_tar_out_close(tar, NULL);
+	dcr_store_close(s);
+	if (r)
+		cmd_die_err(&e, EXIT_FATAL);
+	cmd_progress_end();
+	if (!cmd_quiet && cmd_progress_on)
+		fprintf(stderr, "dcr-pull: %u payloads (%d already here), %llu bytes\n", st.payloads,
+			st.skipped, (unsigned long long)st.bytes);
+	free(surl);
+	free(name);
+	return cmd_finish(EXIT_OK);
+}

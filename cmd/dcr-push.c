@@ -1,0 +1,107 @@
+/* dcr-push - upload a pack to a store, payloads as they arrive, manifest last. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "transfer.h"
+
+static const char usage[] =
+	"usage: dcr-push [options] PACK|- STORE/NAME\n"
+	"\n"
+	"Upload a pack (a pack directory, a pack tar file, or a tar stream on standard\n"
+	"input) to STORE as NAME/payload-*.dcrp and NAME/manifest.dcrm. Each payload is\n"
+	"checked and uploaded while later ones are still arriving; the manifest goes\n"
+	"last, once every payload it lists is stored. STORE is a directory, s3://BUCKET[/PREFIX]\n"
+	"or http(s)://HOST/PATH.\n"
+	"\n"
+	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
+	"      --cacert FILE    CA certificates for https\n"
+	"  -j, --parallel N     uploads in flight (default 4)\n"
+	"      --retries N      retries of a failed request (default 5)\n"
+	"      --progress       show progress on stderr\n"
+	"      --no-progress    do not show progress\n"
+	"  -q, --quiet          print nothing but errors\n"
+	"  -h, --help           show this help\n"
+	"\n"
+	"Exit status: 0 pushed, 128 error, 129 usage error.\n";
+
+int main(int argc, char **argv)
+{
+	cmd_init("dcr-push", argc, argv);
+	static const struct option longopts[] = {
+		{"endpoint", required_argument, NULL, 'E'},
+		{"cacert", required_argument, NULL, 'C'},
+		{"parallel", required_argument, NULL, 'j'},
+		{"retries", required_argument, NULL, 'R'},
+		{"progress", no_argument, NULL, 'p'},
+		{"no-progress", no_argument, NULL, 'n'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct dcr_store_opts so = {0};
+	struct dcr_xfer_opts xo = {0};
+	int c;
+	while ((c = getopt_long(argc, argv, "j:qh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'E': so.endpoint = optarg; break;
+		case 'C': so.cacert = optarg; break;
+		case 'j':
+			xo.parallel = atoi(optarg);
+			if (xo.parallel < 1 || xo.parallel > 256)
+				cmd_usage_error(usage, "--parallel wants 1..256");
+			so.parallel = xo.parallel;
+			break;
+		case 'R': so.retries = atoi(optarg); if (!so.retries) so.retries = -1; break;
+		case 'p': cmd_progress_on = 1; break;
+		case 'n': cmd_progress_on = 0; break;
+		case 'q': cmd_quiet = 1; break;
+		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
+		default: fputs(usage, stderr); return EXIT_USAGE;
+		}
+	}
+	if (argc - optind != 2)
+		cmd_usage_error(usage, "need PACK and STORE/NAME");
+	const char *pack = argv[optind], *dest = argv[optind + 1];
+	struct dcr_err e = {0};
+	char *surl, *name;
+	if (dcr_split_store_url(dest, &surl, &name, &e))
+		cmd_usage_error(usage, "%s", e.msg);
+	struct dcr_pack_in *in;
+	struct stat sb;
+	if (strcmp(pack, "-") && !stat(pack, &sb) && S_ISDIR(sb.st_mode)) {
+		if (dcr_pack_in_open_dir(pack, &in, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+	} else {
+		int fd = strcmp(pack, "-") ? open(pack, O_RDONLY | O_CLOEXEC) : 0;
+		if (fd < 0)
+			cmd_die("cannot open '%s': %s", pack, strerror(errno));
+		if (dcr_pack_in_open_tar(fd, NULL, 0, &in, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+	}
+	struct dcr_store *s;
+	if (dcr_store_open(surl, &so, &s, &e))
+		cmd_die_err(&e, EXIT_FATAL);
+	xo.progress = cmd_progress_bytes;
+	xo.progress_ctx = "push";
+	struct dcr_xfer_stats st = {0};
+	int r = dcr_push(s, name, in, &xo, &st, &e);
+	dcr_pack_in_close(in);
+	dcr_store_close(s);
+	if (r)
+		cmd_die_err(&e, EXIT_FATAL);
+	cmd_progress_end();
+	if (!cmd_quiet && cmd_progress_on)
+		fprintf(stderr, "dcr-push: %u payloads and the manifest, %llu bytes, to %s\n",
+			st.payloads, (unsigned long long)st.bytes, dest);
+	free(surl);
+	free(name);
+	return cmd_finish(EXIT_OK);
+}

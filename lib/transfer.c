@@ -1,0 +1,379 @@
+/* transfer.c - dcr-push and dcr-pull over any store. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "transfer.h"
+
+int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_err *e)
+{
+	const char *slash = strrchr(arg, '/');
+	const char *scheme = strstr(arg, "://");
+	if (!slash || !slash[1] || (scheme && slash < scheme + 3) ||
+	    (scheme && !strchr(scheme + 3, '/')))
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "'%s' is not STORE/NAME (e.g. /srv/store/v42 or s3://bucket/prefix/v42)",
+				   arg);
+	*store = slash == arg ? dcr_strdup("/") : strndup(arg, (size_t)(slash - arg));
+	*name = dcr_strdup(slash + 1);
+	if (!*store || !*name)
+		return dcr_err_sys(e, ENOMEM, "%s", arg);
+	return dcr_store_check_name(*name, e);
+}
+
+static char *obj(const char *name, const char *entry)
+{
+	return dcr_asprintf("%s/%s", name, entry);
+}
+
+/* ---- push ---- */
+
+struct slot {
+	struct dcr_store_job job;
+	uint8_t *data;
+	char *oname;
+	int busy;
+};
+
+static int finish_slot(struct dcr_store *s, struct slot *sl, struct dcr_err *e)
+{
+	if (!sl->busy)
+		return 0;
+	int r = dcr_store_wait(s, &sl->job);
+	if (r)
+		*e = sl->job.err;
+	free(sl->data);
+	free(sl->oname);
+	sl->data = NULL;
+	sl->oname = NULL;
+	sl->busy = 0;
+	return r;
+}
+
+int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
+	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
+{
+	int par = o && o->parallel > 0 ? o->parallel : 4;
+	struct slot *slots = dcr_calloc((size_t)par, sizeof(*slots));
+	dcr_digest *dig = NULL;
+	uint64_t *sizes = NULL;
+	size_t cap = 0;
+	uint8_t *man = NULL;
+	size_t man_len = 0;
+	int next = 0, r = 0;
+	uint64_t bytes = 0;
+	uint32_t count = 0;
+	if (!slots)
+		return dcr_err_sys(e, ENOMEM, "push");
+	const char *ename;
+	const uint8_t *buf;
+	size_t len;
+	while ((r = dcr_pack_in_next(in, &ename, &buf, &len, e)) == 1) {
+		if (man) {
+			r = dcr_err_set(e, DCR_EFORMAT, "pack: entry '%s' after the manifest", ename);
+			break;
+		}
+		if (!strcmp(ename, DCR_MANIFEST_NAME)) {
+			man = malloc(len ? len : 1);
+			if (!man) {
+				r = dcr_err_sys(e, ENOMEM, "push");
+				break;
+			}
+			memcpy(man, buf, len);
+			man_len = len;
+			continue;
+		}
+		uint32_t idx;
+		struct dcr_payload pl;
+		if (!dcr_payload_name_parse(ename, &idx)) {
+			r = dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", ename);
+			break;
+		}
+		if ((r = dcr_payload_open(buf, len, ename, &pl, e)))
+			break;
+		dcr_payload_release(&pl);
+		if (pl.index != idx) {
+			r = dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", ename, pl.index);
+			break;
+		}
+		if (idx >= cap) {
+			size_t ncap = idx + 64;
+			dcr_digest *d = realloc(dig, ncap * sizeof(*d));
+			if (d)
+				dig = d;
+			uint64_t *z = realloc(sizes, ncap * sizeof(*z));
+			if (z)
+				sizes = z;
+			if (!d || !z || ncap > (1u << 24)) {
+				r = dcr_err_sys(e, ENOMEM, "push");
+				break;
+			}
+			for (size_t i = cap; i < ncap; i++)
+				sizes[i] = UINT64_MAX;
+			cap = ncap;
+		}
+		dig[idx] = pl.digest;
+		sizes[idx] = len;
+		/* wait for a free slot, then upload this payload in the background */
+		struct slot *sl = &slots[next];
+		next = (next + 1) % par;
+		if ((r = finish_slot(s, sl, e)))
+			break;
+		sl->data = malloc(len ? len : 1);
+		sl->oname = obj(name, ename);
+		if (!sl->data || !sl->oname) {
+			r = dcr_err_sys(e, ENOMEM, "push");
+			break;
+		}
+		memcpy(sl->data, buf, len);
+		memset(&sl->job, 0, sizeof(sl->job));
+		sl->job.op = DCR_STORE_PUT;
+		sl->job.name = sl->oname;
+		sl->job.data = sl->data;
+		sl->job.len = len;
+		if ((r = dcr_store_submit(s, &sl->job, e))) {
+			free(sl->data);
+			free(sl->oname);
+			sl->data = NULL;
+			sl->oname = NULL;
+			break;
+		}
+		sl->busy = 1;
+		bytes += len;
+		count++;
+		if (o && o->progress)
+			o->progress(o->progress_ctx, bytes, 0);
+	}
+	for (int i = 0; i < par; i++) {
+		struct dcr_err e2;
+		int q = finish_slot(s, &slots[i], &e2);
+		if (q && r >= 0 && !r) {
+			r = q;
+			*e = e2;
+		}
+	}
+	if (r < 0)
+		goto out;
+	if (!man) {
+		r = dcr_err_set(e, DCR_EFORMAT, "pack has no manifest; the manifest was not pushed");
+		goto out;
+	}
+	struct dcr_manifest m;
+	if ((r = dcr_manifest_parse(man, man_len, DCR_MANIFEST_NAME, &m, e)))
+		goto out;
+	for (uint32_t i = 0; i < m.npayloads && !r; i++) {
+		if (i >= cap || sizes[i] == UINT64_MAX)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its manifest", i);
+		else if (memcmp(dig[i].b, m.pdigest[i].b, 32) || sizes[i] != m.psize[i])
+			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the manifest", i);
+	}
+	if (!r && count != m.npayloads)
+		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %u payloads, its manifest %u", count,
+				m.npayloads);
+	dcr_manifest_release(&m);
+	if (r)
+		goto out;
+	char *mo = obj(name, DCR_MANIFEST_NAME);
+	r = mo ? dcr_store_put(s, mo, man, man_len, e) : dcr_err_sys(e, ENOMEM, "push");
+	free(mo);
+	bytes += man_len;
+	if (st) {
+		st->payloads = count;
+		st->bytes = bytes;
+	}
+out:
+	free(slots);
+	free(dig);
+	free(sizes);
+	free(man);
+	return r;
+}
+
+/* ---- pull ---- */
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Fetch one payload, check it (and its manifest digest when known). */
+static int check_payload(const char *oname, const uint8_t *buf, size_t len, uint32_t idx,
+			 const dcr_digest *want, struct dcr_err *e)
+{
+	struct dcr_payload pl;
+	int r = dcr_payload_open(buf, len, oname, &pl, e);
+	if (r)
+		return r;
+	dcr_payload_release(&pl);
+	if (pl.index != idx)
+		return dcr_err_set(e, DCR_EFORMAT, "'%s' holds payload %u", oname, pl.index);
+	if (want && memcmp(pl.digest.b, want->b, 32))
+		return dcr_err_set(e, DCR_EDIGEST, "'%s' does not match the manifest's digest", oname);
+	return 0;
+}
+
+struct pjob {
+	struct dcr_store_job job;
+	char *oname;
+	int busy;
+};
+
+int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
+	     int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
+	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
+{
+	int par = o && o->parallel > 0 ? o->parallel : 4;
+	double deadline = now_s() + (o ? o->wait_s : 0);
+	char *mo = obj(name, DCR_MANIFEST_NAME);
+	uint8_t *man = NULL;
+	size_t man_len = 0;
+	struct dcr_manifest m = {0};
+	int have_m = 0, r = 0;
+	uint32_t next = 0; /* next payload index to hand on */
+	uint64_t bytes = 0;
+	struct pjob *jobs = dcr_calloc((size_t)par, sizeof(*jobs));
+	if (!mo || !jobs) {
+		r = dcr_err_sys(e, ENOMEM, "pull");
+		goto out;
+	}
+	for (;;) {
+		if (!have_m) {
+			r = dcr_store_get(s, mo, &man, &man_len, e);
+			if (!r) {
+				if ((r = dcr_manifest_parse(man, man_len, mo, &m, e)))
+					goto out;
+				have_m = 1;
+			} else if (r != DCR_ENOTFOUND) {
+				goto out;
+			} else if (!o || o->wait_s <= 0) {
+				r = dcr_err_set(e, DCR_ENOTFOUND,
+						"no pack '%s' in '%s' (no manifest; --wait follows a push in progress)",
+						name, dcr_store_url(s));
+				goto out;
+			}
+			r = 0;
+		}
+		/* which payloads may we fetch now? all up to npayloads, or those listed */
+		uint32_t limit = next;
+		if (have_m) {
+			limit = m.npayloads;
+		} else {
+			char **names = NULL;
+			size_t n = 0;
+			char *pfx = dcr_asprintf("%s/payload-", name);
+			r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "pull");
+			free(pfx);
+			if (r)
+				goto out;
+			/* contiguous run from next */
+			for (int more = 1; more;) {
+				more = 0;
+				char *want = dcr_payload_name(limit);
+				for (size_t i = 0; want && i < n; i++) {
+					const char *b = strrchr(names[i], '/');
+					if (b && !strcmp(b + 1, want)) {
+						limit++;
+						more = 1;
+						break;
+					}
+				}
+				free(want);
+			}
+			dcr_store_names_free(names, n);
+		}
+		/* fetch [next, limit) with par jobs in flight, hand on in order */
+		uint32_t issued = next;
+		while (next < limit) {
+			while (issued < limit && issued < next + (uint32_t)par) {
+				struct pjob *pj = &jobs[issued % par];
+				dcr_digest d;
+				if (have && have(have_ctx, issued, &d) &&
+				    (!have_m || !memcmp(d.b, m.pdigest[issued].b, 32))) {
+					pj->busy = 2; /* already on hand */
+					issued++;
+					continue;
+				}
+				char *en = dcr_payload_name(issued);
+				pj->oname = en ? obj(name, en) : NULL;
+				free(en);
+				if (!pj->oname) {
+					r = dcr_err_sys(e, ENOMEM, "pull");
+					goto out;
+				}
+				memset(&pj->job, 0, sizeof(pj->job));
+				pj->job.op = DCR_STORE_GET;
+				pj->job.name = pj->oname;
+				if ((r = dcr_store_submit(s, &pj->job, e)))
+					goto out;
+				pj->busy = 1;
+				issued++;
+			}
+			struct pjob *pj = &jobs[next % par];
+			if (pj->busy == 2) {
+				pj->busy = 0;
+				if (st)
+					st->skipped++;
+				next++;
+				continue;
+			}
+			r = dcr_store_wait(s, &pj->job);
+			pj->busy = 0;
+			if (r) {
+				*e = pj->job.err;
+				goto out;
+			}
+			r = check_payload(pj->oname, pj->job.buf, pj->job.buf_len, next,
+					  have_m ? &m.pdigest[next] : NULL, e);
+			if (!r) {
+				char *en = dcr_payload_name(next);
+				r = en ? out.entry(out.ctx, en, pj->job.buf, pj->job.buf_len, e)
+				       : dcr_err_sys(e, ENOMEM, "pull");
+				free(en);
+			}
+			bytes += pj->job.buf_len;
+			free(pj->job.buf);
+			pj->job.buf = NULL;
+			free(pj->oname);
+			pj->oname = NULL;
+			if (r)
+				goto out;
+			next++;
+			if (o && o->progress)
+				o->progress(o->progress_ctx, bytes, 0);
+		}
+		if (have_m)
+			break;
+		if (now_s() > deadline) {
+			r = dcr_err_set(e, DCR_ENOTFOUND,
+					"no manifest for '%s' in '%s' after waiting %.0f s (%u payloads seen)",
+					name, dcr_store_url(s), o ? o->wait_s : 0, next);
+			goto out;
+		}
+		usleep(200 * 1000);
+	}
+	r = out.entry(out.ctx, DCR_MANIFEST_NAME, man, man_len, e);
+	bytes += man_len;
+	if (st) {
+		st->payloads = m.npayloads;
+		st->bytes = bytes;
+	}
+out:
+	if (jobs)
+		for (int i = 0; i < par; i++)
+			if (jobs[i].busy == 1) {
+				dcr_store_wait(s, &jobs[i].job);
+				free(jobs[i].job.buf);
+				free(jobs[i].oname);
+			}
+	free(jobs);
+	free(mo);
+	free(man);
+	dcr_manifest_release(&m);
+	return r;
+}
