@@ -123,6 +123,8 @@ int main(int argc, char **argv)
 	}
 	if (dcr_ckpt_open(against, &want, &e))
 		cmd_die_err(&e, EXIT_FATAL);
+	if (only && !dcr_ckpt_find(have, only) && !dcr_ckpt_find(want, only))
+		cmd_die("no tensor '%s' in '%s' or '%s'", only, argv[optind], against);
 	int bad = dcr_verify_against(have, want, only, report, &o, &e);
 	if (bad < 0)
 		cmd_die_err(&e, EXIT_FATAL);
@@ -131,7 +133,7 @@ int main(int argc, char **argv)
 		if (bad)
 			printf("%d tensor(s) differ\n", bad);
 		else
-			printf("identical: %zu tensors\n", want->ntensors);
+			printf("identical: %zu tensors\n", only ? (size_t)1 : want->ntensors);
 	}
 	dcr_ckpt_close(have);
 	dcr_ckpt_close(want);

@@ -35,6 +35,7 @@ struct ptensor {
 	struct dcr_delta_tensor t;
 	int has_done;
 	int touched;
+	int verified; /* new bytes hashed to the target digest before the commit */
 	const struct dcr_ckpt_tensor *cur; /* in the receiver, when present */
 };
 
@@ -246,6 +247,14 @@ static int read_plan(struct dcr_source src, const uint8_t *head, size_t head_len
 		r = plan_record(p, &rec, e);
 	if (!r && t.err)
 		r = dcr_err_sys(e, t.err, "cannot stage %s", what);
+	if (!r && !journal) {
+		uint8_t extra;
+		int q = src.read(src.ctx, &extra, 1);
+		if (q == 0)
+			r = dcr_err_set(e, DCR_EFORMAT, "%s has bytes after its trailer", what);
+		else if (q != -EPIPE)
+			r = dcr_err_sys(e, q, "cannot read %s", what);
+	}
 	if (!r)
 		r = plan_finish(p, &rd, e);
 	dcr_delta_reader_release(&rd);
@@ -459,6 +468,154 @@ static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struc
 	return r;
 }
 
+/* ---- checking the journal before it is committed ----
+ * Every touched tensor's new bytes (its current bytes, or zeros for a new
+ * tensor, with the journal's overwrites applied) must hash to the target
+ * digest. Nothing has been written to the receiver yet. */
+
+struct jitem {
+	uint32_t tensor;
+	uint64_t start, len;
+	const uint8_t *body;
+	size_t body_len;
+};
+
+static int cmp_jitem(const void *a, const void *b)
+{
+	const struct jitem *x = a, *y = b;
+	if (x->tensor != y->tensor)
+		return x->tensor < y->tensor ? -1 : 1;
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static void hash_src(struct dcr_sha *h, const uint8_t *src, uint64_t off, uint64_t n)
+{
+	static const uint8_t zero[65536];
+	if (src) {
+		dcr_sha_update(h, src + off, n);
+		return;
+	}
+	while (n) {
+		uint64_t k = n < sizeof(zero) ? n : sizeof(zero);
+		dcr_sha_update(h, zero, k);
+		n -= k;
+	}
+}
+
+static int verify_journal(struct plan *p, const char *path, struct dcr_err *e)
+{
+	uint8_t *map = NULL;
+	size_t len = 0;
+	struct jitem *v = NULL;
+	size_t nv = 0, cap = 0;
+	struct dcr_changes ch = {0};
+	struct dcr_buf tmp = {0};
+	struct dcr_sha *h = dcr_sha_new();
+	int r = h ? dcr_read_file(path, SIZE_MAX, &map, &len, e) : dcr_err_sys(e, ENOMEM, "journal");
+	if (r)
+		goto out;
+	struct dcr_rd rd;
+	dcr_rd_init(&rd, map, len);
+	dcr_rd_bytes(&rd, DCR_DELTA_HDR_LEN);
+	while (!rd.bad && dcr_rd_left(&rd) > 32) {
+		struct dcr_delta_rec rec = {.type = dcr_rd_le32(&rd), .flags = dcr_rd_le32(&rd)};
+		rec.len = dcr_rd_le64(&rd);
+		rec.body = rd.bad || rec.len > dcr_rd_left(&rd) ? NULL : dcr_rd_bytes(&rd, rec.len);
+		if (!rec.body)
+			break;
+		if (rec.type != DCR_REC_ITEM)
+			continue;
+		struct dcr_item it;
+		if ((r = dcr_delta_parse_item(&rec, &it, e)))
+			goto out;
+		if (nv == cap) {
+			cap = cap ? 2 * cap : 256;
+			struct jitem *nvp = realloc(v, cap * sizeof(*v));
+			if (!nvp) {
+				r = dcr_err_sys(e, ENOMEM, "journal");
+				goto out;
+			}
+			v = nvp;
+		}
+		v[nv++] = (struct jitem){it.tensor, it.start, it.len, rec.body, rec.len};
+	}
+	if (rd.bad) {
+		r = dcr_err_set(e, DCR_EFORMAT, "journal is malformed");
+		goto out;
+	}
+	if (nv)
+		qsort(v, nv, sizeof(*v), cmp_jitem);
+	for (size_t i = 0; i < nv;) {
+		struct ptensor *pt = &p->t[v[i].tensor];
+		unsigned unit = dcr_dtype_unit(pt->t.dtype);
+		uint64_t nbytes = pt->t.nelem * dcr_dtype_bits(pt->t.dtype) / 8;
+		const uint8_t *src = (pt->t.flags & DCR_TENSOR_NEW) || !pt->cur ? NULL : pt->cur->data;
+		uint64_t pos = 0; /* bytes hashed */
+		size_t j = i;
+		for (; j < nv && v[j].tensor == v[i].tensor; j++) {
+			uint64_t s = v[j].start * unit, l = v[j].len * unit;
+			if (s < pos) {
+				r = dcr_err_set(e, DCR_EFORMAT, "delta has overlapping items for '%s'",
+						pt->t.name);
+				goto out;
+			}
+			hash_src(h, src, pos, s - pos);
+			struct dcr_delta_rec rec = {.type = DCR_REC_ITEM, .len = v[j].body_len,
+						    .body = v[j].body};
+			struct dcr_item it;
+			if ((r = dcr_delta_parse_item(&rec, &it, e)) ||
+			    (r = dcr_item_decode(&it, unit, &ch, e)))
+				goto out;
+			tmp.len = 0;
+			if (dcr_buf_reserve(&tmp, l)) {
+				r = dcr_err_sys(e, ENOMEM, "journal");
+				goto out;
+			}
+			if (src)
+				memcpy(tmp.p, src + s, l);
+			else
+				memset(tmp.p, 0, l);
+			for (size_t k = 0; k < ch.n; k++)
+				store_unit(tmp.p + ch.pos[k] * unit, unit, ch.val[k]);
+			dcr_sha_update(h, tmp.p, l);
+			pos = s + l;
+		}
+		hash_src(h, src, pos, nbytes - pos);
+		dcr_digest d;
+		dcr_sha_final(h, &d);
+		if (memcmp(d.b, pt->t.digest.b, 32)) {
+			r = dcr_err_set(e, DCR_EDIGEST,
+					"tensor '%s' would not match its target digest: the delta does not fit this receiver's bits (nothing was written)",
+					pt->t.name);
+			goto out;
+		}
+		pt->verified = 1;
+		i = j;
+	}
+	/* a new tensor without items (all zero, or empty) */
+	for (size_t i = 0; i < p->n; i++) {
+		struct ptensor *pt = &p->t[i];
+		if (!(pt->t.flags & DCR_TENSOR_NEW) || pt->verified)
+			continue;
+		hash_src(h, NULL, 0, pt->t.nelem * dcr_dtype_bits(pt->t.dtype) / 8);
+		dcr_digest d;
+		dcr_sha_final(h, &d);
+		if (memcmp(d.b, pt->t.digest.b, 32)) {
+			r = dcr_err_set(e, DCR_EDIGEST, "new tensor '%s' has no data but a non-zero digest",
+					pt->t.name);
+			goto out;
+		}
+		pt->verified = 1;
+	}
+out:
+	dcr_sha_free(h);
+	free(map);
+	free(v);
+	dcr_changes_free(&ch);
+	dcr_buf_free(&tmp);
+	return r;
+}
+
 static int write_journal(struct ctx *x, struct plan *p, struct item_src src, struct dcr_err *e)
 {
 	char *tmp = dcr_receiver_path(x->rc, "journal.tmp");
@@ -502,6 +659,8 @@ static int write_journal(struct ctx *x, struct plan *p, struct item_src src, str
 	if (!r)
 		r = dcr_delta_write_end(&w, &p->target, e);
 	if (r)
+		goto out;
+	if ((r = verify_journal(p, tmp, e)))
 		goto out;
 	step(x);
 	if (fsync(fd)) {
@@ -687,24 +846,34 @@ static int replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e
 		r = dcr_err_sys(e, ENOMEM, "journal");
 		goto out;
 	}
+	uint8_t *sel = dcr_calloc(p.n, 1);
+	if (!sel) {
+		r = dcr_err_sys(e, ENOMEM, "journal");
+		goto out;
+	}
 	for (size_t i = 0; i < p.n; i++) {
 		int rebuilt = 0;
 		for (size_t k = 0; k < p.nrenames; k++)
 			rebuilt |= !strcmp(p.renames[k], p.t[i].t.file);
-		if (p.t[i].touched || rebuilt) {
-			dcr_tensor_digest(p.t[i].cur, &dg[i]);
-			if (memcmp(dg[i].b, p.t[i].t.digest.b, 32)) {
-				r = dcr_err_set(e, DCR_EDIGEST,
-						"receiver '%s': tensor '%s' does not match its target digest after apply",
-						x->rc->dir, p.t[i].t.name);
-				goto out;
-			}
-			if (res)
-				res->tensors_checked++;
-		} else {
+		sel[i] = p.t[i].touched || rebuilt;
+		if (!sel[i])
 			dg[i] = p.t[i].t.digest; /* checked against the base before the commit */
-		}
 	}
+	dcr_ckpt_digests_sel(c, dg, sel, 0); /* c's order is the plan's (checked above) */
+	for (size_t i = 0; i < p.n; i++) {
+		if (!sel[i])
+			continue;
+		if (memcmp(dg[i].b, p.t[i].t.digest.b, 32)) {
+			r = dcr_err_set(e, DCR_EDIGEST,
+					"receiver '%s': tensor '%s' does not match its target digest after apply",
+					x->rc->dir, p.t[i].t.name);
+			free(sel);
+			goto out;
+		}
+		if (res)
+			res->tensors_checked++;
+	}
+	free(sel);
 	/* 4. done: cache the new state, drop the journal and the staging area */
 	step(x);
 	if ((r = dcr_receiver_save_state(x->rc, c, &p.target, dg, e)))

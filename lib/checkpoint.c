@@ -281,6 +281,7 @@ const struct dcr_ckpt_tensor *dcr_ckpt_find(const struct dcr_ckpt *c, const char
 struct hash_job {
 	const struct dcr_ckpt *c;
 	dcr_digest *out;
+	const uint8_t *sel;
 	size_t next; /* shared cursor */
 	pthread_mutex_t mu;
 };
@@ -294,13 +295,21 @@ static void *hash_worker(void *arg)
 		pthread_mutex_unlock(&j->mu);
 		if (i >= j->c->ntensors)
 			return NULL;
+		if (j->sel && !j->sel[i])
+			continue;
 		dcr_tensor_digest(&j->c->tensors[i], &j->out[i]);
 	}
 }
 
 int dcr_ckpt_digests(const struct dcr_ckpt *c, dcr_digest *out, int threads)
 {
-	struct hash_job j = {.c = c, .out = out, .next = 0};
+	return dcr_ckpt_digests_sel(c, out, NULL, threads);
+}
+
+int dcr_ckpt_digests_sel(const struct dcr_ckpt *c, dcr_digest *out, const uint8_t *sel,
+			 int threads)
+{
+	struct hash_job j = {.c = c, .out = out, .sel = sel, .next = 0};
 	pthread_mutex_init(&j.mu, NULL);
 	if (threads < 1)
 		threads = dcr_ncpu();
