@@ -40,18 +40,24 @@
 #endif
 
 #define CHUNK 65536          /* elements per PRNG stream (defines the output) */
-#define BLOCK_CHUNKS 32      /* chunks per write block */
+#define BLOCK_MAX 32         /* chunks per write block, fewer for many steps */
 #define LANES 8              /* interleaved xoshiro256** generators */
-#define MAX_STEPS 1000
+#define MAX_STEPS 256        /* every version of a shard is open at once */
 #define MAX_SHARDS 99999
 
 static const char *prog = "gen-checkpoint";
 
 /* ---- messages -------------------------------------------------------- */
 
+/* Writers to abort (removing their temp files) if we die. */
+static struct dcr_st_writer **dying_writers;
+static size_t dying_nwriters;
+
 static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static void die(const char *fmt, ...)
 {
+	for (size_t i = 0; i < dying_nwriters; i++)
+		dcr_st_writer_free(dying_writers[i]); /* NULL or uncommitted */
 	va_list ap;
 	va_start(ap, fmt);
 	fprintf(stderr, "%s: error: ", prog);
@@ -600,7 +606,7 @@ struct job {
 	int kind;
 	uint64_t off; /* first element of the block in the tensor */
 	uint64_t n;   /* elements in the block */
-	uint16_t **out; /* steps+1 buffers of BLOCK_CHUNKS*CHUNK */
+	uint16_t **out; /* steps+1 buffers of one block */
 };
 
 struct worker {
@@ -874,7 +880,8 @@ static void usage(void)
 	printf("usage: %s [options] OUTDIR\n"
 	       "\n"
 	       "Write OUTDIR/v0 .. OUTDIR/vK: Llama-shaped bf16 checkpoints, each version\n"
-	       "one Adam step (on fp32 master weights) after the previous one.\n"
+	       "one Adam step (on fp32 master weights) after the previous one. Each\n"
+	       "OUTDIR/vN must be absent or empty. Change shares go to stderr.\n"
 	       "\n"
 	       "  --size SIZE        total bf16 bytes to aim for: 100K, 64M, 2G, 20G (default 64M)\n"
 	       "  --steps K          versions after v0 (default 1)\n"
@@ -1046,7 +1053,7 @@ int main(int argc, char **argv)
 	}
 
 	uint64_t params = model_params(&m);
-	if (!quiet)
+	if (!quiet && !dry_run)
 		fprintf(stderr,
 			"%s: hidden %llu, layers %llu, heads %llu/%llu, intermediate %llu, "
 			"vocab %llu: %llu parameters, %.1f MiB per version; lr %.3g%s\n",
@@ -1071,6 +1078,8 @@ int main(int argc, char **argv)
 	struct dcr_err e;
 	o.dirs = xcalloc(o.nver, sizeof(char *));
 	o.w = xcalloc(o.nver, sizeof(*o.w));
+	dying_writers = o.w;
+	dying_nwriters = o.nver;
 	for (unsigned k = 0; k < o.nver; k++) {
 		o.dirs[k] = xasprintf("%s/v%u", outdir, k);
 		if (dcr_mkdir_p(o.dirs[k], &e))
@@ -1082,12 +1091,16 @@ int main(int argc, char **argv)
 		o.first[t[i].shard] = i;
 	o.first[shards] = nt;
 
-	/* Two sets of block buffers: the pool fills one while we write the other. */
+	/* Two sets of block buffers: the pool fills one while we write the other.
+	 * They take 2 * (steps + 1) * block * 2 bytes: 16 MiB for one step, at
+	 * most 128 MiB. */
+	size_t block = 512 / o.nver;
+	block = (block < 1 ? 1 : block > BLOCK_MAX ? BLOCK_MAX : block) * (size_t)CHUNK;
 	uint16_t **buf[2];
 	for (int b = 0; b < 2; b++) {
 		buf[b] = xcalloc(o.nver, sizeof(uint16_t *));
 		for (unsigned k = 0; k < o.nver; k++)
-			buf[b][k] = xcalloc((size_t)BLOCK_CHUNKS * CHUNK, sizeof(uint16_t));
+			buf[b][k] = xcalloc(block, sizeof(uint16_t));
 	}
 	struct pool pool;
 	pool_start(&pool, &g, (size_t)jobs);
@@ -1096,10 +1109,9 @@ int main(int argc, char **argv)
 	int have_pending = 0, cur = 0;
 	for (size_t i = 0; i < nt; i++) {
 		uint64_t ne = t[i].info.nelem;
-		for (uint64_t off = 0; off < ne; off += (uint64_t)BLOCK_CHUNKS * CHUNK) {
+		for (uint64_t off = 0; off < ne; off += block) {
 			struct job j = { .ti = i, .kind = t[i].kind, .off = off,
-					 .n = ne - off < (uint64_t)BLOCK_CHUNKS * CHUNK ?
-					      ne - off : (uint64_t)BLOCK_CHUNKS * CHUNK,
+					 .n = ne - off < block ? ne - off : block,
 					 .out = buf[cur] };
 			pool_dispatch(&pool, &j);
 			if (have_pending)
