@@ -424,7 +424,8 @@ static int dir_list(struct dcr_store *s, const char *prefix, char ***names,
 		dcr_store_names_free(l.v, l.n);
 		return r;
 	}
-	qsort(l.v, l.n, sizeof(*l.v), cmp_str);
+	if (l.n)
+		qsort(l.v, l.n, sizeof(*l.v), cmp_str);
 	*names = l.v;
 	*n = l.n;
 	return 0;

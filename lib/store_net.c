@@ -404,7 +404,8 @@ static void http_cause(const struct req *q, char *out, size_t n, char **codep)
 		while (l < bl && l < sizeof(line) - 1 && body[l] != '\n' && body[l] != '\r' &&
 		       (unsigned char)body[l] >= 0x20)
 			l++;
-		memcpy(line, body, l);
+		if (l)
+			memcpy(line, body, l);
 		line[l] = '\0';
 		snprintf(out, n, "%ld%s%s%s%s", q->status, q->reason[0] ? " " : "", q->reason,
 			 l ? ": " : "", line);
@@ -1459,7 +1460,8 @@ int dcr_net_list(struct dcr_store *s, const char *prefix, char ***names,
 		dcr_store_names_free(l.v, l.n);
 		return r;
 	}
-	qsort(l.v, l.n, sizeof(*l.v), cmp_name);
+	if (l.n)
+		qsort(l.v, l.n, sizeof(*l.v), cmp_name);
 	/* Drop duplicates (a server listing twice across pages). */
 	size_t w = 0;
 	for (size_t i = 0; i < l.n; i++) {

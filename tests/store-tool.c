@@ -92,11 +92,11 @@ int main(int argc, char **argv)
 		uint8_t *buf;
 		size_t n;
 		r = dcr_read_file(a[1], SIZE_MAX - 1, &buf, &n, &e);
-		if (!r)
+		if (!r) {
 			r = !strcmp(cmd, "put") ? dcr_store_put(s, a[0], buf, n, &e)
 						: dcr_store_put_if_absent(s, a[0], buf, n, &e);
-		if (!r)
 			free(buf);
+		}
 	} else if (!strcmp(cmd, "put-file") && na == 2) {
 		r = dcr_store_put_file(s, a[0], a[1], &e);
 	} else if (!strcmp(cmd, "get") && na == 1) {
