@@ -612,11 +612,16 @@ static int perform(struct dcr_store *s, struct req *q, struct dcr_err *e)
 			    (code && (!strcmp(code, "RequestTimeout") || !strcmp(code, "SlowDown") ||
 				      !strcmp(code, "ConditionalRequestConflict") ||
 				      !strcmp(code, "OperationAborted")));
-		free(code);
-		if (retry)
+		if (retry) {
+			free(code);
 			continue;
-		if (q->status == 404)
+		}
+		if (q->status == 404 && !q->has_body && !(code && !strcmp(code, "NoSuchBucket")))
 			r = dcr_err_set(e, DCR_ENOTFOUND, "cannot %s '%s': %s", m, q->what, cause);
+		else if (q->status == 403 && !strcmp(m, "HEAD") && !q->resp.len)
+			r = dcr_err_set(e, DCR_EREMOTE,
+					"cannot HEAD '%s': %s (a HEAD answer has no error body: wrong credentials or no access?)",
+					q->what, cause);
 		else if (q->status == 412 && q->cond_put)
 			r = dcr_err_set(e, DCR_ECONFLICT, "cannot create '%s': it already exists (%s)",
 					q->what, cause);
@@ -629,6 +634,7 @@ static int perform(struct dcr_store *s, struct req *q, struct dcr_err *e)
 					m, q->what, cause);
 		else
 			r = dcr_err_set(e, DCR_EREMOTE, "cannot %s '%s': %s", m, q->what, cause);
+		free(code);
 		break;
 	}
 	handle_put(s, c);
