@@ -281,6 +281,11 @@ static int explain_base(const struct plan *p, const struct dcr_ckpt *c, const ch
 					   "receiver '%s': tensor '%s' has another dtype or shape than in the delta's base",
 					   dir, t->name);
 	}
+	for (size_t i = 0; i < p->nremoved; i++)
+		if (!dcr_ckpt_find(c, p->removed[i]))
+			return dcr_err_set(e, DCR_EBASE,
+					   "receiver '%s' is missing tensor '%s' (the delta's base has it)",
+					   dir, p->removed[i]);
 	char a[65], b[65];
 	dcr_digest_hex(cur, a);
 	dcr_digest_hex(&p->base, b);
