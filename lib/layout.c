@@ -397,20 +397,21 @@ static int piece_cmp(const void *a, const void *b)
 	return x->ordinal < y->ordinal ? -1 : x->ordinal > y->ordinal;
 }
 
-static const struct dcr_layout *sort_ctx;
-static int tsorted_cmp(const void *a, const void *b)
+static int tsorted_cmp(const void *a, const void *b, void *ctx)
 {
-	const struct dcr_layout_tensor *x = &sort_ctx->tensors[*(const uint32_t *)a];
-	const struct dcr_layout_tensor *y = &sort_ctx->tensors[*(const uint32_t *)b];
+	const struct dcr_layout *L = ctx;
+	const struct dcr_layout_tensor *x = &L->tensors[*(const uint32_t *)a];
+	const struct dcr_layout_tensor *y = &L->tensors[*(const uint32_t *)b];
 	if (x->rank != y->rank)
 		return x->rank < y->rank ? -1 : 1;
 	return strcmp(x->name, y->name);
 }
 
-static int cpiece_cmp(const void *a, const void *b)
+static int cpiece_cmp(const void *a, const void *b, void *ctx)
 {
-	const struct dcr_layout_piece *x = &sort_ctx->pieces[*(const uint32_t *)a];
-	const struct dcr_layout_piece *y = &sort_ctx->pieces[*(const uint32_t *)b];
+	const struct dcr_layout *L = ctx;
+	const struct dcr_layout_piece *x = &L->pieces[*(const uint32_t *)a];
+	const struct dcr_layout_piece *y = &L->pieces[*(const uint32_t *)b];
 	if (x->clo != y->clo)
 		return x->clo < y->clo ? -1 : 1;
 	return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
@@ -442,10 +443,9 @@ int dcr_layout_finish(struct dcr_layout *L, struct dcr_err *e)
 		return dcr_err_sys(e, ENOMEM, "layout map");
 	for (size_t i = 0; i < L->ntensors; i++)
 		L->tsorted[i] = (uint32_t)i;
-	sort_ctx = L; /* not reentrant across threads; finish is a setup step */
-	qsort(L->tsorted, L->ntensors, sizeof(uint32_t), tsorted_cmp);
+	qsort_r(L->tsorted, L->ntensors, sizeof(uint32_t), tsorted_cmp, L);
 	for (size_t i = 1; i < L->ntensors; i++) {
-		if (!tsorted_cmp(&L->tsorted[i - 1], &L->tsorted[i]))
+		if (!tsorted_cmp(&L->tsorted[i - 1], &L->tsorted[i], L))
 			return dcr_err_set(e, DCR_EFORMAT,
 					   "stored tensor '%s' of rank %u listed twice",
 					   L->tensors[L->tsorted[i]].name,
@@ -467,8 +467,8 @@ int dcr_layout_finish(struct dcr_layout *L, struct dcr_err *e)
 			L->canon[c].pieces[L->canon[c].npieces++] = (uint32_t)i;
 	}
 	for (size_t c = 0; c < L->ncanon; c++)
-		qsort(L->canon[c].pieces, L->canon[c].npieces, sizeof(uint32_t),
-		      cpiece_cmp);
+		qsort_r(L->canon[c].pieces, L->canon[c].npieces, sizeof(uint32_t),
+			cpiece_cmp, L);
 	L->finished = 1;
 	return 0;
 }
