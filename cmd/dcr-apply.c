@@ -10,6 +10,7 @@
 
 #include <sys/stat.h>
 
+#include "commit.h"
 #include "common.h"
 #include "pack.h"
 #include "receiver.h"
@@ -23,6 +24,9 @@ static const char usage[] =
 	"Rerunning after a crash finishes the interrupted apply.\n"
 	"\n"
 	"      --recover        only finish an interrupted apply, read no delta\n"
+	"      --version V      the version the delta reaches, recorded for dcr-commit\n"
+	"                       (default: from DELTA|PACK's name when it is vV, vV.tar,\n"
+	"                       vV.delta or vV.dcrd)\n"
 	"      --progress       show progress on stderr\n"
 	"      --no-progress    do not show progress\n"
 	"  -q, --quiet          print nothing but errors\n"
@@ -42,16 +46,28 @@ int main(int argc, char **argv)
 	cmd_init("dcr-apply", argc, argv);
 	static const struct option longopts[] = {
 		{"recover", no_argument, NULL, 'R'},
+		{"version", required_argument, NULL, 'V'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	int recover_only = 0, c;
+	int recover_only = 0, have_version = 0, c;
+	uint64_t version = 0;
 	while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'R': recover_only = 1; break;
+		case 'V': {
+			char *end;
+			const char *v = optarg[0] == 'v' ? optarg + 1 : optarg;
+			errno = 0;
+			version = strtoull(v, &end, 10);
+			if (errno || *end || !*v || *v == '-')
+				cmd_usage_error(usage, "--version wants a number, not '%s'", optarg);
+			have_version = 1;
+			break;
+		}
 		case 'p': cmd_progress_on = 1; break;
 		case 'n': cmd_progress_on = 0; break;
 		case 'q': cmd_quiet = 1; break;
@@ -63,6 +79,25 @@ int main(int argc, char **argv)
 		cmd_usage_error(usage, "need CKPT and at most one DELTA");
 	const char *ckpt = argv[optind];
 	const char *input = argc - optind == 2 ? argv[optind + 1] : "-";
+	if (!have_version && strcmp(input, "-")) {
+		/* a pack or delta named after its version: .../v42, v42.tar, v42.delta */
+		const char *b = strrchr(input, '/');
+		size_t n = strlen(input);
+		while (n > 1 && input[n - 1] == '/')
+			n--;
+		b = input;
+		for (size_t i = 0; i + 1 < n; i++)
+			if (input[i] == '/')
+				b = input + i + 1;
+		size_t bl = (size_t)(input + n - b);
+		static const char *const ext[] = {"", ".tar", ".delta", ".dcrd"};
+		for (size_t k = 0; k < 4 && !have_version; k++) {
+			size_t el = strlen(ext[k]);
+			if (bl > el && !strncmp(b + bl - el, ext[k], el) &&
+			    !dcr_version_parse(b, bl - el, &version))
+				have_version = 1;
+		}
+	}
 
 	struct dcr_apply_opts o = {.progress = progress, .what = "delta"};
 	const char *fault = getenv("DCR_FAULT_AT");
@@ -73,6 +108,11 @@ int main(int argc, char **argv)
 	int r = dcr_receiver_open(ckpt, 1, &rc, &e);
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);
+	struct dcr_head head;
+	if (dcr_head_read(rc, &head, &e))
+		cmd_die_err(&e, EXIT_FATAL);
+	if (head.have)
+		o.head = &head.state;
 	if (recover_only) {
 		r = dcr_apply_recover(rc, &o, &e);
 		if (r < 0)
@@ -126,6 +166,25 @@ int main(int argc, char **argv)
 	cmd_progress_end();
 	if (r)
 		cmd_die_err(&e, cmd_exit_code(r));
+	/* record what was reached, for dcr-commit (the fault hook's steps go on
+	 * counting after the apply's: an apply with K steps, then these) */
+	struct dcr_applied ap = {.have = 1, .base = res.base, .target = res.target,
+				 .have_version = have_version, .version = version};
+	memcpy(ap.attempt, res.attempt, 16);
+	if (res.already) {
+		struct dcr_applied old;
+		/* keep the record of the apply that got here, when it is this one */
+		if (!dcr_applied_read(rc, &old, &e) && old.have &&
+		    !memcmp(old.target.b, res.target.b, 32)) {
+			ap.base = old.base;
+			if (!have_version && old.have_version) {
+				ap.have_version = 1;
+				ap.version = old.version;
+			}
+		}
+	}
+	if (dcr_applied_write(rc, &ap, 0, &e))
+		cmd_die_err(&e, EXIT_FATAL);
 	if (!cmd_quiet) {
 		char t[65];
 		dcr_digest_hex(&res.target, t);

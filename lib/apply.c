@@ -49,6 +49,9 @@ struct plan {
 	dcr_digest base, target;
 	uint8_t attempt[16];
 	uint64_t nitems, nchanges;
+	dcr_digest *alt; /* alternative bases (BASES record, or the manifest) */
+	size_t nalt;
+	uint64_t nxor;   /* XOR items: none allowed from an alternative base */
 };
 
 static void plan_free(struct plan *p)
@@ -65,6 +68,7 @@ static void plan_free(struct plan *p)
 	for (size_t i = 0; i < p->nunlinks; i++)
 		free(p->unlinks[i]);
 	free(p->unlinks);
+	free(p->alt);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -161,7 +165,13 @@ static int plan_record(struct plan *p, const struct dcr_delta_rec *rec, struct d
 		pt->touched = 1;
 		p->nitems++;
 		p->nchanges += it.n;
+		p->nxor += it.enc == DCR_ENC_XOR;
 		return 0;
+	}
+	case DCR_REC_BASES: {
+		if (p->alt)
+			return dcr_err_set(e, DCR_EFORMAT, "delta: more than one BASES record");
+		return dcr_delta_parse_bases(rec, &p->alt, &p->nalt, e);
 	}
 	case DCR_REC_REMOVE: {
 		char *name;
@@ -292,6 +302,36 @@ static int explain_base(const struct plan *p, const struct dcr_ckpt *c, const ch
 	return dcr_err_set(e, DCR_EBASE,
 			   "receiver '%s' is not at the delta's base (receiver %.12s, delta base %.12s)",
 			   dir, a, b);
+}
+
+/* May a receiver in state cur (committed state head, or NULL) take this
+ * plan? The base, or an alternative base when every item is an overwrite
+ * (which holds target bits, so the result is exact from any of them). */
+static int check_bases(const struct plan *p, const struct dcr_ckpt *c, const char *dir,
+		       const dcr_digest *cur, const dcr_digest *head, int xor_seen,
+		       struct dcr_err *e)
+{
+	int head_ok = !head || !memcmp(head->b, p->base.b, 32);
+	for (size_t i = 0; i < p->nalt && !head_ok; i++)
+		head_ok = !memcmp(head->b, p->alt[i].b, 32);
+	if (!head_ok) {
+		char h[65], b[65];
+		dcr_digest_hex(head, h);
+		dcr_digest_hex(&p->base, b);
+		return dcr_err_set(e, DCR_EBASE,
+				   "receiver '%s': the delta's base %.12s is not its committed state %.12s (run dcr-commit first, or apply the missing versions)",
+				   dir, b, h);
+	}
+	if (!memcmp(cur->b, p->base.b, 32))
+		return 0;
+	for (size_t i = 0; i < p->nalt; i++)
+		if (!memcmp(cur->b, p->alt[i].b, 32)) {
+			if (p->nxor || xor_seen)
+				return dcr_err_set(e, DCR_EFORMAT,
+						   "delta names alternative bases but holds XOR items; refused");
+			return 0;
+		}
+	return explain_base(p, c, dir, cur, e);
 }
 
 /* ---- staging files whose tensor set changes ---- */
@@ -893,7 +933,8 @@ static int replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e
 	dcr_digest_hex(&p.target, hex);
 	dcr_receiver_log(x->rc, "applied %llu items, state %s", (unsigned long long)p.nitems, hex);
 	if (res) {
-		res->base = p.base;
+		res->base = p.base; /* the state the journal was made against */
+		memcpy(res->attempt, p.attempt, 16);
 		res->target = p.target;
 		res->items = p.nitems;
 		res->changes = p.nchanges;
@@ -956,6 +997,7 @@ static int commit_plan(struct ctx *x, struct plan *p, struct dcr_ckpt *c, const 
 {
 	struct dcr_receiver *rc = x->rc;
 	int r;
+	p->base = *cur; /* the journal names the state it was made against */
 	for (size_t i = 0; i < p->n; i++) {
 		struct ptensor *pt = &p->t[i];
 		pt->cur = dcr_ckpt_find(c, pt->t.name);
@@ -1062,16 +1104,17 @@ int dcr_apply(struct dcr_receiver *rc, struct dcr_source src, const uint8_t *hea
 	if (res) {
 		res->base = p.base;
 		res->target = p.target;
+		memcpy(res->attempt, p.attempt, 16);
 	}
 	if (!memcmp(cur.b, p.target.b, 32)) {
 		if (res)
 			res->already = 1;
 		goto out;
 	}
-	if (memcmp(cur.b, p.base.b, 32)) {
-		r = explain_base(&p, c, rc->dir, &cur, e);
+	if ((r = check_bases(&p, c, rc->dir, &cur, o ? o->head : NULL, 0, e)))
 		goto out;
-	}
+	if (res)
+		res->base = cur;
 
 	/* 3. journal from the staged delta, commit, replay */
 	if (lseek(di.fd, 0, SEEK_SET)) {
@@ -1110,6 +1153,7 @@ struct spool {
 	struct dcr_buf buf;
 	size_t off;
 	uint64_t nitems, nchanges;
+	int xor_seen; /* XOR items left out (receiver not at the base) */
 };
 
 static int spool_item(struct spool *s, const char *name, const struct dcr_item *it,
@@ -1194,7 +1238,7 @@ static int spool_next(void *ctx, struct plan *p, struct dcr_item *it, struct dcr
 
 /* Resolve one payload's items into the spool. */
 static int spool_payload(struct spool *s, const struct dcr_payload *pl, const char *what,
-			 const struct dcr_ckpt *c, struct dcr_err *e)
+			 const struct dcr_ckpt *c, int allow_xor, struct dcr_err *e)
 {
 	struct dcr_delta_tensor *lt = NULL;
 	size_t nlt = 0, cap = 0;
@@ -1238,6 +1282,10 @@ static int spool_payload(struct spool *s, const struct dcr_payload *pl, const ch
 				r = dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end",
 						what, t->name);
 				break;
+			}
+			if (it.enc == DCR_ENC_XOR && !allow_xor) {
+				s->xor_seen = 1;
+				continue;
 			}
 			if (it.enc == DCR_ENC_XOR) {
 				const struct dcr_ckpt_tensor *ct = dcr_ckpt_find(c, t->name);
@@ -1312,6 +1360,12 @@ static int plan_from_manifest(struct plan *p, const struct dcr_manifest *m, stru
 	memcpy(p->attempt, m->attempt, 16);
 	p->nitems = m->nitems;
 	p->nchanges = m->nchanges;
+	if (m->nalt) {
+		if (!(p->alt = dcr_calloc(m->nalt, sizeof(dcr_digest))))
+			return dcr_err_sys(e, ENOMEM, "manifest");
+		memcpy(p->alt, m->alt, m->nalt * sizeof(dcr_digest));
+		p->nalt = m->nalt;
+	}
 	return 0;
 }
 
@@ -1421,11 +1475,14 @@ int dcr_apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 		}
 		pseen[idx] = 1;
 		pdig[idx] = pl.digest;
-		if (!mismatch)
-			r = spool_payload(&s, &pl, name, c, e);
+		/* from another state than the base, XOR items cannot be resolved:
+		 * they are left out and the delta is refused at the manifest,
+		 * unless the receiver is at an alternative base (overwrites only) */
+		r = spool_payload(&s, &pl, name, c, !mismatch, e);
 		dcr_payload_release(&pl);
 		if (r)
 			goto out;
+		step(&x); /* between payloads: nothing durable yet */
 		got += len;
 		if (o && o->progress)
 			o->progress(o->progress_ctx, got >> 20, 0);
@@ -1440,6 +1497,7 @@ int dcr_apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 	if (res) {
 		res->base = m.base;
 		res->target = m.target;
+		memcpy(res->attempt, m.attempt, 16);
 	}
 	if (!memcmp(cur.b, m.target.b, 32)) {
 		if (res)
@@ -1453,10 +1511,8 @@ int dcr_apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 	}
 	if ((r = plan_from_manifest(&p, &m, e)))
 		goto out;
-	if (memcmp(cur.b, m.base.b, 32)) {
-		r = explain_base(&p, c, rc->dir, &cur, e);
+	if ((r = check_bases(&p, c, rc->dir, &cur, o ? o->head : NULL, s.xor_seen, e)))
 		goto out;
-	}
 	for (uint32_t i = 0; i < m.npayloads; i++) {
 		char *pn = dcr_payload_name(i);
 		if (i >= pcap || !pseen[i])

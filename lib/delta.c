@@ -536,3 +536,31 @@ int dcr_delta_parse_done(const struct dcr_delta_rec *rec, uint32_t *tensor, dcr_
 	memcpy(d->b, p, 32);
 	return 0;
 }
+
+int dcr_delta_write_bases(struct dcr_delta_writer *w, const dcr_digest *v, size_t n,
+			  struct dcr_err *e)
+{
+	if (dcr_buf_add_varint(&w->rec, n))
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	for (size_t i = 0; i < n; i++)
+		if (dcr_buf_add(&w->rec, v[i].b, 32))
+			return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	return w_record(w, DCR_REC_BASES, e);
+}
+
+int dcr_delta_parse_bases(const struct dcr_delta_rec *rec, dcr_digest **v, size_t *n,
+			  struct dcr_err *e)
+{
+	struct dcr_rd rd;
+	dcr_rd_init(&rd, rec->body, rec->len);
+	uint64_t k = dcr_rd_varint(&rd);
+	if (rd.bad || k > 4096 || dcr_rd_left(&rd) != k * 32)
+		return dcr_err_set(e, DCR_EFORMAT, "delta: malformed BASES record");
+	*v = dcr_calloc(k ? k : 1, sizeof(dcr_digest));
+	if (!*v)
+		return dcr_err_sys(e, ENOMEM, "delta");
+	for (uint64_t i = 0; i < k; i++)
+		memcpy((*v)[i].b, dcr_rd_bytes(&rd, 32), 32);
+	*n = (size_t)k;
+	return 0;
+}

@@ -27,6 +27,7 @@ enum dcr_rec_type {
 	DCR_REC_JRENAME = 0x20, /* journal only: rename .dcr/stage/F to F */
 	DCR_REC_JUNLINK = 0x21, /* journal only: remove F */
 	DCR_REC_ANCILLARY = 0x1000, /* types at or above may be skipped */
+	DCR_REC_BASES = 0x1001, /* alternative base state ids (overwrite-only deltas) */
 };
 
 enum { DCR_TENSOR_NEW = 1 }; /* TENSOR flag: not XOR-able from base */
@@ -154,6 +155,11 @@ void dcr_delta_tensor_clear(struct dcr_delta_tensor *t);
 int dcr_delta_parse_item(const struct dcr_delta_rec *rec, struct dcr_item *it,
 			 struct dcr_err *e);
 int dcr_delta_parse_name(const struct dcr_delta_rec *rec, char **name, struct dcr_err *e);
+/* BASES: varint count, count x state id[32]. *v is malloc'd. */
+int dcr_delta_write_bases(struct dcr_delta_writer *w, const dcr_digest *v, size_t n,
+			  struct dcr_err *e);
+int dcr_delta_parse_bases(const struct dcr_delta_rec *rec, dcr_digest **v, size_t *n,
+			  struct dcr_err *e);
 int dcr_delta_parse_done(const struct dcr_delta_rec *rec, uint32_t *tensor, dcr_digest *d,
 			 struct dcr_err *e);
 

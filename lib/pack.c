@@ -146,7 +146,7 @@ int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct
 {
 	struct dcr_buf tb = {0};
 	int r = dcr_buf_add(out, DCR_MANIFEST_MAGIC, 8) || dcr_buf_add_le32(out, DCR_PACK_VERSION) ||
-		dcr_buf_add_le32(out, 0) || dcr_buf_add(out, m->base.b, 32) ||
+		dcr_buf_add_le32(out, m->nalt ? DCR_MANIFEST_BASES : 0) || dcr_buf_add(out, m->base.b, 32) ||
 		dcr_buf_add(out, m->target.b, 32) || dcr_buf_add(out, m->attempt, 16) ||
 		dcr_buf_add_le32(out, m->npayloads);
 	for (uint32_t i = 0; i < m->npayloads && !r; i++)
@@ -161,6 +161,11 @@ int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct
 	for (uint32_t i = 0; i < m->nremoved && !r; i++)
 		r = add_name(out, m->removed[i]);
 	r = r || dcr_buf_add_le64(out, m->nitems) || dcr_buf_add_le64(out, m->nchanges);
+	if (m->nalt) {
+		r = r || dcr_buf_add_le32(out, m->nalt);
+		for (uint32_t i = 0; i < m->nalt && !r; i++)
+			r = dcr_buf_add(out, m->alt[i].b, 32);
+	}
 	dcr_buf_free(&tb);
 	if (r || dcr_buf_reserve(out, 32))
 		return dcr_err_sys(e, ENOMEM, "manifest");
@@ -180,6 +185,7 @@ void dcr_manifest_release(struct dcr_manifest *m)
 	for (uint32_t i = 0; m->removed && i < m->nremoved; i++)
 		free(m->removed[i]);
 	free(m->removed);
+	free(m->alt);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -198,7 +204,7 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	uint32_t version = dcr_rd_le32(&rd), flags = dcr_rd_le32(&rd);
 	if (version != DCR_PACK_VERSION)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unsupported manifest version %u", what, version);
-	if (flags)
+	if (flags & ~(uint32_t)DCR_MANIFEST_BASES)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown manifest flags 0x%x", what, flags);
 	memcpy(m->base.b, dcr_rd_bytes(&rd, 32), 32);
 	memcpy(m->target.b, dcr_rd_bytes(&rd, 32), 32);
@@ -256,6 +262,16 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	}
 	m->nitems = dcr_rd_le64(&rd);
 	m->nchanges = dcr_rd_le64(&rd);
+	if (flags & DCR_MANIFEST_BASES) {
+		uint32_t na = dcr_rd_le32(&rd);
+		if (rd.bad || !na || na > 4096 || dcr_rd_left(&rd) != (size_t)na * 32)
+			goto bad;
+		if (!(m->alt = dcr_calloc(na, sizeof(dcr_digest))))
+			goto oom;
+		for (uint32_t i = 0; i < na; i++)
+			memcpy(m->alt[i].b, dcr_rd_bytes(&rd, 32), 32);
+		m->nalt = na;
+	}
 	if (rd.bad || dcr_rd_left(&rd))
 		goto bad;
 	/* the tensor table must add up to the target state id */
@@ -430,6 +446,16 @@ static int pack_record(struct packer *k, const struct dcr_delta_rec *rec, struct
 			return dcr_err_set(e, DCR_EFORMAT, "delta: bad digest record for tensor %u", ti);
 		k->m.tensors[ti].digest = d;
 		k->m.tensors[ti].have_digest = 1;
+		return 0;
+	}
+	case DCR_REC_BASES: {
+		dcr_digest *v;
+		size_t n;
+		if ((r = dcr_delta_parse_bases(rec, &v, &n, e)))
+			return r;
+		free(k->m.alt);
+		k->m.alt = v;
+		k->m.nalt = (uint32_t)n;
 		return 0;
 	}
 	default:

@@ -13,7 +13,12 @@
  *            le32 npayloads, npayloads x (le64 size, digest[32]),
  *            le32 ntensors, ntensors x (TENSOR body as a varint-length
  *            string, digest[32]), le32 nremoved, nremoved x name,
- *            le64 nitems, le64 nchanges, trailer SHA-256 of all before.
+ *            le64 nitems, le64 nchanges,
+ *            [flags & 1: le32 nalt, nalt x alternative base id[32]]
+ *            trailer SHA-256 of all before.
+ *   Manifest flag 1 (DCR_MANIFEST_BASES): the delta is overwrite-only and
+ *   also applies to receivers at the alternative bases (see
+ *   dcr-format-delta(5), BASES); readers that do not know it refuse.
  * Entry names: payload-NNNNNN.dcrp (index in decimal, 6+ digits), manifest.dcrm.
  */
 #ifndef DCR_PACK_H
@@ -69,7 +74,10 @@ struct dcr_manifest {
 	uint32_t nremoved;
 	char **removed;
 	uint64_t nitems, nchanges;
+	uint32_t nalt;     /* alternative bases (manifest flag 1) */
+	dcr_digest *alt;
 };
+enum { DCR_MANIFEST_BASES = 1 };
 
 int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct dcr_err *e);
 int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,

@@ -38,13 +38,17 @@ struct dcr_apply_opts {
 	/* Fault injection for tests: when DCR_FAULT_AT=N is set, the Nth
 	 * durable step (each write, rename and fsync) exits the process. */
 	int fault_at;
+	/* The receiver's committed state (.dcr/HEAD), or NULL: a delta must name
+	 * it as its base or one of its alternative bases. */
+	const dcr_digest *head;
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
 	const char *what;
 };
 
 struct dcr_apply_result {
-	dcr_digest base, target;
+	dcr_digest base, target; /* base: the receiver's state before, one of the delta's bases */
+	uint8_t attempt[16];
 	uint64_t changes, items, tensors_checked;
 	int already;    /* receiver was already at the target */
 	int recovered;  /* a journal from an interrupted run was replayed */
