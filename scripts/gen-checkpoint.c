@@ -137,15 +137,15 @@ static void rng_seed(struct rng *r, uint64_t seed, uint64_t tensor, uint64_t chu
 
 #define ROTL(x, k) (((x) << (k)) | ((x) >> (64 - (k))))
 
-/* Fill out[0..n) (n a multiple of LANES) with random 64-bit words. */
-static void rng_fill(struct rng *restrict r, uint64_t *restrict out, size_t n)
+/* Fill out with n (a multiple of LANES) random 64-bit words. */
+static void rng_fill(struct rng *restrict r, uint16_t *restrict out, size_t n)
 {
 	u64v s0 = r->s0, s1 = r->s1, s2 = r->s2, s3 = r->s3;
 	for (size_t i = 0; i < n; i += LANES) {
 		u64v x = s1 + (s1 << 2);         /* s1 * 5 */
 		x = ROTL(x, 7);
 		x = x + (x << 3);                /* * 9 */
-		memcpy(out + i, &x, sizeof(x));
+		memcpy(out + 4 * i, &x, sizeof(x)); /* as 16-bit uniforms */
 		u64v t = s1 << 17;
 		s2 ^= s0;
 		s3 ^= s1;
@@ -164,12 +164,12 @@ static void rng_fill(struct rng *restrict r, uint64_t *restrict out, size_t n)
  * of `planes` 16-bit uniforms (Irwin-Hall; 4 planes cut the tails at 3.5
  * sigma, 8 at 4.9). The uniforms come in planes of nr entries so that the
  * sums are straight vector adds. Uses r and the scratch word buffer u. */
-static void fill_normal(struct rng *r, uint64_t *u, float *restrict out, size_t n,
+static void fill_normal(struct rng *r, uint16_t *u, float *restrict out, size_t n,
 			    int planes, float scale, float add)
 {
 	size_t nr = round_up(n, 4 * LANES);
 	rng_fill(r, u, planes * nr / 4);
-	const uint16_t *restrict p = (const uint16_t *)u;
+	const uint16_t *restrict p = u;
 	double var = planes * (65536.0 * 65536.0 - 1) / 12;
 	float mul = (float)(scale / sqrt(var)), sub = planes * 65535.0f / 2;
 	if (planes == 2) {
@@ -448,7 +448,7 @@ struct gen {
 
 struct scratch {
 	float *w, *mu, *m, *v, *g;
-	uint64_t *u;
+	uint16_t *u;
 };
 
 static void scratch_init(struct scratch *s)
@@ -458,7 +458,7 @@ static void scratch_init(struct scratch *s)
 	s->m = xcalloc(CHUNK, sizeof(float));
 	s->v = xcalloc(CHUNK, sizeof(float));
 	s->g = xcalloc(CHUNK, sizeof(float));
-	s->u = xcalloc(2 * CHUNK, sizeof(uint64_t)); /* 8 planes of 16 bits */
+	s->u = xcalloc(8 * CHUNK, sizeof(uint16_t)); /* up to 8 planes */
 }
 
 static void scratch_free(struct scratch *s)
