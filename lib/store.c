@@ -459,6 +459,8 @@ int dcr_store_open(const char *url, const struct dcr_store_opts *o,
 		s->o.timeout_s = 30;
 	if (!s->o.part_size)
 		s->o.part_size = 16u << 20;
+	if (!s->o.multipart_threshold)
+		s->o.multipart_threshold = 128u << 20;
 	if (s->o.backoff_ms <= 0)
 		s->o.backoff_ms = 200;
 	if (s->o.list_page <= 0 || s->o.list_page > 1000)

@@ -12,7 +12,7 @@
  *                                 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
  *                                 AWS_SESSION_TOKEN, AWS_REGION (default
  *                                 us-east-1). Multipart upload above
- *                                 opts.part_size; ListObjectsV2.
+ *                                 opts.multipart_threshold; ListObjectsV2.
  *   http://host/base, https://... any server that takes PUT, GET, HEAD and
  *                                 DELETE of BASE/NAME (TLS verified;
  *                                 opts.cacert). Listing convention:
@@ -55,11 +55,15 @@ struct dcr_store_opts {
 	int parallel;          /* async workers and multipart streams; 0: 8 */
 	int timeout_s;         /* connect timeout, and abort a transfer that
 				  moves no byte for this long; 0: 30 */
-	uint64_t part_size;    /* s3 multipart part size and threshold; 0: 16 MiB
-				  (S3 needs >= 5 MiB except the last part) */
+	uint64_t part_size;    /* s3 multipart part size; 0: 16 MiB (S3 needs
+				  >= 5 MiB except the last part) */
 	int backoff_ms;        /* first retry delay, doubled each time (capped
 				  at 10 s, jittered); 0: 200 */
 	int list_page;         /* s3 max-keys per ListObjectsV2 page; 0: 1000 */
+	uint64_t multipart_threshold; /* s3: objects larger than this go up as
+				  multipart uploads, parts in parallel; 0:
+				  128 MiB (a 64 MiB payload is one PUT: push
+				  gets its parallelism from payloads) */
 };
 
 /* Open a store. Nothing is contacted yet; a directory need not exist (it is
@@ -72,12 +76,13 @@ void dcr_store_close(struct dcr_store *s);
 const char *dcr_store_url(const struct dcr_store *s);
 
 /* Store len bytes as name, replacing any old object; atomic: readers see the
- * old object or the whole new one. On S3, objects above part_size go up as a
- * multipart upload, parts in parallel. buf is read in place (no copy). */
+ * old object or the whole new one. On S3, objects above multipart_threshold
+ * go up as a multipart upload, parts in parallel. buf is read in place (no
+ * copy). */
 int dcr_store_put(struct dcr_store *s, const char *name, const void *buf,
 		  size_t len, struct dcr_err *e);
-/* Same, from a file, streamed (S3 multipart reads one part at a time per
- * stream). */
+/* Same, from a file, streamed: never read whole into memory (S3 hashes it in
+ * a first pass, multipart reads one part at a time per stream). */
 int dcr_store_put_file(struct dcr_store *s, const char *name, const char *path,
 		       struct dcr_err *e);
 /* Create name only if no object has that name: DCR_ECONFLICT if one does.

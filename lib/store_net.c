@@ -92,6 +92,32 @@ static void sha256_hex(const void *p, size_t n, char out[65])
 	hexify(d.b, 32, out);
 }
 
+static int file_sha256_hex(int fd, uint64_t off, uint64_t len, char out[65])
+{
+	size_t cap = 1u << 20;
+	uint8_t *b = malloc(cap);
+	struct dcr_sha *h = dcr_sha_new();
+	int r = b && h ? 0 : -ENOMEM;
+	while (!r && len) {
+		size_t n = len < cap ? (size_t)len : cap;
+		r = dcr_pread_full(fd, b, n, off);
+		if (r == -EPIPE)
+			r = -EIO; /* the file shrank */
+		if (!r)
+			dcr_sha_update(h, b, n);
+		off += n;
+		len -= n;
+	}
+	if (!r) {
+		dcr_digest d;
+		dcr_sha_final(h, &d);
+		hexify(d.b, 32, out);
+	}
+	dcr_sha_free(h);
+	free(b);
+	return r;
+}
+
 /* Text of the first <tag>...</tag> in xml[0..n), entities decoded, or NULL. */
 static char *xml_text(const char *xml, size_t n, const char *tag, const char **after)
 {
@@ -841,10 +867,16 @@ static int put_once(struct dcr_store *s, const char *name, const char *query,
 	if (if_absent)
 		q.xh[q.nxh++] = (struct dcr_sigv4_header){"If-None-Match", "*"};
 	if (s->kind == STORE_S3) {
-		sha256_hex(buf, (size_t)len, sha); /* S3 bodies are in memory */
+		/* SigV4 signs the body's hash: a file is read twice (the
+		 * second time from the page cache), never held whole. */
+		if (buf)
+			sha256_hex(buf, (size_t)len, sha);
+		else if ((r = file_sha256_hex(fd, off, len, sha)))
+			r = dcr_err_sys(e, r, "cannot read the file to upload as '%s'", q.what);
 		q.body_sha = sha;
 	}
-	r = perform(s, &q, e);
+	if (!r)
+		r = perform(s, &q, e);
 	if (!r && etag_out) {
 		if (!q.etag[0])
 			r = dcr_err_set(e, DCR_EREMOTE, "cannot PUT '%s': the server sent no ETag", q.what);
@@ -1130,21 +1162,9 @@ int dcr_net_put(struct dcr_store *s, const char *name, const void *buf,
 	}
 	if (s->kind == STORE_HTTP)
 		return put_once(s, name, NULL, buf, fd, 0, size, if_absent, NULL, NULL, 0, e);
-	if (!if_absent && size > s->o.part_size)
+	if (!if_absent && size > s->o.multipart_threshold)
 		return s3_multipart(s, name, buf, fd, size, e);
-	if (fd < 0)
-		return put_once(s, name, NULL, buf, -1, 0, size, if_absent, NULL, NULL, 0, e);
-	/* A small file: S3 signs the body's hash, so read it first. */
-	uint8_t *p = malloc(size ? (size_t)size : 1);
-	if (!p)
-		return dcr_err_sys(e, ENOMEM, "cannot upload '%s'", name);
-	int r = dcr_pread_full(fd, p, (size_t)size, 0);
-	if (r)
-		r = dcr_err_sys(e, r == -EPIPE ? EIO : -r, "cannot read the file to upload as '%s'", name);
-	else
-		r = put_once(s, name, NULL, p, -1, 0, size, 0, NULL, NULL, 0, e);
-	free(p);
-	return r;
+	return put_once(s, name, NULL, buf, fd, 0, size, if_absent, NULL, NULL, 0, e);
 }
 
 /* ---- downloads ------------------------------------------------------- */

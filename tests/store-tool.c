@@ -14,7 +14,7 @@
  *   store-tool [options] STORE get-many PREFIX N SIZE fetch and check them in parallel
  *
  * Options: --endpoint URL --cacert FILE --retries N --parallel N --timeout S
- * --part-size BYTES --backoff-ms MS --list-page N.
+ * --part-size BYTES --multipart-threshold BYTES --backoff-ms MS --list-page N.
  * Exit: 0 done, 2 no such object, 3 conflict, 128 other error (one line on
  * stderr), 129 usage.
  */
@@ -61,6 +61,7 @@ int main(int argc, char **argv)
 		{"retries", required_argument, 0, 'r'}, {"parallel", required_argument, 0, 'p'},
 		{"timeout", required_argument, 0, 't'}, {"part-size", required_argument, 0, 's'},
 		{"backoff-ms", required_argument, 0, 'b'}, {"list-page", required_argument, 0, 'l'},
+		{"multipart-threshold", required_argument, 0, 'm'},
 		{0, 0, 0, 0},
 	};
 	int c;
@@ -74,6 +75,7 @@ int main(int argc, char **argv)
 		case 's': o.part_size = strtoull(optarg, NULL, 0); break;
 		case 'b': o.backoff_ms = atoi(optarg); break;
 		case 'l': o.list_page = atoi(optarg); break;
+		case 'm': o.multipart_threshold = strtoull(optarg, NULL, 0); break;
 		default: return usage();
 		}
 	}

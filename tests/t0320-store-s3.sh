@@ -7,7 +7,7 @@
 need_node s3rver aws4
 start_s3 s3 --log "$T/log"
 S="s3://dcr-test/runs/r1"
-P="--endpoint $EP --part-size 5242880"
+P="--endpoint $EP --part-size 5242880 --multipart-threshold 5242880"
 mkdata "$T/small" 100000
 mkdata "$T/big" 12000000
 run_ok "$TOOL" $P "$S" put v1/payload-000000 "$T/small"
@@ -22,6 +22,10 @@ grep -q '^POST /dcr-test/runs/r1/v1/payload-000001?uploads= 200' "$T/log" || fai
 grep -q '^POST /dcr-test/runs/r1/v1/payload-000001?uploadId=[^ ]* 200' "$T/log" || fail "no multipart complete"
 run_ok "$TOOL" $P "$S" get-fd v1/payload-000001
 cmp "$T/out" "$T/big" || fail "multipart object differs"
+# single PUT streamed from a file (hashed in a first pass)
+run_ok "$TOOL" $P "$S" put-file v3/from-file "$T/small"
+run_ok "$TOOL" $P "$S" get v3/from-file
+cmp "$T/out" "$T/small" || fail "single PUT from a file differs"
 # multipart, memory
 run_ok "$TOOL" $P "$S" put v1/payload-000002 "$T/big"
 run_ok "$TOOL" $P "$S" get v1/payload-000002

@@ -7,7 +7,7 @@
 need_node s3rver aws4
 start_s3 s3 --fail-first 2 --log "$T/log"
 S="s3://dcr-test/f"
-P="--endpoint $EP --part-size 5242880 --backoff-ms 20"
+P="--endpoint $EP --part-size 5242880 --multipart-threshold 5242880 --backoff-ms 20"
 mkdata "$T/small" 100000
 mkdata "$T/big" 11000000
 run_ok "$TOOL" $P "$S" put v1/a "$T/small"
