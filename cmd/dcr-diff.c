@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "diff.h"
+#include "retry.h"
 
 static const char usage[] =
 	"usage: dcr-diff [options] BASE NEW\n"
@@ -17,7 +18,13 @@ static const char usage[] =
 	"\n"
 	"  -o, --output FILE    write the delta to FILE (atomically) instead of stdout\n"
 	"      --base-id HEX    trust HEX as BASE's state id instead of hashing BASE\n"
+	"      --overwrite      only OVERWRITE items (a retry of a failed attempt)\n"
+	"      --also-base CKPT with --overwrite: the delta also applies to a receiver\n"
+	"                       holding CKPT (an earlier attempt's target); repeatable\n"
 	"      --chunk N        elements per item (default 1048576)\n"
+	"      --threads N      compare with N threads (default: one per core)\n"
+	"      --no-cache       do not leave NEW's digests in NEW/.dcr/state\n"
+	"                       (the next diff, whose base is NEW, then need not hash it)\n"
 	"      --stats          print a summary to stderr\n"
 	"      --porcelain      with --stats, print it as key=value lines on stderr\n"
 	"      --progress       show progress on stderr\n"
@@ -31,8 +38,12 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"output", required_argument, NULL, 'o'},
 		{"base-id", required_argument, NULL, 'B'},
+		{"overwrite", no_argument, NULL, 'W'},
+		{"also-base", required_argument, NULL, 'A'},
 		{"chunk", required_argument, NULL, 'C'},
 		{"stats", no_argument, NULL, 'S'},
+		{"no-cache", no_argument, NULL, 'N'},
+		{"threads", required_argument, NULL, 'T'},
 		{"porcelain", no_argument, NULL, 'P'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
@@ -43,7 +54,9 @@ int main(int argc, char **argv)
 	const char *output = NULL;
 	struct dcr_diff_opts o = {0};
 	dcr_digest base_id;
-	int stats = 0, porcelain = 0, c;
+	int stats = 0, porcelain = 0, overwrite = 0, c;
+	const char **also = dcr_calloc((size_t)argc + 1, sizeof(char *));
+	size_t nalso = 0;
 	while ((c = getopt_long(argc, argv, "o:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': output = optarg; break;
@@ -60,7 +73,15 @@ int main(int argc, char **argv)
 			o.chunk_elems = v;
 			break;
 		}
+		case 'W': overwrite = 1; break;
+		case 'A': also[nalso++] = optarg; break;
 		case 'S': stats = 1; break;
+		case 'N': o.no_cache = 1; break;
+		case 'T':
+			o.threads = atoi(optarg);
+			if (o.threads < 1 || o.threads > 64)
+				cmd_usage_error(usage, "--threads wants 1..64");
+			break;
 		case 'P': porcelain = 1; break;
 		case 'p': cmd_progress_on = 1; break;
 		case 'n': cmd_progress_on = 0; break;
@@ -88,8 +109,24 @@ int main(int argc, char **argv)
 		fd = cmd_open_output("-");
 		o.what = "standard output";
 	}
+	if (nalso && !overwrite)
+		cmd_usage_error(usage, "--also-base needs --overwrite");
 	struct dcr_diff_stats st = {0};
-	int r = dcr_diff(&o, (struct dcr_sink){dcr_sink_fd_write, &fd}, &st, &e);
+	int r;
+	if (overwrite) {
+		struct dcr_retry_opts ro = {.base = o.base, .target = o.target, .also = also,
+					    .nalso = nalso, .base_id = o.base_id,
+					    .chunk_elems = o.chunk_elems, .what = o.what};
+		struct dcr_retry_stats rs = {0};
+		r = dcr_diff_retry(&ro, (struct dcr_sink){dcr_sink_fd_write, &fd}, &rs, &e);
+		st.base = rs.base;
+		st.target = rs.target;
+		st.changed = rs.changed;
+		st.items = rs.items;
+		st.bytes_out = rs.bytes_out;
+	} else {
+		r = dcr_diff(&o, (struct dcr_sink){dcr_sink_fd_write, &fd}, &st, &e);
+	}
 	if (!r && a.tmp)
 		r = dcr_atomic_commit(&a, &e);
 	else if (a.tmp)

@@ -223,6 +223,7 @@ int dcr_ckpt_open(const char *path, struct dcr_ckpt **out, struct dcr_err *e)
 			t->file = i;
 			t->file_off = st->data_off + t->info->begin;
 			t->data = st->map + t->file_off;
+			t->fd = st->fd;
 			if (wm) {
 				json_t *f = json_object_get(wm, t->info->name);
 				if (!f || strcmp(json_string_value(f), c->file_names[i])) {

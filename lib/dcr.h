@@ -120,6 +120,7 @@ struct dcr_ckpt_tensor {
 	size_t file;          /* index into files[] */
 	const uint8_t *data;  /* mapped bytes, info->end - info->begin long */
 	uint64_t file_off;    /* absolute offset of the data in its file */
+	int fd;               /* its file, open read-only */
 };
 
 struct dcr_ckpt {

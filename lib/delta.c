@@ -253,18 +253,42 @@ int dcr_delta_write_tensor(struct dcr_delta_writer *w, const struct dcr_delta_te
 	return w_record(w, DCR_REC_TENSOR, e);
 }
 
+static int item_body(struct dcr_buf *b, const struct dcr_item *it)
+{
+	return dcr_buf_add_varint(b, it->tensor) || dcr_buf_add_varint(b, it->flags) ||
+	       dcr_buf_add_u8(b, it->enc) || dcr_buf_add_u8(b, it->codec) ||
+	       dcr_buf_add_varint(b, it->start) || dcr_buf_add_varint(b, it->len) ||
+	       dcr_buf_add_varint(b, it->n) || dcr_buf_add(b, it->data, it->data_len)
+		       ? -ENOMEM
+		       : 0;
+}
+
 int dcr_delta_write_item(struct dcr_delta_writer *w, const struct dcr_item *it,
 			 struct dcr_err *e)
 {
-	struct dcr_buf *b = &w->rec;
-	if (dcr_buf_add_varint(b, it->tensor) || dcr_buf_add_varint(b, it->flags) ||
-	    dcr_buf_add_u8(b, it->enc) || dcr_buf_add_u8(b, it->codec) ||
-	    dcr_buf_add_varint(b, it->start) || dcr_buf_add_varint(b, it->len) ||
-	    dcr_buf_add_varint(b, it->n) || dcr_buf_add(b, it->data, it->data_len))
+	if (item_body(&w->rec, it))
 		return dcr_err_sys(e, ENOMEM, "%s", w->what);
 	w->nitems++;
 	w->nchanges += it->n;
 	return w_record(w, DCR_REC_ITEM, e);
+}
+
+int dcr_delta_item_record(struct dcr_buf *b, const struct dcr_item *it)
+{
+	size_t at = b->len;
+	if (dcr_buf_add_le32(b, DCR_REC_ITEM) || dcr_buf_add_le32(b, 0) || dcr_buf_add_le64(b, 0) ||
+	    item_body(b, it))
+		return -ENOMEM;
+	put_le64(b->p + at + 8, b->len - at - DCR_REC_HDR_LEN);
+	return 0;
+}
+
+int dcr_delta_write_raw(struct dcr_delta_writer *w, const uint8_t *p, size_t len,
+			uint64_t nitems, uint64_t nchanges, struct dcr_err *e)
+{
+	w->nitems += nitems;
+	w->nchanges += nchanges;
+	return len ? w_raw(w, p, len, e) : 0;
 }
 
 int dcr_delta_write_name(struct dcr_delta_writer *w, uint32_t type, const char *name,

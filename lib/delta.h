@@ -101,6 +101,11 @@ int dcr_delta_write_tensor(struct dcr_delta_writer *w, const struct dcr_delta_te
 int dcr_delta_write_item(struct dcr_delta_writer *w, const struct dcr_item *it,
 			 struct dcr_err *e);
 int dcr_delta_write_remove(struct dcr_delta_writer *w, const char *name, struct dcr_err *e);
+/* Append a framed ITEM record to b (for writers that prepare records off
+ * the output thread), then pass such records through dcr_delta_write_raw. */
+int dcr_delta_item_record(struct dcr_buf *b, const struct dcr_item *it);
+int dcr_delta_write_raw(struct dcr_delta_writer *w, const uint8_t *p, size_t len,
+			uint64_t nitems, uint64_t nchanges, struct dcr_err *e);
 /* A record whose body is one name (REMOVE, JRENAME, JUNLINK). */
 int dcr_delta_write_name(struct dcr_delta_writer *w, uint32_t type, const char *name,
 			 struct dcr_err *e);

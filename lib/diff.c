@@ -2,9 +2,19 @@
  *
  * Tensors are visited in name order. A tensor whose name, dtype and shape
  * are unchanged is compared chunk by chunk and its changes go out as XOR
- * items; any other target tensor goes out whole as OVERWRITE items. Target
- * digests are computed by a second thread while the first compares, and
- * follow the items as DONE records. Memory is bounded by the chunk size.
+ * items; any other target tensor goes out whole as OVERWRITE items.
+ *
+ * Worker threads (one per core) each take the next tensor, read base and
+ * new through bounded buffers (never the whole file), compare, encode items
+ * into the tensor's output and hash the new bytes for its target digest.
+ * The calling thread writes the outputs in tensor order as they complete;
+ * workers run at most a few tensors ahead, so memory stays bounded by the
+ * buffers and the encoded changes of the tensors in flight.
+ *
+ * The base state id comes from --base-id, or BASE/.dcr/state when it still
+ * describes BASE's files, or from hashing BASE first. After a diff, NEW's
+ * digests are left in NEW/.dcr/state (best effort), so the next step's diff,
+ * whose base is this NEW, needs no hashing of its base.
  */
 #include "config.h"
 
@@ -13,63 +23,256 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #include "checkpoint.h"
 #include "diff.h"
+#include "receiver.h"
 
-struct hasher {
-	const struct dcr_ckpt *c;
-	dcr_digest *dg;
-	pthread_t th;
-	int started;
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_SCAN 1
+#endif
+
+#define READ_CHUNK (4u << 20)
+
+struct tout {
+	struct dcr_buf recs;  /* framed ITEM records */
+	dcr_digest digest;
+	uint64_t items, changed;
+	int done;
+	int err;
+	struct dcr_err e;
 };
 
-static void *hash_new(void *arg)
-{
-	struct hasher *h = arg;
-	dcr_ckpt_digests(h->c, h->dg, 1);
-	return NULL;
-}
+struct dctx {
+	const struct dcr_diff_opts *o;
+	const struct dcr_ckpt *a, *b;
+	uint64_t chunk;
+	struct tout *out;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	size_t next, written, window;
+	int abort;
+};
 
-/* Collect the changed units of one chunk. */
-static size_t scan_chunk(const uint8_t *a, const uint8_t *b, uint64_t nunits, unsigned unit,
-			 struct dcr_changes *ch)
+#ifdef HAVE_AVX2_SCAN
+/* 16-bit units, 64 bytes a step: one bit per differing lane, then walk the
+ * set bits. The same result as the portable loop below. */
+__attribute__((target("avx2"))) static size_t scan16_avx2(const uint8_t *a, const uint8_t *b,
+							   size_t nbytes, uint64_t *pos,
+							   uint64_t *val)
 {
-	size_t n = 0;
-	uint64_t nbytes = nunits * unit, i = 0;
-	while (i < nbytes) {
-		/* skip equal 32-byte blocks quickly */
-		if (i + 32 <= nbytes && !memcmp(a + i, b + i, 32)) {
-			i += 32;
-			continue;
+	size_t n = 0, i = 0;
+	const __m256i z = _mm256_setzero_si256();
+	for (; i + 64 <= nbytes; i += 64) {
+		__m256i d0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(a + i)),
+					      _mm256_loadu_si256((const __m256i *)(b + i)));
+		__m256i d1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(a + i + 32)),
+					      _mm256_loadu_si256((const __m256i *)(b + i + 32)));
+		uint64_t m0 = (uint32_t)~_mm256_movemask_epi8(_mm256_cmpeq_epi16(d0, z));
+		uint64_t m1 = (uint32_t)~_mm256_movemask_epi8(_mm256_cmpeq_epi16(d1, z));
+		uint64_t m = (m0 | m1 << 32) & 0x5555555555555555ull;
+		while (m) {
+			size_t lane = (size_t)__builtin_ctzll(m) / 2;
+			size_t at = i + 2 * lane;
+			pos[n] = at / 2;
+			val[n++] = (uint16_t)(get_le16(a + at) ^ get_le16(b + at));
+			m &= m - 1;
 		}
-		uint64_t stop = i + 32 < nbytes ? i + 32 : nbytes;
-		for (; i < stop; i += unit) {
-			uint64_t x = load_unit(a + i, unit), y = load_unit(b + i, unit);
-			if (x != y) {
-				ch->pos[n] = i / unit;
-				ch->val[n] = x ^ y;
-				n++;
+	}
+	for (; i < nbytes; i += 2) {
+		uint16_t x = get_le16(a + i), y = get_le16(b + i);
+		if (x != y) {
+			pos[n] = i / 2;
+			val[n++] = (uint16_t)(x ^ y);
+		}
+	}
+	return n;
+}
+#endif
+
+/* Changed units of one chunk, as positions and XOR masks. */
+static size_t scan(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
+		   uint64_t *pos, uint64_t *val)
+{
+	size_t n = 0, i = 0;
+#ifdef HAVE_AVX2_SCAN
+	if (unit == 2 && __builtin_cpu_supports("avx2"))
+		return scan16_avx2(a, b, nbytes, pos, val);
+#endif
+	for (; i + 32 <= nbytes; i += 32) {
+		uint64_t x[4], y[4], d = 0;
+		memcpy(x, a + i, 32);
+		memcpy(y, b + i, 32);
+		for (int k = 0; k < 4; k++)
+			d |= x[k] ^ y[k];
+		if (!d)
+			continue;
+		for (int k = 0; k < 4; k++) {
+			uint64_t w = x[k] ^ y[k];
+			if (!w)
+				continue;
+			size_t at = i + 8 * (size_t)k;
+			switch (unit) {
+			case 8:
+				pos[n] = at / 8;
+				val[n++] = w;
+				break;
+			case 4:
+				for (int j = 0; j < 2; j++, w >>= 32)
+					if ((uint32_t)w) {
+						pos[n] = at / 4 + (size_t)j;
+						val[n++] = (uint32_t)w;
+					}
+				break;
+			case 2:
+				for (int j = 0; j < 4; j++, w >>= 16)
+					if ((uint16_t)w) {
+						pos[n] = at / 2 + (size_t)j;
+						val[n++] = (uint16_t)w;
+					}
+				break;
+			default:
+				for (int j = 0; j < 8; j++, w >>= 8)
+					if ((uint8_t)w) {
+						pos[n] = at + (size_t)j;
+						val[n++] = (uint8_t)w;
+					}
 			}
 		}
 	}
-	ch->n = n;
+	for (; i < nbytes; i += unit) {
+		uint64_t x = load_unit(a + i, unit), y = load_unit(b + i, unit);
+		if (x != y) {
+			pos[n] = i / unit;
+			val[n++] = x ^ y;
+		}
+	}
 	return n;
 }
 
-static int emit_item(struct dcr_delta_writer *w, uint32_t tidx, uint8_t enc, uint64_t start,
-		     uint64_t len, int dense, const struct dcr_changes *ch, unsigned unit,
-		     struct dcr_buf *tmp, struct dcr_err *e)
+struct worker {
+	struct dctx *d;
+	uint8_t *ba, *bb;
+	struct dcr_changes ch;
+	struct dcr_buf enc;
+	struct dcr_sha *sha;
+};
+
+static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, uint64_t len,
+		    int dense, struct worker *w, unsigned unit, struct dcr_err *e)
 {
-	tmp->len = 0;
+	w->enc.len = 0;
 	struct dcr_item it = {.tensor = tidx, .enc = enc, .start = start, .len = len,
-			      .n = ch->n, .flags = dense ? DCR_ITEM_DENSE : 0};
-	int r = dcr_item_encode(ch, unit, len, dense, &it.codec, tmp, e);
+			      .n = w->ch.n, .flags = dense ? DCR_ITEM_DENSE : 0};
+	int r = dcr_item_encode(&w->ch, unit, len, dense, &it.codec, &w->enc, e);
 	if (r)
 		return r;
-	it.data = tmp->p;
-	it.data_len = tmp->len;
-	return dcr_delta_write_item(w, &it, e);
+	it.data = w->enc.p;
+	it.data_len = w->enc.len;
+	if (dcr_delta_item_record(&t->recs, &it))
+		return dcr_err_sys(e, ENOMEM, "diff");
+	t->items++;
+	t->changed += it.n;
+	return 0;
+}
+
+static int diff_tensor(struct worker *w, size_t i, struct tout *t)
+{
+	struct dctx *d = w->d;
+	const struct dcr_ckpt_tensor *nt = &d->b->tensors[i];
+	const struct dcr_tensor_info *ni = nt->info;
+	const struct dcr_ckpt_tensor *bt = dcr_ckpt_find(d->a, ni->name);
+	int same = bt && bt->info->dtype == ni->dtype && bt->info->ndim == ni->ndim &&
+		   !memcmp(bt->info->shape, ni->shape, ni->ndim * sizeof(uint64_t));
+	unsigned unit = dcr_dtype_unit(ni->dtype);
+	uint64_t nunits = dcr_tensor_bytes(ni) / unit;
+	uint64_t chunk = d->chunk;
+	int r = 0;
+	for (uint64_t s = 0; s < nunits && !r; s += chunk) {
+		uint64_t len = nunits - s < chunk ? nunits - s : chunk;
+		size_t nb = (size_t)(len * unit);
+		if ((r = dcr_pread_full(nt->fd, w->bb, nb, nt->file_off + s * unit)))
+			return dcr_err_sys(&t->e, r, "cannot read tensor '%s' of '%s'", ni->name,
+					   d->b->path);
+		dcr_sha_update(w->sha, w->bb, nb);
+		if (same) {
+			if ((r = dcr_pread_full(bt->fd, w->ba, nb, bt->file_off + s * unit)))
+				return dcr_err_sys(&t->e, r, "cannot read tensor '%s' of '%s'",
+						   ni->name, d->a->path);
+			w->ch.n = scan(w->ba, w->bb, nb, unit, w->ch.pos, w->ch.val);
+			if (w->ch.n)
+				r = add_item(t, (uint32_t)i, DCR_ENC_XOR, s, len, 0, w, unit, &t->e);
+		} else {
+			for (uint64_t k = 0; k < len; k++) {
+				w->ch.pos[k] = k;
+				w->ch.val[k] = load_unit(w->bb + k * unit, unit);
+			}
+			w->ch.n = len;
+			r = add_item(t, (uint32_t)i, DCR_ENC_OVERWRITE, s, len, 1, w, unit, &t->e);
+		}
+	}
+	dcr_sha_final(w->sha, &t->digest);
+	return r;
+}
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	struct dctx *d = w->d;
+	for (;;) {
+		pthread_mutex_lock(&d->mu);
+		while (!d->abort && d->next < d->b->ntensors && d->next >= d->written + d->window)
+			pthread_cond_wait(&d->cv, &d->mu);
+		size_t i = d->next;
+		if (d->abort || i >= d->b->ntensors) {
+			pthread_mutex_unlock(&d->mu);
+			return NULL;
+		}
+		d->next++;
+		pthread_mutex_unlock(&d->mu);
+		struct tout *t = &d->out[i];
+		t->err = diff_tensor(w, i, t);
+		pthread_mutex_lock(&d->mu);
+		t->done = 1;
+		pthread_cond_broadcast(&d->cv);
+		pthread_mutex_unlock(&d->mu);
+	}
+}
+
+static int base_state(const struct dcr_diff_opts *o, const struct dcr_ckpt *a, dcr_digest *id,
+		      struct dcr_err *e)
+{
+	if (o->base_id) {
+		*id = *o->base_id;
+		return 0;
+	}
+	if (a->is_dir) {
+		struct dcr_receiver rc = {.dir = a->path, .sdir = dcr_path_join(a->path, ".dcr"),
+					  .lock_fd = -1};
+		dcr_digest *dg = dcr_calloc(a->ntensors, sizeof(*dg));
+		int hit = rc.sdir && dg && !dcr_receiver_cached_state(&rc, a, id, dg);
+		free(dg);
+		free(rc.sdir);
+		if (hit)
+			return 0;
+	}
+	return dcr_ckpt_state_id(a, id, NULL, e);
+}
+
+/* Leave NEW's digests in NEW/.dcr/state for the next step (best effort). */
+static void save_target_state(const struct dcr_ckpt *b, const dcr_digest *id,
+			      const dcr_digest *dg)
+{
+	if (!b->is_dir)
+		return;
+	struct dcr_receiver rc = {.dir = b->path, .sdir = dcr_path_join(b->path, ".dcr"),
+				  .lock_fd = -1};
+	struct dcr_err ignore;
+	if (rc.sdir && (mkdir(rc.sdir, 0777) == 0 || errno == EEXIST))
+		dcr_receiver_save_state(&rc, b, id, dg, &ignore);
+	free(rc.sdir);
 }
 
 int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_diff_stats *st,
@@ -77,20 +280,26 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 {
 	struct dcr_ckpt *a = NULL, *b = NULL;
 	struct dcr_delta_writer w = {0};
-	struct dcr_changes ch = {0};
-	struct dcr_buf tmp = {0};
-	struct hasher h = {0};
-	int r;
-	uint64_t chunk = o->chunk_elems ? o->chunk_elems : (1u << 20);
-	if (chunk > DCR_ITEM_MAX_ELEMS)
-		chunk = DCR_ITEM_MAX_ELEMS;
+	struct dctx d = {.o = o};
+	struct worker *ws = NULL;
+	pthread_t th[64];
+	int nth = 0, r;
+	int threads = o->threads > 0 ? o->threads : dcr_ncpu();
+	if (threads > 64)
+		threads = 64;
+	dcr_digest *dg = NULL;
+	d.chunk = o->chunk_elems ? o->chunk_elems : (1u << 20);
+	if (d.chunk > DCR_ITEM_MAX_ELEMS)
+		d.chunk = DCR_ITEM_MAX_ELEMS;
+	pthread_mutex_init(&d.mu, NULL);
+	pthread_cond_init(&d.cv, NULL);
 
 	if ((r = dcr_ckpt_open(o->base, &a, e)) || (r = dcr_ckpt_open(o->target, &b, e)))
 		goto out;
+	d.a = a;
+	d.b = b;
 	dcr_digest base_id;
-	if (o->base_id)
-		base_id = *o->base_id;
-	else if ((r = dcr_ckpt_state_id(a, &base_id, NULL, e)))
+	if ((r = base_state(o, a, &base_id, e)))
 		goto out;
 	uint8_t attempt[16];
 	if (o->attempt)
@@ -99,21 +308,14 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		r = dcr_err_sys(e, errno, "getrandom");
 		goto out;
 	}
-	if (dcr_changes_reserve(&ch, chunk)) {
+	d.out = dcr_calloc(b->ntensors, sizeof(*d.out));
+	dg = dcr_calloc(b->ntensors, sizeof(*dg));
+	ws = dcr_calloc((size_t)threads, sizeof(*ws));
+	if (!d.out || !dg || !ws) {
 		r = dcr_err_sys(e, ENOMEM, "diff");
 		goto out;
 	}
-	h.c = b;
-	h.dg = dcr_calloc(b->ntensors, sizeof(dcr_digest));
-	if (!h.dg) {
-		r = dcr_err_sys(e, ENOMEM, "diff");
-		goto out;
-	}
-	if (pthread_create(&h.th, NULL, hash_new, &h)) {
-		r = dcr_err_sys(e, EAGAIN, "cannot start a thread");
-		goto out;
-	}
-	h.started = 1;
+	d.window = (size_t)threads + 2;
 	if ((r = dcr_delta_writer_init(&w, sink, &base_id, attempt, o->what, e)))
 		goto out;
 
@@ -123,7 +325,29 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		    (r = dcr_delta_write_remove(&w, a->tensors[i].info->name, e)))
 			goto out;
 
-	uint64_t done_bytes = 0, total_bytes = 0;
+	size_t cbytes = (size_t)d.chunk * 8;
+	for (int k = 0; k < threads; k++) {
+		ws[k].d = &d;
+		ws[k].ba = malloc(cbytes);
+		ws[k].bb = malloc(cbytes);
+		ws[k].sha = dcr_sha_new();
+		if (!ws[k].ba || !ws[k].bb || !ws[k].sha || dcr_changes_reserve(&ws[k].ch, d.chunk)) {
+			r = dcr_err_sys(e, ENOMEM, "diff");
+			goto out;
+		}
+	}
+	for (int k = 0; k < threads; k++) {
+		if (pthread_create(&th[nth], NULL, work, &ws[k])) {
+			if (!nth) {
+				r = dcr_err_sys(e, EAGAIN, "cannot start a thread");
+				goto out;
+			}
+			break;
+		}
+		nth++;
+	}
+
+	uint64_t done_bytes = 0, total_bytes = 0, changed = 0;
 	for (size_t i = 0; i < b->ntensors; i++)
 		total_bytes += dcr_tensor_bytes(b->tensors[i].info);
 	for (size_t i = 0; i < b->ntensors; i++) {
@@ -138,48 +362,39 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		memcpy(dt.shape, ni->shape, sizeof(dt.shape));
 		if ((r = dcr_delta_write_tensor(&w, &dt, e)))
 			goto out;
-		unsigned unit = dcr_dtype_unit(ni->dtype);
-		uint64_t nunits = dcr_tensor_bytes(ni) / unit;
-		for (uint64_t s = 0; s < nunits; s += chunk) {
-			uint64_t len = nunits - s < chunk ? nunits - s : chunk;
-			const uint8_t *pb = nt->data + s * unit;
-			if (same) {
-				const uint8_t *pa = bt->data + s * unit;
-				if (!memcmp(pa, pb, len * unit) || !scan_chunk(pa, pb, len, unit, &ch))
-					continue;
-				if (st)
-					st->changed += ch.n;
-				r = emit_item(&w, (uint32_t)i, DCR_ENC_XOR, s, len, 0, &ch, unit,
-					      &tmp, e);
-			} else {
-				for (uint64_t k = 0; k < len; k++) {
-					ch.pos[k] = k;
-					ch.val[k] = load_unit(pb + k * unit, unit);
-				}
-				ch.n = len;
-				if (st)
-					st->changed += len;
-				r = emit_item(&w, (uint32_t)i, DCR_ENC_OVERWRITE, s, len, 1, &ch,
-					      unit, &tmp, e);
-			}
-			if (r)
-				goto out;
-			if (o->progress)
-				o->progress(o->progress_ctx, done_bytes + (s + len) * unit, total_bytes);
+		pthread_mutex_lock(&d.mu);
+		while (!d.out[i].done)
+			pthread_cond_wait(&d.cv, &d.mu);
+		pthread_mutex_unlock(&d.mu);
+		struct tout *t = &d.out[i];
+		if (t->err) {
+			*e = t->e;
+			r = t->err;
+			goto out;
 		}
+		r = dcr_delta_write_raw(&w, t->recs.p, t->recs.len, t->items, t->changed, e);
+		dg[i] = t->digest;
+		changed += t->changed;
+		dcr_buf_free(&t->recs);
+		pthread_mutex_lock(&d.mu);
+		d.written = i + 1;
+		pthread_cond_broadcast(&d.cv);
+		pthread_mutex_unlock(&d.mu);
+		if (r)
+			goto out;
 		done_bytes += dcr_tensor_bytes(ni);
 		if (o->progress)
 			o->progress(o->progress_ctx, done_bytes, total_bytes);
 	}
-	pthread_join(h.th, NULL);
-	h.started = 0;
 	for (size_t i = 0; i < b->ntensors; i++)
-		if ((r = dcr_delta_write_done(&w, (uint32_t)i, &h.dg[i], e)))
+		if ((r = dcr_delta_write_done(&w, (uint32_t)i, &dg[i], e)))
 			goto out;
 	dcr_digest target;
-	dcr_ckpt_state_from(b, h.dg, &target);
+	dcr_ckpt_state_from(b, dg, &target);
 	if ((r = dcr_delta_write_end(&w, &target, e)))
 		goto out;
+	if (!o->no_cache)
+		save_target_state(b, &target, dg);
 	if (st) {
 		st->base = base_id;
 		st->target = target;
@@ -187,14 +402,32 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		st->dense_bytes = total_bytes;
 		st->items = w.nitems;
 		st->tensors = b->ntensors;
+		st->changed = changed;
 	}
 out:
-	if (h.started)
-		pthread_join(h.th, NULL);
-	free(h.dg);
+	pthread_mutex_lock(&d.mu);
+	d.abort = 1;
+	pthread_cond_broadcast(&d.cv);
+	pthread_mutex_unlock(&d.mu);
+	for (int k = 0; k < nth; k++)
+		pthread_join(th[k], NULL);
+	if (ws)
+		for (int k = 0; k < threads; k++) {
+			free(ws[k].ba);
+			free(ws[k].bb);
+			dcr_sha_free(ws[k].sha);
+			dcr_changes_free(&ws[k].ch);
+			dcr_buf_free(&ws[k].enc);
+		}
+	free(ws);
+	if (d.out && b)
+		for (size_t i = 0; i < b->ntensors; i++)
+			dcr_buf_free(&d.out[i].recs);
+	free(d.out);
+	free(dg);
+	pthread_mutex_destroy(&d.mu);
+	pthread_cond_destroy(&d.cv);
 	dcr_delta_writer_release(&w);
-	dcr_changes_free(&ch);
-	dcr_buf_free(&tmp);
 	dcr_ckpt_close(a);
 	dcr_ckpt_close(b);
 	return r;

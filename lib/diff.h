@@ -10,6 +10,8 @@ struct dcr_diff_opts {
 	const uint8_t *attempt;        /* 16 bytes, or NULL for random */
 	uint64_t chunk_elems;          /* elements per item (default 1Mi) */
 	const char *what;              /* output name for messages */
+	int threads;                   /* workers (default: one per core) */
+	int no_cache;                  /* do not leave NEW's digests in NEW/.dcr/state */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
 };

@@ -161,7 +161,7 @@ int dcr_receiver_save_state(struct dcr_receiver *rc, const struct dcr_ckpt *c,
 }
 
 /* Load .dcr/state if it still describes c's files; 0 on success. */
-static int load_state(struct dcr_receiver *rc, const struct dcr_ckpt *c, dcr_digest *id,
+int dcr_receiver_cached_state(struct dcr_receiver *rc, const struct dcr_ckpt *c, dcr_digest *id,
 		      dcr_digest *dg)
 {
 	char *sp = dcr_receiver_path(rc, "state");
@@ -213,7 +213,7 @@ int dcr_receiver_state(struct dcr_receiver *rc, const struct dcr_ckpt *c, int re
 	dcr_digest *dg = dcr_calloc(c->ntensors, sizeof(*dg));
 	if (!dg)
 		return dcr_err_sys(e, ENOMEM, "%s", rc->dir);
-	int cached = !load_state(rc, c, id, dg);
+	int cached = !dcr_receiver_cached_state(rc, c, id, dg);
 	if (!cached) {
 		dcr_ckpt_digests(c, dg, 0);
 		dcr_ckpt_state_from(c, dg, id);

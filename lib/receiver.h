@@ -28,6 +28,10 @@ char *dcr_receiver_path(const struct dcr_receiver *rc, const char *name);
 int dcr_receiver_state(struct dcr_receiver *rc, const struct dcr_ckpt *c, int refresh,
 		       dcr_digest *id, dcr_digest **per_tensor, int *from_cache,
 		       struct dcr_err *e);
+/* Only the cache: 0 and the state if .dcr/state still describes c's files
+ * (dg: c->ntensors digests), else -1. Needs no lock. */
+int dcr_receiver_cached_state(struct dcr_receiver *rc, const struct dcr_ckpt *c,
+			      dcr_digest *id, dcr_digest *dg);
 int dcr_receiver_save_state(struct dcr_receiver *rc, const struct dcr_ckpt *c,
 			    const dcr_digest *id, const dcr_digest *dg, struct dcr_err *e);
 void dcr_receiver_drop_state(struct dcr_receiver *rc);
