@@ -11,10 +11,12 @@
 
 #include "common.h"
 #include "pack.h"
+#include "retry.h"
 
 static const char usage[] =
 	"usage: dcr-pack [options] [DELTA|-]\n"
 	"       dcr-pack --list [--porcelain] [-z] PACK|-\n"
+	"       dcr-pack --squash [--delta] [-o OUT] DELTA1 DELTA2...\n"
 	"\n"
 	"Group a delta stream (DELTA, or standard input) into self-checking payloads\n"
 	"of about --payload-size raw bytes each, then a manifest, written last.\n"
@@ -24,6 +26,9 @@ static const char usage[] =
 	"  -o, --output DIR|-      where the pack goes (default: '-', a tar stream)\n"
 	"  -s, --payload-size SIZE raw bytes per payload: 64M by default (K, M, G)\n"
 	"  -l, --list              list the contents of PACK (a directory or a tar file)\n"
+	"      --squash            compose the chain of delta files DELTA1 (v1->v2),\n"
+	"                          DELTA2 (v2->v3), ... into one delta v1->vk and pack it\n"
+	"      --delta             with --squash: write the composed delta stream, not a pack\n"
 	"      --porcelain         with --list: stable tab-separated records\n"
 	"  -z                      with --list --porcelain: end records with NUL\n"
 	"      --progress          show progress on stderr\n"
@@ -169,6 +174,8 @@ int main(int argc, char **argv)
 		{"output", required_argument, NULL, 'o'},
 		{"payload-size", required_argument, NULL, 's'},
 		{"list", no_argument, NULL, 'l'},
+		{"squash", no_argument, NULL, 'Q'},
+		{"delta", no_argument, NULL, 'D'},
 		{"porcelain", no_argument, NULL, 'P'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
@@ -178,7 +185,7 @@ int main(int argc, char **argv)
 	};
 	const char *output = "-";
 	struct dcr_pack_opts o = {0};
-	int list = 0, porcelain = 0, c;
+	int list = 0, porcelain = 0, squash = 0, delta_out = 0, c;
 	char eol = '\n';
 	while ((c = getopt_long(argc, argv, "o:s:lzqh", longopts, NULL)) != -1) {
 		switch (c) {
@@ -188,6 +195,8 @@ int main(int argc, char **argv)
 				cmd_usage_error(usage, "bad --payload-size '%s'", optarg);
 			break;
 		case 'l': list = 1; break;
+		case 'Q': squash = 1; break;
+		case 'D': delta_out = 1; break;
 		case 'P': porcelain = 1; break;
 		case 'z': eol = '\0'; break;
 		case 'p': cmd_progress_on = 1; break;
@@ -196,6 +205,56 @@ int main(int argc, char **argv)
 		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
 		default: fputs(usage, stderr); return EXIT_USAGE;
 		}
+	}
+	if (delta_out && !squash)
+		cmd_usage_error(usage, "--delta goes with --squash");
+	if (squash && list)
+		cmd_usage_error(usage, "--squash or --list, not both");
+	if (squash) {
+		if (argc - optind < 1)
+			cmd_usage_error(usage, "--squash needs the chain's delta files");
+		struct dcr_err e = {0};
+		struct dcr_squash_stats sst = {0};
+		/* the composed delta goes to a file, then (unless --delta) is packed */
+		char *tmpl = NULL;
+		int fd;
+		struct dcr_atomic a = {.fd = -1};
+		if (delta_out && strcmp(output, "-")) {
+			if (dcr_atomic_open(&a, output, &e))
+				cmd_die_err(&e, EXIT_FATAL);
+			fd = a.fd;
+		} else if (delta_out) {
+			fd = cmd_open_output("-");
+		} else {
+			const char *td = getenv("TMPDIR");
+			tmpl = dcr_asprintf("%s/dcr-squash.XXXXXX", td && *td ? td : "/tmp");
+			fd = tmpl ? mkstemp(tmpl) : -1;
+			if (fd < 0)
+				cmd_die("cannot create a temporary file: %s", strerror(errno));
+			unlink(tmpl);
+		}
+		int r = dcr_squash((const char *const *)argv + optind, (size_t)(argc - optind), NULL,
+				   (struct dcr_sink){dcr_sink_fd_write, &fd},
+				   delta_out ? output : "squashed delta", &sst, &e);
+		if (!r && a.tmp)
+			r = dcr_atomic_commit(&a, &e);
+		else if (a.tmp)
+			dcr_atomic_abort(&a);
+		if (r)
+			cmd_die_err(&e, cmd_exit_code(r));
+		if (!cmd_quiet && cmd_progress_on)
+			fprintf(stderr, "dcr-pack: squashed %d deltas (%llu bytes) into %llu items, %llu changes, %llu bytes\n",
+				argc - optind, (unsigned long long)sst.bytes_in,
+				(unsigned long long)sst.items, (unsigned long long)sst.changes,
+				(unsigned long long)sst.bytes_out);
+		if (delta_out)
+			return cmd_finish(EXIT_OK);
+		if (lseek(fd, 0, SEEK_SET))
+			cmd_die("cannot rewind the squashed delta: %s", strerror(errno));
+		free(tmpl);
+		dup2(fd, 0);
+		close(fd);
+		optind = argc;
 	}
 	if (argc - optind > 1)
 		cmd_usage_error(usage, "at most one input");
