@@ -1,0 +1,436 @@
+/* test-codec.c - item payload codecs: exact round trips, hostile input. */
+#include "config.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+
+static const int codecs[] = {DCR_CODEC_XOR_ZSTD, DCR_CODEC_DELTA};
+#define NCODECS 2
+
+static uint64_t rs;
+static uint64_t rnd(void)
+{
+	uint64_t z = (rs += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static uint64_t umask(unsigned unit)
+{
+	return unit == 8 ? ~0ULL : (1ULL << (8 * unit)) - 1;
+}
+
+/* Encode with codec, decode both steps, require the exact input back.
+ * Returns the payload size. */
+static size_t roundtrip(int codec, unsigned unit, int dtype, uint64_t range_len,
+			size_t n, const uint64_t *pos, const uint64_t *oldv,
+			const uint64_t *newv)
+{
+	struct dcr_buf b = {0};
+	struct dcr_err e = {0};
+	int rc = dcr_codec_encode(codec, unit, dtype, range_len, n, pos, oldv, newv, &b, &e);
+	cr_assert_eq(rc, 0, "encode %s unit %u dtype %s: %s", dcr_codec_name(codec), unit,
+		     dcr_dtype_name(dtype), e.msg);
+	uint64_t *p2 = calloc(n + 1, 8), *v2 = calloc(n + 1, 8);
+	rc = dcr_codec_decode_positions(codec, b.p, b.len, unit, range_len, n, p2, &e);
+	cr_assert_eq(rc, 0, "decode positions %s: %s", dcr_codec_name(codec), e.msg);
+	cr_assert(!n || !memcmp(p2, pos, n * 8), "positions differ (%s)", dcr_codec_name(codec));
+	rc = dcr_codec_decode_values(codec, b.p, b.len, unit, dtype, range_len, n, p2, oldv, v2, &e);
+	cr_assert_eq(rc, 0, "decode values %s: %s", dcr_codec_name(codec), e.msg);
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(v2[i], newv[i],
+			     "%s unit %u dtype %s change %zu: old %#llx new %#llx decoded %#llx",
+			     dcr_codec_name(codec), unit, dcr_dtype_name(dtype), i,
+			     oldv ? (unsigned long long)oldv[i] : 0ULL,
+			     (unsigned long long)newv[i], (unsigned long long)v2[i]);
+	size_t len = b.len;
+	free(p2);
+	free(v2);
+	dcr_buf_free(&b);
+	return len;
+}
+
+/* n sorted distinct positions in [0, range_len). */
+static void random_positions(uint64_t range_len, size_t n, uint64_t *pos)
+{
+	if ((uint64_t)n == range_len) {
+		for (size_t i = 0; i < n; i++)
+			pos[i] = i;
+		return;
+	}
+	/* selection sampling where dense */
+	if (range_len <= 4 * (uint64_t)n + 64) {
+		size_t k = 0;
+		for (uint64_t i = 0; i < range_len && k < n; i++)
+			if (rnd() % (range_len - i) < n - k)
+				pos[k++] = i;
+		return;
+	}
+	/* random gaps that fit: n + n * m <= range_len */
+	uint64_t m = (range_len - n) / (n ? n : 1), next = 0;
+	for (size_t i = 0; i < n; i++) {
+		pos[i] = next + rnd() % (m + 1);
+		next = pos[i] + 1;
+	}
+}
+
+static const int all_dtypes[] = {
+	DCR_DT_BOOL, DCR_DT_U8, DCR_DT_I8, DCR_DT_F8_E5M2, DCR_DT_F8_E4M3,
+	DCR_DT_F8_E8M0, DCR_DT_F8_E4M3FNUZ, DCR_DT_F8_E5M2FNUZ, DCR_DT_I16,
+	DCR_DT_U16, DCR_DT_F16, DCR_DT_BF16, DCR_DT_I32, DCR_DT_U32, DCR_DT_F32,
+	DCR_DT_I64, DCR_DT_U64, DCR_DT_F64, DCR_DT_C64, DCR_DT_F4,
+	DCR_DT_F6_E2M3, DCR_DT_F6_E3M2,
+};
+#define NDTYPES (sizeof(all_dtypes) / sizeof(all_dtypes[0]))
+
+Test(codec, random_bit_patterns_round_trip_for_every_dtype)
+{
+	rs = 1;
+	uint64_t *pos = malloc(3000 * 8), *o = malloc(3000 * 8), *nw = malloc(3000 * 8);
+	for (size_t d = 0; d < NDTYPES; d++) {
+		int dt = all_dtypes[d];
+		unsigned unit = dcr_dtype_unit(dt);
+		for (int trial = 0; trial < 12; trial++) {
+			size_t n = trial == 0 ? 0 : trial == 1 ? 1 : 1 + rnd() % 2999;
+			uint64_t range_len = n + rnd() % (trial & 1 ? 4 * n + 2 : 1000000);
+			random_positions(range_len, n, pos);
+			for (size_t i = 0; i < n; i++) {
+				o[i] = rnd() & umask(unit);
+				uint64_t r = rnd();
+				/* mix: random bits, small steps, unchanged */
+				nw[i] = (r % 4 == 0 ? rnd() : r % 4 == 1 ? o[i] + (r >> 40) % 5 - 2 :
+					 r % 4 == 2 ? o[i] ^ (1ULL << (r >> 58) % (8 * unit)) : o[i]) &
+					umask(unit);
+			}
+			for (int c = 0; c < NCODECS; c++) {
+				roundtrip(codecs[c], unit, dt, range_len, n, pos, o, nw);
+				roundtrip(codecs[c], unit, dt, range_len, n, pos, NULL, nw);
+			}
+		}
+	}
+	free(pos);
+	free(o);
+	free(nw);
+}
+
+/* Every ordered pair of edge values, for each float dtype. */
+Test(codec, edge_values_round_trip_in_every_pair)
+{
+	static const struct {
+		int dt;
+		uint64_t v[24];
+		int nv;
+	} sets[] = {
+		{DCR_DT_BF16, {0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x0080, 0x807f, 0x8080,
+			       0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81, 0xffff,
+			       0x7fff, 0x3f80, 0xbf80, 0x3f7f, 0x3c00, 0xbc01}, 22},
+		{DCR_DT_F16, {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x7bff, 0xfbff,
+			      0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7c01, 0xffff, 0x7fff, 0x3c00}, 16},
+		{DCR_DT_F32, {0, 0x80000000, 1, 0x80000001, 0x007fffff, 0x00800000,
+			      0x7f7fffff, 0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00000,
+			      0xffc00000, 0x7f800001, 0xffffffff, 0x7fffffff, 0x3f800000,
+			      0xbf800000, 0x3c23d70a}, 18},
+		{DCR_DT_F64, {0, 0x8000000000000000ULL, 1, 0x8000000000000001ULL,
+			      0x000fffffffffffffULL, 0x7fefffffffffffffULL, 0x7ff0000000000000ULL,
+			      0xfff0000000000000ULL, 0x7ff8000000000000ULL, 0xfff8000000000001ULL,
+			      0x7ff0000000000001ULL, ~0ULL, 0x7fffffffffffffffULL,
+			      0x3ff0000000000000ULL, 0xbff0000000000000ULL}, 15},
+		{DCR_DT_F8_E4M3, {0x00, 0x80, 0x01, 0x81, 0x7e, 0x7f, 0xfe, 0xff, 0x08, 0x38}, 10},
+		{DCR_DT_F8_E5M2, {0x00, 0x80, 0x01, 0x81, 0x7b, 0x7c, 0x7d, 0xfc, 0xff, 0x3c}, 10},
+		{DCR_DT_F8_E4M3FNUZ, {0x00, 0x80, 0x01, 0x81, 0x7f, 0xff}, 6},
+		{DCR_DT_F8_E8M0, {0x00, 0x01, 0x7f, 0x80, 0xfe, 0xff}, 6},
+		{DCR_DT_I32, {0, 1, 0x7fffffff, 0x80000000, 0xffffffff, 0x80000001}, 6},
+		{DCR_DT_I64, {0, 1, 0x7fffffffffffffffULL, 0x8000000000000000ULL, ~0ULL}, 5},
+		{DCR_DT_U8, {0, 1, 0x7f, 0x80, 0xff}, 5},
+	};
+	for (size_t si = 0; si < sizeof(sets) / sizeof(sets[0]); si++) {
+		int nv = sets[si].nv, dt = sets[si].dt;
+		unsigned unit = dcr_dtype_unit(dt);
+		size_t n = (size_t)nv * nv;
+		uint64_t *pos = malloc(n * 8), *o = malloc(n * 8), *nw = malloc(n * 8);
+		for (size_t i = 0; i < n; i++) {
+			pos[i] = 3 * i;
+			o[i] = sets[si].v[i / nv];
+			nw[i] = sets[si].v[i % nv];
+		}
+		for (int c = 0; c < NCODECS; c++)
+			roundtrip(codecs[c], unit, dt, 3 * n, n, pos, o, nw);
+		free(pos);
+		free(o);
+		free(nw);
+	}
+}
+
+/* +-1 in the monotone order across every bf16 pattern, including +0/-0,
+ * subnormals, infinities and NaNs. */
+Test(codec, every_bf16_pattern_with_one_ulp_steps)
+{
+	size_t n = 3 * 65536;
+	uint64_t *pos = malloc(n * 8), *o = malloc(n * 8), *nw = malloc(n * 8);
+	for (size_t i = 0; i < n; i++) {
+		pos[i] = i;
+		o[i] = i / 3;
+		nw[i] = (i % 3 == 0 ? o[i] + 1 : i % 3 == 1 ? o[i] - 1 : o[i] ^ 0x8000) & 0xffff;
+	}
+	for (int c = 0; c < NCODECS; c++)
+		roundtrip(codecs[c], 2, DCR_DT_BF16, n, n, pos, o, nw);
+	free(pos);
+	free(o);
+	free(nw);
+}
+
+Test(codec, extreme_gaps_and_huge_ranges)
+{
+	uint64_t o[4] = {1, 2, 3, 4}, nw[4] = {5, 6, 7, 8};
+	uint64_t ranges[] = {1ULL << 40, (1ULL << 40) + 12345, UINT64_MAX, UINT64_MAX - 1};
+	for (int r = 0; r < 4; r++) {
+		uint64_t L = ranges[r];
+		uint64_t cases[][3] = {{0, L / 2, L - 1}, {L - 3, L - 2, L - 1}, {0, 1, 2}};
+		for (int k = 0; k < 3; k++)
+			for (int c = 0; c < NCODECS; c++) {
+				roundtrip(codecs[c], 2, DCR_DT_BF16, L, 3, cases[k], o, nw);
+				roundtrip(codecs[c], 8, DCR_DT_U64, L, 1, &cases[k][2], o, nw);
+			}
+	}
+	/* sparse positions in a 2^40 range */
+	size_t n = 5000;
+	uint64_t *pos = malloc(n * 8), *ov = malloc(n * 8), *nv = malloc(n * 8);
+	rs = 7;
+	random_positions(1ULL << 40, n, pos);
+	for (size_t i = 0; i < n; i++) {
+		ov[i] = rnd() & 0xffffffff;
+		nv[i] = (ov[i] + 1) & 0xffffffff;
+	}
+	for (int c = 0; c < NCODECS; c++)
+		roundtrip(codecs[c], 4, DCR_DT_F32, 1ULL << 40, n, pos, ov, nv);
+	free(pos);
+	free(ov);
+	free(nv);
+}
+
+Test(codec, empty_and_dense_items)
+{
+	uint64_t pos[64], o[64], nw[64];
+	for (int i = 0; i < 64; i++) {
+		pos[i] = i;
+		o[i] = 0x3c00 + i;
+		nw[i] = 0x3c01 + i;
+	}
+	for (int c = 0; c < NCODECS; c++) {
+		roundtrip(codecs[c], 2, DCR_DT_BF16, 0, 0, pos, o, nw);
+		roundtrip(codecs[c], 2, DCR_DT_BF16, 100, 0, pos, o, nw);
+		roundtrip(codecs[c], 2, DCR_DT_BF16, 64, 64, pos, o, nw);
+		roundtrip(codecs[c], 2, DCR_DT_BF16, 1, 1, pos, o, nw);
+	}
+	/* a dense run costs nothing for positions */
+	struct dcr_buf b = {0};
+	cr_assert_eq(dcr_codec_encode(DCR_CODEC_DELTA, 2, DCR_DT_BF16, 64, 64, pos, o, nw, &b, NULL), 0);
+	cr_assert_lt(b.len, 24, "dense +1 item is %zu bytes", b.len);
+	dcr_buf_free(&b);
+}
+
+/* A generated bf16 step (fp32 master, lr-sized update, round to nearest
+ * even): every change round-trips and DELTA beats xor-zstd. */
+static uint16_t to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	u += 0x7fff + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+
+Test(codec, generated_bf16_step_round_trips_and_delta_is_smaller)
+{
+	size_t N = 1 << 20, n = 0;
+	uint64_t *pos = malloc(N * 8), *o = malloc(N * 8), *nw = malloc(N * 8);
+	rs = 99;
+	for (size_t i = 0; i < N; i++) {
+		/* sum of uniforms: roughly normal */
+		double g = 0, u = 0;
+		for (int k = 0; k < 4; k++) {
+			g += (double)(rnd() >> 11) / 9007199254740992.0 - 0.5;
+			u += (double)(rnd() >> 11) / 9007199254740992.0 - 0.5;
+		}
+		float w = (float)(g * 0.035), w2 = (float)(w - 1.5e-6 * u * 1.7);
+		uint16_t a = to_bf16(w), b = to_bf16(w2);
+		if (a != b) {
+			pos[n] = i;
+			o[n] = a;
+			nw[n] = b;
+			n++;
+		}
+	}
+	cr_assert(n > N / 200 && n < N / 10, "%zu changes", n);
+	size_t xz = roundtrip(DCR_CODEC_XOR_ZSTD, 2, DCR_DT_BF16, N, n, pos, o, nw);
+	size_t dl = roundtrip(DCR_CODEC_DELTA, 2, DCR_DT_BF16, N, n, pos, o, nw);
+	cr_assert_lt(dl, xz * 9 / 10, "delta %zu bytes, xor-zstd %zu", dl, xz);
+	free(pos);
+	free(o);
+	free(nw);
+}
+
+/* A valid payload for the hostile-input tests. */
+static void sample(int codec, struct dcr_buf *b, size_t *n, uint64_t *range_len,
+		   uint64_t *o)
+{
+	uint64_t pos[300], nw[300];
+	*n = 300;
+	*range_len = 20000;
+	rs = 5;
+	random_positions(*range_len, *n, pos);
+	for (size_t i = 0; i < *n; i++) {
+		o[i] = 0x3c00 + (rnd() & 0x3ff);
+		/* mostly +-1 ULP; every fourth random, so raw bits end the item */
+		nw[i] = (i % 4 ? o[i] + (rnd() % 3) - 1 : rnd()) & 0xffff;
+	}
+	cr_assert_eq(dcr_codec_encode(codec, 2, DCR_DT_BF16, *range_len, *n, pos, o, nw, b, NULL), 0);
+}
+
+/* rc must be 0 or DCR_EFORMAT; successful positions must obey the contract. */
+static int try_decode(int codec, const uint8_t *p, size_t len, uint64_t range_len,
+		      size_t n, const uint64_t *o)
+{
+	uint64_t *pos = calloc(n + 1, 8), *v = calloc(n + 1, 8);
+	struct dcr_err e = {0};
+	int rp = dcr_codec_decode_positions(codec, p, len, 2, range_len, n, pos, &e);
+	cr_assert(rp == 0 || rp == DCR_EFORMAT, "positions rc %d", rp);
+	if (rp < 0)
+		cr_assert(e.msg[0], "error without a message");
+	if (rp == 0)
+		for (size_t i = 0; i < n; i++)
+			cr_assert(pos[i] < range_len && (!i || pos[i] > pos[i - 1]),
+				  "accepted positions break the contract");
+	int rv = dcr_codec_decode_values(codec, p, len, 2, DCR_DT_BF16, range_len, n, pos, o, v, &e);
+	cr_assert(rv == 0 || rv == DCR_EFORMAT, "values rc %d", rv);
+	for (size_t i = 0; i < n && rv == 0; i++)
+		cr_assert(v[i] <= 0xffff, "decoded value wider than the unit");
+	free(pos);
+	free(v);
+	return rp < 0 || rv < 0 ? -1 : 0;
+}
+
+Test(codec, every_truncation_is_refused)
+{
+	for (int c = 0; c < NCODECS; c++) {
+		struct dcr_buf b = {0};
+		size_t n;
+		uint64_t L, o[300];
+		sample(codecs[c], &b, &n, &L, o);
+		for (size_t len = 0; len < b.len; len++)
+			cr_assert_lt(try_decode(codecs[c], b.p, len, L, n, o), 0,
+				     "%s: truncation to %zu of %zu bytes accepted",
+				     dcr_codec_name(codecs[c]), len, b.len);
+		cr_assert_eq(try_decode(codecs[c], b.p, b.len, L, n, o), 0);
+		dcr_buf_free(&b);
+	}
+}
+
+Test(codec, wrong_n_or_range_is_refused)
+{
+	for (int c = 0; c < NCODECS; c++) {
+		struct dcr_buf b = {0};
+		size_t n;
+		uint64_t L, o[301] = {0};
+		sample(codecs[c], &b, &n, &L, o);
+		uint64_t pos[301];
+		struct dcr_err e = {0};
+		cr_assert_lt(try_decode(codecs[c], b.p, b.len, L, n - 1, o), 0);
+		cr_assert_lt(try_decode(codecs[c], b.p, b.len, L, n + 1, o), 0);
+		cr_assert_eq(dcr_codec_decode_positions(codecs[c], b.p, b.len, 2, 299, n, pos, &e),
+			     DCR_EFORMAT, "range shorter than n accepted");
+		/* a range that ends before the last position */
+		uint64_t last;
+		cr_assert_eq(dcr_codec_decode_positions(codecs[c], b.p, b.len, 2, L, n, pos, &e), 0);
+		last = pos[n - 1];
+		cr_assert_eq(dcr_codec_decode_positions(codecs[c], b.p, b.len, 2, last, n, pos, &e),
+			     DCR_EFORMAT);
+		cr_assert(strstr(e.msg, "range"), "message: %s", e.msg);
+		cr_assert_eq(dcr_codec_decode_positions(codecs[c], b.p, b.len, 3, L, n, pos, &e),
+			     DCR_EFORMAT);
+		cr_assert_eq(dcr_codec_decode_positions(77, b.p, b.len, 2, L, n, pos, &e), DCR_EFORMAT);
+		dcr_buf_free(&b);
+	}
+}
+
+Test(codec, corrupted_and_random_payloads_never_crash)
+{
+	for (int c = 0; c < NCODECS; c++) {
+		struct dcr_buf b = {0};
+		size_t n;
+		uint64_t L, o[300];
+		sample(codecs[c], &b, &n, &L, o);
+		uint8_t *p = malloc(b.len);
+		rs = 11;
+		for (int t = 0; t < 3000; t++) {
+			memcpy(p, b.p, b.len);
+			int flips = 1 + (int)(rnd() % 4);
+			for (int k = 0; k < flips; k++)
+				p[rnd() % b.len] ^= (uint8_t)(1u << (rnd() % 8));
+			try_decode(codecs[c], p, b.len, L, n, o);
+		}
+		for (int t = 0; t < 3000; t++) {
+			size_t len = rnd() % 600;
+			uint8_t *q = malloc(len + 1);
+			for (size_t i = 0; i < len; i++)
+				q[i] = (uint8_t)rnd();
+			if (len && t % 3 == 0)
+				q[0] = 0xac, q[1 % len] = 0x02; /* n = 300 to get past the header */
+			try_decode(codecs[c], q, len, L, n, o);
+			free(q);
+		}
+		free(p);
+		dcr_buf_free(&b);
+	}
+}
+
+Test(codec, encoder_refuses_bad_input)
+{
+	uint64_t pos[3] = {1, 1, 2}, o[3] = {0}, nw[3] = {1, 2, 3};
+	struct dcr_buf b = {0};
+	struct dcr_err e = {0};
+	for (int c = 0; c < NCODECS; c++) {
+		cr_assert_eq(dcr_codec_encode(codecs[c], 2, DCR_DT_BF16, 10, 3, pos, o, nw, &b, &e), -EINVAL);
+		uint64_t p2[3] = {1, 2, 10};
+		cr_assert_eq(dcr_codec_encode(codecs[c], 2, DCR_DT_BF16, 10, 3, p2, o, nw, &b, &e), -EINVAL);
+		uint64_t p3[3] = {1, 2, 3}, wide[3] = {1, 0x10000, 3};
+		cr_assert_eq(dcr_codec_encode(codecs[c], 2, DCR_DT_BF16, 10, 3, p3, o, wide, &b, &e), -EINVAL);
+		cr_assert_eq(dcr_codec_encode(codecs[c], 3, DCR_DT_BF16, 10, 3, p3, o, nw, &b, &e), -EINVAL);
+	}
+	cr_assert_eq(dcr_codec_encode(9, 2, DCR_DT_BF16, 10, 0, pos, o, nw, &b, &e), -EINVAL);
+	dcr_buf_free(&b);
+}
+
+Test(codec, choose_keeps_the_smaller_encoding_and_it_decodes)
+{
+	/* periodic positions and one repeated value: zstd's kind of data */
+	size_t n = 200;
+	uint64_t pos[200], o[200], nw[200];
+	for (size_t i = 0; i < n; i++) {
+		pos[i] = 4097 * i + 5;
+		o[i] = 0x1234;
+		nw[i] = 0x9abc;
+	}
+	for (int effort = 0; effort < 2; effort++) {
+		struct dcr_buf b = {0}, x = {0}, d = {0};
+		dcr_buf_add_u8(&b, 0xee); /* appends after what is there */
+		int codec = dcr_codec_choose(effort, 2, DCR_DT_BF16, 4097 * n, n, pos, o, nw, &b, NULL);
+		cr_assert(codec == DCR_CODEC_DELTA || codec == DCR_CODEC_XOR_ZSTD, "codec %d", codec);
+		cr_assert_eq(dcr_codec_encode(DCR_CODEC_XOR_ZSTD, 2, DCR_DT_BF16, 4097 * n, n, pos, o, nw, &x, NULL), 0);
+		cr_assert_eq(dcr_codec_encode(DCR_CODEC_DELTA, 2, DCR_DT_BF16, 4097 * n, n, pos, o, nw, &d, NULL), 0);
+		size_t best = x.len < d.len ? x.len : d.len;
+		cr_assert_eq(b.len - 1, best, "chose %zu bytes, best %zu", b.len - 1, best);
+		cr_assert_eq(b.p[0], 0xee);
+		uint64_t p2[200], v2[200];
+		cr_assert_eq(dcr_codec_decode_positions(codec, b.p + 1, b.len - 1, 2, 4097 * n, n, p2, NULL), 0);
+		cr_assert_eq(dcr_codec_decode_values(codec, b.p + 1, b.len - 1, 2, DCR_DT_BF16, 4097 * n, n, p2, o, v2, NULL), 0);
+		cr_assert(!memcmp(p2, pos, sizeof(pos)) && !memcmp(v2, nw, sizeof(nw)));
+		dcr_buf_free(&b);
+		dcr_buf_free(&x);
+		dcr_buf_free(&d);
+	}
+}
