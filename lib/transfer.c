@@ -116,6 +116,16 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 				sizes[i] = UINT64_MAX;
 			cap = ncap;
 		}
+		if (sizes[idx] != UINT64_MAX) {
+			/* a duplicate: the same bytes are already going up (as
+			 * dcr-apply skips them); other bytes are an error */
+			if (sizes[idx] != len || memcmp(dig[idx].b, pl.digest.b, 32)) {
+				r = dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents",
+						ename);
+				break;
+			}
+			continue;
+		}
 		dig[idx] = pl.digest;
 		sizes[idx] = len;
 		/* wait for a free slot, then upload this payload in the background */
