@@ -23,6 +23,9 @@ static const char usage[] =
 	"                       holding CKPT (an earlier attempt's target); repeatable\n"
 	"      --chunk N        elements per item (default 1048576)\n"
 	"      --threads N      compare with N threads (default: one per core)\n"
+	"      --codec C        item codec: auto (default: the delta codec where it\n"
+	"                       pays), plain (xor-zstd: squashable without the\n"
+	"                       receiver's bits) or delta\n"
 	"      --no-cache       do not leave NEW's digests in NEW/.dcr/state\n"
 	"                       (the next diff, whose base is NEW, then need not hash it)\n"
 	"      --stats          print a summary to stderr\n"
@@ -43,6 +46,7 @@ int main(int argc, char **argv)
 		{"chunk", required_argument, NULL, 'C'},
 		{"stats", no_argument, NULL, 'S'},
 		{"no-cache", no_argument, NULL, 'N'},
+		{"codec", required_argument, NULL, 'K'},
 		{"threads", required_argument, NULL, 'T'},
 		{"porcelain", no_argument, NULL, 'P'},
 		{"progress", no_argument, NULL, 'p'},
@@ -77,6 +81,16 @@ int main(int argc, char **argv)
 		case 'A': also[nalso++] = optarg; break;
 		case 'S': stats = 1; break;
 		case 'N': o.no_cache = 1; break;
+		case 'K':
+			if (!strcmp(optarg, "auto"))
+				o.codec = DCR_CODEC_AUTO;
+			else if (!strcmp(optarg, "plain") || !strcmp(optarg, "xor-zstd"))
+				o.codec = DCR_CODEC_PLAIN;
+			else if (!strcmp(optarg, "delta"))
+				o.codec = DCR_CODEC_DELTA;
+			else
+				cmd_usage_error(usage, "--codec wants auto, plain or delta, not '%s'", optarg);
+			break;
 		case 'T':
 			o.threads = atoi(optarg);
 			if (o.threads < 1 || o.threads > 64)

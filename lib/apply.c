@@ -493,13 +493,9 @@ static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struc
 			return r;
 		struct ptensor *pt = &p->t[it.tensor];
 		unsigned unit = dcr_dtype_unit(pt->t.dtype);
-		if ((r = dcr_item_decode(&it, unit, &d->ch, e)))
+		const uint8_t *base = it.enc == DCR_ENC_XOR ? pt->cur->data + it.start * unit : NULL;
+		if ((r = dcr_item_resolve(&it, unit, base, &d->ch, e)))
 			return r;
-		if (it.enc == DCR_ENC_XOR) {
-			const uint8_t *base = pt->cur->data + it.start * unit;
-			for (size_t k = 0; k < d->ch.n; k++)
-				d->ch.val[k] ^= load_unit(base + d->ch.pos[k] * unit, unit);
-		}
 		d->enc.len = 0;
 		*o = it;
 		o->enc = DCR_ENC_OVERWRITE;
@@ -1297,11 +1293,8 @@ static int spool_payload(struct spool *s, const struct dcr_payload *pl, const ch
 							what, t->name);
 					break;
 				}
-				if ((r = dcr_item_decode(&it, unit, &s->ch, e)))
+				if ((r = dcr_item_resolve(&it, unit, ct->data + it.start * unit, &s->ch, e)))
 					break;
-				const uint8_t *base = ct->data + it.start * unit;
-				for (size_t k = 0; k < s->ch.n; k++)
-					s->ch.val[k] ^= load_unit(base + s->ch.pos[k] * unit, unit);
 				s->enc.len = 0;
 				it.enc = DCR_ENC_OVERWRITE;
 				if ((r = dcr_item_encode(&s->ch, unit, it.len, it.flags & DCR_ITEM_DENSE,

@@ -8,6 +8,7 @@
 
 #include <zstd.h>
 
+#include "codec.h"
 #include "delta.h"
 
 /* ---- changes ---- */
@@ -35,148 +36,155 @@ void dcr_changes_free(struct dcr_changes *c)
 	memset(c, 0, sizeof(*c));
 }
 
-/* ---- PLAIN codec ----
- * [positions: varint zlen, zstd frame of gap varints]  (absent when dense)
- * values: varint zlen, zstd frame of n*unit bytes stored byte plane by byte
- * plane (all low bytes, then the next, ...). */
+/* ---- item data ----
+ * codec 1 (PLAIN, the xor-zstd layout of dcr-format-codec(5)): positions as
+ * zstd-compressed gap varints (absent when the item is dense), then values
+ * byte-plane shuffled and zstd-compressed: XOR masks for XOR items, new
+ * stored bits for OVERWRITE items.
+ * codec 2 (DELTA): the delta codec; XOR items' values are coded against the
+ * bits the receiver holds, OVERWRITE items' against zero. Never dense. */
 
-static int zstd_add(struct dcr_buf *out, const void *src, size_t n, struct dcr_err *e)
-{
-	size_t bound = ZSTD_compressBound(n);
-	struct dcr_buf z = {0};
-	if (dcr_buf_reserve(&z, bound))
-		return dcr_err_sys(e, ENOMEM, "item");
-	size_t zl = ZSTD_compress(z.p, bound, src, n, 1);
-	if (ZSTD_isError(zl)) {
-		dcr_buf_free(&z);
-		return dcr_err_set(e, DCR_EFORMAT, "zstd: %s", ZSTD_getErrorName(zl));
-	}
-	int r = dcr_buf_add_varint(out, zl) || dcr_buf_add(out, z.p, zl) ? -ENOMEM : 0;
-	dcr_buf_free(&z);
-	return r ? dcr_err_sys(e, ENOMEM, "item") : 0;
-}
-
-/* Decompress one length-prefixed frame of exactly `want` bytes (or at most
- * `want` when !exact) into dst; returns the size. */
-static int64_t zstd_take(struct dcr_rd *rd, void *dst, size_t want, int exact,
+/* Values only (dense items): byte planes, one zstd frame. */
+static int planes_encode(const uint64_t *val, size_t n, unsigned unit, struct dcr_buf *out,
 			 struct dcr_err *e)
 {
-	uint64_t zl = dcr_rd_varint(rd);
-	const uint8_t *z = rd->bad ? NULL : dcr_rd_bytes(rd, zl);
-	if (!z)
-		return dcr_err_set(e, DCR_EFORMAT, "item data is truncated");
+	uint8_t *planes = malloc(n * unit + 1);
+	size_t bound = ZSTD_compressBound(n * unit);
+	if (!planes || dcr_buf_reserve(out, bound + 10)) {
+		free(planes);
+		return dcr_err_sys(e, ENOMEM, "item");
+	}
+	for (unsigned b = 0; b < unit; b++)
+		for (size_t i = 0; i < n; i++)
+			planes[(size_t)b * n + i] = (uint8_t)(val[i] >> (8 * b));
+	struct dcr_buf z = {0};
+	int r = dcr_buf_reserve(&z, bound) ? -ENOMEM : 0;
+	size_t zl = r ? 0 : ZSTD_compress(z.p, bound, planes, n * unit, 1);
+	free(planes);
+	if (!r && ZSTD_isError(zl))
+		r = dcr_err_set(e, DCR_EFORMAT, "zstd: %s", ZSTD_getErrorName(zl));
+	else if (r || dcr_buf_add_varint(out, zl) || dcr_buf_add(out, z.p, zl))
+		r = dcr_err_sys(e, ENOMEM, "item");
+	dcr_buf_free(&z);
+	return r;
+}
+
+static int planes_decode(const uint8_t *p, size_t len, size_t n, unsigned unit, uint64_t *val,
+			 struct dcr_err *e)
+{
+	struct dcr_rd rd;
+	dcr_rd_init(&rd, p, len);
+	uint64_t zl = dcr_rd_varint(&rd);
+	const uint8_t *z = rd.bad ? NULL : dcr_rd_bytes(&rd, zl);
+	if (!z || dcr_rd_left(&rd))
+		return dcr_err_set(e, DCR_EFORMAT, "item data is truncated or has trailing bytes");
 	unsigned long long cs = ZSTD_getFrameContentSize(z, zl);
-	if (cs == ZSTD_CONTENTSIZE_ERROR || cs == ZSTD_CONTENTSIZE_UNKNOWN || cs > want ||
-	    (exact && cs != want))
+	if (cs != (unsigned long long)n * unit)
 		return dcr_err_set(e, DCR_EFORMAT, "item data frame has a bad size");
-	size_t got = ZSTD_decompress(dst, want ? want : 1, z, zl);
-	if (ZSTD_isError(got) || got != cs)
-		return dcr_err_set(e, DCR_EFORMAT, "item data is corrupt: %s",
-				   ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short frame");
-	return (int64_t)got;
+	uint8_t *tmp = malloc(n * unit + 1);
+	if (!tmp)
+		return dcr_err_sys(e, ENOMEM, "item");
+	size_t got = ZSTD_decompress(tmp, n * unit + 1, z, zl);
+	if (ZSTD_isError(got) || got != n * unit) {
+		free(tmp);
+		return dcr_err_set(e, DCR_EFORMAT, "item data is corrupt");
+	}
+	for (size_t i = 0; i < n; i++)
+		val[i] = 0;
+	for (unsigned b = 0; b < unit; b++)
+		for (size_t i = 0; i < n; i++)
+			val[i] |= (uint64_t)tmp[(size_t)b * n + i] << (8 * b);
+	free(tmp);
+	return 0;
 }
 
 int dcr_item_encode(const struct dcr_changes *ch, unsigned unit, uint64_t len,
 		    int dense, uint8_t *codec, struct dcr_buf *out, struct dcr_err *e)
 {
-	int r = 0;
 	*codec = DCR_CODEC_PLAIN;
-	if (!dense) {
-		struct dcr_buf g = {0};
-		uint64_t prev = 0;
-		for (size_t i = 0; i < ch->n && !r; i++) {
-			r = dcr_buf_add_varint(&g, ch->pos[i] - prev);
-			prev = ch->pos[i] + 1;
-		}
-		if (r) {
-			dcr_buf_free(&g);
-			return dcr_err_sys(e, ENOMEM, "item");
-		}
-		r = zstd_add(out, g.p, g.len, e);
-		dcr_buf_free(&g);
-		if (r)
-			return r;
-	}
-	(void)len;
-	uint8_t *planes = malloc(ch->n * unit + 1);
-	if (!planes)
-		return dcr_err_sys(e, ENOMEM, "item");
-	for (unsigned b = 0; b < unit; b++) {
-		uint8_t *p = planes + (size_t)b * ch->n;
-		for (size_t i = 0; i < ch->n; i++)
-			p[i] = (uint8_t)(ch->val[i] >> (8 * b));
-	}
-	r = zstd_add(out, planes, ch->n * unit, e);
-	free(planes);
-	return r;
+	if (dense)
+		return planes_encode(ch->val, ch->n, unit, out, e);
+	return dcr_codec_encode(DCR_CODEC_XOR_ZSTD, unit, 0, len, ch->n, ch->pos, NULL, ch->val,
+				out, e);
 }
 
-int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes *ch,
-		    struct dcr_err *e)
+int dcr_item_encode_xor(size_t n, const uint64_t *pos, const uint64_t *oldv,
+			const uint64_t *newv, unsigned unit, int dtype, uint64_t len, int codec,
+			uint8_t *used, struct dcr_buf *out, struct dcr_err *e)
 {
-	if (it->codec != DCR_CODEC_PLAIN)
+	int c = codec == DCR_CODEC_PLAIN || codec == DCR_CODEC_DELTA
+			? dcr_codec_encode(codec, unit, dtype, len, n, pos, oldv, newv, out, e)
+			: dcr_codec_choose(0, unit, dtype, len, n, pos, oldv, newv, out, e);
+	if (c < 0)
+		return c;
+	*used = (uint8_t)(codec == DCR_CODEC_PLAIN || codec == DCR_CODEC_DELTA ? codec : c);
+	return 0;
+}
+
+static int check_item(const struct dcr_item *it, struct dcr_changes *ch, struct dcr_err *e)
+{
+	if (it->codec != DCR_CODEC_PLAIN && it->codec != DCR_CODEC_DELTA)
 		return dcr_err_set(e, DCR_EFORMAT, "item uses unknown codec %u", it->codec);
 	if (it->n > it->len || it->len > DCR_ITEM_MAX_ELEMS)
 		return dcr_err_set(e, DCR_EFORMAT, "item claims %llu changes in %llu elements",
 				   (unsigned long long)it->n, (unsigned long long)it->len);
 	int dense = it->flags & DCR_ITEM_DENSE;
-	if (dense && it->n != it->len)
-		return dcr_err_set(e, DCR_EFORMAT, "dense item does not cover its range");
-	size_t n = (size_t)it->n;
-	if (dcr_changes_reserve(ch, n + 1))
+	if (dense && (it->n != it->len || it->codec != DCR_CODEC_PLAIN))
+		return dcr_err_set(e, DCR_EFORMAT, "malformed dense item");
+	if (dcr_changes_reserve(ch, (size_t)it->n + 1))
 		return dcr_err_sys(e, ENOMEM, "item");
-	ch->n = n;
-	struct dcr_rd rd;
-	dcr_rd_init(&rd, it->data, it->data_len);
-	uint8_t *tmp = malloc(n * 10 + unit * n + 1);
-	if (!tmp)
-		return dcr_err_sys(e, ENOMEM, "item");
-	int64_t got;
-	int r = 0;
-	if (dense) {
-		for (size_t i = 0; i < n; i++)
+	ch->n = (size_t)it->n;
+	return 0;
+}
+
+static int decode_positions(const struct dcr_item *it, unsigned unit, struct dcr_changes *ch,
+			    struct dcr_err *e)
+{
+	int r = check_item(it, ch, e);
+	if (r)
+		return r;
+	if (it->flags & DCR_ITEM_DENSE) {
+		for (size_t i = 0; i < ch->n; i++)
 			ch->pos[i] = i;
-	} else {
-		got = zstd_take(&rd, tmp, n * 10, 0, e);
-		if (got < 0) {
-			r = (int)got;
-			goto out;
-		}
-		struct dcr_rd g;
-		dcr_rd_init(&g, tmp, (size_t)got);
-		uint64_t next = 0;
-		for (size_t i = 0; i < n; i++) {
-			uint64_t gap = dcr_rd_varint(&g);
-			if (g.bad || gap >= it->len || next + gap >= it->len) {
-				r = dcr_err_set(e, DCR_EFORMAT, "item positions are corrupt");
-				goto out;
-			}
-			ch->pos[i] = next + gap;
-			next = ch->pos[i] + 1;
-		}
-		if (dcr_rd_left(&g)) {
-			r = dcr_err_set(e, DCR_EFORMAT, "item positions have trailing bytes");
-			goto out;
-		}
+		return 0;
 	}
-	got = zstd_take(&rd, tmp, n * unit, 1, e);
-	if (got < 0) {
-		r = (int)got;
-		goto out;
-	}
-	if (dcr_rd_left(&rd)) {
-		r = dcr_err_set(e, DCR_EFORMAT, "item data has trailing bytes");
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++)
-		ch->val[i] = 0;
-	for (unsigned b = 0; b < unit; b++) {
-		const uint8_t *p = tmp + (size_t)b * n;
-		for (size_t i = 0; i < n; i++)
-			ch->val[i] |= (uint64_t)p[i] << (8 * b);
-	}
-out:
-	free(tmp);
+	return dcr_codec_decode_positions(it->codec, it->data, it->data_len, unit, it->len, ch->n,
+					  ch->pos, e);
+}
+
+int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes *ch,
+		    struct dcr_err *e)
+{
+	int r = decode_positions(it, unit, ch, e);
+	if (r)
+		return r;
+	if (it->flags & DCR_ITEM_DENSE)
+		return planes_decode(it->data, it->data_len, ch->n, unit, ch->val, e);
+	if (it->codec == DCR_CODEC_DELTA && it->enc == DCR_ENC_XOR)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "item is coded against the receiver's bits (codec delta); it cannot be decoded without them");
+	return dcr_codec_decode_values(it->codec, it->data, it->data_len, unit, 0, it->len, ch->n,
+				       ch->pos, NULL, ch->val, e);
+}
+
+int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *old,
+		     struct dcr_changes *ch, struct dcr_err *e)
+{
+	if (it->enc != DCR_ENC_XOR)
+		return dcr_item_decode(it, unit, ch, e);
+	int r = decode_positions(it, unit, ch, e);
+	if (r)
+		return r;
+	if (!old)
+		return dcr_err_set(e, DCR_EFORMAT, "XOR item without base bits");
+	uint64_t *oldv = malloc((ch->n + 1) * sizeof(uint64_t));
+	if (!oldv)
+		return dcr_err_sys(e, ENOMEM, "item");
+	for (size_t k = 0; k < ch->n; k++)
+		oldv[k] = load_unit(old + ch->pos[k] * unit, unit);
+	r = dcr_codec_decode_values(it->codec, it->data, it->data_len, unit, 0, it->len, ch->n,
+				    ch->pos, oldv, ch->val, e);
+	free(oldv);
 	return r;
 }
 

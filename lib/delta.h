@@ -8,6 +8,7 @@
 #ifndef DCR_DELTA_H
 #define DCR_DELTA_H
 
+#include "codec.h"
 #include "dcr.h"
 #include "util.h"
 
@@ -68,13 +69,27 @@ struct dcr_changes {
 int dcr_changes_reserve(struct dcr_changes *c, size_t n);
 void dcr_changes_free(struct dcr_changes *c);
 
-/* Codec of item data: positions then values; see dcr-format-delta(5). */
-enum { DCR_CODEC_PLAIN = 1 };
+/* Codec of item data; see dcr-format-delta(5) and dcr-format-codec(5).
+ * PLAIN is the xor-zstd layout (values against zero for overwrites, XOR
+ * masks for XOR items); DELTA codes XOR items' values against the bits the
+ * receiver holds. */
+enum { DCR_CODEC_AUTO = 0, DCR_CODEC_PLAIN = DCR_CODEC_XOR_ZSTD };
+/* Encode values as they are (masks or new bits): PLAIN. */
 int dcr_item_encode(const struct dcr_changes *ch, unsigned unit, uint64_t len,
 		    int dense, uint8_t *codec, struct dcr_buf *out, struct dcr_err *e);
-/* Decode positions and values. */
+/* Encode an XOR item from old and new bits with `codec` (PLAIN, DELTA, or
+ * AUTO: the one that pays); *used gets the codec chosen. */
+int dcr_item_encode_xor(size_t n, const uint64_t *pos, const uint64_t *oldv,
+			const uint64_t *newv, unsigned unit, int dtype, uint64_t len, int codec,
+			uint8_t *used, struct dcr_buf *out, struct dcr_err *e);
+/* Positions and values as coded (masks for PLAIN XOR items); fails for
+ * DELTA-coded XOR items, which need the receiver's bits. */
 int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes *ch,
 		    struct dcr_err *e);
+/* Positions and the NEW stored bits, given the current bits of the item's
+ * range (old points at element it->start; unused for OVERWRITE items). */
+int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *old,
+		     struct dcr_changes *ch, struct dcr_err *e);
 
 /* An output: the delta writer hashes and forwards every byte. */
 struct dcr_sink {

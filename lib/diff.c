@@ -156,17 +156,29 @@ struct worker {
 	struct dctx *d;
 	uint8_t *ba, *bb;
 	struct dcr_changes ch;
+	uint64_t *oldv;
 	struct dcr_buf enc;
 	struct dcr_sha *sha;
 };
 
 static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, uint64_t len,
-		    int dense, struct worker *w, unsigned unit, struct dcr_err *e)
+		    int dense, struct worker *w, unsigned unit, int dtype, struct dcr_err *e)
 {
 	w->enc.len = 0;
 	struct dcr_item it = {.tensor = tidx, .enc = enc, .start = start, .len = len,
 			      .n = w->ch.n, .flags = dense ? DCR_ITEM_DENSE : 0};
-	int r = dcr_item_encode(&w->ch, unit, len, dense, &it.codec, &w->enc, e);
+	int r;
+	if (enc == DCR_ENC_XOR) {
+		/* old bits from the base chunk; new = old ^ mask */
+		for (size_t k = 0; k < w->ch.n; k++) {
+			w->oldv[k] = load_unit(w->ba + w->ch.pos[k] * unit, unit);
+			w->ch.val[k] ^= w->oldv[k];
+		}
+		r = dcr_item_encode_xor(w->ch.n, w->ch.pos, w->oldv, w->ch.val, unit, dtype, len,
+					w->d->o->codec, &it.codec, &w->enc, e);
+	} else {
+		r = dcr_item_encode(&w->ch, unit, len, dense, &it.codec, &w->enc, e);
+	}
 	if (r)
 		return r;
 	it.data = w->enc.p;
@@ -203,14 +215,16 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 						   ni->name, d->a->path);
 			w->ch.n = scan(w->ba, w->bb, nb, unit, w->ch.pos, w->ch.val);
 			if (w->ch.n)
-				r = add_item(t, (uint32_t)i, DCR_ENC_XOR, s, len, 0, w, unit, &t->e);
+				r = add_item(t, (uint32_t)i, DCR_ENC_XOR, s, len, 0, w, unit, ni->dtype,
+					     &t->e);
 		} else {
 			for (uint64_t k = 0; k < len; k++) {
 				w->ch.pos[k] = k;
 				w->ch.val[k] = load_unit(w->bb + k * unit, unit);
 			}
 			w->ch.n = len;
-			r = add_item(t, (uint32_t)i, DCR_ENC_OVERWRITE, s, len, 1, w, unit, &t->e);
+			r = add_item(t, (uint32_t)i, DCR_ENC_OVERWRITE, s, len, 1, w, unit, ni->dtype,
+				     &t->e);
 		}
 	}
 	dcr_sha_final(w->sha, &t->digest);
@@ -331,7 +345,9 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		ws[k].ba = malloc(cbytes);
 		ws[k].bb = malloc(cbytes);
 		ws[k].sha = dcr_sha_new();
-		if (!ws[k].ba || !ws[k].bb || !ws[k].sha || dcr_changes_reserve(&ws[k].ch, d.chunk)) {
+		ws[k].oldv = malloc((size_t)d.chunk * sizeof(uint64_t));
+		if (!ws[k].ba || !ws[k].bb || !ws[k].sha || !ws[k].oldv ||
+		    dcr_changes_reserve(&ws[k].ch, d.chunk)) {
 			r = dcr_err_sys(e, ENOMEM, "diff");
 			goto out;
 		}
@@ -415,6 +431,7 @@ out:
 		for (int k = 0; k < threads; k++) {
 			free(ws[k].ba);
 			free(ws[k].bb);
+			free(ws[k].oldv);
 			dcr_sha_free(ws[k].sha);
 			dcr_changes_free(&ws[k].ch);
 			dcr_buf_free(&ws[k].enc);
