@@ -548,9 +548,21 @@ int dcr_store_put_if_absent(struct dcr_store *s, const char *name,
 	int r = dcr_store_check_name(name, e);
 	if (r)
 		return r;
-	if (s->kind == STORE_DIR)
-		return dir_put(s, name, buf, len, NULL, 1, e);
-	return dcr_net_put(s, name, buf, len, -1, 0, 1, e);
+	r = s->kind == STORE_DIR ? dir_put(s, name, buf, len, NULL, 1, e)
+				 : dcr_net_put(s, name, buf, len, -1, 0, 1, e);
+	if (r == DCR_ECONFLICT) {
+		/* A create whose answer was lost (and retried, by us or by
+		 * libcurl on a dead reused connection) finds its own bytes:
+		 * exactly these bytes there means the create is done. */
+		uint8_t *got = NULL;
+		size_t glen = 0;
+		struct dcr_err ge;
+		if (!dcr_store_get(s, name, &got, &glen, &ge) && glen == len &&
+		    (!len || !memcmp(got, buf, len)))
+			r = 0;
+		free(got);
+	}
+	return r;
 }
 
 int dcr_store_put_file(struct dcr_store *s, const char *name, const char *path,

@@ -85,7 +85,11 @@ int dcr_store_put(struct dcr_store *s, const char *name, const void *buf,
  * a first pass, multipart reads one part at a time per stream). */
 int dcr_store_put_file(struct dcr_store *s, const char *name, const char *path,
 		       struct dcr_err *e);
-/* Create name only if no object has that name: DCR_ECONFLICT if one does.
+/* Create name only if no object has that name: DCR_ECONFLICT if one with
+ * other content does. If the object already holds exactly these bytes the
+ * call succeeds: that is how a retried create whose first answer was lost
+ * looks, so callers must put something unique to them (an id, the state id
+ * they bind) in the content.
  * Directory: link(2) of a complete temp file. HTTP and S3: a PUT with
  * "If-None-Match: *". The first call on a remote store checks, once, that the
  * server honours that header (it writes, re-puts conditionally and deletes

@@ -243,6 +243,8 @@ struct req {
 	uint64_t skip;
 	struct dcr_buf resp;
 
+	int no_retry;              /* one attempt only */
+
 	/* across attempts */
 	uint64_t got;
 	char pin[256];
@@ -533,7 +535,7 @@ static int perform(struct dcr_store *s, struct req *q, struct dcr_err *e)
 	}
 	for (;; attempts++) {
 		if (attempts) {
-			if (attempts > s->o.retries) {
+			if (attempts > (q->no_retry ? 0 : s->o.retries)) {
 				r = dcr_err_set(e, -EIO, "cannot %s '%s': %s (gave up after %d attempts)",
 						m, q->what, cause, attempts);
 				break;
@@ -1088,10 +1090,8 @@ abort: {
 		if (m.query_id && !obj_req(s, name, &q, &w2, &ign)) {
 			q.method = "DELETE";
 			q.query = m.query_id;
-			int keep = s->o.retries;
-			s->o.retries = 0; /* never sleep on the way out */
+			q.no_retry = 1; /* never sleep on the way out */
 			perform(s, &q, &ign);
-			s->o.retries = keep;
 			req_free(&q);
 			free(w2);
 		}

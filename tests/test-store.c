@@ -400,6 +400,8 @@ Test(dir, put_if_absent_conflicts_and_keeps_the_first)
 {
 	struct dcr_err e;
 	cr_assert_eq(dcr_store_put_if_absent(st, "refs/policy", "v1", 2, &e), 0, "%s", e.msg);
+	cr_assert_eq(dcr_store_put_if_absent(st, "refs/policy", "v1", 2, &e), 0,
+		     "the same bytes again is a create that already happened");
 	cr_assert_eq(dcr_store_put_if_absent(st, "refs/policy", "v2", 2, &e), DCR_ECONFLICT);
 	cr_assert(strstr(e.msg, "refs/policy") && strstr(e.msg, "already exists"), "%s", e.msg);
 	uint8_t *b;

@@ -4,6 +4,10 @@
 //   --cut-first N    send only half the body of the first N successful GETs
 //                    of each URL, then close the connection
 //   --always-cut     cut every successful GET with a body
+//   --drop-first N   carry out the first N requests of each METHOD+URL, then
+//                    close the connection without an answer (the answer is
+//                    lost, the effect is not)
+//   --stall-first N  never answer the first N requests of each METHOD+URL
 //   --match REGEX    faults only for URLs matching REGEX
 //   --log FILE       append "METHOD URL STATUS [range=...] [CUT]" per request
 const fs = require('fs');
@@ -25,6 +29,8 @@ class Faults {
     this.failFirst = parseInt(o.failFirst || '0', 10);
     this.cutFirst = parseInt(o.cutFirst || '0', 10);
     this.alwaysCut = !!o.alwaysCut;
+    this.dropFirst = parseInt(o.dropFirst || '0', 10);
+    this.stallFirst = parseInt(o.stallFirst || '0', 10);
     this.match = o.match ? new RegExp(o.match) : null;
     this.logFile = o.log || null;
     this.seen = new Map();
@@ -38,6 +44,12 @@ class Faults {
   }
   shouldFail(req) {
     return this.failFirst > 0 && this.applies(req) && this.count('fail', req) <= this.failFirst;
+  }
+  shouldDrop(req) {
+    return this.dropFirst > 0 && this.applies(req) && this.count('drop', req) <= this.dropFirst;
+  }
+  shouldStall(req) {
+    return this.stallFirst > 0 && this.applies(req) && this.count('stall', req) <= this.stallFirst;
   }
   shouldCut(req, status, len) {
     if (req.method !== 'GET' || (status !== 200 && status !== 206) || len < 2 || !this.applies(req))

@@ -27,6 +27,7 @@ async function handle(req, res) {
   const u = new URL(req.url, 'http://x');
   const p = decodeURIComponent(u.pathname);
   if (faults.shouldFail(req)) return text(res, req, 500, 'internal error (injected)');
+  if (faults.shouldStall(req)) return faults.log(req, 0, 'STALL');
   const obj = objects.get(p);
   switch (req.method) {
     case 'PUT': {
@@ -34,6 +35,10 @@ async function handle(req, res) {
         return text(res, req, 412, 'precondition failed: object exists');
       const etag = '"' + crypto.createHash('md5').update(body).digest('hex') + '"';
       objects.set(p, { data: body, etag });
+      if (faults.shouldDrop(req)) {
+        faults.log(req, 0, 'DROPPED');
+        return req.socket.destroy();
+      }
       return send(res, req, faults, 200, { ETag: etag, 'Content-Length': 0 });
     }
     case 'GET':
