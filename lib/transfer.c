@@ -256,7 +256,11 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 		if (!have_m) {
 			r = dcr_store_get(s, mo, &man, &man_len, e);
 			if (!r) {
-				if ((r = dcr_manifest_parse(man, man_len, mo, &m, e)))
+				char *url = dcr_asprintf("%s/%s", dcr_store_url(s), mo);
+				r = url ? dcr_manifest_parse(man, man_len, url, &m, e)
+					: dcr_err_sys(e, ENOMEM, "pull");
+				free(url);
+				if (r)
 					goto out;
 				have_m = 1;
 			} else if (r != DCR_ENOTFOUND) {
@@ -338,8 +342,11 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 				*e = pj->job.err;
 				goto out;
 			}
-			r = check_payload(pj->oname, pj->job.buf, pj->job.buf_len, next,
-					  have_m ? &m.pdigest[next] : NULL, e);
+			char *url = dcr_asprintf("%s/%s", dcr_store_url(s), pj->oname);
+			r = url ? check_payload(url, pj->job.buf, pj->job.buf_len, next,
+						have_m ? &m.pdigest[next] : NULL, e)
+				: dcr_err_sys(e, ENOMEM, "pull");
+			free(url);
 			if (!r) {
 				char *en = dcr_payload_name(next);
 				r = en ? out.entry(out.ctx, en, pj->job.buf, pj->job.buf_len, e)
