@@ -945,7 +945,8 @@ fail:
  * Returns 0, or -1 for a symbol that is not in the alphabet. */
 static inline __attribute__((always_inline)) int
 values_loop(const unsigned unit, size_t n, const uint64_t *oldv,
-	    uint64_t *newv, const dent *tab, const uint32_t *ctxoff,
+	    uint64_t *newv, const uint8_t *tsym, const uint32_t *tfc,
+	    const uint32_t *ctxoff,
 	    unsigned mshift, uint64_t emask, int flt, int fold,
 	    struct rdec *d, struct bitr *br)
 {
@@ -953,38 +954,57 @@ values_loop(const unsigned unit, size_t n, const uint64_t *oldv,
 	const unsigned vnsym = 1 + 16 * unit, top = 8 * unit - 1;
 	const uint64_t zero = 0, *op = oldv ? oldv : &zero;
 	const size_t ostep = oldv ? 1 : 0;
-	uint32_t x[2] = {d->x[0], d->x[1]};
+	uint32_t x0 = d->x[0], x1 = d->x[1];
 	const uint8_t *rp = d->p, *re = d->end;
 	int rbad = 0, badsym = 0;
-	for (size_t i = 0; i < n; i++, op += ostep) {
-		uint64_t o = *op & mask;
-		const dent *t = tab + ctxoff[(o >> mshift) & emask];
-		unsigned s;
-		uint32_t xx = x[i & 1];
-		RDEC(xx, t, s);
-		x[i & 1] = xx;
-		uint64_t nw = o;
-		if (s) {
-			if (s >= vnsym) {
-				badsym = 1;
-				break;
-			}
-			unsigned k = (s - 1) >> 1;
-			uint64_t a = (1ULL << k) + br_get(br, k);
-			uint64_t dd = (s - 1) & 1 ? (0 - a) & mask : a;
-			uint64_t sg = o >> top;
-			if (flt) {
-				uint64_t mo = o ^ (sg ? mask : half);
-				uint64_t mn = (fold && sg ? mo - dd : mo + dd) & mask;
-				nw = mn ^ (mn >> top ? half : mask);
-			} else {
-				nw = (o + dd) & mask;
-			}
-		}
-		newv[i] = nw;
+#define VSTEP(X, I)                                                        \
+	do {                                                               \
+		uint64_t o = *op & mask;                                   \
+		op += ostep;                                               \
+		uint32_t co_ = ctxoff[(o >> mshift) & emask];              \
+		uint32_t sl_ = (X) & (PM - 1);                             \
+		unsigned s = tsym[co_ * PM + sl_];                         \
+		uint32_t fc_ = tfc[co_ * 256 + s];                         \
+		(X) = (fc_ & 0xffff) * ((X) >> PB) + sl_ - (fc_ >> 16);   \
+		if ((X) < RL) {                                            \
+			if (re - rp >= 2) {                                \
+				(X) = (X) << 16 | get_le16(rp);            \
+				rp += 2;                                   \
+			} else {                                           \
+				rbad = 1;                                  \
+				(X) = RL;                                  \
+			}                                                  \
+		}                                                          \
+		uint64_t nw = o;                                           \
+		if (s) {                                                   \
+			if (s >= vnsym) {                                  \
+				badsym = 1;                                \
+				s = 1;                                     \
+			}                                                  \
+			unsigned k = (s - 1) >> 1;                         \
+			uint64_t a = (1ULL << k) + br_get(br, k);          \
+			uint64_t dd = (s - 1) & 1 ? (0 - a) & mask : a;    \
+			uint64_t sg = o >> top;                            \
+			if (flt) {                                         \
+				uint64_t mo = o ^ (sg ? mask : half);      \
+				uint64_t mn = (fold && sg ? mo - dd : mo + dd) & mask; \
+				nw = mn ^ (mn >> top ? half : mask);       \
+			} else {                                           \
+				nw = (o + dd) & mask;                      \
+			}                                                  \
+		}                                                          \
+		newv[I] = nw;                                              \
+	} while (0)
+	size_t i = 0;
+	for (; i + 1 < n && !badsym; i += 2) {
+		VSTEP(x0, i);
+		VSTEP(x1, i + 1);
 	}
-	d->x[0] = x[0];
-	d->x[1] = x[1];
+	if (i < n && !badsym)
+		VSTEP(x0, i);
+#undef VSTEP
+	d->x[0] = x0;
+	d->x[1] = x1;
 	d->p = rp;
 	d->bad = rbad;
 	return badsym ? -1 : 0;
@@ -1019,10 +1039,15 @@ static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
 	if (nctx < 1 || nctx > MAXCTX || (!vm.ebits && nctx != 1))
 		return bad(e, "delta", "bad number of value contexts");
 	size_t nfield = (size_t)1 << vm.ebits;
-	dent *tab = malloc((size_t)nctx * PM * sizeof(dent) + nfield * sizeof(uint32_t));
+	/* dent tables as read, then compact ones for the loop: symbol per
+	 * slot (u8) and freq | cum << 16 per symbol, which stay in L1 */
+	dent *tab = malloc((size_t)nctx * PM * sizeof(dent) + nfield * sizeof(uint32_t) +
+			   (size_t)nctx * 256 * sizeof(uint32_t) + (size_t)nctx * PM);
 	if (!tab)
 		return dcr_err_set(e, -ENOMEM, "out of memory");
 	uint32_t *ctxoff = (uint32_t *)(tab + (size_t)nctx * PM);
+	uint32_t *tfc = ctxoff + nfield;
+	uint8_t *tsym = (uint8_t *)(tfc + (size_t)nctx * 256);
 	const char *why = NULL;
 	struct rdec d;
 	struct bitr br;
@@ -1036,20 +1061,29 @@ static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
 		why = "bad values stream header";
 		goto fail;
 	}
-	/* table offset of each exponent field value */
+	/* context of each exponent field value */
 	for (size_t f = 0; f < nfield; f++) {
 		int ev = (int)(vm.ebits > 8 ? f >> (vm.ebits - 8) : f);
 		int c = (int)pivot - ev;
 		c = c < 0 ? 0 : c > (int)nctx - 1 ? (int)nctx - 1 : c;
-		ctxoff[f] = (uint32_t)c * PM;
+		ctxoff[f] = (uint32_t)c;
+	}
+	for (size_t c = 0; c < nctx; c++) {
+		const dent *t = tab + c * PM;
+		for (unsigned sl = 0; sl < PM; sl++) {
+			unsigned sy = t[sl] >> 24;
+			tsym[c * PM + sl] = (uint8_t)sy;
+			/* freq | cum << 16; SYM_BAD gets freq PM, cum 0 */
+			tfc[c * 256 + sy] = ((t[sl] & 0xfff) + 1) | (sl - ((t[sl] >> 12) & 0xfff)) << 16;
+		}
 	}
 	const int flt = (vm.flags & VF_FLOAT) != 0, fold = (vm.flags & VF_FOLD) != 0;
 	const uint64_t emask = nfield - 1;
 	switch (unit) {
-	case 1: rc = values_loop(1, n, oldv, newv, tab, ctxoff, vm.mshift, emask, flt, fold, &d, &br); break;
-	case 2: rc = values_loop(2, n, oldv, newv, tab, ctxoff, vm.mshift, emask, flt, fold, &d, &br); break;
-	case 4: rc = values_loop(4, n, oldv, newv, tab, ctxoff, vm.mshift, emask, flt, fold, &d, &br); break;
-	default: rc = values_loop(8, n, oldv, newv, tab, ctxoff, vm.mshift, emask, flt, fold, &d, &br); break;
+	case 1: rc = values_loop(1, n, oldv, newv, tsym, tfc, ctxoff, vm.mshift, emask, flt, fold, &d, &br); break;
+	case 2: rc = values_loop(2, n, oldv, newv, tsym, tfc, ctxoff, vm.mshift, emask, flt, fold, &d, &br); break;
+	case 4: rc = values_loop(4, n, oldv, newv, tsym, tfc, ctxoff, vm.mshift, emask, flt, fold, &d, &br); break;
+	default: rc = values_loop(8, n, oldv, newv, tsym, tfc, ctxoff, vm.mshift, emask, flt, fold, &d, &br); break;
 	}
 	if (rc < 0) {
 		why = "value in a context with no symbols";
