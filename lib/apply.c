@@ -616,8 +616,7 @@ static int verify_journal(struct plan *p, const char *path, struct dcr_err *e)
 				memcpy(tmp.p, src + s, l);
 			else
 				memset(tmp.p, 0, l);
-			for (size_t k = 0; k < ch.n; k++)
-				store_unit(tmp.p + ch.pos[k] * unit, unit, ch.val[k]);
+			dcr_scatter(tmp.p, unit, ch.pos, ch.val, ch.n, 0);
 			dcr_sha_update(h, tmp.p, l);
 			pos = s + l;
 		}
@@ -860,9 +859,7 @@ static int replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e
 			if (r)
 				break;
 		}
-		uint8_t *dst = f->map + ct->file_off + it.start * unit;
-		for (size_t k = 0; k < ch.n; k++)
-			store_unit(dst + ch.pos[k] * unit, unit, ch.val[k]);
+		dcr_scatter(f->map + ct->file_off + it.start * unit, unit, ch.pos, ch.val, ch.n, 0);
 		p.t[it.tensor].touched = 1;
 		nitems++;
 		if (x->o && x->o->progress)

@@ -188,6 +188,15 @@ int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *ol
 	return r;
 }
 
+void dcr_scatter(uint8_t *dst, unsigned unit, const uint64_t *pos, const uint64_t *val, size_t n,
+		 int xor_)
+{
+	for (size_t k = 0; k < n; k++) {
+		uint8_t *p = dst + pos[k] * unit;
+		store_unit(p, unit, xor_ ? load_unit(p, unit) ^ val[k] : val[k]);
+	}
+}
+
 /* ---- writer ---- */
 
 int dcr_sink_fd_write(void *ctx, const void *p, size_t n)
@@ -222,6 +231,13 @@ int dcr_delta_writer_init(struct dcr_delta_writer *w, struct dcr_sink sink,
 			  const dcr_digest *base, const uint8_t attempt[16],
 			  const char *what, struct dcr_err *e)
 {
+	return dcr_delta_writer_init_flags(w, sink, base, attempt, 0, what, e);
+}
+
+int dcr_delta_writer_init_flags(struct dcr_delta_writer *w, struct dcr_sink sink,
+				const dcr_digest *base, const uint8_t attempt[16],
+				uint32_t flags, const char *what, struct dcr_err *e)
+{
 	memset(w, 0, sizeof(*w));
 	w->sink = sink;
 	w->what = what ? what : "delta";
@@ -231,7 +247,7 @@ int dcr_delta_writer_init(struct dcr_delta_writer *w, struct dcr_sink sink,
 	uint8_t h[DCR_DELTA_HDR_LEN];
 	memcpy(h, DCR_DELTA_MAGIC, 8);
 	put_le32(h + 8, DCR_DELTA_VERSION);
-	put_le32(h + 12, 0);
+	put_le32(h + 12, flags);
 	memcpy(h + 16, base->b, 32);
 	memcpy(h + 48, attempt, 16);
 	return w_raw(w, h, sizeof(h), e);
@@ -371,6 +387,13 @@ int dcr_delta_reader_init_with(struct dcr_delta_reader *r, struct dcr_source src
 			       const uint8_t *head, size_t head_len, const char *what,
 			       struct dcr_err *e)
 {
+	return dcr_delta_reader_init_flags(r, src, head, head_len, 0, what, e);
+}
+
+int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source src,
+				const uint8_t *head, size_t head_len, uint32_t accept,
+				const char *what, struct dcr_err *e)
+{
 	memset(r, 0, sizeof(*r));
 	r->src = src;
 	r->what = what ? what : "delta";
@@ -393,8 +416,12 @@ int dcr_delta_reader_init_with(struct dcr_delta_reader *r, struct dcr_source src
 	if (r->version != DCR_DELTA_VERSION)
 		return dcr_err_set(e, DCR_EFORMAT, "%s has unsupported version %u", r->what,
 				   r->version);
-	if (r->flags)
+	if (r->flags & ~(uint32_t)DCR_DELTA_PARTIAL)
 		return dcr_err_set(e, DCR_EFORMAT, "%s uses unknown flags 0x%x", r->what, r->flags);
+	if ((r->flags & DCR_DELTA_PARTIAL) && !(accept & DCR_DELTA_PARTIAL))
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s is a partial delta (layout changes without target digests): merge it with 'dcr-diff --merge --target-digests', or place it with 'dcr-apply --layout'",
+				   r->what);
 	memcpy(r->base.b, h + 16, 32);
 	memcpy(r->attempt, h + 48, 16);
 	return 0;

@@ -32,6 +32,11 @@ enum dcr_rec_type {
 };
 
 enum { DCR_TENSOR_NEW = 1 }; /* TENSOR flag: not XOR-able from base */
+/* Header flag, must be understood: a PARTIAL delta (one training rank's, or
+ * a merge without target digests) carries changes in canonical coordinates
+ * but no DONE records and a zero END target id; its base id may be zero.
+ * Only readers that ask for it (dcr_delta_reader_init_flags) accept it. */
+enum { DCR_DELTA_PARTIAL = 1 };
 enum { DCR_ENC_XOR = 1, DCR_ENC_OVERWRITE = 2 };
 enum { DCR_ITEM_DENSE = 1 }; /* ITEM flag: every element of the range */
 
@@ -91,6 +96,11 @@ int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes
 int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *old,
 		     struct dcr_changes *ch, struct dcr_err *e);
 
+/* dst[pos[k]] = val[k] (or ^= with xor_) for units of `unit` bytes: how
+ * changes reach the bytes; the CPU reference of the GPU apply kernel. */
+void dcr_scatter(uint8_t *dst, unsigned unit, const uint64_t *pos, const uint64_t *val, size_t n,
+		 int xor_);
+
 /* An output: the delta writer hashes and forwards every byte. */
 struct dcr_sink {
 	int (*write)(void *ctx, const void *p, size_t n);
@@ -109,6 +119,10 @@ struct dcr_delta_writer {
 int dcr_delta_writer_init(struct dcr_delta_writer *w, struct dcr_sink sink,
 			  const dcr_digest *base, const uint8_t attempt[16],
 			  const char *what, struct dcr_err *e);
+/* The same, with header flags (DCR_DELTA_PARTIAL). */
+int dcr_delta_writer_init_flags(struct dcr_delta_writer *w, struct dcr_sink sink,
+				const dcr_digest *base, const uint8_t attempt[16],
+				uint32_t flags, const char *what, struct dcr_err *e);
 /* Append a TENSOR record body (no framing). */
 int dcr_delta_tensor_body(struct dcr_buf *b, const struct dcr_delta_tensor *t);
 int dcr_delta_write_tensor(struct dcr_delta_writer *w, const struct dcr_delta_tensor *t,
@@ -164,6 +178,11 @@ int dcr_delta_reader_init(struct dcr_delta_reader *r, struct dcr_source src,
 int dcr_delta_reader_init_with(struct dcr_delta_reader *r, struct dcr_source src,
 			       const uint8_t *head, size_t head_len, const char *what,
 			       struct dcr_err *e);
+/* The same, also accepting the header flags in `accept` (DCR_DELTA_PARTIAL);
+ * the others refuse a partial delta with a message that says what it is. */
+int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source src,
+				const uint8_t *head, size_t head_len, uint32_t accept,
+				const char *what, struct dcr_err *e);
 /* 1 and a record, 0 after END and a verified trailer, or an error. */
 int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct dcr_err *e);
 void dcr_delta_reader_release(struct dcr_delta_reader *r);

@@ -92,8 +92,9 @@ __attribute__((target("avx2"))) static size_t scan16_avx2(const uint8_t *a, cons
 }
 #endif
 
-/* Changed units of one chunk, as positions and XOR masks. */
-static size_t scan(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
+/* Changed units of one chunk, as positions and XOR masks: the CPU reference
+ * of kernels/dcr_cuda.cu's diff kernel. */
+size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
 		   uint64_t *pos, uint64_t *val)
 {
 	size_t n = 0, i = 0;
@@ -213,7 +214,7 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 			if ((r = dcr_pread_full(bt->fd, w->ba, nb, bt->file_off + s * unit)))
 				return dcr_err_sys(&t->e, r, "cannot read tensor '%s' of '%s'",
 						   ni->name, d->a->path);
-			w->ch.n = scan(w->ba, w->bb, nb, unit, w->ch.pos, w->ch.val);
+			w->ch.n = dcr_scan_changes(w->ba, w->bb, nb, unit, w->ch.pos, w->ch.val);
 			if (w->ch.n)
 				r = add_item(t, (uint32_t)i, DCR_ENC_XOR, s, len, 0, w, unit, ni->dtype,
 					     &t->e);

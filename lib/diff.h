@@ -22,6 +22,12 @@ struct dcr_diff_stats {
 	uint64_t changed, items, tensors, bytes_out, dense_bytes;
 };
 
+/* The changed units of a[0..nbytes) vs b[0..nbytes): positions (in units,
+ * increasing) and XOR masks; returns their count. pos and val hold
+ * nbytes/unit entries. The CPU reference of the GPU diff kernel. */
+size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
+			uint64_t *pos, uint64_t *val);
+
 int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_diff_stats *st,
 	     struct dcr_err *e);
 
