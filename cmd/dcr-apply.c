@@ -12,6 +12,7 @@
 
 #include "commit.h"
 #include "common.h"
+#include "layout-cmd.h"
 #include "pack.h"
 #include "receiver.h"
 
@@ -33,7 +34,10 @@ static const char usage[] =
 	"  -h, --help           show this help\n"
 	"\n"
 	"Exit status: 0 applied (or already at the target), 1 the receiver is not at\n"
-	"the delta's base (nothing written), 128 any other error.\n";
+	"the delta's base (nothing written), 128 any other error.\n"
+	"\n"
+	"Layouts: dcr-apply --layout MAP --rank R DIR [DELTA] places a canonical\n"
+	"delta into a serving rank's files; 'dcr-apply --layout -h' tells more.\n";
 
 static void progress(void *ctx, uint64_t done, uint64_t total)
 {
@@ -44,6 +48,9 @@ static void progress(void *ctx, uint64_t done, uint64_t total)
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-apply", argc, argv);
+	static const char *const layout_opts[] = {"--layout", NULL};
+	if (cmd_layout_wanted(argc, argv, layout_opts))
+		return cmd_layout_apply(argc, argv);
 	static const struct option longopts[] = {
 		{"recover", no_argument, NULL, 'R'},
 		{"version", required_argument, NULL, 'V'},

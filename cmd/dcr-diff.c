@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "layout-cmd.h"
 #include "diff.h"
 #include "retry.h"
 
@@ -33,11 +34,17 @@ static const char usage[] =
 	"      --progress       show progress on stderr\n"
 	"      --no-progress    do not show progress\n"
 	"  -q, --quiet          no progress, no summary\n"
-	"  -h, --help           show this help\n";
+	"  -h, --help           show this help\n"
+	"\n"
+	"Layouts: dcr-diff --layout MAP --rank R BASE NEW (a training rank's shards),\n"
+	"dcr-diff --merge DELTA... (the ranks' deltas); 'dcr-diff --layout -h' tells more.\n";
 
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-diff", argc, argv);
+	static const char *const layout_opts[] = {"--layout", "--merge", NULL};
+	if (cmd_layout_wanted(argc, argv, layout_opts))
+		return cmd_layout_diff(argc, argv);
 	static const struct option longopts[] = {
 		{"output", required_argument, NULL, 'o'},
 		{"base-id", required_argument, NULL, 'B'},
