@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,21 @@ static int dir_have(void *ctx, uint32_t index, dcr_digest *digest)
 	free(path);
 	free(en);
 	return ok;
+}
+
+/* DCR_FAULT_AT=N (tests): SIGKILL before the Nth entry is passed on. */
+struct faulty {
+	struct dcr_pack_out out;
+	int at, n;
+};
+
+static int faulty_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
+			struct dcr_err *e)
+{
+	struct faulty *f = ctx;
+	if (++f->n == f->at)
+		raise(SIGKILL);
+	return f->out.entry(f->out.ctx, name, buf, len, e);
 }
 
 int main(int argc, char **argv)
@@ -124,6 +140,10 @@ int main(int argc, char **argv)
 	xo.progress = cmd_progress_bytes;
 	xo.progress_ctx = "pull";
 	struct dcr_xfer_stats st = {0};
+	const char *fault = getenv("DCR_FAULT_AT");
+	struct faulty fy = {.out = out, .at = fault ? atoi(fault) : 0};
+	if (fy.at > 0)
+		out = (struct dcr_pack_out){faulty_entry, &fy};
 	int r = dcr_pull(s, name, out, to_dir ? dir_have : NULL, (void *)output, &xo, &st, &e);
 	if (!r && tar)
 		r = dcr_tar_out_close(tar, &e);

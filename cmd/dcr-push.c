@@ -9,11 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "commit.h"
 #include "common.h"
 #include "transfer.h"
 
 static const char usage[] =
 	"usage: dcr-push [options] PACK|- STORE/NAME\n"
+	"       dcr-push --gc STORE --policy NAME [--keep N] [--dry-run]\n"
 	"\n"
 	"Upload a pack (a pack directory, a pack tar file, or a tar stream on standard\n"
 	"input) to STORE as NAME/payload-*.dcrp and NAME/manifest.dcrm. Each payload is\n"
@@ -21,6 +23,12 @@ static const char usage[] =
 	"last, once every payload it lists is stored. STORE is a directory, s3://BUCKET[/PREFIX]\n"
 	"or http(s)://HOST/PATH.\n"
 	"\n"
+	"      --gc STORE       remove the packs NAME/vX/ of --policy NAME that no receiver\n"
+	"                       needs: X at most every receiver's latest acknowledged\n"
+	"                       version and at most the committed version minus --keep\n"
+	"      --keep N         with --gc: keep the last N committed versions' packs\n"
+	"                       (default 1)\n"
+	"      --dry-run        with --gc: only list what would be removed\n"
 	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE    CA certificates for https\n"
 	"  -j, --parallel N     uploads in flight (default 4)\n"
@@ -32,11 +40,21 @@ static const char usage[] =
 	"\n"
 	"Exit status: 0 pushed, 128 error, 129 usage error.\n";
 
+static void gc_report(void *ctx, uint64_t version, size_t objects)
+{
+	(void)ctx;
+	printf("v%llu\t%zu\n", (unsigned long long)version, objects);
+}
+
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-push", argc, argv);
 	static const struct option longopts[] = {
 		{"endpoint", required_argument, NULL, 'E'},
+		{"gc", required_argument, NULL, 'G'},
+		{"policy", required_argument, NULL, 'P'},
+		{"keep", required_argument, NULL, 'K'},
+		{"dry-run", no_argument, NULL, 'D'},
 		{"cacert", required_argument, NULL, 'C'},
 		{"parallel", required_argument, NULL, 'j'},
 		{"retries", required_argument, NULL, 'R'},
@@ -48,9 +66,21 @@ int main(int argc, char **argv)
 	};
 	struct dcr_store_opts so = {0};
 	struct dcr_xfer_opts xo = {0};
-	int c;
+	int c, dry = 0;
+	const char *gc = NULL, *policy = NULL;
+	unsigned long long keep = 1;
 	while ((c = getopt_long(argc, argv, "j:qh", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'G': gc = optarg; break;
+		case 'P': policy = optarg; break;
+		case 'D': dry = 1; break;
+		case 'K': {
+			char *end;
+			keep = strtoull(optarg, &end, 10);
+			if (*end || !*optarg || *optarg == '-')
+				cmd_usage_error(usage, "--keep wants a count, not '%s'", optarg);
+			break;
+		}
 		case 'E': so.endpoint = optarg; break;
 		case 'C': so.cacert = optarg; break;
 		case 'j':
@@ -67,6 +97,25 @@ int main(int argc, char **argv)
 		default: fputs(usage, stderr); return EXIT_USAGE;
 		}
 	}
+	if (gc) {
+		if (!policy || argc != optind)
+			cmd_usage_error(usage, "--gc STORE needs --policy NAME and nothing else");
+		struct dcr_err e = {0};
+		struct dcr_store *s;
+		uint64_t removed;
+		if (dcr_store_open(gc, &so, &s, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+		int r = dcr_policy_gc(s, policy, keep, dry, gc_report, NULL, &removed, &e);
+		dcr_store_close(s);
+		if (r)
+			cmd_die_err(&e, EXIT_FATAL);
+		if (!cmd_quiet)
+			fprintf(stderr, "dcr-push: %s %llu versions of '%s'\n",
+				dry ? "would remove" : "removed", (unsigned long long)removed, policy);
+		return cmd_finish(EXIT_OK);
+	}
+	if (policy || dry)
+		cmd_usage_error(usage, "--policy and --dry-run go with --gc");
 	if (argc - optind != 2)
 		cmd_usage_error(usage, "need PACK and STORE/NAME");
 	const char *pack = argv[optind], *dest = argv[optind + 1];

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -373,8 +374,11 @@ int dcr_commit_local(struct dcr_receiver *rc, const struct dcr_commit_opts *o,
 		res->steps = st.n;
 		return r;
 	}
+	/* a new attempt of HEAD's version: applied from HEAD's state, and named
+	 * that version when it was applied (not only now) */
 	if (h.have && (h.version > version ||
-		       (h.version == version && memcmp(a.base.b, h.state.b, 32))))
+		       (h.version == version &&
+			(memcmp(a.base.b, h.state.b, 32) || !a.have_version))))
 		return dcr_err_set(e, DCR_EBASE,
 				   "receiver '%s' is already at version %llu; version %llu would not move it forward",
 				   rc->dir, (unsigned long long)h.version, (unsigned long long)version);
@@ -609,8 +613,15 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 		usleep(100 * 1000);
 	}
 	char *name = dcr_asprintf("%s/refs/v%llu", policy, (unsigned long long)o->version);
-	char *text = dcr_asprintf("dcr-ref 1\nversion %llu\nstate %s\n",
-				  (unsigned long long)o->version, hex);
+	/* a nonce makes every committer's bytes unique: the store treats
+	 * finding exactly its own bytes as a retried create that succeeded */
+	uint8_t nonce[16];
+	char nhex[33];
+	if (getrandom(nonce, sizeof(nonce), 0) != sizeof(nonce))
+		return dcr_err_sys(e, errno, "getrandom");
+	attempt_hex(nonce, nhex);
+	char *text = dcr_asprintf("dcr-ref 1\nversion %llu\nstate %s\ncommitter %s\n",
+				  (unsigned long long)o->version, hex, nhex);
 	if (!name || !text) {
 		free(name);
 		free(text);

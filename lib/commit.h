@@ -12,7 +12,7 @@
  * Store, for a policy NAME (see dcr(7), COMMIT PROTOCOL):
  *   NAME/vV/...            the pack that turns version V-1 into V (dcr-push)
  *   NAME/acks/vV/ID        "dcr-ack 1\nversion V\nstate HEX\nreceiver ID\n"
- *   NAME/refs/vV           "dcr-ref 1\nversion V\nstate HEX\n", created
+ *   NAME/refs/vV           "dcr-ref 1\nversion V\nstate HEX\ncommitter NONCE\n", created
  *                          once with put_if_absent, only when refs/v(V-1)
  *                          exists (or V = 0): the committed chain.
  *   NAME/dense/...         dense copies (dcr-push --dense), see transfer.h

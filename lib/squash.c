@@ -111,6 +111,10 @@ static int pass1(struct sq_in *in, uint64_t *maxlen, struct dcr_err *e)
 				break;
 			if (it.tensor >= in->nt)
 				r = dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor", in->path);
+			else if (it.enc == DCR_ENC_XOR && it.codec == DCR_CODEC_DELTA)
+				r = dcr_err_set(e, DCR_EFORMAT,
+						"'%s' codes XOR items against the receiver's bits (codec delta), which a squash cannot compose; make the chain with dcr-diff --codec plain",
+						in->path);
 			else if (it.len > *maxlen)
 				*maxlen = it.len;
 		} else if (rec.type == DCR_REC_REMOVE) {
@@ -172,6 +176,10 @@ static int fetch(struct sq_in *in, struct dcr_err *e)
 		if (it.start > units || it.len > units - it.start)
 			return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end",
 					   in->path, t->name);
+		if (it.enc == DCR_ENC_XOR && it.codec == DCR_CODEC_DELTA)
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "'%s' codes XOR items against the receiver's bits (codec delta), which a squash cannot compose; make the chain with dcr-diff --codec plain",
+					   in->path);
 		if ((r = dcr_item_decode(&it, unit, &in->ch, e)))
 			return r;
 		in->last_tensor = it.tensor;

@@ -1,0 +1,102 @@
+#!/bin/sh
+# Joint commit through a directory store: receivers acknowledge, the trainer
+# commits version V only with N acknowledgements of the right state and only
+# once (compare-and-set: two trainers at once, exactly one wins; a retried one
+# loses), and prints the base id for the next diff; a receiver refuses a delta
+# whose base is not its committed HEAD; GC removes only unneeded packs.
+. "$DCR_SRC/tests/lib-dcr.sh"
+for c in dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint; do
+	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
+done
+run 0 gen-checkpoint -q --size 1M --steps 3 "$T/g"
+G=$T/g S=$T/store
+S0=$(state_id "$G/v0"); S1=$(state_id "$G/v1"); S2=$(state_id "$G/v2"); S3=$(state_id "$G/v3")
+
+# bootstrap: version 0 needs no acknowledgement and no predecessor
+run 0 dcr-commit --store "$S" --policy pol --version 0 --expect 0 --state "$S0"
+[ "$(cat "$T/out")" = "$S0" ] || fail "commit of v0 printed '$(cat "$T/out")'"
+run 1 dcr-commit --store "$S" --policy pol --version 0 --expect 0 --state "$S0"
+one_line_error dcr-commit
+grep -q "already committed" "$T/err" || fail "no 'already committed' message"
+# v2 cannot be committed before v1
+run 1 dcr-commit --store "$S" --policy pol --version 2 --expect 0 --state "$S2"
+
+for v in 1 2 3; do
+	run 0 dcr-diff --base-id "$(eval echo \$S$((v - 1)))" "$G/v$((v - 1))" "$G/v$v" -o "$T/d$v"
+	run 0 dcr-pack -o "$T/p$v" "$T/d$v"
+	run 0 dcr-push -q "$T/p$v" "$S/pol/v$v"
+done
+
+for r in ra rb; do
+	cp -r "$G/v0" "$T/$r"
+	rm -rf "$T/$r/.dcr"
+	run 0 dcr-pull -q -o "$T/$r.p1" "$S/pol/v1"
+	run 0 dcr-apply -q --version 1 "$T/$r" "$T/$r.p1"
+done
+# not enough acknowledgements yet: refused, nothing committed
+run 1 dcr-commit --store "$S" --policy pol --version 1 --expect 2 --timeout 0.3
+grep -q "0 of 2" "$T/err" || fail "no acknowledgement count in '$(cat "$T/err")'"
+run 0 dcr-commit "$T/ra" --store "$S" --policy pol --receiver ra
+# an acknowledgement naming another state does not count
+printf 'dcr-ack 1\nversion 1\nstate %s\nreceiver rx\n' "$S3" >"$S/pol/acks/v1/rx"
+run 1 dcr-commit --store "$S" --policy pol --version 1 --expect 2
+run 0 dcr-commit "$T/rb" --store "$S" --policy pol --receiver rb
+[ -f "$S/pol/acks/v1/rb" ] || fail "rb did not acknowledge"
+# the local HEAD moved
+run 0 dcr-commit --status --porcelain "$T/rb"
+grep -q "^head	1	$S1$" "$T/out" || fail "rb's HEAD is not v1"
+
+# two trainers at once: exactly one wins, the loser is told the state
+set +e
+dcr-commit --store "$S" --policy pol --version 1 --expect 2 >"$T/o1" 2>"$T/e1" &
+p=$!
+dcr-commit --store "$S" --policy pol --version 1 --expect 2 >"$T/o2" 2>"$T/e2"
+rc2=$?
+wait $p
+rc1=$?
+set -e
+[ $((rc1 + rc2)) -eq 1 ] || fail "two trainers: exit codes $rc1 and $rc2, want one 0 and one 1"
+if [ $rc1 -eq 0 ]; then W=$T/o1 L=$T/e2; else W=$T/o2 L=$T/e1; fi
+[ "$(cat "$W")" = "$S1" ] || fail "the winner printed '$(cat "$W")', not the v1 state"
+grep -q "already committed\|committed by another trainer" "$L" || { cat "$L" >&2; fail "loser's message"; }
+# a retried trainer loses too
+run 1 dcr-commit --store "$S" --policy pol --version 1 --expect 2
+run 0 dcr-commit --store "$S" --policy pol --status --porcelain
+grep -q "^head	1	$S1$" "$T/out" || fail "store head is not v1"
+# many trainers racing for v2 (with no acknowledgement needed): one winner
+wins=0
+for i in 1 2 3 4 5 6; do
+	(set +e; dcr-commit -q --store "$S" --policy pol --version 2 --expect 0 --state "$S2" >/dev/null 2>&1; echo $? >"$T/race$i") &
+done
+wait
+for i in 1 2 3 4 5 6; do [ "$(cat "$T/race$i")" = 0 ] && wins=$((wins + 1)); done
+[ $wins -eq 1 ] || fail "$wins of 6 racing trainers committed v2"
+
+# a receiver at HEAD v1 refuses a delta whose base is not v1 (v2->v3),
+# and v1->v2 applies; committing v2 without applying it is refused
+run 1 dcr-apply "$T/ra" "$T/d3"
+grep -q "committed state\|not at the delta's base" "$T/err" || fail "unclear refusal: $(cat "$T/err")"
+run 1 dcr-commit --version 2 "$T/ra"
+run 0 dcr-apply -q "$T/ra" "$T/p2"
+run 0 dcr-commit --version 2 "$T/ra" --store "$S" --policy pol --receiver ra
+run 0 dcr-apply -q "$T/ra" "$T/d3"
+run 1 dcr-commit --version 2 "$T/ra"   # version would not move forward
+run 0 dcr-commit --version 3 "$T/ra" --store "$S" --policy pol --receiver ra
+same "$T/ra" "$G/v3"
+run 0 dcr-commit --log --porcelain "$T/ra"
+[ "$(cut -f1 "$T/out" | tr '\n' ' ')" = "1 2 3 " ] || fail "log: $(cat "$T/out")"
+run 0 dcr-commit --store "$S" --policy pol --version 3 --expect 1
+[ "$(cat "$T/out")" = "$S3" ] || fail "v3 commit printed the wrong state"
+
+# GC: rb acknowledged v1 only, so v1 (and older) may go, v2 and v3 stay
+rm -f "$S/pol/acks/v1/rx"
+run 0 dcr-push --gc "$S" --policy pol --keep 1
+[ ! -e "$S/pol/v1" ] || [ -z "$(ls "$S/pol/v1")" ] || fail "gc kept v1"
+[ -f "$S/pol/v2/manifest.dcrm" ] && [ -f "$S/pol/v3/manifest.dcrm" ] || fail "gc removed a needed pack"
+# once rb is at v3, keep 1 still keeps v3 only... and v2 may go
+printf 'dcr-ack 1\nversion 3\nstate %s\nreceiver rb\n' "$S3" >"$S/pol/acks/v3/rb"
+run 0 dcr-push --gc "$S" --policy pol --keep 1
+[ -z "$(ls "$S/pol/v2" 2>/dev/null)" ] || fail "gc kept v2"
+[ -f "$S/pol/v3/manifest.dcrm" ] || fail "gc removed the head's pack"
+[ -f "$S/pol/refs/v3" ] || fail "gc removed a ref"
+say "ok: joint commit, compare-and-set, GC"
