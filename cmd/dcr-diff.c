@@ -148,6 +148,7 @@ int main(int argc, char **argv)
 	} else {
 		r = dcr_diff(&o, (struct dcr_sink){dcr_sink_fd_write, &fd}, &st, &e);
 	}
+	free(also);
 	if (!r && a.tmp)
 		r = dcr_atomic_commit(&a, &e);
 	else if (a.tmp)

@@ -403,7 +403,8 @@ int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source sr
 	uint8_t h[DCR_DELTA_HDR_LEN];
 	if (head_len > sizeof(h))
 		return dcr_err_set(e, DCR_EFORMAT, "%s: bad header", r->what);
-	memcpy(h, head, head_len);
+	if (head_len) /* head may be NULL when nothing was sniffed */
+		memcpy(h, head, head_len);
 	dcr_sha_update(r->sha, h, head_len);
 	r->offset = head_len;
 	int s = r_raw(r, h + head_len, sizeof(h) - head_len, "header", e);
