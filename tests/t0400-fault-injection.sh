@@ -317,7 +317,7 @@ say "ok: dcr-pull: $((n - 1)) kill points"
 
 # ---- the disk fills up mid-apply ----
 if [ "$(id -u)" = 0 ] && mkdir -p "$T/mnt" && mount -t tmpfs -o size=64m tmpfs "$T/mnt" 2>/dev/null; then
-	trap 'umount "$T/mnt" 2>/dev/null; rm -rf "$T"' EXIT
+	trap 'umount "$T/mnt" 2>/dev/null || true; rm -rf "$T"' EXIT
 	base_kb=$(du -sk "$T/sa" | cut -f1)
 	nfull=0
 	for extra in 4 8 16 24 32 48 64 96 128; do
@@ -346,6 +346,7 @@ if [ "$(id -u)" = 0 ] && mkdir -p "$T/mnt" && mount -t tmpfs -o size=64m tmpfs "
 		rm -rf "$T/mnt/r"
 	done
 	umount "$T/mnt"
+	trap 'rm -rf "$T"' EXIT
 	[ $nfull -gt 0 ] || fail "the disk never filled up"
 	say "ok: disk full: $nfull applies refused for want of space, receiver untouched"
 else
