@@ -5,9 +5,12 @@ tests, without the map code (python stdlib only).
   layout-step.py step CANON -o NEW [--rate P] [--seed N]
       NEW/model.safetensors: CANON with a fraction P of each tensor's elements
       given new random bits; about one tensor in five is left unchanged
-  layout-step.py widen LAYOUT -o OUT
+  layout-step.py widen LAYOUT -o OUT [--jitter]
       every rank's BF16 tensors as F32 with low mantissa bits that depend on
-      the value alone (so replicas agree): bf16 x -> f32 bits x<<16 | f(x)
+      the value alone (so replicas agree): bf16 x -> f32 bits x<<16 | f(x);
+      --jitter flips the lowest bit for about one value in eight where that
+      cannot change the rounding (a training step below bf16 resolution);
+      --exact: plain widening, low bits zero (an fp32 serving copy)
   layout-step.py export CANON -o OUT
       what a trainer exports from such fp32 weights: every BF16 element x
       becomes round-to-nearest-even(x<<16 | f(x)) (NaN: 0x7fc0)
@@ -63,9 +66,17 @@ def cmd_step(a):
     ls.st_write(os.path.join(a.output, "model.safetensors"), ts)
 
 
-def widen(data):
+def jit(x):
+    return ((x * 2654435761) >> 7) % 8 == 0 and noise(x) not in (0x8000, 0x8001) \
+        and (x & 0x7F80) != 0x7F80
+
+
+def widen(data, jitter=False, exact=False):
     xs = struct.unpack("<%dH" % (len(data) // 2), data)
-    return struct.pack("<%dI" % len(xs), *[(x << 16) | noise(x) for x in xs])
+    if exact:
+        return struct.pack("<%dI" % len(xs), *[x << 16 for x in xs])
+    return struct.pack("<%dI" % len(xs), *[(x << 16) | (noise(x) ^ (1 if jitter and jit(x) else 0))
+                                           for x in xs])
 
 
 def export(data):
@@ -80,7 +91,7 @@ def cmd_widen(a):
         # keep the file's tensor order (st_read returns header order)
         for name, (dt, shape, data) in src.items():
             assert dt == "BF16", (name, dt)
-            ts.append((name, "F32", shape, widen(data)))
+            ts.append((name, "F32", shape, widen(data, a.jitter, a.exact)))
         ls.ESIZE["F32"] = 4
         ls.st_write(os.path.join(a.output, r, "model.safetensors"), ts)
 
@@ -102,6 +113,8 @@ def main():
     w = sub.add_parser("widen")
     w.add_argument("layout")
     w.add_argument("-o", "--output", required=True)
+    w.add_argument("--jitter", action="store_true")
+    w.add_argument("--exact", action="store_true")
     x = sub.add_parser("export")
     x.add_argument("canon")
     x.add_argument("-o", "--output", required=True)
