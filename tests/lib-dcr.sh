@@ -1,0 +1,136 @@
+# lib-dcr.sh - shared helpers for tests/tNNNN-*.sh (sourced, POSIX sh).
+#
+# Sets T (a temporary directory removed at exit) and MKST (tests/mkst.py),
+# and checks the commands the tests need. Every dcr command's output is
+# captured to $T/out and $T/err and its exit status checked before anything
+# greps it.
+
+set -eu
+
+: "${DCR_SRC:?DCR_SRC must name the source directory}"
+T=$(mktemp -d "${TMPDIR:-/tmp}/dcr-test.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+trap 'exit 130' INT TERM
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+say() { echo "$*"; }
+
+for c in dcr-diff dcr-apply dcr-verify; do
+	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
+done
+command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
+MKST="python3 $DCR_SRC/tests/mkst.py"
+
+# run EXPECTED CMD...: run CMD with stdout in $T/out, stderr in $T/err;
+# fail unless it exits EXPECTED.
+run() {
+	_want=$1
+	shift
+	set +e
+	"$@" >"$T/out" 2>"$T/err"
+	_got=$?
+	set -e
+	if [ "$_got" != "$_want" ]; then
+		echo "FAIL: '$*' exited $_got, expected $_want" >&2
+		head -c 2000 "$T/out" | cat -v | sed 's/^/  stdout: /' | head -20 >&2
+		sed 's/^/  stderr: /' "$T/err" | head -20 >&2
+		exit 1
+	fi
+}
+
+# one_line_error CMDNAME: $T/err holds exactly one line, starting "CMDNAME: ".
+one_line_error() {
+	_n=$(wc -l <"$T/err")
+	[ "$_n" -eq 1 ] || { cat "$T/err" >&2; fail "expected one line on stderr, got $_n"; }
+	grep -q "^$1: " "$T/err" || { cat "$T/err" >&2; fail "stderr does not start with '$1: '"; }
+}
+
+# snapshot DIR: sha256 of every file of the checkpoint outside .dcr/.
+snapshot() {
+	(cd "$1" && find . -path ./.dcr -prune -o -type f -print | LC_ALL=C sort |
+		xargs -r sha256sum)
+}
+
+# state_id CKPT: print the state id.
+state_id() {
+	run 0 dcr-verify "$1"
+	cat "$T/out"
+}
+
+# same CKPT REF: CKPT holds exactly REF's tensors, checked three ways:
+# dcr-verify --against, equal state ids, and mkst.py's independent compare.
+same() {
+	run 0 dcr-verify "$1" --against "$2"
+	_a=$(state_id "$1")
+	_b=$(state_id "$2")
+	[ "$_a" = "$_b" ] || fail "state ids differ: $_a vs $_b"
+	run 0 $MKST same "$1" "$2"
+}
+
+# same_fast CKPT REF: dcr-verify --against and equal state ids only.
+same_fast() {
+	run 0 dcr-verify "$1" --against "$2"
+	[ "$(state_id "$1")" = "$(state_id "$2")" ] || fail "state ids differ"
+}
+
+# differs CKPT REF: dcr-verify --against finds a difference (exit 1).
+differs() {
+	run 1 dcr-verify "$1" --against "$2"
+	run 1 $MKST same "$1" "$2"
+}
+
+# roundtrip A B: copy A to a receiver, dcr-diff A B | dcr-apply, prove it equals B.
+roundtrip() {
+	rm -rf "$T/rt"
+	if [ -d "$1" ]; then cp -r "$1" "$T/rt"; else mkdir "$T/rt" && cp "$1" "$T/rt/"; fi
+	run 0 dcr-diff "$1" "$2"
+	mv "$T/out" "$T/rt.delta"
+	run 0 dcr-apply "$T/rt" "$T/rt.delta"
+	same "$T/rt" "$2"
+	[ ! -e "$T/rt/.dcr/journal" ] || fail "journal left behind after a successful apply"
+}
+
+# crash_loop A B: for N = 1, 2, ... kill dcr-apply (DCR_FAULT_AT=N: SIGKILL
+# at its Nth durable step) turning a copy of A into B, until a run passes
+# every step. After each kill the receiver must be A or B exactly, never a
+# mix (checked after `dcr-apply --recover` on every other N), and rerunning
+# dcr-apply with the same delta must end bit-identical to B. Sets FAULTS to
+# the number of faults injected.
+crash_loop() {
+	run 0 dcr-diff "$1" "$2"
+	mv "$T/out" "$T/crash.delta"
+	_ida=$(state_id "$1")
+	_idb=$(state_id "$2")
+	FAULTS=0
+	_fn=1
+	while :; do
+		rm -rf "$T/cr"
+		cp -r "$1" "$T/cr"
+		set +e
+		DCR_FAULT_AT=$_fn dcr-apply "$T/cr" "$T/crash.delta" >"$T/out" 2>"$T/err"
+		_rc=$?
+		set -e
+		if [ $_rc -eq 0 ]; then
+			same "$T/cr" "$2"
+			break
+		fi
+		[ $_rc -eq 137 ] || { cat "$T/err" >&2; fail "DCR_FAULT_AT=$_fn: exit $_rc, not killed"; }
+		FAULTS=$((FAULTS + 1))
+		if [ $((_fn % 2)) -eq 0 ]; then
+			run 0 dcr-apply --recover "$T/cr"
+			_id=$(state_id "$T/cr")
+			[ "$_id" = "$_ida" ] || [ "$_id" = "$_idb" ] ||
+				fail "DCR_FAULT_AT=$_fn: after --recover the receiver is neither A nor B"
+		fi
+		run 0 dcr-apply "$T/cr" "$T/crash.delta"
+		same_fast "$T/cr" "$2"
+		[ ! -e "$T/cr/.dcr/journal" ] || fail "DCR_FAULT_AT=$_fn: journal left behind"
+		# and once more: a finished receiver stays at B
+		run 0 dcr-apply "$T/cr" "$T/crash.delta"
+		[ "$(state_id "$T/cr")" = "$_idb" ] || fail "DCR_FAULT_AT=$_fn: a second apply moved the receiver"
+		_fn=$((_fn + 1))
+		[ $_fn -le 500 ] || fail "dcr-apply never finished under DCR_FAULT_AT"
+	done
+	[ $FAULTS -gt 0 ] || fail "DCR_FAULT_AT injected no fault: the hook is not wired"
+}
