@@ -5,7 +5,8 @@
  * items; any other target tensor goes out whole as OVERWRITE items.
  *
  * Worker threads (one per core) each take the next tensor, read base and
- * new through bounded buffers (never the whole file), compare, encode items
+ * new through the mappings chunk by chunk, releasing each chunk's pages
+ * once done (so the resident set stays bounded), compare, encode items
  * into the tensor's output and hash the new bytes for its target digest.
  * The calling thread writes the outputs in tensor order as they complete;
  * workers run at most a few tensors ahead, so memory stays bounded by the
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "checkpoint.h"
@@ -153,9 +155,17 @@ size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsig
 	return n;
 }
 
+/* Drop the whole pages inside [p, p+n) from this process (not the cache). */
+static void release(const uint8_t *p, size_t n)
+{
+	uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, b = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+	if (b > a)
+		madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 struct worker {
 	struct dctx *d;
-	uint8_t *ba, *bb;
+	const uint8_t *ba, *bb; /* the current chunk of base and new */
 	struct dcr_changes ch;
 	uint64_t *oldv;
 	struct dcr_buf enc;
@@ -206,18 +216,17 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 	for (uint64_t s = 0; s < nunits && !r; s += chunk) {
 		uint64_t len = nunits - s < chunk ? nunits - s : chunk;
 		size_t nb = (size_t)(len * unit);
-		if ((r = dcr_pread_full(nt->fd, w->bb, nb, nt->file_off + s * unit)))
-			return dcr_err_sys(&t->e, r, "cannot read tensor '%s' of '%s'", ni->name,
-					   d->b->path);
+		/* read through the mappings, then let go of the pages: the page
+		 * cache keeps them, this process's resident set does not */
+		w->bb = nt->data + s * unit;
 		dcr_sha_update(w->sha, w->bb, nb);
 		if (same) {
-			if ((r = dcr_pread_full(bt->fd, w->ba, nb, bt->file_off + s * unit)))
-				return dcr_err_sys(&t->e, r, "cannot read tensor '%s' of '%s'",
-						   ni->name, d->a->path);
+			w->ba = bt->data + s * unit;
 			w->ch.n = dcr_scan_changes(w->ba, w->bb, nb, unit, w->ch.pos, w->ch.val);
 			if (w->ch.n)
 				r = add_item(t, (uint32_t)i, DCR_ENC_XOR, s, len, 0, w, unit, ni->dtype,
 					     &t->e);
+			release(w->ba, nb);
 		} else {
 			for (uint64_t k = 0; k < len; k++) {
 				w->ch.pos[k] = k;
@@ -227,6 +236,7 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 			r = add_item(t, (uint32_t)i, DCR_ENC_OVERWRITE, s, len, 1, w, unit, ni->dtype,
 				     &t->e);
 		}
+		release(w->bb, nb);
 	}
 	dcr_sha_final(w->sha, &t->digest);
 	return r;
@@ -340,14 +350,11 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		    (r = dcr_delta_write_remove(&w, a->tensors[i].info->name, e)))
 			goto out;
 
-	size_t cbytes = (size_t)d.chunk * 8;
 	for (int k = 0; k < threads; k++) {
 		ws[k].d = &d;
-		ws[k].ba = malloc(cbytes);
-		ws[k].bb = malloc(cbytes);
 		ws[k].sha = dcr_sha_new();
 		ws[k].oldv = malloc((size_t)d.chunk * sizeof(uint64_t));
-		if (!ws[k].ba || !ws[k].bb || !ws[k].sha || !ws[k].oldv ||
+		if (!ws[k].sha || !ws[k].oldv ||
 		    dcr_changes_reserve(&ws[k].ch, d.chunk)) {
 			r = dcr_err_sys(e, ENOMEM, "diff");
 			goto out;
@@ -430,8 +437,6 @@ out:
 		pthread_join(th[k], NULL);
 	if (ws)
 		for (int k = 0; k < threads; k++) {
-			free(ws[k].ba);
-			free(ws[k].bb);
 			free(ws[k].oldv);
 			dcr_sha_free(ws[k].sha);
 			dcr_changes_free(&ws[k].ch);
