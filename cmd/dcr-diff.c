@@ -13,6 +13,7 @@
 
 static const char usage[] =
 	"usage: dcr-diff [options] BASE NEW\n"
+	"       dcr-diff [options] --dense NEW\n"
 	"\n"
 	"Compare two checkpoints (directories of .safetensors files, or single files)\n"
 	"on stored bits and write a delta stream that turns BASE into NEW.\n"
@@ -20,6 +21,8 @@ static const char usage[] =
 	"  -o, --output FILE    write the delta to FILE (atomically) instead of stdout\n"
 	"      --base-id HEX    trust HEX as BASE's state id instead of hashing BASE\n"
 	"      --overwrite      only OVERWRITE items (a retry of a failed attempt)\n"
+	"      --dense          a dense copy of NEW: every tensor whole, fits a receiver\n"
+	"                       in any state (catch-up for one too far behind)\n"
 	"      --also-base CKPT with --overwrite: the delta also applies to a receiver\n"
 	"                       holding CKPT (an earlier attempt's target); repeatable\n"
 	"      --chunk N        elements per item (default 1048576)\n"
@@ -50,6 +53,7 @@ int main(int argc, char **argv)
 		{"base-id", required_argument, NULL, 'B'},
 		{"overwrite", no_argument, NULL, 'W'},
 		{"also-base", required_argument, NULL, 'A'},
+		{"dense", no_argument, NULL, 'D'},
 		{"chunk", required_argument, NULL, 'C'},
 		{"stats", no_argument, NULL, 'S'},
 		{"no-cache", no_argument, NULL, 'N'},
@@ -86,6 +90,7 @@ int main(int argc, char **argv)
 		}
 		case 'W': overwrite = 1; break;
 		case 'A': also[nalso++] = optarg; break;
+		case 'D': o.dense = 1; break;
 		case 'S': stats = 1; break;
 		case 'N': o.no_cache = 1; break;
 		case 'K':
@@ -111,10 +116,19 @@ int main(int argc, char **argv)
 		default: fputs(usage, stderr); return EXIT_USAGE;
 		}
 	}
-	if (argc - optind != 2)
-		cmd_usage_error(usage, "need BASE and NEW");
-	o.base = argv[optind];
-	o.target = argv[optind + 1];
+	if (o.dense) {
+		if (argc - optind != 1)
+			cmd_usage_error(usage, "--dense takes only NEW");
+		if (o.base_id || nalso || overwrite)
+			cmd_usage_error(usage, "--dense goes with neither --base-id, --overwrite nor --also-base");
+		o.base = NULL;
+		o.target = argv[optind];
+	} else {
+		if (argc - optind != 2)
+			cmd_usage_error(usage, "need BASE and NEW");
+		o.base = argv[optind];
+		o.target = argv[optind + 1];
+	}
 	o.progress = cmd_progress_bytes;
 	o.progress_ctx = "diff";
 

@@ -19,6 +19,9 @@ static const char usage[] =
 	"the manifest's digest before it is passed on; the manifest comes last.\n"
 	"\n"
 	"  -o, --output DIR|-   where the pack goes (default '-': a tar stream)\n"
+	"      --dense          fetch the dense copy of NAME, stored as NAME.dense\n"
+	"                       (dcr-diff --dense NEW | dcr-pack | dcr-push - STORE/NAME.dense)\n"
+	"                       for a receiver too far behind; it fits any state\n"
 	"      --wait SECONDS   start before the manifest exists and follow payloads\n"
 	"                       as they appear, for at most SECONDS\n"
 	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
@@ -77,6 +80,7 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"output", required_argument, NULL, 'o'},
 		{"wait", required_argument, NULL, 'W'},
+		{"dense", no_argument, NULL, 'D'},
 		{"endpoint", required_argument, NULL, 'E'},
 		{"cacert", required_argument, NULL, 'C'},
 		{"parallel", required_argument, NULL, 'j'},
@@ -101,6 +105,7 @@ int main(int argc, char **argv)
 				cmd_usage_error(usage, "--wait wants seconds, not '%s'", optarg);
 			break;
 		}
+		case 'D': xo.dense = 1; break;
 		case 'E': so.endpoint = optarg; break;
 		case 'C': so.cacert = optarg; break;
 		case 'j':
@@ -123,6 +128,14 @@ int main(int argc, char **argv)
 	char *surl, *name;
 	if (dcr_split_store_url(argv[optind], &surl, &name, &e))
 		cmd_usage_error(usage, "%s", e.msg);
+	if (xo.dense) {
+		/* dense copies live beside the deltas, as NAME.dense */
+		char *dn = dcr_asprintf("%s.dense", name);
+		if (!dn)
+			cmd_die("out of memory");
+		free(name);
+		name = dn;
+	}
 	struct dcr_store *s;
 	if (dcr_store_open(surl, &so, &s, &e))
 		cmd_die_err(&e, EXIT_FATAL);

@@ -50,6 +50,7 @@ struct plan {
 	uint8_t attempt[16];
 	uint64_t nitems, nchanges;
 	dcr_digest *alt; /* alternative bases (BASES record, or the manifest) */
+	int any_base;    /* a dense copy: fits a receiver in any state */
 	size_t nalt;
 	uint64_t nxor;   /* XOR items: none allowed from an alternative base */
 };
@@ -237,6 +238,7 @@ static int plan_finish(struct plan *p, struct dcr_delta_reader *rd, struct dcr_e
 				   rd->what);
 	p->base = rd->base;
 	p->target = rd->target;
+	p->any_base = (rd->flags & DCR_DELTA_DENSE) != 0;
 	memcpy(p->attempt, rd->attempt, 16);
 	return 0;
 }
@@ -249,8 +251,8 @@ static int read_plan(struct dcr_source src, const uint8_t *head, size_t head_len
 	struct dcr_delta_reader rd;
 	if (copy_fd >= 0 && head_len && dcr_write_full(copy_fd, head, head_len))
 		return dcr_err_sys(e, errno, "cannot stage %s", what);
-	int r = dcr_delta_reader_init_with(&rd, (struct dcr_source){tee_read, &t}, head, head_len,
-					   what, e);
+	int r = dcr_delta_reader_init_flags(&rd, (struct dcr_source){tee_read, &t}, head, head_len,
+					    DCR_DELTA_DENSE, what, e);
 	rd.journal = journal;
 	struct dcr_delta_rec rec;
 	while (!r && (r = dcr_delta_next(&rd, &rec, e)) == 1)
@@ -300,7 +302,7 @@ static int explain_base(const struct plan *p, const struct dcr_ckpt *c, const ch
 	dcr_digest_hex(cur, a);
 	dcr_digest_hex(&p->base, b);
 	return dcr_err_set(e, DCR_EBASE,
-			   "receiver '%s' is not at the delta's base (receiver %.12s, delta base %.12s)",
+			   "receiver '%s' is not at the delta's base (receiver %.12s, delta base %.12s): apply the versions in between in order, a squashed delta, or a dense copy (dcr-pull --dense)",
 			   dir, a, b);
 }
 
@@ -311,6 +313,12 @@ static int check_bases(const struct plan *p, const struct dcr_ckpt *c, const cha
 		       const dcr_digest *cur, const dcr_digest *head, int xor_seen,
 		       struct dcr_err *e)
 {
+	if (p->any_base) {
+		/* a dense copy holds every tensor whole, and only overwrites */
+		if (p->nxor || xor_seen)
+			return dcr_err_set(e, DCR_EFORMAT, "a dense copy that holds XOR items; refused");
+		return 0;
+	}
 	int head_ok = !head || !memcmp(head->b, p->base.b, 32);
 	for (size_t i = 0; i < p->nalt && !head_ok; i++)
 		head_ok = !memcmp(head->b, p->alt[i].b, 32);
@@ -319,7 +327,7 @@ static int check_bases(const struct plan *p, const struct dcr_ckpt *c, const cha
 		dcr_digest_hex(head, h);
 		dcr_digest_hex(&p->base, b);
 		return dcr_err_set(e, DCR_EBASE,
-				   "receiver '%s': the delta's base %.12s is not its committed state %.12s (run dcr-commit first, or apply the missing versions)",
+				   "receiver '%s': the delta's base %.12s is not its committed state %.12s (run dcr-commit first, or apply the missing versions in order, a squashed delta, or a dense copy: dcr-pull --dense)",
 				   dir, b, h);
 	}
 	if (!memcmp(cur->b, p->base.b, 32))
@@ -1114,8 +1122,8 @@ int dcr_apply(struct dcr_receiver *rc, struct dcr_source src, const uint8_t *hea
 		r = dcr_err_sys(e, errno, "cannot rewind the staged delta");
 		goto out;
 	}
-	if ((r = dcr_delta_reader_init(&di.rd, (struct dcr_source){dcr_source_fd_read, &di.fd},
-				       "staged delta", e)))
+	if ((r = dcr_delta_reader_init_flags(&di.rd, (struct dcr_source){dcr_source_fd_read, &di.fd},
+					     NULL, 0, DCR_DELTA_DENSE, "staged delta", e)))
 		goto out;
 	r = commit_plan(&x, &p, c, &cur, cur_dg, (struct item_src){delta_items_next, &di}, res, e);
 out:
@@ -1350,6 +1358,7 @@ static int plan_from_manifest(struct plan *p, const struct dcr_manifest *m, stru
 	memcpy(p->attempt, m->attempt, 16);
 	p->nitems = m->nitems;
 	p->nchanges = m->nchanges;
+	p->any_base = m->dense;
 	if (m->nalt) {
 		if (!(p->alt = dcr_calloc(m->nalt, sizeof(dcr_digest))))
 			return dcr_err_sys(e, ENOMEM, "manifest");

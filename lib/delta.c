@@ -417,8 +417,11 @@ int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source sr
 	if (r->version != DCR_DELTA_VERSION)
 		return dcr_err_set(e, DCR_EFORMAT, "%s has unsupported version %u", r->what,
 				   r->version);
-	if (r->flags & ~(uint32_t)DCR_DELTA_PARTIAL)
+	if (r->flags & ~(uint32_t)(DCR_DELTA_PARTIAL | DCR_DELTA_DENSE))
 		return dcr_err_set(e, DCR_EFORMAT, "%s uses unknown flags 0x%x", r->what, r->flags);
+	if ((r->flags & DCR_DELTA_DENSE) && !(accept & DCR_DELTA_DENSE))
+		return dcr_err_set(e, DCR_EFORMAT, "%s is a dense copy, which this command does not take",
+				   r->what);
 	if ((r->flags & DCR_DELTA_PARTIAL) && !(accept & DCR_DELTA_PARTIAL))
 		return dcr_err_set(e, DCR_EFORMAT,
 				   "%s is a partial delta (layout changes without target digests): merge it with 'dcr-diff --merge --target-digests', or place it with 'dcr-apply --layout'",

@@ -37,6 +37,11 @@ enum { DCR_TENSOR_NEW = 1 }; /* TENSOR flag: not XOR-able from base */
  * but no DONE records and a zero END target id; its base id may be zero.
  * Only readers that ask for it (dcr_delta_reader_init_flags) accept it. */
 enum { DCR_DELTA_PARTIAL = 1 };
+/* Header flag, must be understood: a DENSE delta (a dense copy) holds every
+ * target tensor whole, as OVERWRITE items of NEW tensors, and fits a
+ * receiver in any state; its base id is zero. Readers accept it only when
+ * they ask for it. */
+enum { DCR_DELTA_DENSE = 2 };
 enum { DCR_ENC_XOR = 1, DCR_ENC_OVERWRITE = 2 };
 enum { DCR_ITEM_DENSE = 1 }; /* ITEM flag: every element of the range */
 

@@ -269,8 +269,11 @@ static void *work(void *arg)
 static int base_state(const struct dcr_diff_opts *o, const struct dcr_ckpt *a, dcr_digest *id,
 		      struct dcr_err *e)
 {
-	if (o->base_id) {
-		*id = *o->base_id;
+	if (o->base_id || o->dense) {
+		if (o->dense)
+			memset(id, 0, sizeof(*id));
+		else
+			*id = *o->base_id;
 		return 0;
 	}
 	if (a->is_dir) {
@@ -319,7 +322,17 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 	pthread_mutex_init(&d.mu, NULL);
 	pthread_cond_init(&d.cv, NULL);
 
-	if ((r = dcr_ckpt_open(o->base, &a, e)) || (r = dcr_ckpt_open(o->target, &b, e)))
+	if (o->dense) {
+		/* a dense copy: against an empty checkpoint, every tensor is new */
+		a = dcr_calloc(1, sizeof(*a));
+		if (!a || !(a->path = dcr_strdup("(none)"))) {
+			r = dcr_err_sys(e, ENOMEM, "diff");
+			goto out;
+		}
+	} else if ((r = dcr_ckpt_open(o->base, &a, e))) {
+		goto out;
+	}
+	if ((r = dcr_ckpt_open(o->target, &b, e)))
 		goto out;
 	d.a = a;
 	d.b = b;
@@ -341,7 +354,8 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		goto out;
 	}
 	d.window = (size_t)threads + 2;
-	if ((r = dcr_delta_writer_init(&w, sink, &base_id, attempt, o->what, e)))
+	if ((r = dcr_delta_writer_init_flags(&w, sink, &base_id, attempt,
+					     o->dense ? DCR_DELTA_DENSE : 0, o->what, e)))
 		goto out;
 
 	/* removed tensors */

@@ -11,6 +11,7 @@ struct dcr_diff_opts {
 	uint64_t chunk_elems;          /* elements per item (default 1Mi) */
 	const char *what;              /* output name for messages */
 	int threads;                   /* workers (default: one per core) */
+	int dense;                     /* a dense copy of target: no base (base ignored) */
 	int codec;                     /* DCR_CODEC_AUTO (default), _PLAIN or DCR_CODEC_DELTA */
 	int no_cache;                  /* do not leave NEW's digests in NEW/.dcr/state */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);

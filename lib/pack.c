@@ -146,7 +146,8 @@ int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct
 {
 	struct dcr_buf tb = {0};
 	int r = dcr_buf_add(out, DCR_MANIFEST_MAGIC, 8) || dcr_buf_add_le32(out, DCR_PACK_VERSION) ||
-		dcr_buf_add_le32(out, m->nalt ? DCR_MANIFEST_BASES : 0) || dcr_buf_add(out, m->base.b, 32) ||
+		dcr_buf_add_le32(out, (m->nalt ? DCR_MANIFEST_BASES : 0) |
+						   (m->dense ? DCR_MANIFEST_DENSE : 0)) || dcr_buf_add(out, m->base.b, 32) ||
 		dcr_buf_add(out, m->target.b, 32) || dcr_buf_add(out, m->attempt, 16) ||
 		dcr_buf_add_le32(out, m->npayloads);
 	for (uint32_t i = 0; i < m->npayloads && !r; i++)
@@ -204,8 +205,9 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	uint32_t version = dcr_rd_le32(&rd), flags = dcr_rd_le32(&rd);
 	if (version != DCR_PACK_VERSION)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unsupported manifest version %u", what, version);
-	if (flags & ~(uint32_t)DCR_MANIFEST_BASES)
+	if (flags & ~(uint32_t)(DCR_MANIFEST_BASES | DCR_MANIFEST_DENSE))
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown manifest flags 0x%x", what, flags);
+	m->dense = (flags & DCR_MANIFEST_DENSE) != 0;
 	memcpy(m->base.b, dcr_rd_bytes(&rd, 32), 32);
 	memcpy(m->target.b, dcr_rd_bytes(&rd, 32), 32);
 	memcpy(m->attempt, dcr_rd_bytes(&rd, 16), 16);
@@ -469,10 +471,11 @@ int dcr_pack(struct dcr_source src, const char *what, const struct dcr_pack_opts
 	struct packer k = {.out = out, .o = o};
 	struct dcr_delta_reader rd;
 	struct dcr_buf man = {0};
-	int r = dcr_delta_reader_init(&rd, src, what, e);
+	int r = dcr_delta_reader_init_flags(&rd, src, NULL, 0, DCR_DELTA_DENSE, what, e);
 	if (!r) {
 		k.m.base = rd.base;
 		memcpy(k.m.attempt, rd.attempt, 16);
+		k.m.dense = (rd.flags & DCR_DELTA_DENSE) != 0;
 	}
 	struct dcr_delta_rec rec;
 	while (!r && (r = dcr_delta_next(&rd, &rec, e)) == 1) {

@@ -75,9 +75,10 @@ struct dcr_manifest {
 	char **removed;
 	uint64_t nitems, nchanges;
 	uint32_t nalt;     /* alternative bases (manifest flag 1) */
+	int dense;         /* a dense copy (manifest flag 2): fits any receiver */
 	dcr_digest *alt;
 };
-enum { DCR_MANIFEST_BASES = 1 };
+enum { DCR_MANIFEST_BASES = 1, DCR_MANIFEST_DENSE = 2 };
 
 int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct dcr_err *e);
 int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,

@@ -259,6 +259,10 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 				char *url = dcr_asprintf("%s/%s", dcr_store_url(s), mo);
 				r = url ? dcr_manifest_parse(man, man_len, url, &m, e)
 					: dcr_err_sys(e, ENOMEM, "pull");
+				if (!r && o && o->dense && !m.dense)
+					r = dcr_err_set(e, DCR_EFORMAT,
+							"'%s' is not a dense copy (dcr-diff --dense makes one)",
+							url);
 				free(url);
 				if (r)
 					goto out;

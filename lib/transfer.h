@@ -11,6 +11,7 @@ int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_e
 struct dcr_xfer_opts {
 	int parallel;        /* transfers in flight (default 4) */
 	double wait_s;       /* pull: follow a pack being pushed for this long */
+	int dense;           /* pull: the pack must be a dense copy */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
 };
