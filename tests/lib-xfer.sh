@@ -1,0 +1,168 @@
+# lib-xfer.sh - sourced by the transport tests (tests/t06*.sh): the helpers
+# of lib-store.sh (scratch directory $T, loopback servers killed at exit,
+# expect_fail, contains) plus checkpoints, receivers, pipelines whose every
+# stage's exit status is checked, and before/after snapshots of a receiver.
+. "$DCR_SRC/tests/lib-store.sh"
+
+for c in dcr-diff dcr-pack dcr-push dcr-pull dcr-apply dcr-verify gen-checkpoint; do
+	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
+done
+command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
+
+# gen SIZE STEPS [ARGS...]: synthetic checkpoints $T/g/v0 .. $T/g/vSTEPS.
+gen() {
+	size=$1 steps=$2
+	shift 2
+	gen-checkpoint -q --size "$size" --steps "$steps" --shards 2 "$@" "$T/g" ||
+		fail "gen-checkpoint exited $?"
+}
+
+# receiver NAME [VERSION]: a receiver $T/NAME holding $T/g/vVERSION (default v0).
+receiver() {
+	rm -rf "${T:?}/$1"
+	cp -r "$T/g/v${2:-0}" "$T/$1"
+}
+
+# snapshot DIR: sha256 of every file under DIR but its .dcr/ state directory.
+snapshot() {
+	(cd "$1" && find . -path ./.dcr -prune -o -type f -print | LC_ALL=C sort |
+		xargs -r sha256sum)
+}
+
+# untouched DIR SNAPFILE: DIR's files hash as they did in SNAPFILE.
+untouched() {
+	snapshot "$1" >"$T/snap.now"
+	cmp -s "$2" "$T/snap.now" || { diff "$2" "$T/snap.now" | head; fail "$1 was modified"; }
+}
+
+# same CKPT REF: dcr-verify --against finds CKPT identical to REF.
+same() {
+	dcr-verify "$1" --against "$2" >"$T/verify.out" 2>&1 ||
+		fail "dcr-verify $1 --against $2 exited $?: $(cat "$T/verify.out")"
+}
+
+# st NAME CMD...: run CMD as one stage of a pipeline: its stderr goes to
+# $T/NAME.err and its exit status to $T/NAME.rc; st itself always succeeds.
+st() {
+	_st_n=$1
+	shift
+	_st_rc=0
+	"$@" 2>"$T/$_st_n.err" || _st_rc=$?
+	echo "$_st_rc" >"$T/$_st_n.rc"
+}
+
+# rc_is NAME STATUS: the stage NAME exited STATUS.
+rc_is() {
+	got=$(cat "$T/$1.rc")
+	[ "$got" = "$2" ] || fail "stage $1 exited $got, want $2: $(cat "$T/$1.err")"
+}
+
+# one_line NAME CMDNAME: the stage NAME printed one line, "CMDNAME: error: ...";
+# the line is left in ERR.
+one_line() {
+	ERR=$(cat "$T/$1.err")
+	[ "$(wc -l <"$T/$1.err")" = 1 ] || fail "stage $1 did not print one line: $ERR"
+	contains "$ERR" "$2: error: "
+}
+
+# publish STORE/NAME [PACK-ARGS...]: dcr-diff v0 v1 | dcr-pack | dcr-push, all checked.
+publish() {
+	dest=$1
+	shift
+	st diff dcr-diff "$T/g/v0" "$T/g/v1" | st pack dcr-pack "$@" | st push dcr-push -q - "$dest"
+	rc_is diff 0
+	rc_is pack 0
+	rc_is push 0
+}
+
+# pyrun SCRIPT ARGS...: python3 -c SCRIPT, failing the test if it fails.
+pyrun() {
+	python3 -c "$@" || fail "python3 helper exited $?"
+}
+
+# gated_publish DEST BYTES [PACK-ARGS...]: in the background,
+# dcr-diff v0 v1 | gate | dcr-pack | dcr-push - DEST, joined by FIFOs so that
+# each stage is a process of its own in PIDS (killed at exit), where the gate
+# passes the first BYTES of the delta and holds the rest until open_gate.
+# Sets DIFFPID and PUSHPID; wait_published waits for every stage and checks
+# its exit status.
+gated_publish() {
+	dest=$1 pass=$2
+	shift 2
+	rm -f "$T/delta.fifo" "$T/gated.fifo" "$T/packed.fifo" "$T/release"
+	mkfifo "$T/delta.fifo" "$T/gated.fifo" "$T/packed.fifo"
+	dcr-diff "$T/g/v0" "$T/g/v1" >"$T/delta.fifo" 2>"$T/diff.err" &
+	DIFFPID=$!
+	python3 -c "$GATE" "$pass" "$T/release" <"$T/delta.fifo" >"$T/gated.fifo" 2>"$T/gate.err" &
+	GATEPID=$!
+	dcr-pack "$@" <"$T/gated.fifo" >"$T/packed.fifo" 2>"$T/pack.err" &
+	PACKPID=$!
+	dcr-push -q - "$dest" <"$T/packed.fifo" 2>"$T/push.err" &
+	PUSHPID=$!
+	PIDS="$PIDS $DIFFPID $GATEPID $PACKPID $PUSHPID"
+}
+# The gate gives up (exit 1) if the scratch directory goes away, so a failed
+# test never leaves it behind.
+GATE='
+import os, sys, time
+n, release = int(sys.argv[1]), sys.argv[2]
+i, o = sys.stdin.buffer, sys.stdout.buffer
+def copy(left):
+    while left is None or left > 0:
+        b = i.read(65536 if left is None else min(65536, left))
+        if not b:
+            break
+        o.write(b)
+        o.flush()
+        if left is not None:
+            left -= len(b)
+copy(n)
+while not os.path.exists(release):
+    if not os.path.isdir(os.path.dirname(release)):
+        sys.exit(1)
+    time.sleep(0.02)
+copy(None)
+'
+open_gate() {
+	touch "$T/release"
+}
+wait_published() {
+	for _wp in diff:$DIFFPID gate:$GATEPID pack:$PACKPID push:$PUSHPID; do
+		_wp_rc=0
+		wait "${_wp#*:}" || _wp_rc=$?
+		[ "$_wp_rc" = 0 ] || fail "${_wp%%:*} exited $_wp_rc: $(cat "$T/${_wp%%:*}.err")"
+	done
+}
+
+# wait_for FILE WHAT: poll (20 ms) until FILE exists, at most 60 s; fail if
+# gated_publish's dcr-push ends first.
+wait_for() {
+	i=0
+	while [ ! -e "$1" ]; do
+		kill -0 "$PUSHPID" 2>/dev/null ||
+			fail "the push ended before $2: $(cat "$T/pack.err" "$T/push.err" 2>/dev/null)"
+		i=$((i + 1))
+		[ $i -lt 3000 ] || fail "$2 did not happen in 60 s"
+		sleep 0.02
+	done
+}
+
+# proc_running PID: PID has not exited (running or sleeping, not a zombie).
+proc_running() {
+	s=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || true
+	case $s in R | S | D) return 0 ;; *) return 1 ;; esac
+}
+
+# packtar SRC DST OP ARGS...: tests/packtar.py (see there).
+packtar() {
+	python3 "$DCR_SRC/tests/packtar.py" "$@" || fail "packtar.py $* exited $?"
+}
+
+# refused NAME CMDNAME CAUSE CKPT: stage NAME exited 128 with one line,
+# "CMDNAME: error: ..." holding CAUSE, and CKPT still matches $T/snap.
+refused() {
+	rc_is "$1" 128
+	one_line "$1" "$2"
+	contains "$ERR" "$3"
+	untouched "$4" "$T/snap"
+}

@@ -1,0 +1,42 @@
+#!/bin/sh
+# The whole refit through a directory store: dcr-diff | dcr-pack | dcr-push
+# on the trainer side, dcr-pull | dcr-apply on the receiver side, with several
+# payloads; the receiver ends bit-identical to the new checkpoint. Also the
+# by-hand paths: dcr-pull -o DIR then dcr-apply DIR, tar tvf of a pulled
+# stream, and a second apply of the same pack changes nothing.
+. "$DCR_SRC/tests/lib-xfer.sh"
+gen 32M 1
+S="$T/store"
+publish "$S/v1" -s 64K
+n=$(ls "$S/v1" | grep -c '^payload-[0-9]*\.dcrp$') || true
+[ "$n" -ge 4 ] || fail "expected several payloads in the store, found $n"
+[ -f "$S/v1/manifest.dcrm" ] || fail "no manifest in the store"
+run_ok dcr-pack --list --porcelain "$S/v1"
+[ "$(grep -c '^payload	' "$T/out")" = "$n" ] || fail "--list shows other payloads: $(cat "$T/out")"
+grep -q '^manifest	' "$T/out" || fail "--list shows no manifest"
+
+# stream: dcr-pull | dcr-apply
+receiver r1
+st pull dcr-pull -q "$S/v1" | st apply dcr-apply -q "$T/r1"
+rc_is pull 0
+rc_is apply 0
+same "$T/r1" "$T/g/v1"
+
+# the pulled stream is a tar file a person can list; manifest last
+run_ok dcr-pull -q "$S/v1"
+mv "$T/out" "$T/v1.tar"
+tar tf "$T/v1.tar" >"$T/list" || fail "tar cannot list the pulled stream"
+[ "$(tail -n 1 "$T/list")" = manifest.dcrm ] || fail "manifest is not last: $(cat "$T/list")"
+[ "$(grep -c '^payload-' "$T/list")" = "$n" ] || fail "tar lists other payloads"
+
+# by hand: pull into a directory, apply the directory
+receiver r2
+run_ok dcr-pull -q -o "$T/p2" "$S/v1"
+run_ok dcr-apply -q "$T/r2" "$T/p2"
+same "$T/r2" "$T/g/v1"
+
+# applying the same pack again leaves the receiver as it is
+snapshot "$T/r2" >"$T/snap"
+run_ok dcr-apply -q "$T/r2" "$T/v1.tar"
+untouched "$T/r2" "$T/snap"
+same "$T/r2" "$T/g/v1"
