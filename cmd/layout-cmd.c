@@ -24,6 +24,16 @@ int cmd_layout_wanted(int argc, char **argv, const char *const *opts)
 	return 0;
 }
 
+/* -h or --help anywhere before "--", even where getopt would take it as the
+ * argument of --layout ("dcr-diff --layout -h"). */
+static int wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			return 1;
+	return 0;
+}
+
 static uint32_t parse_rank(const char *usage, const char *s)
 {
 	char *end;
@@ -81,6 +91,10 @@ int cmd_layout_diff(int argc, char **argv)
 	uint32_t rank = 0;
 	uint64_t chunk = 0;
 	dcr_digest base_id;
+	if (wants_help(argc, argv)) {
+		fputs(diff_usage, stdout);
+		return cmd_finish(EXIT_OK);
+	}
 	while ((c = getopt_long(argc, argv, "o:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': output = optarg; break;
@@ -217,6 +231,10 @@ int cmd_layout_apply(int argc, char **argv)
 	const char *map = NULL;
 	int have_rank = 0, c;
 	uint32_t rank = 0;
+	if (wants_help(argc, argv)) {
+		fputs(apply_usage, stdout);
+		return cmd_finish(EXIT_OK);
+	}
 	while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'L': map = optarg; break;

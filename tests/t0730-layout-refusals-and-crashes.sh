@@ -42,6 +42,11 @@ grep -q "disagree on element" "$tmp/err" || fail "message: $(cat "$tmp/err")"
 "$B/dcr-diff" --layout "$w/map.json" "$w/t0/rank-0" "$w/t1/rank-0" >/dev/null 2>&1
 [ $? = 129 ] || fail "--layout without --rank is not a usage error"
 
+"$B/dcr-diff" --layout -h >"$tmp/out" && grep -q "^usage: dcr-diff --layout" "$tmp/out" ||
+	fail "dcr-diff --layout -h"
+"$B/dcr-apply" --layout -h >"$tmp/out" && grep -q "^usage: dcr-apply --layout" "$tmp/out" ||
+	fail "dcr-apply --layout -h"
+
 # crash at every durable step of a placement, then rerun
 "$B/dcr-layout" generate --config "$D/$cfg.json" --framework vllm --tp 4 -o "$tmp/v.map" || fail map
 $SLICE slice "$D/$cfg.json" "$c/c0" --framework vllm --tp 4 -o "$tmp/v0" || fail slice
