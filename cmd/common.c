@@ -9,7 +9,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "common.h"
+#include "pack.h"
+#include "store.h"
 
 const char *cmd_name = "dcr";
 int cmd_progress_on;
@@ -137,4 +141,69 @@ int cmd_finish(int code)
 		return EXIT_FATAL;
 	}
 	return code;
+}
+
+struct dcr_pack_in *cmd_open_pack_input(const char *path)
+{
+	struct dcr_err e = {0};
+	struct dcr_pack_in *in = NULL;
+	struct stat sb;
+	if (strcmp(path, "-") && !stat(path, &sb) && S_ISDIR(sb.st_mode)) {
+		if (dcr_pack_in_open_dir(path, &in, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+		return in;
+	}
+	int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
+	if (fd < 0)
+		cmd_die("cannot open '%s': %s", path, strerror(errno));
+	if (dcr_pack_in_open_tar(fd, NULL, 0, &in, &e))
+		cmd_die_err(&e, EXIT_FATAL);
+	return in;
+}
+
+void cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_tar_out **tar)
+{
+	*tar = NULL;
+	if (strcmp(output, "-")) {
+		*out = (struct dcr_pack_out){dcr_pack_dir_entry, (void *)output};
+		return;
+	}
+	struct dcr_err e = {0};
+	int fd = cmd_open_output("-");
+	if (dcr_tar_out_open(fd, tar, &e))
+		cmd_die_err(&e, EXIT_FATAL);
+	*out = (struct dcr_pack_out){dcr_tar_out_entry, *tar};
+}
+
+int cmd_pack_output_close(struct dcr_tar_out *tar, int r, struct dcr_err *e)
+{
+	if (!tar)
+		return r;
+	if (r) {
+		dcr_tar_out_close(tar, NULL);
+		return r;
+	}
+	return dcr_tar_out_close(tar, e);
+}
+
+int cmd_store_option(int c, const char *arg, struct dcr_store_opts *so, int *parallel,
+		     const char *usage)
+{
+	switch (c) {
+	case 'E': so->endpoint = arg; return 1;
+	case 'C': so->cacert = arg; return 1;
+	case 'j':
+		*parallel = atoi(arg);
+		if (*parallel < 1 || *parallel > 256)
+			cmd_usage_error(usage, "--parallel wants 1..256, not '%s'", arg);
+		so->parallel = *parallel;
+		return 1;
+	case 'R':
+		so->retries = atoi(arg);
+		if (!so->retries)
+			so->retries = -1; /* 0: no retries */
+		return 1;
+	default:
+		return 0;
+	}
 }

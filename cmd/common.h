@@ -33,6 +33,28 @@ void cmd_progress_end(void);
 
 /* Open an output file, or stdout for "-" (refusing a terminal). */
 int cmd_open_output(const char *path);
+/* Packs: open PATH as a pack directory, or a tar stream ("-": standard
+ * input); exits 128 on failure. */
+struct dcr_pack_in;
+struct dcr_pack_in *cmd_open_pack_input(const char *path);
+/* Where a pack goes: "-" a tar stream on standard output (refusing a
+ * terminal), else a directory. cmd_pack_output_close finishes the tar
+ * (r: the result so far; returns the final one). */
+struct dcr_pack_out;
+struct dcr_tar_out;
+void cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_tar_out **tar);
+int cmd_pack_output_close(struct dcr_tar_out *tar, int r, struct dcr_err *e);
+
+/* Store options shared by dcr-push and dcr-pull: --endpoint ('E'),
+ * --cacert ('C'), -j/--parallel ('j'), --retries ('R'). Returns 1 if c was
+ * one of them. */
+struct dcr_store_opts;
+int cmd_store_option(int c, const char *arg, struct dcr_store_opts *so, int *parallel,
+		     const char *usage);
+#define CMD_STORE_LONGOPTS \
+	{"endpoint", required_argument, NULL, 'E'}, {"cacert", required_argument, NULL, 'C'}, \
+	{"parallel", required_argument, NULL, 'j'}, {"retries", required_argument, NULL, 'R'}
+
 /* Flush and check stdout; exit 128 on a write error such as ENOSPC. */
 int cmd_finish(int code);
 

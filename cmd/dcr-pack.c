@@ -58,19 +58,7 @@ static uint64_t parse_size(const char *s)
 static int list_pack(const char *path, int porcelain, char eol)
 {
 	struct dcr_err e = {0};
-	struct dcr_pack_in *in;
-	struct stat sb;
-	int fd = -1;
-	if (strcmp(path, "-") && !stat(path, &sb) && S_ISDIR(sb.st_mode)) {
-		if (dcr_pack_in_open_dir(path, &in, &e))
-			cmd_die_err(&e, EXIT_FATAL);
-	} else {
-		fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
-		if (fd < 0)
-			cmd_die("cannot open '%s': %s", path, strerror(errno));
-		if (dcr_pack_in_open_tar(fd, NULL, 0, &in, &e))
-			cmd_die_err(&e, EXIT_FATAL);
-	}
+	struct dcr_pack_in *in = cmd_open_pack_input(path);
 	const char *name;
 	const uint8_t *buf;
 	size_t len;
@@ -270,24 +258,14 @@ int main(int argc, char **argv)
 	}
 	struct dcr_err e = {0};
 	struct dcr_pack_out out;
-	struct dcr_tar_out *tar = NULL;
-	if (!strcmp(output, "-")) {
-		int fd = cmd_open_output("-");
-		if (dcr_tar_out_open(fd, &tar, &e))
-			cmd_die_err(&e, EXIT_FATAL);
-		out = (struct dcr_pack_out){dcr_tar_out_entry, tar};
-	} else {
-		out = (struct dcr_pack_out){dcr_pack_dir_entry, (void *)output};
-	}
+	struct dcr_tar_out *tar;
+	cmd_pack_output(output, &out, &tar);
 	o.progress = progress;
 	o.progress_ctx = "pack";
 	struct dcr_pack_stats st = {0};
 	int r = dcr_pack((struct dcr_source){dcr_source_fd_read, &in},
 			 strcmp(input, "-") ? input : "standard input", &o, out, &st, &e);
-	if (!r && tar)
-		r = dcr_tar_out_close(tar, &e);
-	else if (tar)
-		dcr_tar_out_close(tar, NULL);
+	r = cmd_pack_output_close(tar, r, &e);
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);
 	cmd_progress_end();

@@ -81,10 +81,7 @@ int main(int argc, char **argv)
 		{"output", required_argument, NULL, 'o'},
 		{"wait", required_argument, NULL, 'W'},
 		{"dense", no_argument, NULL, 'D'},
-		{"endpoint", required_argument, NULL, 'E'},
-		{"cacert", required_argument, NULL, 'C'},
-		{"parallel", required_argument, NULL, 'j'},
-		{"retries", required_argument, NULL, 'R'},
+		CMD_STORE_LONGOPTS,
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
 		{"quiet", no_argument, NULL, 'q'},
@@ -106,20 +103,15 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'D': xo.dense = 1; break;
-		case 'E': so.endpoint = optarg; break;
-		case 'C': so.cacert = optarg; break;
-		case 'j':
-			xo.parallel = atoi(optarg);
-			if (xo.parallel < 1 || xo.parallel > 256)
-				cmd_usage_error(usage, "--parallel wants 1..256");
-			so.parallel = xo.parallel;
-			break;
-		case 'R': so.retries = atoi(optarg); if (!so.retries) so.retries = -1; break;
 		case 'p': cmd_progress_on = 1; break;
 		case 'n': cmd_progress_on = 0; break;
 		case 'q': cmd_quiet = 1; break;
 		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
-		default: fputs(usage, stderr); return EXIT_USAGE;
+		default:
+			if (cmd_store_option(c, optarg, &so, &xo.parallel, usage))
+				break;
+			fputs(usage, stderr);
+			return EXIT_USAGE;
 		}
 	}
 	if (argc - optind != 1)
@@ -140,16 +132,9 @@ int main(int argc, char **argv)
 	if (dcr_store_open(surl, &so, &s, &e))
 		cmd_die_err(&e, EXIT_FATAL);
 	struct dcr_pack_out out;
-	struct dcr_tar_out *tar = NULL;
+	struct dcr_tar_out *tar;
 	int to_dir = strcmp(output, "-") != 0;
-	if (!to_dir) {
-		int fd = cmd_open_output("-");
-		if (dcr_tar_out_open(fd, &tar, &e))
-			cmd_die_err(&e, EXIT_FATAL);
-		out = (struct dcr_pack_out){dcr_tar_out_entry, tar};
-	} else {
-		out = (struct dcr_pack_out){dcr_pack_dir_entry, (void *)output};
-	}
+	cmd_pack_output(output, &out, &tar);
 	xo.progress = cmd_progress_bytes;
 	xo.progress_ctx = "pull";
 	struct dcr_xfer_stats st = {0};
@@ -158,10 +143,7 @@ int main(int argc, char **argv)
 	if (fy.at > 0)
 		out = (struct dcr_pack_out){faulty_entry, &fy};
 	int r = dcr_pull(s, name, out, to_dir ? dir_have : NULL, (void *)output, &xo, &st, &e);
-	if (!r && tar)
-		r = dcr_tar_out_close(tar, &e);
-	else if (tar)
-		dcr_tar_out_close(tar, NULL);
+	r = cmd_pack_output_close(tar, r, &e);
 	dcr_store_close(s);
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);

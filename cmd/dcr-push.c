@@ -50,14 +50,11 @@ int main(int argc, char **argv)
 {
 	cmd_init("dcr-push", argc, argv);
 	static const struct option longopts[] = {
-		{"endpoint", required_argument, NULL, 'E'},
+		CMD_STORE_LONGOPTS,
 		{"gc", required_argument, NULL, 'G'},
 		{"policy", required_argument, NULL, 'P'},
 		{"keep", required_argument, NULL, 'K'},
 		{"dry-run", no_argument, NULL, 'D'},
-		{"cacert", required_argument, NULL, 'C'},
-		{"parallel", required_argument, NULL, 'j'},
-		{"retries", required_argument, NULL, 'R'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
 		{"quiet", no_argument, NULL, 'q'},
@@ -81,20 +78,15 @@ int main(int argc, char **argv)
 				cmd_usage_error(usage, "--keep wants a count, not '%s'", optarg);
 			break;
 		}
-		case 'E': so.endpoint = optarg; break;
-		case 'C': so.cacert = optarg; break;
-		case 'j':
-			xo.parallel = atoi(optarg);
-			if (xo.parallel < 1 || xo.parallel > 256)
-				cmd_usage_error(usage, "--parallel wants 1..256");
-			so.parallel = xo.parallel;
-			break;
-		case 'R': so.retries = atoi(optarg); if (!so.retries) so.retries = -1; break;
 		case 'p': cmd_progress_on = 1; break;
 		case 'n': cmd_progress_on = 0; break;
 		case 'q': cmd_quiet = 1; break;
 		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
-		default: fputs(usage, stderr); return EXIT_USAGE;
+		default:
+			if (cmd_store_option(c, optarg, &so, &xo.parallel, usage))
+				break;
+			fputs(usage, stderr);
+			return EXIT_USAGE;
 		}
 	}
 	if (gc) {
@@ -123,18 +115,7 @@ int main(int argc, char **argv)
 	char *surl, *name;
 	if (dcr_split_store_url(dest, &surl, &name, &e))
 		cmd_usage_error(usage, "%s", e.msg);
-	struct dcr_pack_in *in;
-	struct stat sb;
-	if (strcmp(pack, "-") && !stat(pack, &sb) && S_ISDIR(sb.st_mode)) {
-		if (dcr_pack_in_open_dir(pack, &in, &e))
-			cmd_die_err(&e, EXIT_FATAL);
-	} else {
-		int fd = strcmp(pack, "-") ? open(pack, O_RDONLY | O_CLOEXEC) : 0;
-		if (fd < 0)
-			cmd_die("cannot open '%s': %s", pack, strerror(errno));
-		if (dcr_pack_in_open_tar(fd, NULL, 0, &in, &e))
-			cmd_die_err(&e, EXIT_FATAL);
-	}
+	struct dcr_pack_in *in = cmd_open_pack_input(pack);
 	struct dcr_store *s;
 	if (dcr_store_open(surl, &so, &s, &e))
 		cmd_die_err(&e, EXIT_FATAL);

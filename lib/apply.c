@@ -1065,6 +1065,21 @@ static int current_state(struct dcr_receiver *rc, struct dcr_ckpt **c, dcr_diges
 	return r;
 }
 
+/* What every apply does first: clear the result, and finish an interrupted
+ * apply (its journal) before looking at anything new. */
+static int apply_begin(struct dcr_receiver *rc, const struct dcr_apply_opts *o,
+		       struct dcr_apply_result *res, struct dcr_err *e)
+{
+	if (res)
+		memset(res, 0, sizeof(*res));
+	int r = dcr_apply_recover(rc, o, e);
+	if (r < 0)
+		return r;
+	if (res)
+		res->recovered = r;
+	return 0;
+}
+
 int dcr_apply(struct dcr_receiver *rc, struct dcr_source src, const uint8_t *head,
 	      size_t head_len, const struct dcr_apply_opts *o, struct dcr_apply_result *res,
 	      struct dcr_err *e)
@@ -1076,16 +1091,10 @@ int dcr_apply(struct dcr_receiver *rc, struct dcr_source src, const uint8_t *hea
 	struct delta_items di = {.fd = -1};
 	char *inc = dcr_receiver_path(rc, "incoming");
 	int r;
-	if (res)
-		memset(res, 0, sizeof(*res));
 	if (!inc)
 		return dcr_err_sys(e, ENOMEM, "apply");
-
-	r = dcr_apply_recover(rc, o, e);
-	if (r < 0)
+	if ((r = apply_begin(rc, o, res, e)))
 		goto out;
-	if (res)
-		res->recovered = r;
 
 	/* 1. stage and check the whole delta */
 	unlink(inc);
@@ -1385,15 +1394,10 @@ int dcr_apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 	size_t pcap = 0;
 	char *sp = dcr_receiver_path(rc, "spool");
 	int r;
-	if (res)
-		memset(res, 0, sizeof(*res));
 	if (!sp)
 		return dcr_err_sys(e, ENOMEM, "apply");
-	r = dcr_apply_recover(rc, o, e);
-	if (r < 0)
+	if ((r = apply_begin(rc, o, res, e)))
 		goto out;
-	if (res)
-		res->recovered = r;
 	if ((r = current_state(rc, &c, &cur, &cur_dg, e)))
 		goto out;
 	unlink(sp);
