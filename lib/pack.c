@@ -71,8 +71,8 @@ int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_
 	return 0;
 }
 
-int dcr_payload_open(const uint8_t *buf, size_t len, const char *what,
-		     struct dcr_payload *p, struct dcr_err *e)
+int dcr_payload_check(const uint8_t *buf, size_t len, const char *what,
+		      struct dcr_payload *p, struct dcr_err *e)
 {
 	memset(p, 0, sizeof(*p));
 	if (len < DCR_PAYLOAD_HDR_LEN + 32 || memcmp(buf, DCR_PAYLOAD_MAGIC, 8))
@@ -104,23 +104,36 @@ int dcr_payload_open(const uint8_t *buf, size_t len, const char *what,
 		return dcr_err_set(e, DCR_EFORMAT, "%s: %llu raw bytes is too large", what,
 				   (unsigned long long)p->raw_len);
 	const uint8_t *body = buf + DCR_PAYLOAD_HDR_LEN;
+	if (p->codec == DCR_PAYLOAD_STORED) {
+		if (p->raw_len != p->body_len)
+			goto bad;
+	} else if (p->codec == DCR_PAYLOAD_ZSTD) {
+		if (ZSTD_getFrameContentSize(body, p->body_len) != p->raw_len)
+			goto bad;
+	} else {
+		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown payload codec %u", what, p->codec);
+	}
+	return 0;
+bad:
+	return dcr_err_set(e, DCR_EFORMAT, "%s: body does not decompress to its stated size", what);
+}
+
+int dcr_payload_open(const uint8_t *buf, size_t len, const char *what,
+		     struct dcr_payload *p, struct dcr_err *e)
+{
+	int r = dcr_payload_check(buf, len, what, p, e);
+	if (r)
+		return r;
+	const uint8_t *body = buf + DCR_PAYLOAD_HDR_LEN;
 	p->raw = malloc(p->raw_len + 1);
 	if (!p->raw)
 		return dcr_err_sys(e, ENOMEM, "%s", what);
 	if (p->codec == DCR_PAYLOAD_STORED) {
-		if (p->raw_len != p->body_len)
-			goto bad;
 		memcpy(p->raw, body, p->raw_len);
-	} else if (p->codec == DCR_PAYLOAD_ZSTD) {
-		unsigned long long cs = ZSTD_getFrameContentSize(body, p->body_len);
-		if (cs != p->raw_len)
-			goto bad;
+	} else {
 		size_t got = ZSTD_decompress(p->raw, p->raw_len, body, p->body_len);
 		if (ZSTD_isError(got) || got != p->raw_len)
 			goto bad;
-	} else {
-		dcr_payload_release(p);
-		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown payload codec %u", what, p->codec);
 	}
 	return 0;
 bad:

@@ -50,6 +50,12 @@ struct dcr_payload {
  * body. `what` names it in messages. */
 int dcr_payload_open(const uint8_t *buf, size_t len, const char *what,
 		     struct dcr_payload *p, struct dcr_err *e);
+/* The same checks without decompressing (p->raw stays NULL): magic,
+ * version, flags, sizes, trailer, codec and the zstd frame's stated size.
+ * For movers (dcr-push, dcr-pull) that pass the bytes on unchanged;
+ * dcr-apply opens each payload in full. */
+int dcr_payload_check(const uint8_t *buf, size_t len, const char *what,
+		      struct dcr_payload *p, struct dcr_err *e);
 void dcr_payload_release(struct dcr_payload *p);
 /* Build a payload image from raw records. */
 int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,

@@ -93,7 +93,7 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 			r = dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", ename);
 			break;
 		}
-		if ((r = dcr_payload_open(buf, len, ename, &pl, e)))
+		if ((r = dcr_payload_check(buf, len, ename, &pl, e)))
 			break;
 		dcr_payload_release(&pl);
 		if (pl.index != idx) {
@@ -217,7 +217,7 @@ static int check_payload(const char *oname, const uint8_t *buf, size_t len, uint
 			 const dcr_digest *want, struct dcr_err *e)
 {
 	struct dcr_payload pl;
-	int r = dcr_payload_open(buf, len, oname, &pl, e);
+	int r = dcr_payload_check(buf, len, oname, &pl, e);
 	if (r)
 		return r;
 	dcr_payload_release(&pl);
