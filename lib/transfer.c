@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -228,11 +229,140 @@ static int check_payload(const char *oname, const uint8_t *buf, size_t len, uint
 	return 0;
 }
 
-struct pjob {
-	struct dcr_store_job job;
-	char *oname;
-	int busy;
+/* Fetchers: par threads each take the next index of [lo, hi) within a
+ * window of par ahead of the one being handed on, GET it and check it, so
+ * downloads and digests run in parallel; the caller hands them on in order. */
+struct slot_res {
+	uint8_t *buf;
+	size_t len;
+	int state; /* 0 empty, 1 fetching, 2 ready, 3 on hand (skipped) */
+	int rc;
+	struct dcr_err err;
 };
+
+struct fetch {
+	struct dcr_store *s;
+	const char *name;
+	const struct dcr_manifest *m; /* or NULL while waiting for it */
+	int (*have)(void *ctx, uint32_t index, dcr_digest *digest);
+	void *have_ctx;
+	uint32_t lo, hi, next_take, emitted;
+	unsigned par;
+	struct slot_res *slots; /* par, index % par */
+	int stop;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+};
+
+static void fetch_one(struct fetch *f, uint32_t idx, struct slot_res *sr)
+{
+	dcr_digest d;
+	const dcr_digest *want = f->m ? &f->m->pdigest[idx] : NULL;
+	if (f->have && f->have(f->have_ctx, idx, &d) && (!want || !memcmp(d.b, want->b, 32))) {
+		sr->state = 3;
+		return;
+	}
+	char *en = dcr_payload_name(idx);
+	char *on = en ? obj(f->name, en) : NULL;
+	char *url = on ? dcr_asprintf("%s/%s", dcr_store_url(f->s), on) : NULL;
+	if (!url)
+		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
+	else if (!(sr->rc = dcr_store_get(f->s, on, &sr->buf, &sr->len, &sr->err)))
+		sr->rc = check_payload(url, sr->buf, sr->len, idx, want, &sr->err);
+	free(en);
+	free(on);
+	free(url);
+	sr->state = 2;
+}
+
+static void *fetcher(void *arg)
+{
+	struct fetch *f = arg;
+	pthread_mutex_lock(&f->mu);
+	for (;;) {
+		while (!f->stop && f->next_take < f->hi && f->next_take >= f->emitted + f->par)
+			pthread_cond_wait(&f->cv, &f->mu);
+		if (f->stop || f->next_take >= f->hi)
+			break;
+		uint32_t idx = f->next_take++;
+		struct slot_res *sr = &f->slots[idx % f->par];
+		sr->state = 1;
+		pthread_mutex_unlock(&f->mu);
+		struct slot_res tmp = {0};
+		fetch_one(f, idx, &tmp);
+		pthread_mutex_lock(&f->mu);
+		*sr = tmp;
+		pthread_cond_broadcast(&f->cv);
+	}
+	pthread_mutex_unlock(&f->mu);
+	return NULL;
+}
+
+/* Fetch [lo, hi) and hand each payload on in order. */
+static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_manifest *m,
+		       int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
+		       unsigned par, uint32_t lo, uint32_t hi, struct dcr_pack_out out,
+		       const struct dcr_xfer_opts *o, uint64_t *bytes, int *skipped,
+		       struct dcr_err *e)
+{
+	if (lo >= hi)
+		return 0;
+	struct fetch f = {.s = s, .name = name, .m = m, .have = have, .have_ctx = have_ctx,
+			  .lo = lo, .hi = hi, .next_take = lo, .emitted = lo, .par = par};
+	f.slots = dcr_calloc(par, sizeof(*f.slots));
+	if (!f.slots)
+		return dcr_err_sys(e, ENOMEM, "pull");
+	pthread_mutex_init(&f.mu, NULL);
+	pthread_cond_init(&f.cv, NULL);
+	pthread_t th[256];
+	unsigned nth = 0;
+	int r = 0;
+	for (unsigned i = 0; i < par && i < hi - lo; i++)
+		if (!pthread_create(&th[nth], NULL, fetcher, &f))
+			nth++;
+	if (!nth)
+		r = dcr_err_sys(e, EAGAIN, "cannot start a thread");
+	for (uint32_t idx = lo; !r && idx < hi; idx++) {
+		struct slot_res *sr = &f.slots[idx % par];
+		pthread_mutex_lock(&f.mu);
+		while (sr->state < 2)
+			pthread_cond_wait(&f.cv, &f.mu);
+		struct slot_res got = *sr;
+		memset(sr, 0, sizeof(*sr));
+		pthread_mutex_unlock(&f.mu);
+		if (got.state == 3) {
+			(*skipped)++;
+		} else if (got.rc) {
+			*e = got.err;
+			r = got.rc;
+		} else {
+			char *en = dcr_payload_name(idx);
+			r = en ? out.entry(out.ctx, en, got.buf, got.len, e)
+			       : dcr_err_sys(e, ENOMEM, "pull");
+			free(en);
+			*bytes += got.len;
+			if (!r && o && o->progress)
+				o->progress(o->progress_ctx, *bytes, 0);
+		}
+		free(got.buf);
+		pthread_mutex_lock(&f.mu);
+		f.emitted = idx + 1;
+		pthread_cond_broadcast(&f.cv);
+		pthread_mutex_unlock(&f.mu);
+	}
+	pthread_mutex_lock(&f.mu);
+	f.stop = 1;
+	pthread_cond_broadcast(&f.cv);
+	pthread_mutex_unlock(&f.mu);
+	for (unsigned i = 0; i < nth; i++)
+		pthread_join(th[i], NULL);
+	for (unsigned i = 0; i < par; i++)
+		free(f.slots[i].buf);
+	free(f.slots);
+	pthread_mutex_destroy(&f.mu);
+	pthread_cond_destroy(&f.cv);
+	return r;
+}
 
 int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 	     int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
@@ -247,8 +377,9 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 	int have_m = 0, r = 0;
 	uint32_t next = 0; /* next payload index to hand on */
 	uint64_t bytes = 0;
-	struct pjob *jobs = dcr_calloc((size_t)par, sizeof(*jobs));
-	if (!mo || !jobs) {
+	if (par > 256)
+		par = 256;
+	if (!mo) {
 		r = dcr_err_sys(e, ENOMEM, "pull");
 		goto out;
 	}
@@ -305,69 +436,15 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 			}
 			dcr_store_names_free(names, n);
 		}
-		/* fetch [next, limit) with par jobs in flight, hand on in order */
-		uint32_t issued = next;
-		while (next < limit) {
-			while (issued < limit && issued < next + (uint32_t)par) {
-				struct pjob *pj = &jobs[issued % par];
-				dcr_digest d;
-				if (have && have(have_ctx, issued, &d) &&
-				    (!have_m || !memcmp(d.b, m.pdigest[issued].b, 32))) {
-					pj->busy = 2; /* already on hand */
-					issued++;
-					continue;
-				}
-				char *en = dcr_payload_name(issued);
-				pj->oname = en ? obj(name, en) : NULL;
-				free(en);
-				if (!pj->oname) {
-					r = dcr_err_sys(e, ENOMEM, "pull");
-					goto out;
-				}
-				memset(&pj->job, 0, sizeof(pj->job));
-				pj->job.op = DCR_STORE_GET;
-				pj->job.name = pj->oname;
-				if ((r = dcr_store_submit(s, &pj->job, e)))
-					goto out;
-				pj->busy = 1;
-				issued++;
-			}
-			struct pjob *pj = &jobs[next % par];
-			if (pj->busy == 2) {
-				pj->busy = 0;
-				if (st)
-					st->skipped++;
-				next++;
-				continue;
-			}
-			r = dcr_store_wait(s, &pj->job);
-			pj->busy = 0;
-			if (r) {
-				*e = pj->job.err;
-				goto out;
-			}
-			char *url = dcr_asprintf("%s/%s", dcr_store_url(s), pj->oname);
-			r = url ? check_payload(url, pj->job.buf, pj->job.buf_len, next,
-						have_m ? &m.pdigest[next] : NULL, e)
-				: dcr_err_sys(e, ENOMEM, "pull");
-			free(url);
-			if (!r) {
-				char *en = dcr_payload_name(next);
-				r = en ? out.entry(out.ctx, en, pj->job.buf, pj->job.buf_len, e)
-				       : dcr_err_sys(e, ENOMEM, "pull");
-				free(en);
-			}
-			bytes += pj->job.buf_len;
-			free(pj->job.buf);
-			pj->job.buf = NULL;
-			free(pj->oname);
-			pj->oname = NULL;
-			if (r)
-				goto out;
-			next++;
-			if (o && o->progress)
-				o->progress(o->progress_ctx, bytes, 0);
-		}
+		/* fetch [next, limit) with par in flight, hand on in order */
+		int skipped = 0;
+		r = fetch_range(s, name, have_m ? &m : NULL, have, have_ctx, (unsigned)par, next,
+				limit, out, o, &bytes, &skipped, e);
+		if (st)
+			st->skipped += skipped;
+		if (r)
+			goto out;
+		next = limit;
 		if (have_m)
 			break;
 		if (now_s() > deadline) {
@@ -385,14 +462,6 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 		st->bytes = bytes;
 	}
 out:
-	if (jobs)
-		for (int i = 0; i < par; i++)
-			if (jobs[i].busy == 1) {
-				dcr_store_wait(s, &jobs[i].job);
-				free(jobs[i].job.buf);
-				free(jobs[i].oname);
-			}
-	free(jobs);
 	free(mo);
 	free(man);
 	dcr_manifest_release(&m);
