@@ -112,11 +112,22 @@ int dcr_item_encode_xor(size_t n, const uint64_t *pos, const uint64_t *oldv,
 			const uint64_t *newv, unsigned unit, int dtype, uint64_t len, int codec,
 			uint8_t *used, struct dcr_buf *out, struct dcr_err *e)
 {
+	size_t at = out->len;
 	int c = codec == DCR_CODEC_PLAIN || codec == DCR_CODEC_DELTA
 			? dcr_codec_encode(codec, unit, dtype, len, n, pos, oldv, newv, out, e)
 			: dcr_codec_choose(0, unit, dtype, len, n, pos, oldv, newv, out, e);
 	if (c < 0)
 		return c;
+	/* auto: where the delta codec barely compresses (changes that are not
+	 * small steps, e.g. unrelated weights), let xor-zstd compete too */
+	if (codec == DCR_CODEC_AUTO && c == DCR_CODEC_DELTA &&
+	    (out->len - at) * 10 > (uint64_t)n * unit * 7) {
+		out->len = at;
+		c = dcr_codec_choose(1, unit, dtype, len, n, pos, oldv, newv, out, e);
+		if (c < 0)
+			return c;
+		codec = c;
+	}
 	*used = (uint8_t)(codec == DCR_CODEC_PLAIN || codec == DCR_CODEC_DELTA ? codec : c);
 	return 0;
 }
