@@ -5,7 +5,9 @@
  *                                 and the directory fsync'd: never
  *                                 half-visible. No server.
  *   s3://bucket/prefix            S3 or an S3-compatible server: path-style
- *                                 requests to the endpoint (opts.endpoint,
+ *                                 requests to an endpoint, virtual-hosted
+ *                                 ones to AWS (DCR_S3_ADDRESSING=path|virtual
+ *                                 overrides; a dotted bucket stays in the path) (opts.endpoint,
  *                                 else $DCR_S3_ENDPOINT, else
  *                                 https://s3.REGION.amazonaws.com), SigV4
  *                                 signed here, credentials from

@@ -795,13 +795,34 @@ int dcr_net_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 				   "cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set",
 				   url);
 	char *ep = s->o.endpoint ? dcr_strdup(s->o.endpoint) : env("DCR_S3_ENDPOINT");
+	/* AWS itself wants virtual-hosted requests (BUCKET.s3.REGION...; path
+	 * style is refused for new buckets); S3-compatible servers at an
+	 * endpoint get path style. DCR_S3_ADDRESSING=path|virtual overrides,
+	 * and a bucket name with a dot (no valid TLS name) stays path style. */
+	char *addr = env("DCR_S3_ADDRESSING");
+	int vhost = addr ? !strcmp(addr, "virtual") : !ep;
+	free(addr);
+	if (strchr(s->bucket, '.'))
+		vhost = 0;
 	if (!ep)
-		ep = dcr_asprintf("https://s3.%s.amazonaws.com", s->region);
+		ep = vhost ? dcr_asprintf("https://%s.s3.%s.amazonaws.com", s->bucket, s->region)
+			   : dcr_asprintf("https://s3.%s.amazonaws.com", s->region);
+	else if (vhost && strstr(ep, "://")) {
+		/* put the bucket first in the endpoint's host, unless it is there */
+		char *sep = strstr(ep, "://");
+		size_t bl = strlen(s->bucket);
+		if (strncmp(sep + 3, s->bucket, bl) || sep[3 + bl] != '.') {
+			char *v = dcr_asprintf("%.*s://%s.%s", (int)(sep - ep), ep, s->bucket,
+					       sep + 3);
+			free(ep);
+			ep = v;
+		}
+	}
 	char *epath = NULL;
 	int r = ep ? split_url(ep, &s->base, &epath) : -ENOMEM;
 	free(ep);
 	if (!r) {
-		s->epath = dcr_asprintf("%s/%s", epath, s->bucket);
+		s->epath = vhost ? dcr_strdup(epath) : dcr_asprintf("%s/%s", epath, s->bucket);
 		s->hostport = dcr_strdup(strstr(s->base, "://") + 3);
 		if (!s->epath || !s->hostport)
 			r = -ENOMEM;
@@ -1349,7 +1370,7 @@ static int s3_list(struct dcr_store *s, const char *prefix, struct namelist *l,
 		q.body_fd = -1;
 		q.method = "GET";
 		q.what = what;
-		q.path = dcr_strdup(s->epath);
+		q.path = dcr_strdup(s->epath[0] ? s->epath : "/");
 		q.query = query;
 		q.keep_body = 1;
 		if (!query || !q.path) {

@@ -152,6 +152,8 @@ async function handle(req, res) {
   const s3 = new S3rver({
     port: 0, address: '127.0.0.1', silent: true, directory: o.dir,
     configureBuckets: [{ name: o.bucket || 'dcr-test' }], vhostBuckets: false,
+    // virtual-hosted requests to BUCKET.s3.localhost (curl resolves *.localhost)
+    serviceEndpoint: 'localhost',
   });
   const addr = await s3.run();
   upstream = addr.port;
