@@ -7,9 +7,10 @@
  *   s3://bucket/prefix            S3 or an S3-compatible server: path-style
  *                                 requests to an endpoint, virtual-hosted
  *                                 ones to AWS (DCR_S3_ADDRESSING=path|virtual
- *                                 overrides; a dotted bucket stays in the path) (opts.endpoint,
- *                                 else $DCR_S3_ENDPOINT, else
- *                                 https://s3.REGION.amazonaws.com), SigV4
+ *                                 overrides; a dotted bucket stays in the
+ *                                 path). Endpoint: opts.endpoint, else
+ *                                 $DCR_S3_ENDPOINT, else AWS
+ *                                 (https://BUCKET.s3.REGION.amazonaws.com), SigV4
  *                                 signed here, credentials from
  *                                 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
  *                                 AWS_SESSION_TOKEN, AWS_REGION (default
