@@ -681,18 +681,38 @@ static int delta_encode(unsigned unit, int dtype, size_t n, const uint64_t *pos,
 				phi = plo;
 			if (phi > plo + 47)
 				phi = plo + 47;
+			/* Each (pivot, nctx) splits the exponents into [pivot, emax],
+			 * the single exponents pivot-1 .. pivot-nctx+2, and [emin,
+			 * pivot-nctx+1]; precompute those costs once (running sums
+			 * from either end), then every candidate is a few lookups. */
+			double cs[NE], chi[NE], clo[NE];
+			uint64_t acc_h[VAL_NSYM_MAX];
+			memset(acc_h, 0, sizeof(acc_h));
+			for (unsigned ev = emax + 1; ev-- > emin;) {
+				for (unsigned j = 0; j < nused; j++)
+					acc_h[used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+				chi[ev] = hist_cost(acc_h, used, nused);
+				cs[ev] = hist_cost(&hist[(size_t)ev * VAL_NSYM_MAX], used, nused);
+			}
+			memset(acc_h, 0, sizeof(acc_h));
+			for (unsigned ev = emin; ev <= emax; ev++) {
+				for (unsigned j = 0; j < nused; j++)
+					acc_h[used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+				clo[ev] = hist_cost(acc_h, used, nused);
+			}
+			const double empty = 8; /* hist_cost of no counts */
 			for (unsigned pv = plo; pv <= phi + 1 && pv < NE; pv++) {
+				double hi = pv > emax ? empty : chi[pv < emin ? emin : pv];
+				double mid = 0;
 				for (unsigned nc = 2; nc <= MAXCTX; nc++) {
-					memset(ctxh, 0, MAXCTX * sizeof(*ctxh));
-					for (unsigned ev = emin; ev <= emax; ev++) {
-						int c = (int)pv - (int)ev;
-						c = c < 0 ? 0 : c > (int)nc - 1 ? (int)nc - 1 : c;
-						for (unsigned j = 0; j < nused; j++)
-							ctxh[c][used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+					if (nc > 2) {
+						int ev = (int)pv - (int)(nc - 2);
+						mid += ev >= (int)emin && ev <= (int)emax ? cs[ev] : empty;
 					}
-					double cost = 0;
-					for (unsigned c = 0; c < nc; c++)
-						cost += hist_cost(ctxh[c], used, nused);
+					int x = (int)pv - (int)(nc - 1);
+					double lo = x < (int)emin ? empty
+								  : clo[x > (int)emax ? emax : (unsigned)x];
+					double cost = hi + mid + lo;
 					if (cost < best) {
 						best = cost;
 						best_pivot = pv;
