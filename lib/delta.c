@@ -491,7 +491,7 @@ int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct
 			return dcr_err_set(e, DCR_EFORMAT, "%s is truncated (in the trailer)", r->what);
 		if (q)
 			return dcr_err_sys(e, q, "cannot read %s", r->what);
-		if (memcmp(want.b, got.b, 32))
+		if (DCR_CHECKSUM_DIFFERS(want.b, got.b))
 			return dcr_err_set(e, DCR_EDIGEST, "%s is corrupt: trailer checksum mismatch",
 					   r->what);
 		r->offset += 32;

@@ -980,6 +980,56 @@ int dcr_xform_supported(int xf, int stored_dt, int canon_dt)
 	       float_dt(canon_dt);
 }
 
+/* IEEE binary16 <-> binary32 in software (not every compiler has
+ * _Float16): exact widening, round-to-nearest-even narrowing, NaNs made
+ * quiet with their payload kept, as the hardware conversions do. Checked
+ * against gcc's _Float16 over every half and 2e8 floats. */
+static float half_to_f32(uint16_t h)
+{
+	uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
+	if (e == 0) {
+		if (!m) {
+			u = s;
+		} else { /* subnormal: normalize */
+			e = 113;
+			while (!(m & 0x400)) {
+				m <<= 1;
+				e--;
+			}
+			u = s | e << 23 | (m & 0x3ff) << 13;
+		}
+	} else if (e == 31) {
+		u = s | 0x7f800000 | (m ? 0x400000u : 0) | m << 13;
+	} else {
+		u = s | (e + 112) << 23 | m << 13;
+	}
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint16_t f32_to_half(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	uint32_t s = (u >> 16) & 0x8000, a = u & 0x7fffffff;
+	if (a > 0x7f800000)
+		return (uint16_t)(s | 0x7e00 | ((a >> 13) & 0x3ff));
+	if (a >= 0x477ff000) /* rounds to infinity */
+		return (uint16_t)(s | 0x7c00);
+	if (a >= 0x38800000) { /* normal: rebias, round the 13 dropped bits */
+		uint32_t r = a - 0x38000000;
+		return (uint16_t)(s | ((r + 0xfff + ((r >> 13) & 1)) >> 13));
+	}
+	if (a < 0x33000000) /* below half the smallest subnormal */
+		return (uint16_t)s;
+	uint32_t e = a >> 23, m = (a & 0x7fffff) | 0x800000, shift = 126 - e;
+	uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+	if (rem > half || (rem == half && (q & 1)))
+		q++;
+	return (uint16_t)(s | q);
+}
+
 static float to_f32(int dt, uint64_t bits)
 {
 	float f;
@@ -989,12 +1039,8 @@ static float to_f32(int dt, uint64_t bits)
 		u = (uint32_t)(bits & 0xffff) << 16;
 		memcpy(&f, &u, 4);
 		return f;
-	case DCR_DT_F16: {
-		uint16_t h = (uint16_t)bits;
-		_Float16 x;
-		memcpy(&x, &h, 2);
-		return (float)x;
-	}
+	case DCR_DT_F16:
+		return half_to_f32((uint16_t)bits);
 	default:
 		u = (uint32_t)bits;
 		memcpy(&f, &u, 4);
@@ -1011,12 +1057,8 @@ static uint64_t from_f32(int dt, float f)
 		if ((u & 0x7fffffff) > 0x7f800000)
 			return 0x7fc0; /* as torch's round_to_nearest_even */
 		return (u + 0x7fff + ((u >> 16) & 1)) >> 16;
-	case DCR_DT_F16: {
-		_Float16 x = (_Float16)f;
-		uint16_t h;
-		memcpy(&h, &x, 2);
-		return h;
-	}
+	case DCR_DT_F16:
+		return f32_to_half(f);
 	default:
 		return u;
 	}

@@ -98,7 +98,7 @@ int dcr_payload_check(const uint8_t *buf, size_t len, const char *what,
 				   (unsigned long long)p->body_len,
 				   len - DCR_PAYLOAD_HDR_LEN - 32 < p->body_len ? " (truncated)" : "");
 	dcr_sha256(buf, len - 32, &p->digest);
-	if (memcmp(p->digest.b, buf + len - 32, 32))
+	if (DCR_CHECKSUM_DIFFERS(p->digest.b, buf + len - 32))
 		return dcr_err_set(e, DCR_EDIGEST, "%s is corrupt: checksum mismatch", what);
 	if (p->raw_len > DCR_PAYLOAD_MAX_RAW)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: %llu raw bytes is too large", what,
@@ -211,7 +211,7 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr manifest", what);
 	dcr_digest d;
 	dcr_sha256(buf, len - 32, &d);
-	if (memcmp(d.b, buf + len - 32, 32))
+	if (DCR_CHECKSUM_DIFFERS(d.b, buf + len - 32))
 		return dcr_err_set(e, DCR_EDIGEST, "%s is corrupt: checksum mismatch", what);
 	struct dcr_rd rd;
 	dcr_rd_init(&rd, buf + 8, len - 8 - 32);
