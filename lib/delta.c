@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <zstd.h>
@@ -206,6 +207,17 @@ void dcr_scatter(uint8_t *dst, unsigned unit, const uint64_t *pos, const uint64_
 		uint8_t *p = dst + pos[k] * unit;
 		store_unit(p, unit, xor_ ? load_unit(p, unit) ^ val[k] : val[k]);
 	}
+}
+
+int dcr_attempt_id(const uint8_t *given, uint8_t out[16], struct dcr_err *e)
+{
+	if (given) {
+		memcpy(out, given, 16);
+		return 0;
+	}
+	if (getrandom(out, 16, 0) != 16)
+		return dcr_err_sys(e, errno, "cannot draw an attempt id");
+	return 0;
 }
 
 /* ---- writer ---- */

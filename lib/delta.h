@@ -106,6 +106,9 @@ int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *ol
 void dcr_scatter(uint8_t *dst, unsigned unit, const uint64_t *pos, const uint64_t *val, size_t n,
 		 int xor_);
 
+/* A delta's attempt id: `given` (16 bytes) when non-NULL, else random. */
+int dcr_attempt_id(const uint8_t *given, uint8_t out[16], struct dcr_err *e);
+
 /* An output: the delta writer hashes and forwards every byte. */
 struct dcr_sink {
 	int (*write)(void *ctx, const void *p, size_t n);

@@ -23,7 +23,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
@@ -340,12 +339,8 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 	if ((r = base_state(o, a, &base_id, e)))
 		goto out;
 	uint8_t attempt[16];
-	if (o->attempt)
-		memcpy(attempt, o->attempt, 16);
-	else if (getrandom(attempt, 16, 0) != 16) {
-		r = dcr_err_sys(e, errno, "getrandom");
+	if ((r = dcr_attempt_id(o->attempt, attempt, e)))
 		goto out;
-	}
 	d.out = dcr_calloc(b->ntensors, sizeof(*d.out));
 	dg = dcr_calloc(b->ntensors, sizeof(*dg));
 	ws = dcr_calloc((size_t)threads, sizeof(*ws));

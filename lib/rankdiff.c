@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -94,17 +93,6 @@ static int emit_items(struct dcr_buf *recs, uint32_t tidx, const struct lchg *v,
 	dcr_changes_free(&ch);
 	dcr_buf_free(&enc);
 	return r;
-}
-
-static int get_attempt(const uint8_t *given, uint8_t out[16], struct dcr_err *e)
-{
-	if (given) {
-		memcpy(out, given, 16);
-		return 0;
-	}
-	if (getrandom(out, 16, 0) != 16)
-		return dcr_err_sys(e, errno, "getrandom");
-	return 0;
 }
 
 /* ---- one rank's diff ---- */
@@ -425,7 +413,7 @@ int dcr_rankdiff(const struct dcr_rankdiff_opts *o, struct dcr_sink sink,
 
 	uint8_t attempt[16];
 	dcr_digest zero = {{0}};
-	if ((r = get_attempt(o->attempt, attempt, e)) ||
+	if ((r = dcr_attempt_id(o->attempt, attempt, e)) ||
 	    (r = dcr_delta_writer_init_flags(&w, sink, &zero, attempt, DCR_DELTA_PARTIAL, o->what,
 					     e)))
 		goto out;
@@ -651,7 +639,7 @@ int dcr_merge(const struct dcr_merge_opts *o, struct dcr_sink sink, struct dcr_m
 	}
 	uint8_t attempt[16];
 	dcr_digest zero = {{0}};
-	if ((r = get_attempt(o->attempt, attempt, e)) ||
+	if ((r = dcr_attempt_id(o->attempt, attempt, e)) ||
 	    (r = dcr_delta_writer_init_flags(&w, sink, o->base_id ? o->base_id : &zero, attempt,
 					     partial ? DCR_DELTA_PARTIAL : 0, o->what, e)))
 		goto out;

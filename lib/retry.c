@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "checkpoint.h"
 #include "retry.h"
@@ -67,12 +66,8 @@ int dcr_diff_retry(const struct dcr_retry_opts *o, struct dcr_sink sink,
 		}
 	}
 	uint8_t attempt[16];
-	if (o->attempt)
-		memcpy(attempt, o->attempt, 16);
-	else if (getrandom(attempt, 16, 0) != 16) {
-		r = dcr_err_sys(e, errno, "getrandom");
+	if ((r = dcr_attempt_id(o->attempt, attempt, e)))
 		goto out;
-	}
 	if ((r = dcr_delta_writer_init(&w, sink, &base_id, attempt, o->what, e)))
 		goto out;
 	/* alternative bases, without repeats or the base itself */

@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -305,12 +304,8 @@ int dcr_squash(const char *const *paths, size_t n, const uint8_t *attempt_in,
 	if (r)
 		goto out;
 	uint8_t attempt[16];
-	if (attempt_in)
-		memcpy(attempt, attempt_in, 16);
-	else if (getrandom(attempt, 16, 0) != 16) {
-		r = dcr_err_sys(e, errno, "getrandom");
+	if ((r = dcr_attempt_id(attempt_in, attempt, e)))
 		goto out;
-	}
 	struct sq_in *last = &in[n - 1];
 	if ((r = dcr_delta_writer_init(&w, sink, &in[0].base, attempt, what, e)))
 		goto out;
