@@ -111,6 +111,21 @@ void cmd_progress_bytes(void *what, uint64_t done, uint64_t total)
 	progress_shown = 1;
 }
 
+void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads)
+{
+	if (!cmd_progress_on || cmd_quiet)
+		return;
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (!progress_shown)
+		progress_t0 = now;
+	double el = secs(&progress_t0, &now);
+	fprintf(stderr, "\r%s: %s %llu MiB, %llu payloads, %.0f MiB/s   ", cmd_name,
+		what ? (const char *)what : "", (unsigned long long)(bytes >> 20),
+		(unsigned long long)payloads, el > 0 ? (double)bytes / el / 1048576.0 : 0.0);
+	progress_shown = 1;
+}
+
 void cmd_progress_end(void)
 {
 	if (progress_shown) {

@@ -30,6 +30,8 @@ extern int cmd_progress_on;
 extern int cmd_quiet;
 void cmd_progress_bytes(void *what, uint64_t done, uint64_t total);
 void cmd_progress_end(void);
+/* For transfers: bytes and payloads moved so far, and the rate. */
+void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads);
 
 /* Open an output file, or stdout for "-" (refusing a terminal). */
 int cmd_open_output(const char *path);

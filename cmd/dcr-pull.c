@@ -135,7 +135,7 @@ int main(int argc, char **argv)
 	struct dcr_tar_out *tar;
 	int to_dir = strcmp(output, "-") != 0;
 	cmd_pack_output(output, &out, &tar);
-	xo.progress = cmd_progress_bytes;
+	xo.progress = cmd_progress_xfer;
 	xo.progress_ctx = "pull";
 	struct dcr_xfer_stats st = {0};
 	const char *fault = getenv("DCR_FAULT_AT");

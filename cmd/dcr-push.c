@@ -119,7 +119,7 @@ int main(int argc, char **argv)
 	struct dcr_store *s;
 	if (dcr_store_open(surl, &so, &s, &e))
 		cmd_die_err(&e, EXIT_FATAL);
-	xo.progress = cmd_progress_bytes;
+	xo.progress = cmd_progress_xfer;
 	xo.progress_ctx = "push";
 	struct dcr_xfer_stats st = {0};
 	int r = dcr_push(s, name, in, &xo, &st, &e);

@@ -157,7 +157,7 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 		bytes += len;
 		count++;
 		if (o && o->progress)
-			o->progress(o->progress_ctx, bytes, 0);
+			o->progress(o->progress_ctx, bytes, count);
 	}
 	for (int i = 0; i < par; i++) {
 		struct dcr_err e2;
@@ -342,7 +342,7 @@ static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_m
 			free(en);
 			*bytes += got.len;
 			if (!r && o && o->progress)
-				o->progress(o->progress_ctx, *bytes, 0);
+				o->progress(o->progress_ctx, *bytes, idx + 1 - (uint64_t)*skipped);
 		}
 		free(got.buf);
 		pthread_mutex_lock(&f.mu);

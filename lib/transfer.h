@@ -12,7 +12,8 @@ struct dcr_xfer_opts {
 	int parallel;        /* transfers in flight (default 4) */
 	double wait_s;       /* pull: follow a pack being pushed for this long */
 	int dense;           /* pull: the pack must be a dense copy */
-	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	/* called after each payload: bytes moved so far, payloads moved so far */
+	void (*progress)(void *ctx, uint64_t bytes, uint64_t payloads);
 	void *progress_ctx;
 };
 
