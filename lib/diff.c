@@ -154,6 +154,8 @@ size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsig
 	return n;
 }
 
+#define RELEASE (32u << 20)
+
 /* Drop the whole pages inside [p, p+n) from this process (not the cache). */
 static void release(const uint8_t *p, size_t n)
 {
@@ -212,11 +214,13 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 	uint64_t nunits = dcr_tensor_bytes(ni) / unit;
 	uint64_t chunk = d->chunk;
 	int r = 0;
+	/* read through the mappings, then let go of the pages every RELEASE
+	 * bytes (each release costs a TLB shootdown): the page cache keeps
+	 * them, this process's resident set does not */
+	uint64_t released = 0;
 	for (uint64_t s = 0; s < nunits && !r; s += chunk) {
 		uint64_t len = nunits - s < chunk ? nunits - s : chunk;
 		size_t nb = (size_t)(len * unit);
-		/* read through the mappings, then let go of the pages: the page
-		 * cache keeps them, this process's resident set does not */
 		w->bb = nt->data + s * unit;
 		dcr_sha_update(w->sha, w->bb, nb);
 		if (same) {
@@ -225,7 +229,6 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 			if (w->ch.n)
 				r = add_item(t, (uint32_t)i, DCR_ENC_XOR, s, len, 0, w, unit, ni->dtype,
 					     &t->e);
-			release(w->ba, nb);
 		} else {
 			for (uint64_t k = 0; k < len; k++) {
 				w->ch.pos[k] = k;
@@ -235,7 +238,13 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 			r = add_item(t, (uint32_t)i, DCR_ENC_OVERWRITE, s, len, 1, w, unit, ni->dtype,
 				     &t->e);
 		}
-		release(w->bb, nb);
+		uint64_t upto = (s + len) * unit;
+		if (upto - released >= RELEASE || s + len >= nunits) {
+			release(nt->data + released, (size_t)(upto - released));
+			if (same)
+				release(bt->data + released, (size_t)(upto - released));
+			released = upto;
+		}
 	}
 	dcr_sha_final(w->sha, &t->digest);
 	return r;
