@@ -484,6 +484,11 @@ static void clear_stage(struct dcr_receiver *rc)
 	free(sd);
 }
 
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 /* Everything after the base check: the plan's tensors are matched with the
  * receiver's, files to rebuild are staged, the journal is written from the
  * items of src and committed, and replayed. */
@@ -513,32 +518,36 @@ int ap_commit_plan(struct ctx *x, struct plan *p, struct dcr_ckpt *c, const dcr_
 			return ap_explain_base(p, c, rc->dir, cur, e);
 
 	clear_stage(rc);
-	for (size_t i = 0; i < p->n; i++) {
-		const char *f = p->t[i].t.file;
-		int seen = 0;
-		for (size_t k = 0; k < p->nrenames; k++)
-			seen |= !strcmp(p->renames[k], f);
-		if (!seen && file_changes(p, c, f)) {
-			if (ap_push_str(&p->renames, &p->nrenames, dcr_strdup(f)))
-				return dcr_err_sys(e, ENOMEM, "apply");
-			if ((r = build_stage_file(x, p, c, f, e)))
-				return r;
-		}
-	}
-	for (size_t i = 0; i < c->nfiles; i++) {
-		int kept = 0;
-		for (size_t k = 0; k < p->n && !kept; k++)
-			kept = !strcmp(p->t[k].t.file, c->file_names[i]);
-		if (!kept && ap_push_str(&p->unlinks, &p->nunlinks, dcr_strdup(c->file_names[i])))
-			return dcr_err_sys(e, ENOMEM, "apply");
-	}
+	/* the target's distinct files, once each (a model may have tens of
+	 * thousands of tensors but few files) */
+	const char **files = dcr_calloc(p->n, sizeof(char *));
+	if (!files)
+		return dcr_err_sys(e, ENOMEM, "apply");
+	for (size_t i = 0; i < p->n; i++)
+		files[i] = p->t[i].t.file;
+	if (p->n)
+		qsort(files, p->n, sizeof(char *), cmp_name);
 	size_t target_files = 0;
-	for (size_t i = 0; i < p->n; i++) {
-		int first = 1;
-		for (size_t k = 0; k < i && first; k++)
-			first = strcmp(p->t[k].t.file, p->t[i].t.file) != 0;
-		target_files += first;
+	for (size_t i = 0; i < p->n; i++)
+		if (!target_files || strcmp(files[target_files - 1], files[i]))
+			files[target_files++] = files[i];
+	r = 0;
+	for (size_t i = 0; i < target_files && !r; i++)
+		if (file_changes(p, c, files[i])) {
+			if (ap_push_str(&p->renames, &p->nrenames, dcr_strdup(files[i])))
+				r = dcr_err_sys(e, ENOMEM, "apply");
+			else
+				r = build_stage_file(x, p, c, files[i], e);
+		}
+	for (size_t i = 0; i < c->nfiles && !r; i++) {
+		const char *f = c->file_names[i];
+		if (!bsearch(&f, files, target_files, sizeof(char *), cmp_name) &&
+		    ap_push_str(&p->unlinks, &p->nunlinks, dcr_strdup(f)))
+			r = dcr_err_sys(e, ENOMEM, "apply");
 	}
+	free(files);
+	if (r)
+		return r;
 	if ((p->nrenames || p->nunlinks) && (c->has_index || target_files > 1)) {
 		if ((r = build_stage_index(x, p, e)))
 			return r;
