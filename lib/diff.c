@@ -311,6 +311,17 @@ static void save_target_state(const struct dcr_ckpt *b, const dcr_digest *id,
 	free(rc.sdir);
 }
 
+int dcr_diff_write_targets(struct dcr_delta_writer *w, const struct dcr_ckpt *b,
+			   const dcr_digest *dg, dcr_digest *target, struct dcr_err *e)
+{
+	int r;
+	for (size_t i = 0; i < b->ntensors; i++)
+		if ((r = dcr_delta_write_done(w, (uint32_t)i, &dg[i], e)))
+			return r;
+	dcr_ckpt_state_from(b, dg, target);
+	return dcr_delta_write_end(w, target, e);
+}
+
 int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_diff_stats *st,
 	     struct dcr_err *e)
 {
@@ -428,12 +439,8 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		if (o->progress)
 			o->progress(o->progress_ctx, done_bytes, total_bytes);
 	}
-	for (size_t i = 0; i < b->ntensors; i++)
-		if ((r = dcr_delta_write_done(&w, (uint32_t)i, &dg[i], e)))
-			goto out;
 	dcr_digest target;
-	dcr_ckpt_state_from(b, dg, &target);
-	if ((r = dcr_delta_write_end(&w, &target, e)))
+	if ((r = dcr_diff_write_targets(&w, b, dg, &target, e)))
 		goto out;
 	if (!o->no_cache)
 		save_target_state(b, &target, dg);

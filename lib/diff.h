@@ -29,6 +29,11 @@ struct dcr_diff_stats {
 size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
 			uint64_t *pos, uint64_t *val);
 
+/* The end of a delta whose target is the checkpoint b: a DONE record per
+ * tensor (digests dg, in b's order), then END with the state id. */
+int dcr_diff_write_targets(struct dcr_delta_writer *w, const struct dcr_ckpt *b,
+			   const dcr_digest *dg, dcr_digest *target, struct dcr_err *e);
+
 int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_diff_stats *st,
 	     struct dcr_err *e);
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "diff.h"
 #include "retry.h"
 
 static int same_layout(const struct dcr_ckpt_tensor *x, const struct dcr_tensor_info *y)
@@ -137,12 +138,8 @@ int dcr_diff_retry(const struct dcr_retry_opts *o, struct dcr_sink sink,
 		}
 		dcr_tensor_digest(nt, &dg[i]);
 	}
-	for (size_t i = 0; i < b->ntensors; i++)
-		if ((r = dcr_delta_write_done(&w, (uint32_t)i, &dg[i], e)))
-			goto out;
 	dcr_digest target;
-	dcr_ckpt_state_from(b, dg, &target);
-	if ((r = dcr_delta_write_end(&w, &target, e)))
+	if ((r = dcr_diff_write_targets(&w, b, dg, &target, e)))
 		goto out;
 	if (st) {
 		st->base = base_id;
