@@ -179,13 +179,8 @@ static int dir_put(struct dcr_store *s, const char *name, const void *buf,
 				? dcr_err_set(e, DCR_ECONFLICT, "cannot create '%s': it already exists", path)
 				: dcr_err_sys(e, errno, "cannot link '%s' to '%s'", a.tmp, path);
 		dcr_atomic_abort(&a);
-		if (!r) {
-			char *d = dcr_dirname(path);
-			int f = d ? dcr_fsync_dir(d) : -ENOMEM;
-			if (f)
-				r = dcr_err_sys(e, f, "cannot fsync directory of '%s'", path);
-			free(d);
-		}
+		if (!r)
+			r = dcr_fsync_parent(path, e);
 	}
 	free(path);
 	return r;
@@ -311,13 +306,8 @@ static int dir_delete(struct dcr_store *s, const char *name, struct dcr_err *e)
 		r = errno == ENOENT || errno == ENOTDIR
 			? dcr_err_set(e, DCR_ENOTFOUND, "cannot delete '%s': no such object", path)
 			: dcr_err_sys(e, errno, "cannot delete '%s'", path);
-	else {
-		char *d = dcr_dirname(path);
-		int f = d ? dcr_fsync_dir(d) : -ENOMEM;
-		if (f)
-			r = dcr_err_sys(e, f, "cannot fsync directory of '%s'", path);
-		free(d);
-	}
+	else
+		r = dcr_fsync_parent(path, e);
 	free(path);
 	return r;
 }

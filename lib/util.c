@@ -243,6 +243,14 @@ int dcr_fsync_dir(const char *dir)
 	return r;
 }
 
+int dcr_fsync_parent(const char *path, struct dcr_err *e)
+{
+	char *d = dcr_dirname(path);
+	int f = d ? dcr_fsync_dir(d) : -ENOMEM;
+	free(d);
+	return f ? dcr_err_sys(e, f, "cannot fsync directory of '%s'", path) : 0;
+}
+
 int dcr_mkdir_p(const char *path, struct dcr_err *e)
 {
 	char *p = dcr_strdup(path);
@@ -327,13 +335,8 @@ int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e)
 	a->fd = -1;
 	if (!r && rename(a->tmp, a->final))
 		r = dcr_err_sys(e, errno, "cannot rename '%s' to '%s'", a->tmp, a->final);
-	if (!r) {
-		char *dir = dcr_dirname(a->final);
-		int s = dir ? dcr_fsync_dir(dir) : -ENOMEM;
-		if (s)
-			r = dcr_err_sys(e, s, "cannot fsync directory of '%s'", a->final);
-		free(dir);
-	}
+	if (!r)
+		r = dcr_fsync_parent(a->final, e);
 	if (r)
 		unlink(a->tmp);
 	free(a->tmp);

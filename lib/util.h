@@ -87,6 +87,8 @@ int dcr_write_full(int fd, const void *buf, size_t n);
 int dcr_pread_full(int fd, void *buf, size_t n, uint64_t off);
 int dcr_pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
 int dcr_fsync_dir(const char *dir);
+/* fsync the directory holding path (after a rename, link or unlink in it). */
+int dcr_fsync_parent(const char *path, struct dcr_err *e);
 int dcr_mkdir_p(const char *path, struct dcr_err *e);
 char *dcr_path_join(const char *a, const char *b);
 char *dcr_dirname(const char *path);
