@@ -152,7 +152,8 @@ struct bitr {
 	const uint8_t *p, *end;
 	uint64_t acc;
 	unsigned n;	   /* valid bits in acc */
-	uint64_t used;	   /* bits handed out */
+	const uint8_t *start;
+	uint64_t pad;	   /* zero bytes loaded past the end */
 };
 
 static void br_refill(struct bitr *r)
@@ -164,7 +165,11 @@ static void br_refill(struct bitr *r)
 		return;
 	}
 	while (r->n <= 56) { /* zeros past the end; checked by br_check */
-		uint64_t c = r->p < r->end ? *r->p++ : 0;
+		uint64_t c = 0;
+		if (r->p < r->end)
+			c = *r->p++;
+		else
+			r->pad++;
 		r->acc |= c << r->n;
 		r->n += 8;
 	}
@@ -177,7 +182,6 @@ static inline uint64_t br_get32(struct bitr *r, unsigned nb) /* nb <= 32 */
 	uint64_t v = r->acc & ((1ULL << nb) - 1);
 	r->acc >>= nb;
 	r->n -= nb;
-	r->used += nb;
 	return v;
 }
 
@@ -190,10 +194,49 @@ static inline uint64_t br_get(struct bitr *r, unsigned nb) /* nb <= 64 */
 	return br_get32(r, nb);
 }
 
+/* The reader's state in local variables, for hot loops: BR_LOCALS(R)
+ * copies it in, BITS32(K, V) takes K (<= 32) raw bits into V, BR_SAVE(R)
+ * copies it back. */
+#define BR_LOCALS(R)                                                       \
+	uint64_t bacc = (R)->acc, bpad = (R)->pad;                         \
+	unsigned bn = (R)->n;                                              \
+	const uint8_t *bp = (R)->p, *const bend = (R)->end
+#define BR_SAVE(R)                                                         \
+	do {                                                               \
+		(R)->acc = bacc;                                           \
+		(R)->n = bn;                                               \
+		(R)->p = bp;                                               \
+		(R)->pad = bpad;                                           \
+	} while (0)
+#define BITS32(K, V)                                                       \
+	do {                                                               \
+		if (__builtin_expect(bn < (K), 0)) {                       \
+			if (bend - bp >= 8) {                              \
+				bacc |= get_le64(bp) << bn;                \
+				bp += (63 - bn) >> 3;                      \
+				bn |= 56;                                  \
+			} else {                                           \
+				while (bn <= 56) {                         \
+					uint64_t c_ = 0;                   \
+					if (bp < bend)                     \
+						c_ = *bp++;                \
+					else                               \
+						bpad++;                    \
+					bacc |= c_ << bn;                  \
+					bn += 8;                           \
+				}                                          \
+			}                                                  \
+		}                                                          \
+		(V) = bacc & ((1ULL << (K)) - 1);                          \
+		bacc >>= (K);                                              \
+		bn -= (K);                                                 \
+	} while (0)
+
 /* The stream must have been used up to its last byte. */
 static int br_check(const struct bitr *r, size_t len)
 {
-	return r->used <= 8 * (uint64_t)len && 8 * (uint64_t)len - r->used < 8;
+	uint64_t used = 8 * ((uint64_t)(r->p - r->start) + r->pad) - r->n;
+	return used <= 8 * (uint64_t)len && 8 * (uint64_t)len - used < 8;
 }
 
 /* ---- rANS tables ----------------------------------------------------- */
@@ -854,16 +897,19 @@ static int split_streams(struct dcr_rd *r, struct rdec *d, struct bitr *br,
 	br->end = r->end;
 	br->acc = 0;
 	br->n = 0;
-	br->used = 0;
+	br->start = r->p;
+	br->pad = 0;
 	*rawlen = dcr_rd_left(r);
 	return 0;
 }
 
-/* One rANS decode step on local state X from table T into symbol S. */
-#define RDEC(X, T, S)                                                     \
+/* One rANS decode step on local state X into symbol S, from the tables
+ * FC (freq | (slot - cum) << 16 per slot) and SY (symbol per slot). */
+#define RDEC(X, FC, SY, S)                                                \
 	do {                                                              \
-		dent en_ = (T)[(X) & (PM - 1)];                           \
-		(X) = ((en_ & 0xfff) + 1) * ((X) >> PB) + ((en_ >> 12) & 0xfff); \
+		uint32_t sl_ = (X) & (PM - 1), fc_ = (FC)[sl_];           \
+		(S) = (SY)[sl_];                                          \
+		(X) = (fc_ & 0xffff) * ((X) >> PB) + (fc_ >> 16);         \
 		if ((X) < RL) {                                           \
 			if (re - rp >= 2) {                               \
 				(X) = (X) << 16 | get_le16(rp);           \
@@ -873,7 +919,18 @@ static int split_streams(struct dcr_rd *r, struct rdec *d, struct bitr *br,
 				(X) = RL;                                 \
 			}                                                 \
 		}                                                         \
-		(S) = en_ >> 24;                                          \
+	} while (0)
+
+/* RDEC without the refill branch, for when 2 bytes are left to read. */
+#define RDEC_FAST(X, FC, SY, S)                                           \
+	do {                                                              \
+		uint32_t sl_ = (X) & (PM - 1), fc_ = (FC)[sl_];           \
+		(S) = (SY)[sl_];                                          \
+		(X) = (fc_ & 0xffff) * ((X) >> PB) + (fc_ >> 16);         \
+		uint32_t r_ = (X) < RL;                                   \
+		uint32_t w_ = (X) << 16 | get_le16(rp);                   \
+		(X) = r_ ? w_ : (X);                                      \
+		rp += 2 * r_;                                             \
 	} while (0)
 
 static int delta_decode_positions(const uint8_t *p, size_t len,
@@ -885,7 +942,7 @@ static int delta_decode_positions(const uint8_t *p, size_t len,
 	int rc = delta_header(p, len, range_len, n, &ps, &pn, &vs, &vn, e);
 	if (rc < 0 || !n)
 		return rc;
-	dent *tab = malloc(PM * sizeof(dent));
+	dent *tab = malloc(PM * (sizeof(dent) + 1));
 	if (!tab)
 		return dcr_err_set(e, -ENOMEM, "out of memory");
 	uint64_t gbase[GAP_NSYM];
@@ -908,36 +965,67 @@ static int delta_decode_positions(const uint8_t *p, size_t len,
 		why = "bad positions stream header";
 		goto fail;
 	}
+	/* in place: freq | (slot - cum) << 16, and the symbols after */
+	uint32_t *fc = tab;
+	uint8_t *sy = (uint8_t *)(tab + PM);
+	for (unsigned sl = 0; sl < PM; sl++) {
+		sy[sl] = (uint8_t)(tab[sl] >> 24);
+		fc[sl] = ((tab[sl] & 0xfff) + 1) | ((tab[sl] >> 12) & 0xfff) << 16;
+	}
 	uint32_t x0 = d.x[0], x1 = d.x[1];
 	const uint8_t *rp = d.p, *re = d.end;
 	int rbad = 0;
 	uint64_t next = 0; /* first free position; next <= range_len */
 	int over = 0;
+	BR_LOCALS(&br);
+	/* G: the gap of symbol S; g < range_len - next keeps the position in
+	 * range */
+#define GAP(S, G)                                                          \
+	do {                                                               \
+		unsigned k_ = gnb[S];                                      \
+		if (k_ > 32) {                                             \
+			uint64_t lo_, hi_;                                 \
+			BITS32(32, lo_);                                   \
+			BITS32(k_ - 32, hi_);                              \
+			(G) = lo_ | hi_ << 32;                             \
+		} else {                                                   \
+			BITS32(k_, G);                                     \
+		}                                                          \
+		(G) += gbase[S] - 1;                                       \
+	} while (0)
 	size_t i = 0;
 	for (; i + 1 < n; i += 2) {
 		unsigned s0, s1;
-		RDEC(x0, tab, s0);
-		RDEC(x1, tab, s1);
-		uint64_t g0 = gbase[s0] - 1 + br_get(&br, gnb[s0]);
-		uint64_t g1 = gbase[s1] - 1 + br_get(&br, gnb[s1]);
-		/* g < range_len - next keeps the position in range */
+		if (re - rp >= 4) {
+			RDEC_FAST(x0, fc, sy, s0);
+			RDEC_FAST(x1, fc, sy, s1);
+		} else {
+			RDEC(x0, fc, sy, s0);
+			RDEC(x1, fc, sy, s1);
+		}
+		uint64_t g0, g1;
+		GAP(s0, g0);
+		GAP(s1, g1);
 		over |= g0 >= range_len - next;
 		next += g0 + 1;
 		pos[i] = next - 1;
 		over |= next > range_len || g1 >= range_len - next;
 		next += g1 + 1;
 		pos[i + 1] = next - 1;
-		if (over)
+		if (__builtin_expect(over, 0))
 			break;
 	}
 	if (!over && i < n) {
 		unsigned s0;
-		RDEC(x0, tab, s0);
-		uint64_t g0 = gbase[s0] - 1 + br_get(&br, gnb[s0]);
+		RDEC(x0, fc, sy, s0);
+		uint64_t g0;
+		GAP(s0, g0);
 		over |= g0 >= range_len - next;
 		next += g0 + 1;
 		pos[i] = next - 1;
 	}
+#undef GAP
+	BR_SAVE(&br);
 	d.x[0] = x0;
 	d.x[1] = x1;
 	d.p = rp;
@@ -961,31 +1049,50 @@ fail:
 	return bad(e, "delta", why);
 }
 
-/* The value loop, specialised by the compiler for each constant unit.
- * Returns 0, or -1 for a symbol that is not in the alphabet. */
+/* Layout of the decode tables of the value symbols: slot -> symbol for
+ * every context, then freq | cum << 16 for every (context, symbol), at
+ * fixed offsets from one base. */
+#define VT_SYM 0				/* u8 [MAXCTX][PM] */
+#define VT_FC (MAXCTX * PM)			/* u32 [MAXCTX][256] */
+#define VT_SIZE (VT_FC + MAXCTX * 256 * 4)
+
+/* Values are decoded in two passes, so that each keeps its state in
+ * registers: the symbols (rANS, context from the old value), then the
+ * values (raw bits and arithmetic). */
+
+/* Pass 1, specialised for each unit and the common exponent fields.
+ * ctxoff[field] is the context times 256: its entries are at VT_FC +
+ * 4 (ctxoff + sym), its slots at VT_SYM + 16 ctxoff + slot. Returns
+ * nonzero when the stream ran out. */
 static inline __attribute__((always_inline)) int
-values_loop(const unsigned unit, size_t n, const uint64_t *oldv,
-	    uint64_t *newv, const uint8_t *tsym, const uint32_t *tfc,
-	    const uint32_t *ctxoff,
-	    unsigned mshift, uint64_t emask, int flt, int fold,
-	    struct rdec *d, struct bitr *br)
+value_syms(const unsigned unit, size_t n, const uint64_t *op, uint8_t *sym,
+	   const uint8_t *vt, const uint32_t *ctxoff, const unsigned mshift,
+	   const uint64_t emask, struct rdec *d)
 {
-	const uint64_t mask = unit_mask(unit), half = mask ^ (mask >> 1);
-	const unsigned vnsym = 1 + 16 * unit, top = 8 * unit - 1;
-	const uint64_t zero = 0, *op = oldv ? oldv : &zero;
-	const size_t ostep = oldv ? 1 : 0;
+	const uint64_t mask = unit_mask(unit);
+	const uint32_t *tfc = (const uint32_t *)(vt + VT_FC);
 	uint32_t x0 = d->x[0], x1 = d->x[1];
 	const uint8_t *rp = d->p, *re = d->end;
-	int rbad = 0, badsym = 0;
-#define VSTEP(X, I)                                                        \
+	int rbad = 0;
+#define SSTEP(X, I)                                                        \
 	do {                                                               \
-		uint64_t o = *op & mask;                                   \
-		op += ostep;                                               \
-		uint32_t co_ = ctxoff[(o >> mshift) & emask];              \
+		uint32_t co_ = ctxoff[((op[I] & mask) >> mshift) & emask]; \
 		uint32_t sl_ = (X) & (PM - 1);                             \
-		unsigned s = tsym[co_ * PM + sl_];                         \
-		uint32_t fc_ = tfc[co_ * 256 + s];                         \
+		unsigned s_ = vt[VT_SYM + (co_ << 4) + sl_];               \
+		uint32_t fc_ = tfc[co_ + s_];                              \
 		(X) = (fc_ & 0xffff) * ((X) >> PB) + sl_ - (fc_ >> 16);   \
+		sym[I] = (uint8_t)s_;                                      \
+	} while (0)
+	/* a branchless refill while two steps cannot read past the stream */
+#define RENORM_FAST(X)                                                     \
+	do {                                                               \
+		uint32_t r_ = (X) < RL;                                    \
+		uint32_t w_ = (X) << 16 | get_le16(rp);                    \
+		(X) = r_ ? w_ : (X);                                       \
+		rp += 2 * r_;                                              \
+	} while (0)
+#define RENORM_SAFE(X)                                                     \
+	do {                                                               \
 		if ((X) < RL) {                                            \
 			if (re - rp >= 2) {                                \
 				(X) = (X) << 16 | get_le16(rp);            \
@@ -995,39 +1102,94 @@ values_loop(const unsigned unit, size_t n, const uint64_t *oldv,
 				(X) = RL;                                  \
 			}                                                  \
 		}                                                          \
-		uint64_t nw = o;                                           \
-		if (s) {                                                   \
-			if (s >= vnsym) {                                  \
-				badsym = 1;                                \
-				s = 1;                                     \
-			}                                                  \
-			unsigned k = (s - 1) >> 1;                         \
-			uint64_t a = (1ULL << k) + br_get(br, k);          \
-			uint64_t dd = (s - 1) & 1 ? (0 - a) & mask : a;    \
-			uint64_t sg = o >> top;                            \
-			if (flt) {                                         \
-				uint64_t mo = o ^ (sg ? mask : half);      \
-				uint64_t mn = (fold && sg ? mo - dd : mo + dd) & mask; \
-				nw = mn ^ (mn >> top ? half : mask);       \
-			} else {                                           \
-				nw = (o + dd) & mask;                      \
-			}                                                  \
-		}                                                          \
-		newv[I] = nw;                                              \
 	} while (0)
 	size_t i = 0;
-	for (; i + 1 < n && !badsym; i += 2) {
-		VSTEP(x0, i);
-		VSTEP(x1, i + 1);
+	for (; i + 1 < n && re - rp >= 4; i += 2) {
+		SSTEP(x0, i);
+		RENORM_FAST(x0);
+		SSTEP(x1, i + 1);
+		RENORM_FAST(x1);
 	}
-	if (i < n && !badsym)
-		VSTEP(x0, i);
-#undef VSTEP
+	for (; i + 1 < n; i += 2) {
+		SSTEP(x0, i);
+		RENORM_SAFE(x0);
+		SSTEP(x1, i + 1);
+		RENORM_SAFE(x1);
+	}
+	if (i < n) {
+		SSTEP(x0, i);
+		RENORM_SAFE(x0);
+	}
+#undef SSTEP
+#undef RENORM_FAST
+#undef RENORM_SAFE
 	d->x[0] = x0;
 	d->x[1] = x1;
 	d->p = rp;
-	d->bad = rbad;
-	return badsym ? -1 : 0;
+	return rbad;
+}
+
+/* Pass 2, specialised for each unit and value map. Symbol 0 is d = 0;
+ * s > 0 is |d| = 2^k + k raw bits with k = (s - 1) / 2, d < 0 when s - 1
+ * is odd. With the sign-folded float map d is the change of the
+ * magnitude, so unless the magnitude leaves [0, mag] (the value crosses
+ * zero or overflows: rare) the new value is the old sign with the new
+ * magnitude. Otherwise, and for the other maps, the general formula:
+ * new = M^-1(M(old) + d), d negated for negative old under folding.
+ * Returns -1 for a symbol outside the alphabet. */
+static inline __attribute__((always_inline)) int
+value_vals(const unsigned unit, size_t n, const uint64_t *op,
+	   const uint8_t *sym, uint64_t *newv, const int flt, const int fold,
+	   struct bitr *br)
+{
+	const uint64_t mask = unit_mask(unit), half = mask ^ (mask >> 1);
+	const uint64_t mag = mask >> 1;
+	const unsigned top = 8 * unit - 1, vnsym = 1 + 16 * unit;
+	BR_LOCALS(br);
+	unsigned smax = 0;
+	/* per symbol: k, 2^k (0 for s = 0), all ones if d < 0; symbols
+	 * outside the alphabet decode as 1 and are reported */
+	uint8_t kt[256];
+	uint64_t bt[256], st[256];
+	for (unsigned s = 0; s < 256; s++) {
+		unsigned c = s < vnsym ? s : 1, nz = c != 0;
+		kt[s] = (uint8_t)((c - nz) >> 1);
+		bt[s] = (uint64_t)nz << kt[s];
+		st[s] = 0 - (uint64_t)((c - nz) & 1);
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint64_t o = op[i] & mask;
+		unsigned s = sym[i], k = kt[s];
+		smax = s > smax ? s : smax;
+		uint64_t a;
+		if (unit <= 4) {
+			BITS32(k, a);
+		} else if (k > 32) {
+			uint64_t lo, hi;
+			BITS32(32, lo);
+			BITS32(k - 32, hi);
+			a = lo | hi << 32;
+		} else {
+			BITS32(k, a);
+		}
+		a += bt[s];
+		uint64_t sm = st[s];
+		uint64_t sd = (a ^ sm) - sm;
+		uint64_t nw, m2 = (o & mag) + sd;
+		if (fold && __builtin_expect(m2 <= mag, 1)) {
+			nw = (o & half) | m2;
+		} else if (flt) {
+			uint64_t sg = o >> top;
+			uint64_t mo = o ^ (sg ? mask : half);
+			uint64_t mn = (fold && sg ? mo - sd : mo + sd) & mask;
+			nw = mn ^ (mn >> top ? half : mask);
+		} else {
+			nw = (o + sd) & mask;
+		}
+		newv[i] = nw;
+	}
+	BR_SAVE(br);
+	return smax >= vnsym ? -1 : 0;
 }
 
 static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
@@ -1059,15 +1221,22 @@ static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
 	if (nctx < 1 || nctx > MAXCTX || (!vm.ebits && nctx != 1))
 		return bad(e, "delta", "bad number of value contexts");
 	size_t nfield = (size_t)1 << vm.ebits;
-	/* dent tables as read, then compact ones for the loop: symbol per
-	 * slot (u8) and freq | cum << 16 per symbol, which stay in L1 */
-	dent *tab = malloc((size_t)nctx * PM * sizeof(dent) + nfield * sizeof(uint32_t) +
-			   (size_t)nctx * 256 * sizeof(uint32_t) + (size_t)nctx * PM);
-	if (!tab)
+	/* the loops' tables (VT_*), the dent tables as read, the context of
+	 * each exponent field value; the symbols; zeros when there are no
+	 * old values */
+	uint8_t *vt = malloc(VT_SIZE + (size_t)nctx * PM * sizeof(dent) +
+			     nfield * sizeof(uint32_t) + n);
+	uint64_t *zeros = oldv ? NULL : calloc(n, sizeof(uint64_t));
+	if (!vt || (!oldv && !zeros)) {
+		free(vt);
+		free(zeros);
 		return dcr_err_set(e, -ENOMEM, "out of memory");
+	}
+	uint32_t *tfc = (uint32_t *)(vt + VT_FC);
+	uint8_t *tsym = vt + VT_SYM;
+	dent *tab = (dent *)(vt + VT_SIZE);
 	uint32_t *ctxoff = (uint32_t *)(tab + (size_t)nctx * PM);
-	uint32_t *tfc = ctxoff + nfield;
-	uint8_t *tsym = (uint8_t *)(tfc + (size_t)nctx * 256);
+	uint8_t *sym = (uint8_t *)(ctxoff + nfield);
 	const char *why = NULL;
 	struct rdec d;
 	struct bitr br;
@@ -1086,7 +1255,7 @@ static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
 		int ev = (int)(vm.ebits > 8 ? f >> (vm.ebits - 8) : f);
 		int c = (int)pivot - ev;
 		c = c < 0 ? 0 : c > (int)nctx - 1 ? (int)nctx - 1 : c;
-		ctxoff[f] = (uint32_t)c;
+		ctxoff[f] = (uint32_t)c * 256;
 	}
 	for (size_t c = 0; c < nctx; c++) {
 		const dent *t = tab + c * PM;
@@ -1099,12 +1268,33 @@ static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
 	}
 	const int flt = (vm.flags & VF_FLOAT) != 0, fold = (vm.flags & VF_FOLD) != 0;
 	const uint64_t emask = nfield - 1;
-	switch (unit) {
-	case 1: rc = values_loop(1, n, oldv, newv, tsym, tfc, ctxoff, vm.mshift, emask, flt, fold, &d, &br); break;
-	case 2: rc = values_loop(2, n, oldv, newv, tsym, tfc, ctxoff, vm.mshift, emask, flt, fold, &d, &br); break;
-	case 4: rc = values_loop(4, n, oldv, newv, tsym, tfc, ctxoff, vm.mshift, emask, flt, fold, &d, &br); break;
-	default: rc = values_loop(8, n, oldv, newv, tsym, tfc, ctxoff, vm.mshift, emask, flt, fold, &d, &br); break;
+	const uint64_t *ov = oldv ? oldv : zeros;
+	/* pass 1 specialised for each unit and the exponent fields of bf16,
+	 * f16 and f32; pass 2 for each unit and value map (fold implies flt) */
+#define SYMS(U, MS, EM) value_syms(U, n, ov, sym, vt, ctxoff, MS, EM, &d)
+	if (unit == 2 && vm.mshift == 7 && emask == 255)
+		d.bad = SYMS(2, 7, 255);
+	else if (unit == 2 && vm.mshift == 10 && emask == 31)
+		d.bad = SYMS(2, 10, 31);
+	else if (unit == 4 && vm.mshift == 23 && emask == 255)
+		d.bad = SYMS(4, 23, 255);
+	else switch (unit) {
+	case 1: d.bad = SYMS(1, vm.mshift, emask); break;
+	case 2: d.bad = SYMS(2, vm.mshift, emask); break;
+	case 4: d.bad = SYMS(4, vm.mshift, emask); break;
+	default: d.bad = SYMS(8, vm.mshift, emask); break;
 	}
+#undef SYMS
+#define VALS(U) (fold ? value_vals(U, n, ov, sym, newv, 1, 1, &br) : \
+		 flt ? value_vals(U, n, ov, sym, newv, 1, 0, &br) : \
+		 value_vals(U, n, ov, sym, newv, 0, 0, &br))
+	switch (unit) {
+	case 1: rc = VALS(1); break;
+	case 2: rc = VALS(2); break;
+	case 4: rc = VALS(4); break;
+	default: rc = VALS(8); break;
+	}
+#undef VALS
 	if (rc < 0) {
 		why = "value in a context with no symbols";
 		goto fail;
@@ -1117,10 +1307,12 @@ static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
 		why = "values raw bits do not end where the item does";
 		goto fail;
 	}
-	free(tab);
+	free(vt);
+	free(zeros);
 	return 0;
 fail:
-	free(tab);
+	free(vt);
+	free(zeros);
 	return bad(e, "delta", why);
 }
 
