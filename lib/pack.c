@@ -74,6 +74,12 @@ int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_
 int dcr_payload_check(const uint8_t *buf, size_t len, const char *what,
 		      struct dcr_payload *p, struct dcr_err *e)
 {
+	return dcr_payload_check_digest(buf, len, what, NULL, p, e);
+}
+
+int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
+			     const dcr_digest *sum, struct dcr_payload *p, struct dcr_err *e)
+{
 	memset(p, 0, sizeof(*p));
 	if (len < DCR_PAYLOAD_HDR_LEN + 32 || memcmp(buf, DCR_PAYLOAD_MAGIC, 8))
 		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr payload", what);
@@ -97,7 +103,10 @@ int dcr_payload_check(const uint8_t *buf, size_t len, const char *what,
 				   what, (unsigned long long)(len - DCR_PAYLOAD_HDR_LEN - 32),
 				   (unsigned long long)p->body_len,
 				   len - DCR_PAYLOAD_HDR_LEN - 32 < p->body_len ? " (truncated)" : "");
-	dcr_sha256(buf, len - 32, &p->digest);
+	if (sum)
+		p->digest = *sum;
+	else
+		dcr_sha256(buf, len - 32, &p->digest);
 	if (DCR_CHECKSUM_DIFFERS(p->digest.b, buf + len - 32))
 		return dcr_err_set(e, DCR_EDIGEST, "%s is corrupt: checksum mismatch", what);
 	if (p->raw_len > DCR_PAYLOAD_MAX_RAW)
@@ -642,7 +651,7 @@ struct dcr_pack_in {
 	char *dir;
 	char **names;
 	size_t n, next;
-	uint8_t *cur;
+	struct dcr_blob cur; /* the current file, mapped */
 	/* tar */
 	struct archive *a;
 	int fd;
@@ -756,21 +765,19 @@ int dcr_pack_in_next(struct dcr_pack_in *in, const char **name, const uint8_t **
 		     size_t *len, struct dcr_err *e)
 {
 	if (!in->a) {
-		free(in->cur);
-		in->cur = NULL;
+		dcr_blob_free(&in->cur);
 		if (in->next >= in->n)
 			return 0;
 		const char *nm = in->names[in->next++];
 		char *path = dcr_path_join(in->dir, nm);
-		size_t l;
-		int r = path ? dcr_read_file(path, PAYLOAD_FILE_MAX, &in->cur, &l, e)
+		int r = path ? dcr_blob_map(&in->cur, path, PAYLOAD_FILE_MAX, e)
 			     : dcr_err_sys(e, ENOMEM, "pack");
 		free(path);
 		if (r)
 			return r;
 		*name = nm;
-		*buf = in->cur;
-		*len = l;
+		*buf = in->cur.p;
+		*len = in->cur.len;
 		return 1;
 	}
 	struct archive_entry *en;
@@ -789,6 +796,7 @@ int dcr_pack_in_next(struct dcr_pack_in *in, const char **name, const uint8_t **
 	in->data.len = 0;
 	if (!in->name || dcr_buf_reserve(&in->data, (size_t)size + 1))
 		return dcr_err_sys(e, ENOMEM, "pack stream");
+	dcr_prefault(in->data.p, (size_t)size);
 	while (in->data.len < (size_t)size) {
 		la_ssize_t n = archive_read_data(in->a, in->data.p + in->data.len,
 						 (size_t)size - in->data.len);
@@ -806,6 +814,19 @@ int dcr_pack_in_next(struct dcr_pack_in *in, const char **name, const uint8_t **
 	return 1;
 }
 
+void dcr_pack_in_take(struct dcr_pack_in *in, struct dcr_blob *b)
+{
+	if (!in->a) {
+		*b = in->cur;
+		memset(&in->cur, 0, sizeof(in->cur));
+		return;
+	}
+	memset(b, 0, sizeof(*b));
+	b->p = in->data.p;
+	b->len = in->data.len;
+	memset(&in->data, 0, sizeof(in->data));
+}
+
 void dcr_pack_in_close(struct dcr_pack_in *in)
 {
 	if (!in)
@@ -816,7 +837,7 @@ void dcr_pack_in_close(struct dcr_pack_in *in)
 		free(in->names[i]);
 	free(in->names);
 	free(in->dir);
-	free(in->cur);
+	dcr_blob_free(&in->cur);
 	free(in->name);
 	dcr_buf_free(&in->data);
 	free(in);

@@ -56,6 +56,9 @@ int dcr_payload_open(const uint8_t *buf, size_t len, const char *what,
  * dcr-apply opens each payload in full. */
 int dcr_payload_check(const uint8_t *buf, size_t len, const char *what,
 		      struct dcr_payload *p, struct dcr_err *e);
+/* The same with the SHA-256 of buf's first len - 32 bytes already known. */
+int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
+			     const dcr_digest *sum, struct dcr_payload *p, struct dcr_err *e);
 void dcr_payload_release(struct dcr_payload *p);
 /* Build a payload image from raw records. */
 int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
@@ -134,6 +137,9 @@ int dcr_pack_in_open_tar(int fd, const uint8_t *head, size_t head_len, struct dc
 /* 1 and the next entry (name and bytes valid until the next call), 0 at the end. */
 int dcr_pack_in_next(struct dcr_pack_in *in, const char **name, const uint8_t **buf,
 		     size_t *len, struct dcr_err *e);
+/* Take the bytes of the entry dcr_pack_in_next returned last: they stay
+ * valid, at the same address, until dcr_blob_free(b). */
+void dcr_pack_in_take(struct dcr_pack_in *in, struct dcr_blob *b);
 void dcr_pack_in_close(struct dcr_pack_in *in);
 
 #endif

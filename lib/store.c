@@ -588,6 +588,48 @@ int dcr_store_get(struct dcr_store *s, const char *name, uint8_t **buf,
 	return dcr_net_get(s, name, buf, len, e);
 }
 
+int dcr_store_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
+		       struct dcr_err *e)
+{
+	return dcr_store_get_blob_digest(s, name, b, 0, NULL, e);
+}
+
+int dcr_store_get_blob_digest(struct dcr_store *s, const char *name, struct dcr_blob *b,
+			      size_t tail, dcr_digest *d, struct dcr_err *e)
+{
+	int r = dcr_store_check_name(name, e);
+	if (r) {
+		dcr_blob_free(b);
+		return r;
+	}
+	if (s->kind != STORE_DIR) {
+		/* into the heap buffer b may bring, grown as needed: a
+		 * recycled buffer costs no page faults */
+		if (b->map)
+			dcr_blob_free(b);
+		struct dcr_buf buf = {b->p, 0, b->cap};
+		r = dcr_net_get_buf(s, name, &buf, tail, d, e);
+		b->p = buf.p;
+		b->len = buf.len;
+		b->cap = buf.cap;
+		return r;
+	}
+	dcr_blob_free(b);
+	/* objects are replaced by rename, never rewritten in place, so a
+	 * mapping stays what it was when opened */
+	char *path;
+	uint64_t size;
+	int fd = dir_open_obj(s, name, &path, &size, e);
+	if (fd < 0)
+		return fd;
+	r = dcr_blob_map_fd(b, fd, path, SIZE_MAX, e);
+	close(fd);
+	free(path);
+	if (!r && d)
+		dcr_sha256(b->p, b->len > tail ? b->len - tail : 0, d);
+	return r;
+}
+
 int dcr_store_get_range(struct dcr_store *s, const char *name, uint64_t off,
 			size_t len, uint8_t *buf, struct dcr_err *e)
 {

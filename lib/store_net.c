@@ -23,6 +23,7 @@
 
 #include <curl/curl.h>
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <openssl/rand.h>
 
 #include "store_int.h"
@@ -1227,9 +1228,53 @@ static int sink_mem(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_
 {
 	struct dcr_buf *b = arg;
 	(void)off;
-	if (!b->cap && total && total < SIZE_MAX && dcr_buf_reserve(b, (size_t)total + 1))
-		return -ENOMEM;
+	if (!b->len && total && total < SIZE_MAX) {
+		if (dcr_buf_reserve(b, (size_t)total + 1))
+			return -ENOMEM;
+		dcr_prefault(b->p, (size_t)total);
+	}
 	return dcr_buf_add(b, p, n) ? -ENOMEM : 0;
+}
+
+/* sink_mem, hashing all but the last tail bytes while they are in cache */
+struct sink_hash {
+	struct dcr_buf *b;
+	EVP_MD_CTX *c;
+	size_t tail, fed;
+	int bad;
+};
+
+static int sink_mem_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
+{
+	struct sink_hash *h = arg;
+	int r = sink_mem(h->b, off, p, n, total);
+	if (r)
+		return r;
+	if (h->b->len > h->tail + h->fed) {
+		size_t k = h->b->len - h->tail - h->fed;
+		h->bad |= !EVP_DigestUpdate(h->c, h->b->p + h->fed, k);
+		h->fed += k;
+	}
+	return 0;
+}
+
+int dcr_net_get_buf(struct dcr_store *s, const char *name, struct dcr_buf *b,
+		    size_t tail, dcr_digest *d, struct dcr_err *e)
+{
+	b->len = 0;
+	if (!d)
+		return get_stream(s, name, 0, 0, 0, sink_mem, b, NULL, NULL, e);
+	struct sink_hash h = {.b = b, .c = EVP_MD_CTX_new(), .tail = tail};
+	if (!h.c || !EVP_DigestInit_ex(h.c, EVP_sha256(), NULL)) {
+		EVP_MD_CTX_free(h.c);
+		return dcr_err_sys(e, ENOMEM, "cannot GET '%s'", name);
+	}
+	int r = get_stream(s, name, 0, 0, 0, sink_mem_hash, &h, NULL, NULL, e);
+	unsigned len = 0;
+	if (!r && (h.bad || !EVP_DigestFinal_ex(h.c, d->b, &len)))
+		r = dcr_err_set(e, -EIO, "cannot GET '%s': SHA-256 failed", name);
+	EVP_MD_CTX_free(h.c);
+	return r;
 }
 
 int dcr_net_get(struct dcr_store *s, const char *name, uint8_t **buf,

@@ -35,7 +35,7 @@ static char *obj(const char *name, const char *entry)
 
 struct slot {
 	struct dcr_store_job job;
-	uint8_t *data;
+	struct dcr_blob data; /* taken from the pack input: no copy */
 	char *oname;
 	int busy;
 };
@@ -47,9 +47,8 @@ static int finish_slot(struct dcr_store *s, struct slot *sl, struct dcr_err *e)
 	int r = dcr_store_wait(s, &sl->job);
 	if (r)
 		*e = sl->job.err;
-	free(sl->data);
+	dcr_blob_free(&sl->data);
 	free(sl->oname);
-	sl->data = NULL;
 	sl->oname = NULL;
 	sl->busy = 0;
 	return r;
@@ -134,22 +133,20 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 		next = (next + 1) % par;
 		if ((r = finish_slot(s, sl, e)))
 			break;
-		sl->data = malloc(len ? len : 1);
 		sl->oname = obj(name, ename);
-		if (!sl->data || !sl->oname) {
+		if (!sl->oname) {
 			r = dcr_err_sys(e, ENOMEM, "push");
 			break;
 		}
-		memcpy(sl->data, buf, len);
+		dcr_pack_in_take(in, &sl->data);
 		memset(&sl->job, 0, sizeof(sl->job));
 		sl->job.op = DCR_STORE_PUT;
 		sl->job.name = sl->oname;
-		sl->job.data = sl->data;
+		sl->job.data = sl->data.p;
 		sl->job.len = len;
 		if ((r = dcr_store_submit(s, &sl->job, e))) {
-			free(sl->data);
+			dcr_blob_free(&sl->data);
 			free(sl->oname);
-			sl->data = NULL;
 			sl->oname = NULL;
 			break;
 		}
@@ -215,10 +212,10 @@ static double now_s(void)
 
 /* Fetch one payload, check it (and its manifest digest when known). */
 static int check_payload(const char *oname, const uint8_t *buf, size_t len, uint32_t idx,
-			 const dcr_digest *want, struct dcr_err *e)
+			 const dcr_digest *sum, const dcr_digest *want, struct dcr_err *e)
 {
 	struct dcr_payload pl;
-	int r = dcr_payload_check(buf, len, oname, &pl, e);
+	int r = dcr_payload_check_digest(buf, len, oname, sum, &pl, e);
 	if (r)
 		return r;
 	dcr_payload_release(&pl);
@@ -233,8 +230,7 @@ static int check_payload(const char *oname, const uint8_t *buf, size_t len, uint
  * window of par ahead of the one being handed on, GET it and check it, so
  * downloads and digests run in parallel; the caller hands them on in order. */
 struct slot_res {
-	uint8_t *buf;
-	size_t len;
+	struct dcr_blob b;
 	int state; /* 0 empty, 1 fetching, 2 ready, 3 on hand (skipped) */
 	int rc;
 	struct dcr_err err;
@@ -249,6 +245,8 @@ struct fetch {
 	uint32_t lo, hi, next_take, emitted;
 	unsigned par;
 	struct slot_res *slots; /* par, index % par */
+	struct dcr_blob *pool;	/* heap buffers handed on, for reuse */
+	unsigned npool;
 	int stop;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -256,7 +254,7 @@ struct fetch {
 
 static void fetch_one(struct fetch *f, uint32_t idx, struct slot_res *sr)
 {
-	dcr_digest d;
+	dcr_digest d, sum;
 	const dcr_digest *want = f->m ? &f->m->pdigest[idx] : NULL;
 	if (f->have && f->have(f->have_ctx, idx, &d) && (!want || !memcmp(d.b, want->b, 32))) {
 		sr->state = 3;
@@ -267,8 +265,8 @@ static void fetch_one(struct fetch *f, uint32_t idx, struct slot_res *sr)
 	char *url = on ? dcr_asprintf("%s/%s", dcr_store_url(f->s), on) : NULL;
 	if (!url)
 		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
-	else if (!(sr->rc = dcr_store_get(f->s, on, &sr->buf, &sr->len, &sr->err)))
-		sr->rc = check_payload(url, sr->buf, sr->len, idx, want, &sr->err);
+	else if (!(sr->rc = dcr_store_get_blob_digest(f->s, on, &sr->b, 32, &sum, &sr->err)))
+		sr->rc = check_payload(url, sr->b.p, sr->b.len, idx, &sum, want, &sr->err);
 	free(en);
 	free(on);
 	free(url);
@@ -287,8 +285,10 @@ static void *fetcher(void *arg)
 		uint32_t idx = f->next_take++;
 		struct slot_res *sr = &f->slots[idx % f->par];
 		sr->state = 1;
-		pthread_mutex_unlock(&f->mu);
 		struct slot_res tmp = {0};
+		if (f->npool)
+			tmp.b = f->pool[--f->npool];
+		pthread_mutex_unlock(&f->mu);
 		fetch_one(f, idx, &tmp);
 		pthread_mutex_lock(&f->mu);
 		*sr = tmp;
@@ -310,8 +310,12 @@ static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_m
 	struct fetch f = {.s = s, .name = name, .m = m, .have = have, .have_ctx = have_ctx,
 			  .lo = lo, .hi = hi, .next_take = lo, .emitted = lo, .par = par};
 	f.slots = dcr_calloc(par, sizeof(*f.slots));
-	if (!f.slots)
+	f.pool = dcr_calloc(par, sizeof(*f.pool));
+	if (!f.slots || !f.pool) {
+		free(f.slots);
+		free(f.pool);
 		return dcr_err_sys(e, ENOMEM, "pull");
+	}
 	pthread_mutex_init(&f.mu, NULL);
 	pthread_cond_init(&f.cv, NULL);
 	pthread_t th[256];
@@ -337,15 +341,18 @@ static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_m
 			r = got.rc;
 		} else {
 			char *en = dcr_payload_name(idx);
-			r = en ? out.entry(out.ctx, en, got.buf, got.len, e)
+			r = en ? out.entry(out.ctx, en, got.b.p, got.b.len, e)
 			       : dcr_err_sys(e, ENOMEM, "pull");
 			free(en);
-			*bytes += got.len;
+			*bytes += got.b.len;
 			if (!r && o && o->progress)
 				o->progress(o->progress_ctx, *bytes, idx + 1 - (uint64_t)*skipped);
 		}
-		free(got.buf);
 		pthread_mutex_lock(&f.mu);
+		if (!got.b.map && got.b.cap && f.npool < par)
+			f.pool[f.npool++] = got.b;
+		else
+			dcr_blob_free(&got.b);
 		f.emitted = idx + 1;
 		pthread_cond_broadcast(&f.cv);
 		pthread_mutex_unlock(&f.mu);
@@ -357,8 +364,11 @@ static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_m
 	for (unsigned i = 0; i < nth; i++)
 		pthread_join(th[i], NULL);
 	for (unsigned i = 0; i < par; i++)
-		free(f.slots[i].buf);
+		dcr_blob_free(&f.slots[i].b);
+	for (unsigned i = 0; i < f.npool; i++)
+		dcr_blob_free(&f.pool[i]);
 	free(f.slots);
+	free(f.pool);
 	pthread_mutex_destroy(&f.mu);
 	pthread_cond_destroy(&f.cv);
 	return r;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -404,6 +405,70 @@ int dcr_read_file(const char *path, size_t max, uint8_t **out, size_t *len,
 	*out = p;
 	*len = (size_t)st.st_size;
 	return 0;
+}
+
+void dcr_prefault(void *p, size_t n)
+{
+	const uintptr_t pg = 4096;
+	if (n < ((size_t)4 << 20))
+		return;
+	uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1);
+	uintptr_t z = ((uintptr_t)p + n) & ~(pg - 1);
+	if (z <= a)
+		return;
+#ifdef MADV_HUGEPAGE
+	(void)madvise((void *)a, z - a, MADV_HUGEPAGE);
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; EINVAL before */
+#endif
+	(void)madvise((void *)a, z - a, MADV_POPULATE_WRITE);
+}
+
+int dcr_blob_map_fd(struct dcr_blob *b, int fd, const char *path, size_t max,
+		    struct dcr_err *e)
+{
+	struct stat st;
+	memset(b, 0, sizeof(*b));
+	if (fstat(fd, &st))
+		return dcr_err_sys(e, errno, "cannot stat '%s'", path);
+	if (!S_ISREG(st.st_mode))
+		return dcr_err_set(e, DCR_EFORMAT, "'%s' is not a regular file", path);
+	if ((uint64_t)st.st_size > max)
+		return dcr_err_set(e, DCR_EFORMAT, "'%s' is too large (%lld bytes, at most %zu)",
+				   path, (long long)st.st_size, max);
+	if (st.st_size == 0) {
+		b->p = calloc(1, 1);
+		return b->p ? 0 : dcr_err_sys(e, ENOMEM, "cannot read '%s'", path);
+	}
+	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+	if (m == MAP_FAILED)
+		return dcr_err_sys(e, errno, "cannot map '%s'", path);
+	b->p = m;
+	b->len = (size_t)st.st_size;
+	b->map = m;
+	b->map_len = b->len;
+	return 0;
+}
+
+int dcr_blob_map(struct dcr_blob *b, const char *path, size_t max, struct dcr_err *e)
+{
+	memset(b, 0, sizeof(*b));
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return dcr_err_sys(e, errno, "cannot open '%s'", path);
+	int r = dcr_blob_map_fd(b, fd, path, max, e);
+	close(fd);
+	return r;
+}
+
+void dcr_blob_free(struct dcr_blob *b)
+{
+	if (b->map)
+		munmap(b->map, b->map_len);
+	else
+		free(b->p);
+	memset(b, 0, sizeof(*b));
 }
 
 void *dcr_calloc(size_t n, size_t size) { return calloc(n ? n : 1, size ? size : 1); }

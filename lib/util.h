@@ -110,6 +110,29 @@ int dcr_write_file_atomic(const char *path, const void *buf, size_t n,
 int dcr_read_file(const char *path, size_t max, uint8_t **out, size_t *len,
 		  struct dcr_err *e);
 
+/* Fault in n bytes at p about to be written, in one call and with huge
+ * pages where the kernel allows: touching fresh memory page by page costs
+ * more than the copy into it (measured: 192 MB in 200 ms one 4 KiB fault
+ * at a time, 25 ms this way). Best effort: nothing happens where it is not
+ * supported; small ranges are left alone. */
+void dcr_prefault(void *p, size_t n);
+
+/* Bytes that travel with their owner: a read-only mapping of a file, or a
+ * heap buffer (map == NULL). dcr_blob_free releases either and zeroes b. */
+struct dcr_blob {
+	uint8_t *p;
+	size_t len;
+	void *map;
+	size_t map_len;
+	size_t cap;	/* heap: bytes allocated at p, for reuse */
+};
+/* Map PATH (a regular file of at most MAX bytes) into b, pages populated:
+ * no copy, no page faults one by one. An empty file gets a heap byte. */
+int dcr_blob_map(struct dcr_blob *b, const char *path, size_t max, struct dcr_err *e);
+int dcr_blob_map_fd(struct dcr_blob *b, int fd, const char *path, size_t max,
+		    struct dcr_err *e);
+void dcr_blob_free(struct dcr_blob *b);
+
 /* Does a stored checksum differ from the computed one? Fuzzing builds
  * (libFuzzer's FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION, scripts/fuzz) say
  * no, so that random inputs reach the parsers behind the checksums; no
