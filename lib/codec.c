@@ -539,6 +539,15 @@ static int check_input(unsigned unit, uint64_t range_len, size_t n,
 	if (rc < 0)
 		return rc;
 	uint64_t mask = unit_mask(unit);
+	/* one branch-free pass; the loop below finds the culprit if any */
+	uint64_t vbits = 0, prev = 0, bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		bad |= (uint64_t)(pos[i] >= range_len) | (uint64_t)(i && pos[i] <= prev);
+		prev = pos[i];
+		vbits |= newv[i] | (oldv ? oldv[i] : 0);
+	}
+	if (!bad && !(vbits & ~mask))
+		return 0;
 	for (size_t i = 0; i < n; i++) {
 		if (pos[i] >= range_len || (i && pos[i] <= pos[i - 1]))
 			return dcr_err_set(e, -EINVAL,
