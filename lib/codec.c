@@ -156,47 +156,9 @@ struct bitr {
 	uint64_t pad;	   /* zero bytes loaded past the end */
 };
 
-static void br_refill(struct bitr *r)
-{
-	if (r->end - r->p >= 8) {
-		r->acc |= get_le64(r->p) << r->n;
-		r->p += (63 - r->n) >> 3;
-		r->n |= 56;
-		return;
-	}
-	while (r->n <= 56) { /* zeros past the end; checked by br_check */
-		uint64_t c = 0;
-		if (r->p < r->end)
-			c = *r->p++;
-		else
-			r->pad++;
-		r->acc |= c << r->n;
-		r->n += 8;
-	}
-}
-
-static inline uint64_t br_get32(struct bitr *r, unsigned nb) /* nb <= 32 */
-{
-	if (r->n < nb)
-		br_refill(r);
-	uint64_t v = r->acc & ((1ULL << nb) - 1);
-	r->acc >>= nb;
-	r->n -= nb;
-	return v;
-}
-
-static inline uint64_t br_get(struct bitr *r, unsigned nb) /* nb <= 64 */
-{
-	if (nb > 32) {
-		uint64_t lo = br_get32(r, 32);
-		return lo | br_get32(r, nb - 32) << 32;
-	}
-	return br_get32(r, nb);
-}
-
 /* The reader's state in local variables, for hot loops: BR_LOCALS(R)
- * copies it in, BITS32(K, V) takes K (<= 32) raw bits into V, BR_SAVE(R)
- * copies it back. */
+ * copies it in, BITS32(K, V) takes K (<= 32) raw bits into V, BITS64 K
+ * (<= 64), BR_SAVE(R) copies it back. */
 #define BR_LOCALS(R)                                                       \
 	uint64_t bacc = (R)->acc, bpad = (R)->pad;                         \
 	unsigned bn = (R)->n;                                              \
@@ -230,6 +192,18 @@ static inline uint64_t br_get(struct bitr *r, unsigned nb) /* nb <= 64 */
 		(V) = bacc & ((1ULL << (K)) - 1);                          \
 		bacc >>= (K);                                              \
 		bn -= (K);                                                 \
+	} while (0)
+#define BITS64(K, V)                                                       \
+	do {                                                               \
+		unsigned k64_ = (K);                                       \
+		if (k64_ > 32) {                                           \
+			uint64_t lo_, hi_;                                 \
+			BITS32(32, lo_);                                   \
+			BITS32(k64_ - 32, hi_);                            \
+			(V) = lo_ | hi_ << 32;                             \
+		} else {                                                   \
+			BITS32(k64_, V);                                   \
+		}                                                          \
 	} while (0)
 
 /* The stream must have been used up to its last byte. */
@@ -435,24 +409,6 @@ static int rdec_init(struct rdec *d, const uint8_t *p, size_t n)
 		if (d->x[j] < RL || d->x[j] >= RL << 16)
 			return -1;
 	return 0;
-}
-
-static inline unsigned rdec_get(struct rdec *d, int j, const dent *t)
-{
-	uint32_t x = d->x[j];
-	dent en = t[x & (PM - 1)];
-	x = ((en & 0xfff) + 1) * (x >> PB) + ((en >> 12) & 0xfff);
-	if (x < RL) {
-		if (d->end - d->p >= 2) {
-			x = x << 16 | get_le16(d->p);
-			d->p += 2;
-		} else {
-			d->bad = 1;
-			x = RL;
-		}
-	}
-	d->x[j] = x;
-	return en >> 24;
 }
 
 static int rdec_done(const struct rdec *d)
@@ -912,34 +868,38 @@ static int split_streams(struct dcr_rd *r, struct rdec *d, struct bitr *br,
 	return 0;
 }
 
-/* One rANS decode step on local state X into symbol S, from the tables
- * FC (freq | (slot - cum) << 16 per slot) and SY (symbol per slot). */
-#define RDEC(X, FC, SY, S)                                                \
-	do {                                                              \
-		uint32_t sl_ = (X) & (PM - 1), fc_ = (FC)[sl_];           \
-		(S) = (SY)[sl_];                                          \
-		(X) = (fc_ & 0xffff) * ((X) >> PB) + (fc_ >> 16);         \
-		if ((X) < RL) {                                           \
-			if (re - rp >= 2) {                               \
-				(X) = (X) << 16 | get_le16(rp);           \
-				rp += 2;                                  \
-			} else {                                          \
-				rbad = 1;                                 \
-				(X) = RL;                                 \
-			}                                                 \
-		}                                                         \
+/* Refill rANS state X from the stream at rp (end re) after a decode
+ * step: RENORM_FAST without a branch, for when 2 bytes are surely left;
+ * RENORM_SAFE checked, setting rbad when the stream has run out. */
+#define RENORM_FAST(X)                                                     \
+	do {                                                               \
+		uint32_t r_ = (X) < RL;                                    \
+		uint32_t w_ = (X) << 16 | get_le16(rp);                    \
+		(X) = r_ ? w_ : (X);                                       \
+		rp += 2 * r_;                                              \
+	} while (0)
+#define RENORM_SAFE(X)                                                     \
+	do {                                                               \
+		if ((X) < RL) {                                            \
+			if (re - rp >= 2) {                                \
+				(X) = (X) << 16 | get_le16(rp);            \
+				rp += 2;                                   \
+			} else {                                           \
+				rbad = 1;                                  \
+				(X) = RL;                                  \
+			}                                                  \
+		}                                                          \
 	} while (0)
 
-/* RDEC without the refill branch, for when 2 bytes are left to read. */
-#define RDEC_FAST(X, FC, SY, S)                                           \
-	do {                                                              \
-		uint32_t sl_ = (X) & (PM - 1), fc_ = (FC)[sl_];           \
-		(S) = (SY)[sl_];                                          \
-		(X) = (fc_ & 0xffff) * ((X) >> PB) + (fc_ >> 16);         \
-		uint32_t r_ = (X) < RL;                                   \
-		uint32_t w_ = (X) << 16 | get_le16(rp);                   \
-		(X) = r_ ? w_ : (X);                                      \
-		rp += 2 * r_;                                             \
+/* One rANS decode step on local state X into symbol S, from the tables
+ * FC (freq | (slot - cum) << 16 per slot) and SY (symbol per slot),
+ * refilled by RENORM. */
+#define RDEC(X, FC, SY, S, RENORM)                                         \
+	do {                                                               \
+		uint32_t sl_ = (X) & (PM - 1), fc_ = (FC)[sl_];            \
+		(S) = (SY)[sl_];                                           \
+		(X) = (fc_ & 0xffff) * ((X) >> PB) + (fc_ >> 16);          \
+		RENORM(X);                                                 \
 	} while (0)
 
 static int delta_decode_positions(const uint8_t *p, size_t len,
@@ -991,26 +951,18 @@ static int delta_decode_positions(const uint8_t *p, size_t len,
 	 * range */
 #define GAP(S, G)                                                          \
 	do {                                                               \
-		unsigned k_ = gnb[S];                                      \
-		if (k_ > 32) {                                             \
-			uint64_t lo_, hi_;                                 \
-			BITS32(32, lo_);                                   \
-			BITS32(k_ - 32, hi_);                              \
-			(G) = lo_ | hi_ << 32;                             \
-		} else {                                                   \
-			BITS32(k_, G);                                     \
-		}                                                          \
+		BITS64(gnb[S], G);                                         \
 		(G) += gbase[S] - 1;                                       \
 	} while (0)
 	size_t i = 0;
 	for (; i + 1 < n; i += 2) {
 		unsigned s0, s1;
 		if (re - rp >= 4) {
-			RDEC_FAST(x0, fc, sy, s0);
-			RDEC_FAST(x1, fc, sy, s1);
+			RDEC(x0, fc, sy, s0, RENORM_FAST);
+			RDEC(x1, fc, sy, s1, RENORM_FAST);
 		} else {
-			RDEC(x0, fc, sy, s0);
-			RDEC(x1, fc, sy, s1);
+			RDEC(x0, fc, sy, s0, RENORM_SAFE);
+			RDEC(x1, fc, sy, s1, RENORM_SAFE);
 		}
 		uint64_t g0, g1;
 		GAP(s0, g0);
@@ -1026,7 +978,7 @@ static int delta_decode_positions(const uint8_t *p, size_t len,
 	}
 	if (!over && i < n) {
 		unsigned s0;
-		RDEC(x0, fc, sy, s0);
+		RDEC(x0, fc, sy, s0, RENORM_SAFE);
 		uint64_t g0;
 		GAP(s0, g0);
 		over |= g0 >= range_len - next;
@@ -1092,26 +1044,6 @@ value_syms(const unsigned unit, size_t n, const uint64_t *op, uint8_t *sym,
 		(X) = (fc_ & 0xffff) * ((X) >> PB) + sl_ - (fc_ >> 16);   \
 		sym[I] = (uint8_t)s_;                                      \
 	} while (0)
-	/* a branchless refill while two steps cannot read past the stream */
-#define RENORM_FAST(X)                                                     \
-	do {                                                               \
-		uint32_t r_ = (X) < RL;                                    \
-		uint32_t w_ = (X) << 16 | get_le16(rp);                    \
-		(X) = r_ ? w_ : (X);                                       \
-		rp += 2 * r_;                                              \
-	} while (0)
-#define RENORM_SAFE(X)                                                     \
-	do {                                                               \
-		if ((X) < RL) {                                            \
-			if (re - rp >= 2) {                                \
-				(X) = (X) << 16 | get_le16(rp);            \
-				rp += 2;                                   \
-			} else {                                           \
-				rbad = 1;                                  \
-				(X) = RL;                                  \
-			}                                                  \
-		}                                                          \
-	} while (0)
 	size_t i = 0;
 	for (; i + 1 < n && re - rp >= 4; i += 2) {
 		SSTEP(x0, i);
@@ -1130,8 +1062,6 @@ value_syms(const unsigned unit, size_t n, const uint64_t *op, uint8_t *sym,
 		RENORM_SAFE(x0);
 	}
 #undef SSTEP
-#undef RENORM_FAST
-#undef RENORM_SAFE
 	d->x[0] = x0;
 	d->x[1] = x1;
 	d->p = rp;
@@ -1171,16 +1101,10 @@ value_vals(const unsigned unit, size_t n, const uint64_t *op,
 		unsigned s = sym[i], k = kt[s];
 		smax = s > smax ? s : smax;
 		uint64_t a;
-		if (unit <= 4) {
+		if (unit <= 4)
 			BITS32(k, a);
-		} else if (k > 32) {
-			uint64_t lo, hi;
-			BITS32(32, lo);
-			BITS32(k - 32, hi);
-			a = lo | hi << 32;
-		} else {
-			BITS32(k, a);
-		}
+		else
+			BITS64(k, a);
 		a += bt[s];
 		uint64_t sm = st[s];
 		uint64_t sd = (a ^ sm) - sm;
