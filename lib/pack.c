@@ -824,6 +824,7 @@ void dcr_pack_in_take(struct dcr_pack_in *in, struct dcr_blob *b)
 	memset(b, 0, sizeof(*b));
 	b->p = in->data.p;
 	b->len = in->data.len;
+	b->cap = in->data.cap;
 	memset(&in->data, 0, sizeof(in->data));
 }
 

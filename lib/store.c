@@ -312,12 +312,7 @@ static int dir_delete(struct dcr_store *s, const char *name, struct dcr_err *e)
 	return r;
 }
 
-struct names {
-	char **v;
-	size_t n, cap;
-};
-
-static int names_add(struct names *l, const char *s, size_t len)
+int dcr_names_add(struct dcr_names *l, char *s)
 {
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 64;
@@ -327,9 +322,28 @@ static int names_add(struct names *l, const char *s, size_t len)
 		l->v = v;
 		l->cap = cap;
 	}
-	if (!(l->v[l->n] = strndup(s, len)))
+	l->v[l->n++] = s;
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void dcr_names_sort(struct dcr_names *l)
+{
+	if (l->n)
+		qsort(l->v, l->n, sizeof(*l->v), cmp_str);
+}
+
+static int names_add(struct dcr_names *l, const char *s, size_t len)
+{
+	char *c = strndup(s, len);
+	if (!c || dcr_names_add(l, c)) {
+		free(c);
 		return -ENOMEM;
-	l->n++;
+	}
 	return 0;
 }
 
@@ -341,7 +355,7 @@ static int is_temp(const char *base)
 /* Walk dir (root/rel), adding regular files whose relative name starts with
  * prefix. */
 static int dir_walk(const char *root, struct dcr_buf *rel, const char *prefix,
-		    struct names *l, struct dcr_err *e)
+		    struct dcr_names *l, struct dcr_err *e)
 {
 	char *path = rel->len ? dcr_asprintf("%s/%.*s", root, (int)rel->len, (char *)rel->p)
 			      : dcr_strdup(root);
@@ -392,15 +406,10 @@ static int dir_walk(const char *root, struct dcr_buf *rel, const char *prefix,
 	return r;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static int dir_list(struct dcr_store *s, const char *prefix, char ***names,
 		    size_t *n, struct dcr_err *e)
 {
-	struct names l = {0};
+	struct dcr_names l = {0};
 	struct dcr_buf rel = {0};
 	/* Start at the deepest directory the prefix names. */
 	const char *slash = strrchr(prefix, '/');
@@ -414,8 +423,7 @@ static int dir_list(struct dcr_store *s, const char *prefix, char ***names,
 		dcr_store_names_free(l.v, l.n);
 		return r;
 	}
-	if (l.n)
-		qsort(l.v, l.n, sizeof(*l.v), cmp_str);
+	dcr_names_sort(&l);
 	*names = l.v;
 	*n = l.n;
 	return 0;

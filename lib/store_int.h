@@ -39,6 +39,15 @@ struct dcr_store {
 	int stop;
 };
 
+/* A growing list of names the list operations hand out (each malloc'd).
+ * dcr_names_add takes s on success; on failure the caller still owns it. */
+struct dcr_names {
+	char **v;
+	size_t n, cap;
+};
+int dcr_names_add(struct dcr_names *l, char *s);
+void dcr_names_sort(struct dcr_names *l);
+
 int dcr_net_open(struct dcr_store *s, const char *url, struct dcr_err *e);
 void dcr_net_close(struct dcr_store *s);
 int dcr_net_put(struct dcr_store *s, const char *name, const void *buf,

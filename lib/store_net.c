@@ -76,21 +76,11 @@ static void handle_put(struct dcr_store *s, CURL *c)
 
 /* ---- small helpers --------------------------------------------------- */
 
-static void hexify(const uint8_t *p, size_t n, char *out)
-{
-	static const char hex[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = hex[p[i] >> 4];
-		out[2 * i + 1] = hex[p[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 static void sha256_hex(const void *p, size_t n, char out[65])
 {
 	dcr_digest d;
 	dcr_sha256(p, n, &d);
-	hexify(d.b, 32, out);
+	dcr_hex(d.b, 32, out);
 }
 
 static int file_sha256_hex(int fd, uint64_t off, uint64_t len, char out[65])
@@ -112,7 +102,7 @@ static int file_sha256_hex(int fd, uint64_t off, uint64_t len, char out[65])
 	if (!r) {
 		dcr_digest d;
 		dcr_sha_final(h, &d);
-		hexify(d.b, 32, out);
+		dcr_hex(d.b, 32, out);
 	}
 	dcr_sha_free(h);
 	free(b);
@@ -1137,7 +1127,7 @@ static int cas_check(struct dcr_store *s, struct dcr_err *e)
 		uint8_t rnd[8];
 		char hex[17], name[64];
 		RAND_bytes(rnd, sizeof(rnd));
-		hexify(rnd, sizeof(rnd), hex);
+		dcr_hex(rnd, sizeof(rnd), hex);
 		snprintf(name, sizeof(name), DCR_CAS_PROBE "%s", hex);
 		static const uint8_t body[] = "dcr probe: does this server honour If-None-Match?\n";
 		r = put_once(s, name, NULL, body, -1, 0, sizeof(body) - 1, 0, NULL, NULL, 0, e);
@@ -1281,7 +1271,7 @@ int dcr_net_get(struct dcr_store *s, const char *name, uint8_t **buf,
 		size_t *len, struct dcr_err *e)
 {
 	struct dcr_buf b = {0};
-	int r = get_stream(s, name, 0, 0, 0, sink_mem, &b, NULL, NULL, e);
+	int r = dcr_net_get_buf(s, name, &b, 0, NULL, e);
 	if (!r && dcr_buf_reserve(&b, 1))
 		r = dcr_err_sys(e, ENOMEM, "cannot GET '%s'", name);
 	if (r) {
@@ -1360,25 +1350,6 @@ int dcr_net_delete(struct dcr_store *s, const char *name, struct dcr_err *e)
 
 /* ---- listing --------------------------------------------------------- */
 
-struct namelist {
-	char **v;
-	size_t n, cap;
-};
-
-static int nl_add(struct namelist *l, char *s)
-{
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		char **v = realloc(l->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n++] = s;
-	return 0;
-}
-
 static int is_probe(const char *name)
 {
 	const char *b = strrchr(name, '/');
@@ -1386,12 +1357,7 @@ static int is_probe(const char *name)
 	return !strncmp(b, DCR_CAS_PROBE, strlen(DCR_CAS_PROBE));
 }
 
-static int cmp_name(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int s3_list(struct dcr_store *s, const char *prefix, struct namelist *l,
+static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 		   struct dcr_err *e)
 {
 	char *full = s->prefix[0] ? dcr_asprintf("%s/%s", s->prefix, prefix) : dcr_strdup(prefix);
@@ -1446,7 +1412,7 @@ static int s3_list(struct dcr_store *s, const char *prefix, struct namelist *l,
 			}
 			char *rel = dcr_strdup(k + strip);
 			free(k);
-			if (!rel || nl_add(l, rel)) {
+			if (!rel || dcr_names_add(l, rel)) {
 				free(rel);
 				req_free(&q);
 				r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
@@ -1476,7 +1442,7 @@ out:
 	return r;
 }
 
-static int http_list(struct dcr_store *s, const char *prefix, struct namelist *l,
+static int http_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 		     struct dcr_err *e)
 {
 	struct req q;
@@ -1529,7 +1495,7 @@ static int http_list(struct dcr_store *s, const char *prefix, struct namelist *l
 			free(name);
 			continue;
 		}
-		if (nl_add(l, name)) {
+		if (dcr_names_add(l, name)) {
 			free(name);
 			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
 			goto out;
@@ -1546,14 +1512,13 @@ out:
 int dcr_net_list(struct dcr_store *s, const char *prefix, char ***names,
 		 size_t *n, struct dcr_err *e)
 {
-	struct namelist l = {0};
+	struct dcr_names l = {0};
 	int r = s->kind == STORE_S3 ? s3_list(s, prefix, &l, e) : http_list(s, prefix, &l, e);
 	if (r) {
 		dcr_store_names_free(l.v, l.n);
 		return r;
 	}
-	if (l.n)
-		qsort(l.v, l.n, sizeof(*l.v), cmp_name);
+	dcr_names_sort(&l);
 	/* Drop duplicates (a server listing twice across pages). */
 	size_t w = 0;
 	for (size_t i = 0; i < l.n; i++) {
