@@ -356,6 +356,27 @@ static int down(struct gb *g, const char *pre, uint64_t I, uint32_t n, uint32_t 
 	return cols(g, CN("%s.down_proj.weight", pre), g->m->h, t * It, It, I);
 }
 
+/* A row-parallel pair: the fused gate/up tensor OUT.FC1 ([gate_t; up_t],
+ * 2 I/n rows) and the down projection OUT.FC2 (column slice t of n) of the
+ * canonical MLP at prefix pre. */
+static int mlp_pair(struct gb *g, const char *pre, uint64_t I, uint32_t n, uint32_t t,
+		    const char *out, const char *fc1, const char *fc2)
+{
+	uint64_t h = g->m->h;
+	char o[sizeof(g->name)]; /* out may be g->cname, which gate_up reuses */
+	if (snprintf(o, sizeof(o), "%s", out) >= (int)sizeof(o) ||
+	    snprintf(g->name, sizeof(g->name), "%s.%s", o, fc1) >= (int)sizeof(g->name))
+		return dcr_err_set(g->e, -EINVAL, "internal: name '%s.%s' too long", out, fc1);
+	TRY(begin(g, 2, 2 * (I / n), h, 0));
+	TRY(gate_up(g, pre, I, n, t));
+	TRY(end(g));
+	if (snprintf(g->name, sizeof(g->name), "%s.%s", o, fc2) >= (int)sizeof(g->name))
+		return dcr_err_set(g->e, -EINVAL, "internal: name '%s.%s' too long", o, fc2);
+	TRY(begin(g, 2, h, I / n, 0));
+	TRY(down(g, pre, I, n, t));
+	return end(g);
+}
+
 static int megatron_rank(struct gb *g, uint32_t T, uint32_t EP, uint32_t r)
 {
 	const struct model *m = g->m;
@@ -385,14 +406,8 @@ static int megatron_rank(struct gb *g, uint32_t T, uint32_t EP, uint32_t r)
 			snprintf(pre, sizeof(pre), "model.layers.%" PRIu64 ".mlp", i);
 			NAME("decoder.layers.%" PRIu64 ".mlp.linear_fc1.layer_norm_weight", i);
 			TRY(full(g, CN("model.layers.%" PRIu64 ".post_attention_layernorm.weight", i), 1, h, 0, 1));
-			NAME("decoder.layers.%" PRIu64 ".mlp.linear_fc1.weight", i);
-			TRY(begin(g, 2, 2 * (m->I / T), h, 0));
-			TRY(gate_up(g, pre, m->I, T, t));
-			TRY(end(g));
-			NAME("decoder.layers.%" PRIu64 ".mlp.linear_fc2.weight", i);
-			TRY(begin(g, 2, h, m->I / T, 0));
-			TRY(down(g, pre, m->I, T, t));
-			TRY(end(g));
+			TRY(mlp_pair(g, pre, m->I, T, t, CN("decoder.layers.%" PRIu64 ".mlp", i),
+				     "linear_fc1.weight", "linear_fc2.weight"));
 			continue;
 		}
 		NAME("decoder.layers.%" PRIu64 ".pre_mlp_layernorm.weight", i);
@@ -403,25 +418,14 @@ static int megatron_rank(struct gb *g, uint32_t T, uint32_t EP, uint32_t r)
 		for (uint64_t j = 0; j < El; j++) {
 			snprintf(pre, sizeof(pre), "model.layers.%" PRIu64 ".mlp.experts.%" PRIu64,
 				 i, ep * El + j);
-			NAME("decoder.layers.%" PRIu64 ".mlp.experts.local_experts.%" PRIu64 ".linear_fc1.weight", i, j);
-			TRY(begin(g, 2, 2 * (m->Imoe / T), h, 0));
-			TRY(gate_up(g, pre, m->Imoe, T, t));
-			TRY(end(g));
-			NAME("decoder.layers.%" PRIu64 ".mlp.experts.local_experts.%" PRIu64 ".linear_fc2.weight", i, j);
-			TRY(begin(g, 2, h, m->Imoe / T, 0));
-			TRY(down(g, pre, m->Imoe, T, t));
-			TRY(end(g));
+			TRY(mlp_pair(g, pre, m->Imoe, T, t,
+				     CN("decoder.layers.%" PRIu64 ".mlp.experts.local_experts.%" PRIu64, i, j),
+				     "linear_fc1.weight", "linear_fc2.weight"));
 		}
 		if (m->Ish) {
 			snprintf(pre, sizeof(pre), "model.layers.%" PRIu64 ".mlp.shared_expert", i);
-			NAME("decoder.layers.%" PRIu64 ".mlp.shared_experts.linear_fc1.weight", i);
-			TRY(begin(g, 2, 2 * (m->Ish / T), h, 0));
-			TRY(gate_up(g, pre, m->Ish, T, t));
-			TRY(end(g));
-			NAME("decoder.layers.%" PRIu64 ".mlp.shared_experts.linear_fc2.weight", i);
-			TRY(begin(g, 2, h, m->Ish / T, 0));
-			TRY(down(g, pre, m->Ish, T, t));
-			TRY(end(g));
+			TRY(mlp_pair(g, pre, m->Ish, T, t, CN("decoder.layers.%" PRIu64 ".mlp.shared_experts", i),
+				     "linear_fc1.weight", "linear_fc2.weight"));
 			NAME("decoder.layers.%" PRIu64 ".mlp.shared_experts.gate_weight", i);
 			TRY(full(g, CN("model.layers.%" PRIu64 ".mlp.shared_expert_gate.weight", i), 2, 1, h, 0));
 		}
@@ -480,14 +484,7 @@ static int vllm_rank(struct gb *g, uint32_t T, uint32_t EP, uint32_t t)
 		TRY(full(g, g->name, 1, h, 0, 1));
 		if (!layer_is_moe(m, i)) {
 			snprintf(pre, sizeof(pre), "model.layers.%" PRIu64 ".mlp", i);
-			NAME("model.layers.%" PRIu64 ".mlp.gate_up_proj.weight", i);
-			TRY(begin(g, 2, 2 * (m->I / T), h, 0));
-			TRY(gate_up(g, pre, m->I, T, t));
-			TRY(end(g));
-			NAME("model.layers.%" PRIu64 ".mlp.down_proj.weight", i);
-			TRY(begin(g, 2, h, m->I / T, 0));
-			TRY(down(g, pre, m->I, T, t));
-			TRY(end(g));
+			TRY(mlp_pair(g, pre, m->I, T, t, pre, "gate_up_proj.weight", "down_proj.weight"));
 			continue;
 		}
 		NAME("model.layers.%" PRIu64 ".mlp.gate.weight", i);
@@ -513,14 +510,7 @@ static int vllm_rank(struct gb *g, uint32_t T, uint32_t EP, uint32_t t)
 		TRY(end(g));
 		if (m->Ish) {
 			snprintf(pre, sizeof(pre), "model.layers.%" PRIu64 ".mlp.shared_expert", i);
-			NAME("model.layers.%" PRIu64 ".mlp.shared_expert.gate_up_proj.weight", i);
-			TRY(begin(g, 2, 2 * (m->Ish / T), h, 0));
-			TRY(gate_up(g, pre, m->Ish, T, t));
-			TRY(end(g));
-			NAME("model.layers.%" PRIu64 ".mlp.shared_expert.down_proj.weight", i);
-			TRY(begin(g, 2, h, m->Ish / T, 0));
-			TRY(down(g, pre, m->Ish, T, t));
-			TRY(end(g));
+			TRY(mlp_pair(g, pre, m->Ish, T, t, pre, "gate_up_proj.weight", "down_proj.weight"));
 			NAME("model.layers.%" PRIu64 ".mlp.shared_expert_gate.weight", i);
 			TRY(full(g, g->name, 2, 1, h, 0));
 		}
@@ -691,8 +681,7 @@ static int write_rank(const struct dcr_layout *L, const struct dcr_ckpt *c,
 				rc = dcr_err_set(e, DCR_ENOTFOUND, "canonical checkpoint has no tensor '%s'", cn->name);
 				goto out;
 			}
-			if (ct->info->dtype != cn->dtype || ct->info->ndim != cn->ndim ||
-			    memcmp(ct->info->shape, cn->shape, cn->ndim * sizeof(uint64_t))) {
+			if (!dcr_ckpt_tensor_is(ct, cn->dtype, cn->ndim, cn->shape)) {
 				rc = dcr_err_set(e, DCR_EFORMAT,
 						 "canonical tensor '%s' does not match the map's dtype and shape",
 						 cn->name);
