@@ -164,9 +164,8 @@ static int spool_payload(struct spool *s, const struct dcr_payload *pl, const ch
 			}
 			if (it.enc == DCR_ENC_XOR) {
 				const struct dcr_ckpt_tensor *ct = dcr_ckpt_find(c, t->name);
-				if ((t->flags & DCR_TENSOR_NEW) || !ct || ct->info->dtype != t->dtype ||
-				    ct->info->ndim != t->ndim ||
-				    memcmp(ct->info->shape, t->shape, t->ndim * sizeof(uint64_t))) {
+				if ((t->flags & DCR_TENSOR_NEW) ||
+				    !dcr_ckpt_tensor_is(ct, t->dtype, t->ndim, t->shape)) {
 					r = dcr_err_set(e, DCR_EFORMAT,
 							"%s: XOR item for '%s', which the receiver does not hold as in the base",
 							what, t->name);

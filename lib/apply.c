@@ -254,8 +254,7 @@ int ap_explain_base(const struct plan *p, const struct dcr_ckpt *c, const char *
 			return dcr_err_set(e, DCR_EBASE,
 					   "receiver '%s' is missing tensor '%s' (the delta's base has it)",
 					   dir, t->name);
-		if (ct->info->dtype != t->dtype || ct->info->ndim != t->ndim ||
-		    memcmp(ct->info->shape, t->shape, t->ndim * sizeof(uint64_t)))
+		if (!dcr_ckpt_tensor_is(ct, t->dtype, t->ndim, t->shape))
 			return dcr_err_set(e, DCR_EBASE,
 					   "receiver '%s': tensor '%s' has another dtype or shape than in the delta's base",
 					   dir, t->name);

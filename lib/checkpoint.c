@@ -277,6 +277,13 @@ const struct dcr_ckpt_tensor *dcr_ckpt_find(const struct dcr_ckpt *c, const char
 	return NULL;
 }
 
+int dcr_ckpt_tensor_is(const struct dcr_ckpt_tensor *ct, int dtype, unsigned ndim,
+		       const uint64_t *shape)
+{
+	return ct && ct->info->dtype == dtype && ct->info->ndim == ndim &&
+	       !memcmp(ct->info->shape, shape, ndim * sizeof(uint64_t));
+}
+
 /* ---- hashing every tensor, on all cores ---- */
 
 struct hash_job {

@@ -61,6 +61,8 @@ unsigned dcr_dtype_unit(int dt);
 typedef struct { uint8_t b[DCR_DIGEST_LEN]; } dcr_digest;
 
 void dcr_digest_hex(const dcr_digest *d, char out[2 * DCR_DIGEST_LEN + 1]);
+/* n bytes as 2 n lowercase hex digits and a NUL. */
+void dcr_hex(const void *p, size_t n, char *out);
 int dcr_digest_parse_hex(const char *s, dcr_digest *d); /* 0 or -1 */
 int dcr_digest_is_zero(const dcr_digest *d);
 
@@ -140,6 +142,9 @@ int dcr_ckpt_open(const char *path, struct dcr_ckpt **out, struct dcr_err *e);
 void dcr_ckpt_close(struct dcr_ckpt *c);
 const struct dcr_ckpt_tensor *dcr_ckpt_find(const struct dcr_ckpt *c,
 					    const char *name);
+/* Is ct (or NULL) a tensor of this dtype and shape? */
+int dcr_ckpt_tensor_is(const struct dcr_ckpt_tensor *ct, int dtype, unsigned ndim,
+		       const uint64_t *shape);
 uint64_t dcr_tensor_bytes(const struct dcr_tensor_info *t);
 
 /* SHA-256 of a tensor's stored bytes. */

@@ -208,8 +208,7 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 	const struct dcr_ckpt_tensor *nt = &d->b->tensors[i];
 	const struct dcr_tensor_info *ni = nt->info;
 	const struct dcr_ckpt_tensor *bt = dcr_ckpt_find(d->a, ni->name);
-	int same = bt && bt->info->dtype == ni->dtype && bt->info->ndim == ni->ndim &&
-		   !memcmp(bt->info->shape, ni->shape, ni->ndim * sizeof(uint64_t));
+	int same = dcr_ckpt_tensor_is(bt, ni->dtype, ni->ndim, ni->shape);
 	unsigned unit = dcr_dtype_unit(ni->dtype);
 	uint64_t nunits = dcr_tensor_bytes(ni) / unit;
 	uint64_t chunk = d->chunk;
@@ -311,6 +310,22 @@ static void save_target_state(const struct dcr_ckpt *b, const dcr_digest *id,
 	free(rc.sdir);
 }
 
+int dcr_diff_tensor_record(const struct dcr_ckpt *a, const struct dcr_ckpt *b, size_t i,
+			   struct dcr_delta_tensor *dt)
+{
+	const struct dcr_ckpt_tensor *nt = &b->tensors[i];
+	const struct dcr_tensor_info *ni = nt->info;
+	int same = dcr_ckpt_tensor_is(dcr_ckpt_find(a, ni->name), ni->dtype, ni->ndim, ni->shape);
+	memset(dt, 0, sizeof(*dt));
+	dt->name = ni->name;
+	dt->file = b->file_names[nt->file];
+	dt->flags = same ? 0 : DCR_TENSOR_NEW;
+	dt->dtype = ni->dtype;
+	dt->ndim = ni->ndim;
+	memcpy(dt->shape, ni->shape, sizeof(dt->shape));
+	return same;
+}
+
 int dcr_diff_write_targets(struct dcr_delta_writer *w, const struct dcr_ckpt *b,
 			   const dcr_digest *dg, dcr_digest *target, struct dcr_err *e)
 {
@@ -404,15 +419,8 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 	for (size_t i = 0; i < b->ntensors; i++)
 		total_bytes += dcr_tensor_bytes(b->tensors[i].info);
 	for (size_t i = 0; i < b->ntensors; i++) {
-		const struct dcr_ckpt_tensor *nt = &b->tensors[i];
-		const struct dcr_tensor_info *ni = nt->info;
-		const struct dcr_ckpt_tensor *bt = dcr_ckpt_find(a, ni->name);
-		int same = bt && bt->info->dtype == ni->dtype && bt->info->ndim == ni->ndim &&
-			   !memcmp(bt->info->shape, ni->shape, ni->ndim * sizeof(uint64_t));
-		struct dcr_delta_tensor dt = {.name = ni->name, .file = b->file_names[nt->file],
-					      .flags = same ? 0 : DCR_TENSOR_NEW,
-					      .dtype = ni->dtype, .ndim = ni->ndim};
-		memcpy(dt.shape, ni->shape, sizeof(dt.shape));
+		struct dcr_delta_tensor dt;
+		dcr_diff_tensor_record(a, b, i, &dt);
 		if ((r = dcr_delta_write_tensor(&w, &dt, e)))
 			goto out;
 		pthread_mutex_lock(&d.mu);
@@ -435,7 +443,7 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		pthread_mutex_unlock(&d.mu);
 		if (r)
 			goto out;
-		done_bytes += dcr_tensor_bytes(ni);
+		done_bytes += dcr_tensor_bytes(b->tensors[i].info);
 		if (o->progress)
 			o->progress(o->progress_ctx, done_bytes, total_bytes);
 	}

@@ -29,6 +29,12 @@ struct dcr_diff_stats {
 size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
 			uint64_t *pos, uint64_t *val);
 
+/* The TENSOR record of b's tensor i diffed against base a: DCR_TENSOR_NEW
+ * unless a holds a tensor of that name with the same layout. Returns
+ * whether it does. */
+int dcr_diff_tensor_record(const struct dcr_ckpt *a, const struct dcr_ckpt *b, size_t i,
+			   struct dcr_delta_tensor *dt);
+
 /* The end of a delta whose target is the checkpoint b: a DONE record per
  * tensor (digests dg, in b's order), then END with the state id. */
 int dcr_diff_write_targets(struct dcr_delta_writer *w, const struct dcr_ckpt *b,

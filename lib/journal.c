@@ -309,9 +309,8 @@ int ap_replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e)
 	for (size_t i = 0; i < p.n; i++) {
 		const struct dcr_ckpt_tensor *ct = &c->tensors[i];
 		const struct dcr_delta_tensor *t = &p.t[i].t;
-		if (strcmp(ct->info->name, t->name) || ct->info->dtype != t->dtype ||
-		    ct->info->ndim != t->ndim ||
-		    memcmp(ct->info->shape, t->shape, t->ndim * sizeof(uint64_t)) ||
+		if (strcmp(ct->info->name, t->name) ||
+		    !dcr_ckpt_tensor_is(ct, t->dtype, t->ndim, t->shape) ||
 		    strcmp(c->file_names[ct->file], t->file)) {
 			r = dcr_err_set(e, DCR_EFORMAT,
 					"receiver '%s': tensor '%s' does not have the layout the journal expects",

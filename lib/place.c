@@ -419,8 +419,7 @@ int dcr_place(struct dcr_receiver *rc, const struct dcr_layout *L, uint32_t rank
 					rc->dir, lt->name, (unsigned)rank);
 			goto out;
 		}
-		if (ct->info->dtype != lt->dtype || ct->info->ndim != lt->ndim ||
-		    memcmp(ct->info->shape, lt->shape, lt->ndim * sizeof(uint64_t))) {
+		if (!dcr_ckpt_tensor_is(ct, lt->dtype, lt->ndim, lt->shape)) {
 			r = dcr_err_set(e, DCR_EFORMAT,
 					"receiver '%s': tensor '%s' does not match the map (dtype or shape)",
 					rc->dir, lt->name);

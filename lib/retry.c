@@ -17,12 +17,6 @@
 #include "diff.h"
 #include "retry.h"
 
-static int same_layout(const struct dcr_ckpt_tensor *x, const struct dcr_tensor_info *y)
-{
-	return x && x->info->dtype == y->dtype && x->info->ndim == y->ndim &&
-	       !memcmp(x->info->shape, y->shape, y->ndim * sizeof(uint64_t));
-}
-
 int dcr_diff_retry(const struct dcr_retry_opts *o, struct dcr_sink sink,
 		   struct dcr_retry_stats *st, struct dcr_err *e)
 {
@@ -57,8 +51,9 @@ int dcr_diff_retry(const struct dcr_retry_opts *o, struct dcr_sink sink,
 			goto out;
 		int ok = c->ntensors == a->ntensors;
 		for (size_t k = 0; ok && k < a->ntensors; k++)
-			ok = same_layout(dcr_ckpt_find(c, a->tensors[k].info->name),
-					 a->tensors[k].info);
+			ok = dcr_ckpt_tensor_is(dcr_ckpt_find(c, a->tensors[k].info->name),
+						a->tensors[k].info->dtype, a->tensors[k].info->ndim,
+						a->tensors[k].info->shape);
 		if (!ok) {
 			r = dcr_err_set(e, DCR_EFORMAT,
 					"'%s' does not hold the same tensors (names, dtypes, shapes) as the base '%s'",
@@ -96,11 +91,8 @@ int dcr_diff_retry(const struct dcr_retry_opts *o, struct dcr_sink sink,
 		const struct dcr_ckpt_tensor *nt = &b->tensors[i];
 		const struct dcr_tensor_info *ni = nt->info;
 		const struct dcr_ckpt_tensor *bt = dcr_ckpt_find(a, ni->name);
-		int same = same_layout(bt, ni);
-		struct dcr_delta_tensor dt = {.name = ni->name, .file = b->file_names[nt->file],
-					      .flags = same ? 0 : DCR_TENSOR_NEW,
-					      .dtype = ni->dtype, .ndim = ni->ndim};
-		memcpy(dt.shape, ni->shape, sizeof(dt.shape));
+		struct dcr_delta_tensor dt;
+		int same = dcr_diff_tensor_record(a, b, i, &dt);
 		if ((r = dcr_delta_write_tensor(&w, &dt, e)))
 			goto out;
 		unsigned unit = dcr_dtype_unit(ni->dtype);
