@@ -56,12 +56,6 @@ static int exit_for(int r)
 									  : EXIT_FATAL;
 }
 
-static void print_attempt(const uint8_t a[16])
-{
-	for (int i = 0; i < 16; i++)
-		printf("%02x", a[i]);
-}
-
 static int receiver_status(const char *ckpt, int porcelain)
 {
 	struct dcr_err e = {0};
@@ -118,16 +112,15 @@ static int receiver_log(const char *ckpt, int porcelain, char eol)
 	if (dcr_receiver_open(ckpt, 0, &rc, &e) || dcr_commit_log(rc, &v, &n, &e))
 		cmd_die_err(&e, EXIT_FATAL);
 	for (size_t i = 0; i < n; i++) {
-		char s[65];
+		char s[65], at[33];
 		dcr_digest_hex(&v[i].state, s);
+		dcr_hex(v[i].attempt, 16, at);
 		if (porcelain) {
-			printf("%llu\t%s\t", (unsigned long long)v[i].version, s);
-			print_attempt(v[i].attempt);
-			printf("\t%lld%c", v[i].time, eol);
+			printf("%llu\t%s\t%s\t%lld%c", (unsigned long long)v[i].version, s, at,
+			       v[i].time, eol);
 		} else {
-			printf("version %-6llu state %s attempt ", (unsigned long long)v[i].version, s);
-			print_attempt(v[i].attempt);
-			putchar('\n');
+			printf("version %-6llu state %s attempt %s\n", (unsigned long long)v[i].version,
+			       s, at);
 		}
 	}
 	free(v);

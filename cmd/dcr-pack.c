@@ -75,8 +75,7 @@ static int list_pack(const char *path, int porcelain, char eol)
 			dcr_digest_hex(&m.base, h1);
 			dcr_digest_hex(&m.target, h2);
 			char at[33];
-			for (int i = 0; i < 16; i++)
-				snprintf(at + 2 * i, 3, "%02x", m.attempt[i]);
+			dcr_hex(m.attempt, sizeof(m.attempt), at);
 			if (porcelain)
 				printf("manifest\t%zu\t%s\t%s\t%s\t%u\t%u\t%u\t%llu\t%llu%c", len, h1, h2, at,
 				       m.npayloads, m.ntensors, m.nremoved,

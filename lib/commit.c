@@ -46,12 +46,6 @@ int dcr_version_parse(const char *s, size_t n, uint64_t *v)
 	return 0;
 }
 
-static void attempt_hex(const uint8_t a[16], char out[33])
-{
-	for (int i = 0; i < 16; i++)
-		snprintf(out + 2 * i, 3, "%02x", a[i]);
-}
-
 static int attempt_parse(const char *s, uint8_t a[16])
 {
 	if (strlen(s) != 32)
@@ -224,7 +218,7 @@ int dcr_applied_write(struct dcr_receiver *rc, const struct dcr_applied *a, int 
 	char b[65], t[65], at[33], ver[32];
 	dcr_digest_hex(&a->base, b);
 	dcr_digest_hex(&a->target, t);
-	attempt_hex(a->attempt, at);
+	dcr_hex(a->attempt, 16, at);
 	if (a->have_version)
 		snprintf(ver, sizeof(ver), "%llu", (unsigned long long)a->version);
 	else
@@ -295,7 +289,7 @@ static int log_commit(struct dcr_receiver *rc, const struct dcr_commit_result *c
 		return 0;
 	char s[65], at[33];
 	dcr_digest_hex(&c->state, s);
-	attempt_hex(c->attempt, at);
+	dcr_hex(c->attempt, 16, at);
 	char *line = dcr_asprintf("%llu\t%s\t%s\t%lld\n", (unsigned long long)c->version, s, at,
 				  (long long)time(NULL));
 	char *p = dcr_receiver_path(rc, "commits");
@@ -619,7 +613,7 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 	char nhex[33];
 	if (getrandom(nonce, sizeof(nonce), 0) != sizeof(nonce))
 		return dcr_err_sys(e, errno, "getrandom");
-	attempt_hex(nonce, nhex);
+	dcr_hex(nonce, sizeof(nonce), nhex);
 	char *text = dcr_asprintf("dcr-ref 1\nversion %llu\nstate %s\ncommitter %s\n",
 				  (unsigned long long)o->version, hex, nhex);
 	if (!name || !text) {

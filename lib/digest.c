@@ -8,14 +8,20 @@
 
 #include "util.h"
 
-void dcr_digest_hex(const dcr_digest *d, char out[2 * DCR_DIGEST_LEN + 1])
+void dcr_hex(const void *p, size_t n, char *out)
 {
 	static const char hex[] = "0123456789abcdef";
-	for (int i = 0; i < DCR_DIGEST_LEN; i++) {
-		out[2 * i] = hex[d->b[i] >> 4];
-		out[2 * i + 1] = hex[d->b[i] & 15];
+	const uint8_t *b = p;
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = hex[b[i] >> 4];
+		out[2 * i + 1] = hex[b[i] & 15];
 	}
-	out[2 * DCR_DIGEST_LEN] = '\0';
+	out[2 * n] = '\0';
+}
+
+void dcr_digest_hex(const dcr_digest *d, char out[2 * DCR_DIGEST_LEN + 1])
+{
+	dcr_hex(d->b, DCR_DIGEST_LEN, out);
 }
 
 static int hexval(int c)

@@ -68,16 +68,6 @@ static size_t uri_decode(const char *s, size_t n, char *out)
 	return o;
 }
 
-static void to_hex(const uint8_t *p, size_t n, char *out)
-{
-	static const char hex[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = hex[p[i] >> 4];
-		out[2 * i + 1] = hex[p[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 static void hmac(const void *key, size_t klen, const void *msg, size_t mlen,
 		 uint8_t out[32])
 {
@@ -252,7 +242,7 @@ int dcr_sigv4_sign(const struct dcr_sigv4 *in, struct dcr_sigv4_out *out)
 	dcr_digest d;
 	char crhex[65];
 	dcr_sha256(cr.p, cr.len - 1, &d);
-	to_hex(d.b, 32, crhex);
+	dcr_hex(d.b, 32, crhex);
 	out->string_to_sign = dcr_asprintf("AWS4-HMAC-SHA256\n%s\n%s/%s/%s/aws4_request\n%s",
 					   in->amz_date, date, in->region,
 					   in->service, crhex);
@@ -270,7 +260,7 @@ int dcr_sigv4_sign(const struct dcr_sigv4 *in, struct dcr_sigv4_out *out)
 	hmac(k, 32, "aws4_request", 12, k);
 	hmac(k, 32, out->string_to_sign, strlen(out->string_to_sign), sig);
 	OPENSSL_cleanse(k, sizeof(k));
-	to_hex(sig, 32, out->signature);
+	dcr_hex(sig, 32, out->signature);
 	out->authorization = dcr_asprintf(
 		"AWS4-HMAC-SHA256 Credential=%s/%s/%s/%s/aws4_request, SignedHeaders=%s, Signature=%s",
 		in->access_key, date, in->region, in->service, (char *)sh.p,
