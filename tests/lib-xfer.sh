@@ -166,3 +166,57 @@ refused() {
 	contains "$ERR" "$3"
 	untouched "$4" "$T/snap"
 }
+
+# The server-fault scenarios of t0650 (HTTP) and t0651 (S3), against a
+# server just started with the matching fault option. S is the store URL
+# of the pack, OBJ the path the server logs for it ("/store/v1"), LOG the
+# server's log; the pack is $T/p, the target $T/g/v1.
+#
+# fault_500_twice S OBJ LOG: every request is answered 500 twice, then
+# served: push and pull | apply retry and end bit-identical, and the log
+# shows 500 500 200 for every PUT and GET of every object.
+fault_500_twice() {
+	st push dcr-push -q "$T/p" "$1/v1"
+	rc_is push 0
+	receiver r
+	st pull dcr-pull -q "$1/v1" | st apply dcr-apply -q "$T/r"
+	rc_is pull 0
+	rc_is apply 0
+	same "$T/r" "$T/g/v1"
+	for f in $(ls "$T/p"); do
+		for m in PUT GET; do
+			got=$(grep "^$m $2/$f " "$3" | cut -d' ' -f3 | tr '\n' ' ')
+			[ "$got" = "500 500 200 " ] || fail "$m $f: statuses '$got', want 500 500 200"
+		done
+	done
+}
+
+# fault_cut_once S OBJ LOG: the first GET of each object is cut half way:
+# dcr-pull resumes payload 1 with a Range request and the refit is exact.
+fault_cut_once() {
+	run_ok dcr-push -q "$T/p" "$1/v1"
+	receiver r
+	st pull dcr-pull -q "$1/v1" | st apply dcr-apply -q "$T/r"
+	rc_is pull 0
+	rc_is apply 0
+	same "$T/r" "$T/g/v1"
+	grep -q "^GET $2/payload-000001.dcrp 200 CUT" "$3" || fail "no cut GET in the log"
+	grep -q "^GET $2/payload-000001.dcrp 206 range=bytes=[1-9]" "$3" ||
+		fail "dcr-pull did not resume payload 1 with a Range request"
+}
+
+# fault_always_cut S: payload 1 is cut on every GET: dcr-pull gives up
+# with one line naming the object, and the receiver is untouched.
+fault_always_cut() {
+	run_ok dcr-push -q "$T/p" "$1/v1"
+	receiver r
+	snapshot "$T/r" >"$T/snap"
+	st pull dcr-pull -q --retries 2 "$1/v1" | st apply dcr-apply -q "$T/r"
+	rc_is pull 128
+	one_line pull dcr-pull
+	contains "$ERR" "cannot GET '$1/v1/payload-000001.dcrp'"
+	contains "$ERR" "gave up after 3 attempts"
+	rc_is apply 128
+	one_line apply dcr-apply
+	untouched "$T/r" "$T/snap"
+}

@@ -17,45 +17,12 @@ np=$(ls "$T/p" | grep -c '^payload-') || true
 
 # 500, 500, then success, for every request
 start_server f500 http-store.js --fail-first 2 --log "$T/log500"
-S="http://127.0.0.1:$PORT/store"
-st push dcr-push -q "$T/p" "$S/v1"
-rc_is push 0
-receiver r
-st pull dcr-pull -q "$S/v1" | st apply dcr-apply -q "$T/r"
-rc_is pull 0
-rc_is apply 0
-same "$T/r" "$T/g/v1"
-for f in $(ls "$T/p"); do
-	for m in PUT GET; do
-		got=$(grep "^$m /store/v1/$f " "$T/log500" | cut -d' ' -f3 | tr '\n' ' ')
-		[ "$got" = "500 500 200 " ] || fail "$m $f: statuses '$got', want 500 500 200"
-	done
-done
+fault_500_twice "http://127.0.0.1:$PORT/store" /store/v1 "$T/log500"
 
 # the first GET of each object is cut half way: resumed
 start_server cut http-store.js --cut-first 1 --log "$T/logcut"
-S="http://127.0.0.1:$PORT/store"
-run_ok dcr-push -q "$T/p" "$S/v1"
-receiver r
-st pull dcr-pull -q "$S/v1" | st apply dcr-apply -q "$T/r"
-rc_is pull 0
-rc_is apply 0
-same "$T/r" "$T/g/v1"
-grep -q '^GET /store/v1/payload-000001.dcrp 200 CUT' "$T/logcut" || fail "no cut GET in the log"
-grep -q '^GET /store/v1/payload-000001.dcrp 206 range=bytes=[1-9]' "$T/logcut" ||
-	fail "dcr-pull did not resume payload 1 with a Range request"
+fault_cut_once "http://127.0.0.1:$PORT/store" /store/v1 "$T/logcut"
 
 # payload 1 is cut on every GET: dcr-pull gives up
 start_server always http-store.js --always-cut --match 'payload-000001' --log "$T/logalw"
-S="http://127.0.0.1:$PORT/store"
-run_ok dcr-push -q "$T/p" "$S/v1"
-receiver r
-snapshot "$T/r" >"$T/snap"
-st pull dcr-pull -q --retries 2 "$S/v1" | st apply dcr-apply -q "$T/r"
-rc_is pull 128
-one_line pull dcr-pull
-contains "$ERR" "cannot GET '$S/v1/payload-000001.dcrp'"
-contains "$ERR" "gave up after 3 attempts"
-rc_is apply 128
-one_line apply dcr-apply
-untouched "$T/r" "$T/snap"
+fault_always_cut "http://127.0.0.1:$PORT/store"
