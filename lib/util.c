@@ -164,74 +164,45 @@ uint64_t dcr_rd_varint(struct dcr_rd *r)
 
 /* ---- files ---- */
 
-int dcr_read_full(int fd, void *buf, size_t n)
+/* All n bytes through read, write, pread or pwrite (at off unless off is
+ * -1), resumed after short transfers and EINTR. A read that meets the end
+ * of the file first is -EPIPE. */
+static int io_full(int fd, void *buf, size_t n, int64_t off, int wr)
 {
 	uint8_t *p = buf;
 	while (n) {
-		ssize_t r = read(fd, p, n);
+		ssize_t r = off < 0 ? (wr ? write(fd, p, n) : read(fd, p, n))
+				    : (wr ? pwrite(fd, p, n, (off_t)off) : pread(fd, p, n, (off_t)off));
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
 			return -errno;
 		}
-		if (r == 0)
+		if (r == 0 && !wr)
 			return -EPIPE;
 		p += r;
 		n -= (size_t)r;
+		if (off >= 0)
+			off += r;
 	}
 	return 0;
 }
 
+int dcr_read_full(int fd, void *buf, size_t n) { return io_full(fd, buf, n, -1, 0); }
+
 int dcr_write_full(int fd, const void *buf, size_t n)
 {
-	const uint8_t *p = buf;
-	while (n) {
-		ssize_t r = write(fd, p, n);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
+	return io_full(fd, (void *)buf, n, -1, 1);
 }
 
 int dcr_pread_full(int fd, void *buf, size_t n, uint64_t off)
 {
-	uint8_t *p = buf;
-	while (n) {
-		ssize_t r = pread(fd, p, n, (off_t)off);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (r == 0)
-			return -EPIPE;
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
+	return io_full(fd, buf, n, (int64_t)off, 0);
 }
 
 int dcr_pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
 {
-	const uint8_t *p = buf;
-	while (n) {
-		ssize_t r = pwrite(fd, p, n, (off_t)off);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
+	return io_full(fd, (void *)buf, n, (int64_t)off, 1);
 }
 
 int dcr_fsync_dir(const char *dir)
