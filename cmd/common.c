@@ -201,6 +201,17 @@ int cmd_pack_output_close(struct dcr_tar_out *tar, int r, struct dcr_err *e)
 	return dcr_tar_out_close(tar, e);
 }
 
+void cmd_common_option(int c, const char *usage)
+{
+	switch (c) {
+	case 'p': cmd_progress_on = 1; return;
+	case 'n': cmd_progress_on = 0; return;
+	case 'q': cmd_quiet = 1; return;
+	case 'h': fputs(usage, stdout); exit(cmd_finish(EXIT_OK));
+	default: fputs(usage, stderr); exit(EXIT_USAGE);
+	}
+}
+
 int cmd_store_option(int c, const char *arg, struct dcr_store_opts *so, int *parallel,
 		     const char *usage)
 {

@@ -53,6 +53,11 @@ int cmd_pack_output_close(struct dcr_tar_out *tar, int r, struct dcr_err *e);
 struct dcr_store_opts;
 int cmd_store_option(int c, const char *arg, struct dcr_store_opts *so, int *parallel,
 		     const char *usage);
+/* The options the pipeline commands share, for the default of their option
+ * switch: -p/--progress, -n/--no-progress, -q/--quiet return; -h/--help
+ * prints usage and exits 0; anything else prints usage to stderr and exits
+ * EXIT_USAGE. */
+void cmd_common_option(int c, const char *usage);
 #define CMD_STORE_LONGOPTS \
 	{"endpoint", required_argument, NULL, 'E'}, {"cacert", required_argument, NULL, 'C'}, \
 	{"parallel", required_argument, NULL, 'j'}, {"retries", required_argument, NULL, 'R'}

@@ -75,11 +75,7 @@ int main(int argc, char **argv)
 			have_version = 1;
 			break;
 		}
-		case 'p': cmd_progress_on = 1; break;
-		case 'n': cmd_progress_on = 0; break;
-		case 'q': cmd_quiet = 1; break;
-		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
-		default: fputs(usage, stderr); return EXIT_USAGE;
+		default: cmd_common_option(c, usage); break;
 		}
 	}
 	if (argc - optind < 1 || argc - optind > 2)

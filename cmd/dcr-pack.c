@@ -186,11 +186,7 @@ int main(int argc, char **argv)
 		case 'D': delta_out = 1; break;
 		case 'P': porcelain = 1; break;
 		case 'z': eol = '\0'; break;
-		case 'p': cmd_progress_on = 1; break;
-		case 'n': cmd_progress_on = 0; break;
-		case 'q': cmd_quiet = 1; break;
-		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
-		default: fputs(usage, stderr); return EXIT_USAGE;
+		default: cmd_common_option(c, usage); break;
 		}
 	}
 	if (delta_out && !squash)

@@ -78,15 +78,10 @@ int main(int argc, char **argv)
 				cmd_usage_error(usage, "--keep wants a count, not '%s'", optarg);
 			break;
 		}
-		case 'p': cmd_progress_on = 1; break;
-		case 'n': cmd_progress_on = 0; break;
-		case 'q': cmd_quiet = 1; break;
-		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
 		default:
-			if (cmd_store_option(c, optarg, &so, &xo.parallel, usage))
-				break;
-			fputs(usage, stderr);
-			return EXIT_USAGE;
+			if (!cmd_store_option(c, optarg, &so, &xo.parallel, usage))
+				cmd_common_option(c, usage);
+			break;
 		}
 	}
 	if (gc) {
