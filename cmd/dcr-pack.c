@@ -25,6 +25,8 @@ static const char usage[] =
 	"\n"
 	"  -o, --output DIR|-      where the pack goes (default: '-', a tar stream)\n"
 	"  -s, --payload-size SIZE raw bytes per payload: 64M by default (K, M, G)\n"
+	"      --digest ALG        payload checksums: blake3 (default) or sha256, which\n"
+	"                          receivers older than dcr 0.2 need\n"
 	"  -l, --list              list the contents of PACK (a directory or a tar file)\n"
 	"      --squash            compose the chain of delta files DELTA1 (v1->v2),\n"
 	"                          DELTA2 (v2->v3), ... into one delta v1->vk and pack it\n"
@@ -135,9 +137,10 @@ static int list_pack(const char *path, int porcelain, char eol)
 			       (unsigned long long)pl.raw_len, (unsigned long long)tensors,
 			       (unsigned long long)items, (unsigned long long)changes, eol);
 		else
-			printf("%-24s %12zu  %llu tensors, %llu items, %llu changes, raw %llu, digest %.16s\n",
+			printf("%-24s %12zu  %llu tensors, %llu items, %llu changes, raw %llu, %s %.16s\n",
 			       name, len, (unsigned long long)tensors, (unsigned long long)items,
-			       (unsigned long long)changes, (unsigned long long)pl.raw_len, h1);
+			       (unsigned long long)changes, (unsigned long long)pl.raw_len,
+			       pl.flags & DCR_PAYLOAD_BLAKE3 ? "blake3" : "sha256", h1);
 		dcr_payload_release(&pl);
 	}
 	if (r < 0) {
@@ -160,6 +163,7 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"output", required_argument, NULL, 'o'},
 		{"payload-size", required_argument, NULL, 's'},
+		{"digest", required_argument, NULL, 'd'},
 		{"list", no_argument, NULL, 'l'},
 		{"squash", no_argument, NULL, 'Q'},
 		{"delta", no_argument, NULL, 'D'},
@@ -180,6 +184,14 @@ int main(int argc, char **argv)
 		case 's':
 			if (!(o.payload_size = parse_size(optarg)))
 				cmd_usage_error(usage, "bad --payload-size '%s'", optarg);
+			break;
+		case 'd':
+			if (!strcmp(optarg, "blake3"))
+				o.digest = DCR_PDIGEST_BLAKE3;
+			else if (!strcmp(optarg, "sha256"))
+				o.digest = DCR_PDIGEST_SHA256;
+			else
+				cmd_usage_error(usage, "unknown --digest '%s' (blake3, sha256)", optarg);
 			break;
 		case 'l': list = 1; break;
 		case 'Q': squash = 1; break;

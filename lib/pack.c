@@ -42,8 +42,8 @@ int dcr_payload_name_parse(const char *name, uint32_t *index)
 }
 
 int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
-		      const uint8_t *raw, size_t raw_len, struct dcr_buf *out,
-		      dcr_digest *digest, struct dcr_err *e)
+		      const uint8_t *raw, size_t raw_len, enum dcr_payload_digest_alg alg,
+		      struct dcr_buf *out, dcr_digest *digest, struct dcr_err *e)
 {
 	size_t bound = ZSTD_compressBound(raw_len);
 	out->len = 0;
@@ -56,7 +56,7 @@ int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_
 				   ZSTD_getErrorName(zl));
 	memcpy(h, DCR_PAYLOAD_MAGIC, 8);
 	put_le32(h + 8, DCR_PACK_VERSION);
-	put_le32(h + 12, 0);
+	put_le32(h + 12, alg == DCR_PDIGEST_SHA256 ? 0 : DCR_PAYLOAD_BLAKE3);
 	memcpy(h + 16, base->b, 32);
 	memcpy(h + 48, attempt, 16);
 	put_le32(h + 64, index);
@@ -65,10 +65,79 @@ int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_
 	put_le64(h + 80, zl);
 	put_le64(h + 88, 0);
 	out->len = DCR_PAYLOAD_HDR_LEN + zl;
-	dcr_sha256(out->p, out->len, digest);
+	dcr_payload_digest(out->p, out->len, digest);
 	memcpy(out->p + out->len, digest->b, 32);
 	out->len += 32;
 	return 0;
+}
+
+static int payload_alg(const uint8_t *head, size_t n)
+{
+	return n >= 16 && get_le32(head + 12) & DCR_PAYLOAD_BLAKE3 ? DCR_PDIGEST_BLAKE3
+								   : DCR_PDIGEST_SHA256;
+}
+
+void dcr_payload_digest(const uint8_t *buf, size_t len, dcr_digest *out)
+{
+	if (payload_alg(buf, len) == DCR_PDIGEST_BLAKE3)
+		dcr_blake3(buf, len, out);
+	else
+		dcr_sha256(buf, len, out);
+}
+
+void dcr_payload_hash_init(struct dcr_payload_hash *h)
+{
+	h->nhead = 0;
+	h->alg = -1;
+	h->bad = 0;
+	h->sha = NULL;
+}
+
+static void payload_hash_feed(struct dcr_payload_hash *h, const void *p, size_t n)
+{
+	if (h->alg == DCR_PDIGEST_BLAKE3)
+		dcr_blake3_update(&h->b3, p, n);
+	else if (h->sha)
+		dcr_sha_update(h->sha, p, n);
+}
+
+/* The algorithm is known once the 16 bytes up to the flags are in. */
+void dcr_payload_hash_update(void *arg, const void *p, size_t n)
+{
+	struct dcr_payload_hash *h = arg;
+	if (h->alg < 0) {
+		size_t k = n < 16 - h->nhead ? n : 16 - h->nhead;
+		memcpy(h->head + h->nhead, p, k);
+		h->nhead += k;
+		if (h->nhead < 16)
+			return;
+		h->alg = payload_alg(h->head, 16);
+		if (h->alg == DCR_PDIGEST_BLAKE3)
+			dcr_blake3_init(&h->b3);
+		else if (!(h->sha = dcr_sha_new()))
+			h->bad = 1;
+		if (h->nhead > k) { /* the head came in pieces */
+			payload_hash_feed(h, h->head, 16);
+			p = (const uint8_t *)p + k;
+			n -= k;
+		}
+	}
+	payload_hash_feed(h, p, n);
+}
+
+int dcr_payload_hash_final(struct dcr_payload_hash *h, dcr_digest *out)
+{
+	if (h->alg < 0) { /* under 16 bytes: not a payload; any digest will do */
+		dcr_sha256(h->head, h->nhead, out);
+		return 0;
+	}
+	if (h->alg == DCR_PDIGEST_BLAKE3)
+		dcr_blake3_final(&h->b3, out);
+	else if (h->sha)
+		dcr_sha_final(h->sha, out);
+	dcr_sha_free(h->sha);
+	h->sha = NULL;
+	return h->bad ? -1 : 0;
 }
 
 int dcr_payload_check(const uint8_t *buf, size_t len, const char *what,
@@ -88,8 +157,9 @@ int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
 	if (p->version != DCR_PACK_VERSION)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unsupported payload version %u", what,
 				   p->version);
-	if (p->flags)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown payload flags 0x%x", what, p->flags);
+	if (p->flags & ~DCR_PAYLOAD_BLAKE3)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown payload flags 0x%x", what,
+				   p->flags & ~DCR_PAYLOAD_BLAKE3);
 	memcpy(p->base.b, buf + 16, 32);
 	memcpy(p->attempt, buf + 48, 16);
 	p->index = get_le32(buf + 64);
@@ -106,7 +176,7 @@ int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
 	if (sum)
 		p->digest = *sum;
 	else
-		dcr_sha256(buf, len - 32, &p->digest);
+		dcr_payload_digest(buf, len - 32, &p->digest);
 	if (DCR_CHECKSUM_DIFFERS(p->digest.b, buf + len - 32))
 		return dcr_err_set(e, DCR_EDIGEST, "%s is corrupt: checksum mismatch", what);
 	if (p->raw_len > DCR_PAYLOAD_MAX_RAW)
@@ -353,8 +423,8 @@ static int flush_payload(struct packer *k, struct dcr_err *e)
 		return 0;
 	uint32_t idx = k->m.npayloads;
 	dcr_digest d;
-	int r = dcr_payload_build(&k->m.base, k->m.attempt, idx, k->raw.p, k->raw.len, &k->img,
-				  &d, e);
+	int r = dcr_payload_build(&k->m.base, k->m.attempt, idx, k->raw.p, k->raw.len,
+				  k->o ? k->o->digest : DCR_PDIGEST_BLAKE3, &k->img, &d, e);
 	if (r)
 		return r;
 	uint64_t *ps = realloc(k->m.psize, (idx + 1) * sizeof(uint64_t));

@@ -36,13 +36,16 @@
 #define DCR_DEFAULT_PAYLOAD_SIZE (64u << 20)
 
 enum { DCR_PAYLOAD_STORED = 0, DCR_PAYLOAD_ZSTD = 1 };
+/* payload header flags: bit 0 says the trailer is BLAKE3, not SHA-256 */
+#define DCR_PAYLOAD_BLAKE3 1u
+enum dcr_payload_digest_alg { DCR_PDIGEST_BLAKE3 = 0, DCR_PDIGEST_SHA256 = 1 };
 
 struct dcr_payload {
 	uint32_t version, flags, index, codec;
 	dcr_digest base;
 	uint8_t attempt[16];
 	uint64_t raw_len, body_len;
-	dcr_digest digest;  /* SHA-256 of the whole payload file but the trailer */
+	dcr_digest digest;  /* of the whole payload file but the trailer (BLAKE3 or SHA-256) */
 	uint8_t *raw;       /* decompressed records (malloc'd), raw_len bytes */
 };
 
@@ -62,8 +65,26 @@ int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
 void dcr_payload_release(struct dcr_payload *p);
 /* Build a payload image from raw records. */
 int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
-		      const uint8_t *raw, size_t raw_len, struct dcr_buf *out,
-		      dcr_digest *digest, struct dcr_err *e);
+		      const uint8_t *raw, size_t raw_len, enum dcr_payload_digest_alg alg,
+		      struct dcr_buf *out, dcr_digest *digest, struct dcr_err *e);
+/* A payload's digest: BLAKE3 or SHA-256 of its first len bytes (all but
+ * the trailer), as the header's flags say. Hostile bytes are fine: too
+ * short a header or unknown flags give some digest, and the checks that
+ * follow reject the payload. */
+void dcr_payload_digest(const uint8_t *buf, size_t len, dcr_digest *out);
+/* The same over bytes as they arrive: init, update (a dcr_hasher
+ * function), final. final returns -1 only when memory ran out. */
+struct dcr_payload_hash {
+	uint8_t head[16];
+	size_t nhead;
+	int alg; /* -1 until 16 bytes are in */
+	int bad;
+	struct dcr_sha *sha;
+	struct dcr_blake3 b3;
+};
+void dcr_payload_hash_init(struct dcr_payload_hash *h);
+void dcr_payload_hash_update(void *h, const void *p, size_t n);
+int dcr_payload_hash_final(struct dcr_payload_hash *h, dcr_digest *out);
 char *dcr_payload_name(uint32_t index);
 /* 1 if name is a payload entry name (index in *index), else 0. */
 int dcr_payload_name_parse(const char *name, uint32_t *index);
@@ -103,6 +124,7 @@ struct dcr_pack_out {
 
 struct dcr_pack_opts {
 	uint64_t payload_size; /* raw bytes per payload (default 64 MiB) */
+	enum dcr_payload_digest_alg digest; /* payload trailers (default BLAKE3) */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
 };

@@ -599,11 +599,11 @@ int dcr_store_get(struct dcr_store *s, const char *name, uint8_t **buf,
 int dcr_store_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
 		       struct dcr_err *e)
 {
-	return dcr_store_get_blob_digest(s, name, b, 0, NULL, e);
+	return dcr_store_get_blob_hashed(s, name, b, 0, NULL, e);
 }
 
-int dcr_store_get_blob_digest(struct dcr_store *s, const char *name, struct dcr_blob *b,
-			      size_t tail, dcr_digest *d, struct dcr_err *e)
+int dcr_store_get_blob_hashed(struct dcr_store *s, const char *name, struct dcr_blob *b,
+			      size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
 {
 	int r = dcr_store_check_name(name, e);
 	if (r) {
@@ -616,7 +616,7 @@ int dcr_store_get_blob_digest(struct dcr_store *s, const char *name, struct dcr_
 		if (b->map)
 			dcr_blob_free(b);
 		struct dcr_buf buf = {b->p, 0, b->cap};
-		r = dcr_net_get_buf(s, name, &buf, tail, d, e);
+		r = dcr_net_get_buf(s, name, &buf, tail, h, e);
 		b->p = buf.p;
 		b->len = buf.len;
 		b->cap = buf.cap;
@@ -633,8 +633,8 @@ int dcr_store_get_blob_digest(struct dcr_store *s, const char *name, struct dcr_
 	r = dcr_blob_map_fd(b, fd, path, SIZE_MAX, e);
 	close(fd);
 	free(path);
-	if (!r && d)
-		dcr_sha256(b->p, b->len > tail ? b->len - tail : 0, d);
+	if (!r && h)
+		h->update(h->ctx, b->p, b->len > tail ? b->len - tail : 0);
 	return r;
 }
 

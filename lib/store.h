@@ -109,12 +109,13 @@ int dcr_store_get(struct dcr_store *s, const char *name, uint8_t **buf,
 /* The same into a blob (util.h; dcr_blob_free it): a read-only mapping for
  * the directory store, no copy; no NUL after it. */
 struct dcr_blob;
+struct dcr_hasher;
 int dcr_store_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
 		       struct dcr_err *e);
-/* The same, and the SHA-256 of all but its last tail bytes (a payload's
- * checksum), computed while the bytes arrive from a server. */
-int dcr_store_get_blob_digest(struct dcr_store *s, const char *name, struct dcr_blob *b,
-			      size_t tail, dcr_digest *d, struct dcr_err *e);
+/* The same, feeding all but its last tail bytes to h (a payload's
+ * checksum) while they arrive from a server, while they are in cache. */
+int dcr_store_get_blob_hashed(struct dcr_store *s, const char *name, struct dcr_blob *b,
+			      size_t tail, const struct dcr_hasher *h, struct dcr_err *e);
 /* Exactly len bytes at off into buf; DCR_EFORMAT if the object is shorter. */
 int dcr_store_get_range(struct dcr_store *s, const char *name, uint64_t off,
 			size_t len, uint8_t *buf, struct dcr_err *e);

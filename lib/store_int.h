@@ -54,10 +54,10 @@ int dcr_net_put(struct dcr_store *s, const char *name, const void *buf,
 		size_t len, int fd, uint64_t flen, int if_absent,
 		struct dcr_err *e);
 struct dcr_buf;
-/* Into b (len reset, capacity reused and grown as needed); with d, also
- * the SHA-256 of all but the last tail bytes, computed as they arrive. */
+/* Into b (len reset, capacity reused and grown as needed); with h, feeds
+ * it all but the last tail bytes, in order, as they arrive. */
 int dcr_net_get_buf(struct dcr_store *s, const char *name, struct dcr_buf *b,
-		    size_t tail, dcr_digest *d, struct dcr_err *e);
+		    size_t tail, const struct dcr_hasher *h, struct dcr_err *e);
 int dcr_net_get(struct dcr_store *s, const char *name, uint8_t **buf,
 		size_t *len, struct dcr_err *e);
 int dcr_net_get_range(struct dcr_store *s, const char *name, uint64_t off,

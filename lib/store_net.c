@@ -1227,43 +1227,38 @@ static int sink_mem(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_
 }
 
 /* sink_mem, hashing all but the last tail bytes while they are in cache */
+#define HASH_STEP (64u << 10)
 struct sink_hash {
 	struct dcr_buf *b;
-	EVP_MD_CTX *c;
+	const struct dcr_hasher *h;
 	size_t tail, fed;
-	int bad;
 };
 
 static int sink_mem_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
 {
-	struct sink_hash *h = arg;
-	int r = sink_mem(h->b, off, p, n, total);
+	struct sink_hash *sh = arg;
+	int r = sink_mem(sh->b, off, p, n, total);
 	if (r)
 		return r;
-	if (h->b->len > h->tail + h->fed) {
-		size_t k = h->b->len - h->tail - h->fed;
-		h->bad |= !EVP_DigestUpdate(h->c, h->b->p + h->fed, k);
-		h->fed += k;
+	/* in whole 64 KiB steps, which BLAKE3 hashes eight chunks at a time */
+	if (sh->b->len >= sh->tail + sh->fed + HASH_STEP) {
+		size_t k = (sh->b->len - sh->tail - sh->fed) / HASH_STEP * HASH_STEP;
+		sh->h->update(sh->h->ctx, sh->b->p + sh->fed, k);
+		sh->fed += k;
 	}
 	return 0;
 }
 
 int dcr_net_get_buf(struct dcr_store *s, const char *name, struct dcr_buf *b,
-		    size_t tail, dcr_digest *d, struct dcr_err *e)
+		    size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
 {
 	b->len = 0;
-	if (!d)
+	if (!h)
 		return get_stream(s, name, 0, 0, 0, sink_mem, b, NULL, NULL, e);
-	struct sink_hash h = {.b = b, .c = EVP_MD_CTX_new(), .tail = tail};
-	if (!h.c || !EVP_DigestInit_ex(h.c, EVP_sha256(), NULL)) {
-		EVP_MD_CTX_free(h.c);
-		return dcr_err_sys(e, ENOMEM, "cannot GET '%s'", name);
-	}
-	int r = get_stream(s, name, 0, 0, 0, sink_mem_hash, &h, NULL, NULL, e);
-	unsigned len = 0;
-	if (!r && (h.bad || !EVP_DigestFinal_ex(h.c, d->b, &len)))
-		r = dcr_err_set(e, -EIO, "cannot GET '%s': SHA-256 failed", name);
-	EVP_MD_CTX_free(h.c);
+	struct sink_hash sh = {.b = b, .h = h, .tail = tail};
+	int r = get_stream(s, name, 0, 0, 0, sink_mem_hash, &sh, NULL, NULL, e);
+	if (!r && b->len > tail + sh.fed)
+		h->update(h->ctx, b->p + sh.fed, b->len - tail - sh.fed);
 	return r;
 }
 

@@ -263,10 +263,17 @@ static void fetch_one(struct fetch *f, uint32_t idx, struct slot_res *sr)
 	char *en = dcr_payload_name(idx);
 	char *on = en ? obj(f->name, en) : NULL;
 	char *url = on ? dcr_asprintf("%s/%s", dcr_store_url(f->s), on) : NULL;
+	struct dcr_payload_hash ph;
+	struct dcr_hasher h = {dcr_payload_hash_update, &ph};
+	dcr_payload_hash_init(&ph);
 	if (!url)
 		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
-	else if (!(sr->rc = dcr_store_get_blob_digest(f->s, on, &sr->b, 32, &sum, &sr->err)))
-		sr->rc = check_payload(url, sr->b.p, sr->b.len, idx, &sum, want, &sr->err);
+	else if (!(sr->rc = dcr_store_get_blob_hashed(f->s, on, &sr->b, 32, &h, &sr->err)))
+		sr->rc = dcr_payload_hash_final(&ph, &sum)
+				 ? dcr_err_sys(&sr->err, ENOMEM, "%s", url)
+				 : check_payload(url, sr->b.p, sr->b.len, idx, &sum, want, &sr->err);
+	else
+		dcr_payload_hash_final(&ph, &sum); /* frees it */
 	free(en);
 	free(on);
 	free(url);

@@ -151,6 +151,27 @@ void dcr_sha_update(struct dcr_sha *s, const void *p, size_t n);
 void dcr_sha_final(struct dcr_sha *s, dcr_digest *out); /* resets s */
 void dcr_sha_free(struct dcr_sha *s);
 
+/* BLAKE3 (hash mode, 32-byte output; lib/blake3.c), one shot and
+ * streaming; AVX2 where the CPU has it. */
+struct dcr_blake3 {
+	uint32_t cv[8];	   /* of the current chunk so far */
+	uint64_t chunk;	   /* its number */
+	uint8_t block[64]; /* its last, unfinished block */
+	uint8_t block_len, blocks, nstack;
+	uint8_t stack[56][32]; /* CVs of finished subtrees, largest first */
+};
+void dcr_blake3_init(struct dcr_blake3 *h);
+void dcr_blake3_update(struct dcr_blake3 *h, const void *p, size_t n);
+void dcr_blake3_final(const struct dcr_blake3 *h, dcr_digest *out);
+void dcr_blake3(const void *p, size_t n, dcr_digest *out);
+int dcr_blake3_simd(int on); /* tests: 0 forces the portable code; returns the old setting */
+
+/* A streaming digest, fed bytes in order as they arrive. */
+struct dcr_hasher {
+	void (*update)(void *ctx, const void *p, size_t n);
+	void *ctx;
+};
+
 int dcr_ncpu(void); /* online CPUs, 1..64 */
 
 /* Memory: abort-free; callers handle NULL. */

@@ -40,3 +40,21 @@ snapshot "$T/r2" >"$T/snap"
 run_ok dcr-apply -q "$T/r2" "$T/v1.tar"
 untouched "$T/r2" "$T/snap"
 same "$T/r2" "$T/g/v1"
+
+# payload checksums: BLAKE3 by default; --digest sha256 writes what older
+# receivers read, and this one applies either
+run_ok dcr-pack --list "$S/v1"
+grep -q ' blake3 [0-9a-f]\{16\}$' "$T/out" || fail "--list does not show blake3 payloads: $(cat "$T/out")"
+publish "$S/v1s" -s 64K --digest sha256
+run_ok dcr-pack --list "$S/v1s"
+grep -q ' sha256 [0-9a-f]\{16\}$' "$T/out" || fail "--list does not show sha256 payloads: $(cat "$T/out")"
+grep ' blake3 ' "$T/out" && fail "--digest sha256 wrote blake3 payloads"
+receiver r3
+st pull dcr-pull -q "$S/v1s" | st apply dcr-apply -q "$T/r3"
+rc_is pull 0
+rc_is apply 0
+same "$T/r3" "$T/g/v1"
+rc=0
+dcr-pack --digest md5 "$T/none" >"$T/out" 2>"$T/err" || rc=$?
+[ "$rc" = 129 ] || fail "--digest md5 exited $rc, want 129"
+grep -q "unknown --digest 'md5'" "$T/err" || fail "no usage error for --digest md5: $(cat "$T/err")"

@@ -1,0 +1,227 @@
+/* test-blake3.c - BLAKE3 (lib/blake3.c) and payload digests (lib/pack.c).
+ *
+ * BLAKE3 against values from an independent implementation (b3sum 1.2.0,
+ * the Rust crate, on the inputs of BLAKE3's published test vectors: byte i
+ * is i % 251), in one shot and fed in every way the incremental hasher
+ * distinguishes (odd pieces, whole chunks, 64 KiB steps, byte by byte),
+ * with AVX2 and with the portable code; and against the b3sum program
+ * itself on random data when it is installed (scripts/install-deps
+ * installs it). Then the payload digest: the header's flag picks BLAKE3
+ * or SHA-256, one shot and streaming agree, a flipped flag or an unknown
+ * one is refused. */
+#include "config.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pack.h"
+#include "util.h"
+
+static const struct {
+	size_t len;
+	const char *hex;
+} vectors[] = {
+	{0, "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"},
+	{1, "2d3adedff11b61f14c886e35afa036736dcd87a74d27b5c1510225d0f592e213"},
+	{1023, "10108970eeda3eb932baac1428c7a2163b0e924c9a9e25b35bba72b28f70bd11"},
+	{1024, "42214739f095a406f3fc83deb889744ac00df831c10daa55189b5d121c855af7"},
+	{1025, "d00278ae47eb27b34faecf67b4fe263f82d5412916c1ffd97c8cb7fb814b8444"},
+	{2048, "e776b6028c7cd22a4d0ba182a8bf62205d2ef576467e838ed6f2529b85fba24a"},
+	{2049, "5f4d72f40d7a5f82b15ca2b2e44b1de3c2ef86c426c95c1af0b6879522563030"},
+	{3072, "b98cb0ff3623be03326b373de6b9095218513e64f1ee2edd2525c7ad1e5cffd2"},
+	{3073, "7124b49501012f81cc7f11ca069ec9226cecb8a2c850cfe644e327d22d3e1cd3"},
+	{4096, "015094013f57a5277b59d8475c0501042c0b642e531b0a1c8f58d2163229e969"},
+	{4097, "9b4052b38f1c5fc8b1f9ff7ac7b27cd242487b3d890d15c96a1c25b8aa0fb995"},
+	{5120, "9cadc15fed8b5d854562b26a9536d9707cadeda9b143978f319ab34230535833"},
+	{5121, "628bd2cb2004694adaab7bbd778a25df25c47b9d4155a55f8fbd79f2fe154cff"},
+	{6144, "3e2e5b74e048f3add6d21faab3f83aa44d3b2278afb83b80b3c35164ebeca205"},
+	{6145, "f1323a8631446cc50536a9f705ee5cb619424d46887f3c376c695b70e0f0507f"},
+	{7168, "61da957ec2499a95d6b8023e2b0e604ec7f6b50e80a9678b89d2628e99ada77a"},
+	{7169, "a003fc7a51754a9b3c7fae0367ab3d782dccf28855a03d435f8cfe74605e7817"},
+	{8192, "aae792484c8efe4f19e2ca7d371d8c467ffb10748d8a5a1ae579948f718a2a63"},
+	{8193, "bab6c09cb8ce8cf459261398d2e7aef35700bf488116ceb94a36d0f5f1b7bc3b"},
+	{16384, "f875d6646de28985646f34ee13be9a576fd515f76b5b0a26bb324735041ddde4"},
+	{31744, "62b6960e1a44bcc1eb1a611a8d6235b6b4b78f32e7abc4fb4c6cdcce94895c47"},
+	{102400, "bc3e3d41a1146b069abffad3c0d44860cf664390afce4d9661f7902e7943e085"},
+};
+
+/* ways to feed the incremental hasher */
+enum { ONE_SHOT, ODD_PIECES, WHOLE_CHUNKS, STEPS_64K, BYTES, NFEEDS };
+
+static void hash_fed(const uint8_t *p, size_t n, int how, unsigned seed, dcr_digest *out)
+{
+	if (how == ONE_SHOT) {
+		dcr_blake3(p, n, out);
+		return;
+	}
+	struct dcr_blake3 h;
+	dcr_blake3_init(&h);
+	for (size_t off = 0; off < n;) {
+		size_t k;
+		seed = seed * 1103515245u + 12345u;
+		switch (how) {
+		case ODD_PIECES: k = 1 + (seed >> 8) % 40000; break;
+		case WHOLE_CHUNKS: k = 1024 * (1 + (seed >> 8) % 70); break;
+		case STEPS_64K: k = 65536; break;
+		default: k = 1; break;
+		}
+		if (k > n - off)
+			k = n - off;
+		dcr_blake3_update(&h, p + off, k);
+		off += k;
+	}
+	dcr_blake3_final(&h, out);
+}
+
+static void check_all_ways(const uint8_t *p, size_t n, const char *want_hex)
+{
+	char hex[65];
+	for (int simd = 1; simd >= 0; simd--) {
+		int was = dcr_blake3_simd(simd);
+		for (int how = 0; how < NFEEDS; how++) {
+			if (how == BYTES && n > 20000)
+				continue;
+			dcr_digest d;
+			hash_fed(p, n, how, (unsigned)n, &d);
+			dcr_hex(d.b, 32, hex);
+			cr_expect_str_eq(hex, want_hex, "%zu bytes, feed %d, simd %d", n, how, simd);
+		}
+		dcr_blake3_simd(was);
+	}
+}
+
+Test(blake3, published_inputs_every_feed)
+{
+	uint8_t *p = malloc(102400);
+	cr_assert_not_null(p);
+	for (size_t i = 0; i < 102400; i++)
+		p[i] = (uint8_t)(i % 251);
+	for (size_t v = 0; v < sizeof(vectors) / sizeof(vectors[0]); v++)
+		check_all_ways(p, vectors[v].len, vectors[v].hex);
+	free(p);
+}
+
+/* Random lengths up to 3 MiB against the b3sum program, when installed:
+ * lengths that straddle every size of subtree update() hashes at once. */
+Test(blake3, random_data_against_b3sum)
+{
+	if (system("b3sum --version >/dev/null 2>&1")) {
+		cr_log_warn("b3sum not installed: checked against the stored values only");
+		return;
+	}
+	char path[] = "/tmp/dcr-test-blake3.XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	size_t cap = 3u << 20;
+	uint8_t *p = malloc(cap);
+	cr_assert_not_null(p);
+	unsigned seed = 7;
+	for (size_t i = 0; i < cap; i++) {
+		seed = seed * 1103515245u + 12345u;
+		p[i] = (uint8_t)(seed >> 16);
+	}
+	static const size_t fixed[] = {64, 65, 1024 * 127, 1024 * 128, 1024 * 128 + 1, 1024 * 129,
+				       1024 * 255 + 3, 1u << 20, (1u << 20) + 1024, 3u << 20};
+	for (int t = 0; t < 26; t++) {
+		size_t n = t < 10 ? fixed[t] : (size_t)(rand() % (int)cap);
+		cr_assert_eq(ftruncate(fd, 0), 0);
+		cr_assert_eq(pwrite(fd, p, n, 0), (ssize_t)n);
+		char cmd[128], want[80] = "";
+		snprintf(cmd, sizeof(cmd), "b3sum --no-names %s", path);
+		FILE *f = popen(cmd, "r");
+		cr_assert_not_null(f);
+		cr_assert_not_null(fgets(want, sizeof(want), f));
+		pclose(f);
+		want[64] = '\0';
+		check_all_ways(p, n, want);
+	}
+	close(fd);
+	unlink(path);
+	free(p);
+}
+
+/* ---- payload digests ---- */
+
+static void build(enum dcr_payload_digest_alg alg, struct dcr_buf *out, dcr_digest *d)
+{
+	static const uint8_t raw[3000] = {1, 2, 3};
+	dcr_digest base = {{9}};
+	uint8_t attempt[16] = {4};
+	struct dcr_err e = {0};
+	cr_assert_eq(dcr_payload_build(&base, attempt, 5, raw, sizeof(raw), alg, out, d, &e), 0,
+		     "%s", e.msg);
+}
+
+Test(payload, flag_names_the_digest)
+{
+	for (int alg = 0; alg < 2; alg++) {
+		struct dcr_buf b = {0};
+		dcr_digest d, want;
+		build(alg, &b, &d);
+		cr_assert_eq(get_le32(b.p + 12), alg == DCR_PDIGEST_BLAKE3 ? DCR_PAYLOAD_BLAKE3 : 0u);
+		if (alg == DCR_PDIGEST_BLAKE3)
+			dcr_blake3(b.p, b.len - 32, &want);
+		else
+			dcr_sha256(b.p, b.len - 32, &want);
+		cr_assert_eq(memcmp(d.b, want.b, 32), 0);
+		cr_assert_eq(memcmp(b.p + b.len - 32, want.b, 32), 0, "the trailer is the digest");
+		struct dcr_payload pl;
+		struct dcr_err e = {0};
+		cr_assert_eq(dcr_payload_check(b.p, b.len, "p", &pl, &e), 0, "%s", e.msg);
+		cr_assert_eq(memcmp(pl.digest.b, want.b, 32), 0);
+		dcr_buf_free(&b);
+	}
+}
+
+Test(payload, streaming_equals_one_shot)
+{
+	for (int alg = 0; alg < 2; alg++) {
+		struct dcr_buf b = {0};
+		dcr_digest d;
+		build(alg, &b, &d);
+		size_t n = b.len - 32;
+		/* the 16 header bytes that name the digest in pieces of 1, 3, 7,
+		 * ..., then the rest; and everything at once */
+		for (size_t step = 1; step <= n; step = step * 2 + 1) {
+			struct dcr_payload_hash h;
+			dcr_digest got;
+			dcr_payload_hash_init(&h);
+			for (size_t off = 0; off < n; off += step)
+				dcr_payload_hash_update(&h, b.p + off, off + step > n ? n - off : step);
+			cr_assert_eq(dcr_payload_hash_final(&h, &got), 0);
+			cr_assert_eq(memcmp(got.b, d.b, 32), 0, "alg %d, pieces of %zu", alg, step);
+		}
+		dcr_buf_free(&b);
+	}
+	/* under 16 bytes is no payload: some digest, no crash */
+	struct dcr_payload_hash h;
+	dcr_digest got;
+	dcr_payload_hash_init(&h);
+	dcr_payload_hash_update(&h, "short", 5);
+	cr_assert_eq(dcr_payload_hash_final(&h, &got), 0);
+}
+
+Test(payload, flipped_or_unknown_flag_refused)
+{
+	struct dcr_buf b = {0};
+	dcr_digest d;
+	struct dcr_payload pl;
+	struct dcr_err e = {0};
+	build(DCR_PDIGEST_BLAKE3, &b, &d);
+	/* the same bytes read as a SHA-256 payload: the trailer no longer fits */
+	put_le32(b.p + 12, 0);
+	cr_assert_eq(dcr_payload_check(b.p, b.len, "p", &pl, &e), DCR_EDIGEST);
+	cr_assert(strstr(e.msg, "checksum mismatch"), "%s", e.msg);
+	put_le32(b.p + 12, DCR_PAYLOAD_BLAKE3 | 2);
+	cr_assert_eq(dcr_payload_check(b.p, b.len, "p", &pl, &e), DCR_EFORMAT);
+	cr_assert(strstr(e.msg, "unknown payload flags 0x2"), "%s", e.msg);
+	put_le32(b.p + 12, DCR_PAYLOAD_BLAKE3);
+	cr_assert_eq(dcr_payload_check(b.p, b.len, "p", &pl, &e), 0, "%s", e.msg);
+	cr_assert_gt(b.len, DCR_PAYLOAD_HDR_LEN + 32 + 1);
+	b.p[DCR_PAYLOAD_HDR_LEN + 1] ^= 1; /* in the body */
+	cr_assert_eq(dcr_payload_check(b.p, b.len, "p", &pl, &e), DCR_EDIGEST);
+	dcr_buf_free(&b);
+}
