@@ -132,15 +132,15 @@ static int list_pack(const char *path, int porcelain, char eol)
 			tensors += rec.type == DCR_REC_TENSOR;
 		}
 		dcr_digest_hex(&pl.digest, h1);
+		const char *alg = pl.flags & DCR_PAYLOAD_BLAKE3 ? "blake3" : "sha256";
 		if (porcelain)
-			printf("payload\t%u\t%zu\t%s\t%llu\t%llu\t%llu\t%llu%c", pl.index, len, h1,
+			printf("payload\t%u\t%zu\t%s\t%llu\t%llu\t%llu\t%llu\t%s%c", pl.index, len, h1,
 			       (unsigned long long)pl.raw_len, (unsigned long long)tensors,
-			       (unsigned long long)items, (unsigned long long)changes, eol);
+			       (unsigned long long)items, (unsigned long long)changes, alg, eol);
 		else
 			printf("%-24s %12zu  %llu tensors, %llu items, %llu changes, raw %llu, %s %.16s\n",
 			       name, len, (unsigned long long)tensors, (unsigned long long)items,
-			       (unsigned long long)changes, (unsigned long long)pl.raw_len,
-			       pl.flags & DCR_PAYLOAD_BLAKE3 ? "blake3" : "sha256", h1);
+			       (unsigned long long)changes, (unsigned long long)pl.raw_len, alg, h1);
 		dcr_payload_release(&pl);
 	}
 	if (r < 0) {

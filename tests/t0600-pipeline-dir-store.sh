@@ -49,6 +49,9 @@ publish "$S/v1s" -s 64K --digest sha256
 run_ok dcr-pack --list "$S/v1s"
 grep -q ' sha256 [0-9a-f]\{16\}$' "$T/out" || fail "--list does not show sha256 payloads: $(cat "$T/out")"
 grep ' blake3 ' "$T/out" && fail "--digest sha256 wrote blake3 payloads"
+run_ok dcr-pack --list --porcelain "$S/v1s"
+[ "$(grep '^payload	' "$T/out" | cut -f9 | sort -u)" = sha256 ] ||
+	fail "--porcelain does not end payload records with sha256: $(cat "$T/out")"
 receiver r3
 st pull dcr-pull -q "$S/v1s" | st apply dcr-apply -q "$T/r3"
 rc_is pull 0
