@@ -136,7 +136,7 @@ int main(int argc, char **argv)
 	const char *fault = getenv("DCR_FAULT_AT");
 	struct faulty fy = {.out = out, .at = fault ? atoi(fault) : 0};
 	if (fy.at > 0)
-		out = (struct dcr_pack_out){faulty_entry, &fy};
+		out = (struct dcr_pack_out){.entry = faulty_entry, .ctx = &fy}; /* whole entries */
 	int r = dcr_pull(s, name, out, to_dir ? dir_have : NULL, (void *)output, &xo, &st, &e);
 	r = cmd_pack_output_close(tar, r, &e);
 	dcr_store_close(s);

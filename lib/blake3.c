@@ -336,7 +336,7 @@ static void parent_cv(const uint8_t block[64], uint8_t out[32])
  * cannot make a root); the last pair may wait for dcr_blake3_final. */
 static void merge_stack(struct dcr_blake3 *h, uint64_t start)
 {
-	unsigned keep = (unsigned)__builtin_popcountll(start);
+	unsigned keep = (unsigned)__builtin_popcountll(start - h->base);
 	while (h->nstack > keep) {
 		h->nstack--;
 		parent_cv(h->stack[h->nstack - 1], h->stack[h->nstack - 1]);
@@ -351,8 +351,14 @@ static void push_cv(struct dcr_blake3 *h, const uint8_t cv[32], uint64_t start)
 
 void dcr_blake3_init(struct dcr_blake3 *h)
 {
+	dcr_blake3_init_at(h, 0);
+}
+
+void dcr_blake3_init_at(struct dcr_blake3 *h, uint64_t first_chunk)
+{
 	memset(h, 0, offsetof(struct dcr_blake3, stack));
 	memcpy(h->cv, IV, 32);
+	h->chunk = h->base = first_chunk;
 }
 
 /* finish the current (full) chunk, with more input after it */
@@ -416,7 +422,19 @@ void dcr_blake3_update(struct dcr_blake3 *h, const void *p, size_t n)
 	}
 }
 
+static void finish(const struct dcr_blake3 *h, uint32_t root, uint8_t out[32]);
+
 void dcr_blake3_final(const struct dcr_blake3 *h, dcr_digest *out)
+{
+	finish(h, ROOT, out->b);
+}
+
+void dcr_blake3_final_node(const struct dcr_blake3 *h, uint8_t cv[32])
+{
+	finish(h, 0, cv);
+}
+
+static void finish(const struct dcr_blake3 *h, uint32_t root, uint8_t out[32])
 {
 	/* The last node: the open chunk (possibly empty, for empty input),
 	 * or when the input ended with a subtree, the parent of the two
@@ -450,8 +468,60 @@ void dcr_blake3_final(const struct dcr_blake3 *h, dcr_digest *out)
 		flags = PARENT;
 		counter = 0;
 	}
-	compress(cv, block, len, counter, flags | ROOT);
-	cv_bytes(cv, out->b);
+	compress(cv, block, len, counter, flags | root);
+	cv_bytes(cv, out);
+}
+
+/* ---- pieces: verified streaming ---- */
+
+void dcr_blake3_pieces(const void *p, size_t n, unsigned log2, uint8_t (*cv)[32],
+		       dcr_digest *root)
+{
+	size_t piece = (size_t)1 << log2, np = dcr_blake3_npieces(n, log2);
+	if (np == 1) {
+		dcr_blake3(p, n, root);
+		memcpy(cv[0], root->b, 32);
+		return;
+	}
+	for (size_t i = 0; i < np; i++) {
+		struct dcr_blake3 h;
+		size_t off = i * piece;
+		dcr_blake3_init_at(&h, (uint64_t)off / CHUNK_LEN);
+		dcr_blake3_update(&h, (const uint8_t *)p + off, n - off < piece ? n - off : piece);
+		dcr_blake3_final_node(&h, cv[i]);
+	}
+	dcr_blake3_root_of_pieces(cv, np, root);
+}
+
+size_t dcr_blake3_npieces(uint64_t n, unsigned log2)
+{
+	uint64_t np = (n + ((uint64_t)1 << log2) - 1) >> log2;
+	return np ? (size_t)np : 1;
+}
+
+/* The node over pieces [0, n): the left subtree takes the largest power
+ * of two below n, as the chunk tree does (pieces are aligned subtrees). */
+static void pieces_node(const uint8_t (*cv)[32], size_t n, uint32_t root, uint8_t out[32])
+{
+	if (n == 1) {
+		memcpy(out, cv[0], 32);
+		return;
+	}
+	size_t k = 1;
+	while (k * 2 < n)
+		k *= 2;
+	uint8_t block[64];
+	pieces_node(cv, k, 0, block);
+	pieces_node(cv + k, n - k, 0, block + 32);
+	hash_one(block, 1, 0, PARENT | root, 0, 0, out);
+}
+
+void dcr_blake3_root_of_pieces(const uint8_t (*cv)[32], size_t n, dcr_digest *root)
+{
+	if (n == 1)
+		memcpy(root->b, cv[0], 32);
+	else
+		pieces_node(cv, n, ROOT, root->b);
 }
 
 void dcr_blake3(const void *p, size_t n, dcr_digest *out)

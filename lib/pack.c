@@ -41,9 +41,30 @@ int dcr_payload_name_parse(const char *name, uint32_t *index)
 	return 1;
 }
 
+static int payload_image(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
+			 const uint8_t *raw, size_t raw_len, enum dcr_payload_digest_alg alg,
+			 struct dcr_buf *out, dcr_digest *digest, struct dcr_buf *pieces,
+			 struct dcr_err *e);
+
 int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
 		      const uint8_t *raw, size_t raw_len, enum dcr_payload_digest_alg alg,
 		      struct dcr_buf *out, dcr_digest *digest, struct dcr_err *e)
+{
+	return payload_image(base, attempt, index, raw, raw_len, alg, out, digest, NULL, e);
+}
+
+int dcr_payload_build_pieces(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
+			     const uint8_t *raw, size_t raw_len, struct dcr_buf *out,
+			     dcr_digest *digest, struct dcr_buf *pieces, struct dcr_err *e)
+{
+	return payload_image(base, attempt, index, raw, raw_len, DCR_PDIGEST_BLAKE3, out, digest,
+			     pieces, e);
+}
+
+static int payload_image(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
+			 const uint8_t *raw, size_t raw_len, enum dcr_payload_digest_alg alg,
+			 struct dcr_buf *out, dcr_digest *digest, struct dcr_buf *pieces,
+			 struct dcr_err *e)
 {
 	size_t bound = ZSTD_compressBound(raw_len);
 	out->len = 0;
@@ -65,7 +86,16 @@ int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_
 	put_le64(h + 80, zl);
 	put_le64(h + 88, 0);
 	out->len = DCR_PAYLOAD_HDR_LEN + zl;
-	dcr_payload_digest(out->p, out->len, digest);
+	if (pieces) {
+		size_t np = dcr_blake3_npieces(out->len, DCR_PIECE_LOG2), at = pieces->len;
+		if (dcr_buf_reserve(pieces, np * 32))
+			return dcr_err_sys(e, ENOMEM, "payload %u", index);
+		dcr_blake3_pieces(out->p, out->len, DCR_PIECE_LOG2,
+				  (uint8_t(*)[32])(pieces->p + at), digest);
+		pieces->len += np * 32;
+	} else {
+		dcr_payload_digest(out->p, out->len, digest);
+	}
 	memcpy(out->p + out->len, digest->b, 32);
 	out->len += 32;
 	return 0;
@@ -146,11 +176,13 @@ int dcr_payload_check(const uint8_t *buf, size_t len, const char *what,
 	return dcr_payload_check_digest(buf, len, what, NULL, p, e);
 }
 
-int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
-			     const dcr_digest *sum, struct dcr_payload *p, struct dcr_err *e)
+/* magic, version, flags, fields and body_len of a payload of len bytes */
+static int check_fields(const uint8_t *buf, size_t avail, uint64_t len, const char *what,
+			struct dcr_payload *p, struct dcr_err *e)
 {
 	memset(p, 0, sizeof(*p));
-	if (len < DCR_PAYLOAD_HDR_LEN + 32 || memcmp(buf, DCR_PAYLOAD_MAGIC, 8))
+	if (len < DCR_PAYLOAD_HDR_LEN + 32 || avail < DCR_PAYLOAD_HDR_LEN ||
+	    memcmp(buf, DCR_PAYLOAD_MAGIC, 8))
 		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr payload", what);
 	p->version = get_le32(buf + 8);
 	p->flags = get_le32(buf + 12);
@@ -173,21 +205,26 @@ int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
 				   what, (unsigned long long)(len - DCR_PAYLOAD_HDR_LEN - 32),
 				   (unsigned long long)p->body_len,
 				   len - DCR_PAYLOAD_HDR_LEN - 32 < p->body_len ? " (truncated)" : "");
-	if (sum)
-		p->digest = *sum;
-	else
-		dcr_payload_digest(buf, len - 32, &p->digest);
-	if (DCR_CHECKSUM_DIFFERS(p->digest.b, buf + len - 32))
-		return dcr_err_set(e, DCR_EDIGEST, "%s is corrupt: checksum mismatch", what);
+	return 0;
+}
+
+/* raw_len, codec and the zstd frame's stated size, from avail bytes */
+static int check_body(const uint8_t *buf, size_t avail, const char *what,
+		      const struct dcr_payload *p, struct dcr_err *e)
+{
 	if (p->raw_len > DCR_PAYLOAD_MAX_RAW)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: %llu raw bytes is too large", what,
 				   (unsigned long long)p->raw_len);
 	const uint8_t *body = buf + DCR_PAYLOAD_HDR_LEN;
+	size_t have = avail - DCR_PAYLOAD_HDR_LEN < p->body_len ? avail - DCR_PAYLOAD_HDR_LEN
+								 : (size_t)p->body_len;
 	if (p->codec == DCR_PAYLOAD_STORED) {
 		if (p->raw_len != p->body_len)
 			goto bad;
 	} else if (p->codec == DCR_PAYLOAD_ZSTD) {
-		if (ZSTD_getFrameContentSize(body, p->body_len) != p->raw_len)
+		/* a frame header is at most 18 bytes (ZSTD_FRAMEHEADERSIZE_MAX) */
+		int whole = have == p->body_len || have >= 18;
+		if (whole && ZSTD_getFrameContentSize(body, have) != p->raw_len)
 			goto bad;
 	} else {
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown payload codec %u", what, p->codec);
@@ -195,6 +232,28 @@ int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
 	return 0;
 bad:
 	return dcr_err_set(e, DCR_EFORMAT, "%s: body does not decompress to its stated size", what);
+}
+
+int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
+			     const dcr_digest *sum, struct dcr_payload *p, struct dcr_err *e)
+{
+	int r = check_fields(buf, len, len, what, p, e);
+	if (r)
+		return r;
+	if (sum)
+		p->digest = *sum;
+	else
+		dcr_payload_digest(buf, len - 32, &p->digest);
+	if (DCR_CHECKSUM_DIFFERS(p->digest.b, buf + len - 32))
+		return dcr_err_set(e, DCR_EDIGEST, "%s is corrupt: checksum mismatch", what);
+	return check_body(buf, len, what, p, e);
+}
+
+int dcr_payload_check_head(const uint8_t *buf, size_t avail, uint64_t len, const char *what,
+			   struct dcr_payload *p, struct dcr_err *e)
+{
+	int r = check_fields(buf, avail, len, what, p, e);
+	return r ? r : check_body(buf, avail, what, p, e);
 }
 
 int dcr_payload_open(const uint8_t *buf, size_t len, const char *what,
@@ -239,7 +298,9 @@ int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct
 	struct dcr_buf tb = {0};
 	int r = dcr_buf_add(out, DCR_MANIFEST_MAGIC, 8) || dcr_buf_add_le32(out, DCR_PACK_VERSION) ||
 		dcr_buf_add_le32(out, (m->nalt ? DCR_MANIFEST_BASES : 0) |
-						   (m->dense ? DCR_MANIFEST_DENSE : 0)) || dcr_buf_add(out, m->base.b, 32) ||
+					      (m->dense ? DCR_MANIFEST_DENSE : 0) |
+					      (m->pieces ? DCR_MANIFEST_PIECES : 0)) ||
+		dcr_buf_add(out, m->base.b, 32) ||
 		dcr_buf_add(out, m->target.b, 32) || dcr_buf_add(out, m->attempt, 16) ||
 		dcr_buf_add_le32(out, m->npayloads);
 	for (uint32_t i = 0; i < m->npayloads && !r; i++)
@@ -259,6 +320,9 @@ int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct
 		for (uint32_t i = 0; i < m->nalt && !r; i++)
 			r = dcr_buf_add(out, m->alt[i].b, 32);
 	}
+	if (m->pieces)
+		r = r || dcr_buf_add_le32(out, m->piece_log2) ||
+		    dcr_buf_add(out, m->pieces, m->npieces * 32);
 	dcr_buf_free(&tb);
 	if (r || dcr_buf_reserve(out, 32))
 		return dcr_err_sys(e, ENOMEM, "manifest");
@@ -279,7 +343,48 @@ void dcr_manifest_release(struct dcr_manifest *m)
 		free(m->removed[i]);
 	free(m->removed);
 	free(m->alt);
+	free(m->pieces);
+	free(m->piece0);
 	memset(m, 0, sizeof(*m));
+}
+
+/* The pieces section: log2, then every payload's piece CVs, which must
+ * add up to the payload's digest. */
+static int parse_pieces(struct dcr_rd *rd, const char *what, struct dcr_manifest *m,
+			struct dcr_err *e)
+{
+	uint32_t lg = dcr_rd_le32(rd);
+	if (rd->bad || lg < 10 || lg > 30)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: bad piece size 2^%u", what, lg);
+	m->piece_log2 = lg;
+	if (!(m->piece0 = dcr_calloc(m->npayloads + 1, sizeof(size_t))))
+		return -ENOMEM;
+	size_t total = 0;
+	for (uint32_t i = 0; i < m->npayloads; i++) {
+		if (m->psize[i] < DCR_PAYLOAD_HDR_LEN + 32)
+			return dcr_err_set(e, DCR_EFORMAT, "%s: payload %u is %llu bytes", what, i,
+					   (unsigned long long)m->psize[i]);
+		m->piece0[i] = total;
+		total += dcr_manifest_npieces(m, i);
+		if (total > dcr_rd_left(rd) / 32)
+			return dcr_err_set(e, DCR_EFORMAT, "%s: the piece table is cut short", what);
+	}
+	m->piece0[m->npayloads] = total;
+	if (!(m->pieces = dcr_calloc(total ? total : 1, 32)))
+		return -ENOMEM;
+	if (total)
+		memcpy(m->pieces, dcr_rd_bytes(rd, total * 32), total * 32);
+	m->npieces = total;
+	for (uint32_t i = 0; i < m->npayloads; i++) {
+		dcr_digest root;
+		dcr_blake3_root_of_pieces((const uint8_t(*)[32])m->pieces + m->piece0[i],
+					  m->piece0[i + 1] - m->piece0[i], &root);
+		if (DCR_CHECKSUM_DIFFERS(root.b, m->pdigest[i].b))
+			return dcr_err_set(e, DCR_EDIGEST,
+					   "%s is corrupt: the pieces of payload %u do not add up to its digest",
+					   what, i);
+	}
+	return 0;
 }
 
 int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
@@ -297,7 +402,7 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	uint32_t version = dcr_rd_le32(&rd), flags = dcr_rd_le32(&rd);
 	if (version != DCR_PACK_VERSION)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unsupported manifest version %u", what, version);
-	if (flags & ~(uint32_t)(DCR_MANIFEST_BASES | DCR_MANIFEST_DENSE))
+	if (flags & ~(uint32_t)(DCR_MANIFEST_BASES | DCR_MANIFEST_DENSE | DCR_MANIFEST_PIECES))
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown manifest flags 0x%x", what, flags);
 	m->dense = (flags & DCR_MANIFEST_DENSE) != 0;
 	memcpy(m->base.b, dcr_rd_bytes(&rd, 32), 32);
@@ -358,13 +463,22 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	m->nchanges = dcr_rd_le64(&rd);
 	if (flags & DCR_MANIFEST_BASES) {
 		uint32_t na = dcr_rd_le32(&rd);
-		if (rd.bad || !na || na > 4096 || dcr_rd_left(&rd) != (size_t)na * 32)
+		if (rd.bad || !na || na > 4096 || dcr_rd_left(&rd) < (size_t)na * 32)
 			goto bad;
 		if (!(m->alt = dcr_calloc(na, sizeof(dcr_digest))))
 			goto oom;
 		for (uint32_t i = 0; i < na; i++)
 			memcpy(m->alt[i].b, dcr_rd_bytes(&rd, 32), 32);
 		m->nalt = na;
+	}
+	if (flags & DCR_MANIFEST_PIECES) {
+		int r = parse_pieces(&rd, what, m, e);
+		if (r == -ENOMEM)
+			goto oom;
+		if (r) {
+			dcr_manifest_release(m);
+			return r;
+		}
 	}
 	if (rd.bad || dcr_rd_left(&rd))
 		goto bad;
@@ -407,6 +521,7 @@ struct packer {
 	uint32_t *used;         /* globals mapped in the open payload */
 	uint32_t nused;
 	struct dcr_buf raw, img;
+	struct dcr_buf pieces; /* BLAKE3 piece CVs of the payloads so far */
 	size_t rcap_names;
 	uint64_t bytes;
 };
@@ -423,8 +538,11 @@ static int flush_payload(struct packer *k, struct dcr_err *e)
 		return 0;
 	uint32_t idx = k->m.npayloads;
 	dcr_digest d;
-	int r = dcr_payload_build(&k->m.base, k->m.attempt, idx, k->raw.p, k->raw.len,
-				  k->o ? k->o->digest : DCR_PDIGEST_BLAKE3, &k->img, &d, e);
+	int r = k->o && k->o->digest == DCR_PDIGEST_SHA256
+			? dcr_payload_build(&k->m.base, k->m.attempt, idx, k->raw.p, k->raw.len,
+					    DCR_PDIGEST_SHA256, &k->img, &d, e)
+			: dcr_payload_build_pieces(&k->m.base, k->m.attempt, idx, k->raw.p,
+						   k->raw.len, &k->img, &d, &k->pieces, e);
 	if (r)
 		return r;
 	uint64_t *ps = realloc(k->m.psize, (idx + 1) * sizeof(uint64_t));
@@ -584,7 +702,14 @@ int dcr_pack(struct dcr_source src, const char *what, const struct dcr_pack_opts
 			goto out;
 		}
 	k.m.target = rd.target;
-	if ((r = flush_payload(&k, e)) || (r = dcr_manifest_build(&k.m, &man, e)))
+	if (!(r = flush_payload(&k, e)) && k.pieces.len) {
+		/* SHA-256 payloads have no pieces: a manifest lists them for all or none */
+		k.m.pieces = (uint8_t(*)[32])k.pieces.p;
+		k.m.npieces = k.pieces.len / 32;
+		k.m.piece_log2 = DCR_PIECE_LOG2;
+		k.pieces = (struct dcr_buf){0};
+	}
+	if (r || (r = dcr_manifest_build(&k.m, &man, e)))
 		goto out;
 	/* the manifest must parse back, tensor table and target id included */
 	struct dcr_manifest check;
@@ -610,6 +735,7 @@ out:
 	free(k.used);
 	dcr_buf_free(&k.raw);
 	dcr_buf_free(&k.img);
+	dcr_buf_free(&k.pieces);
 	dcr_buf_free(&man);
 	dcr_manifest_release(&k.m);
 	return r;
@@ -634,6 +760,7 @@ struct dcr_tar_out {
 	struct archive *a;
 	int fd;
 	int err;
+	char name[64]; /* the entry being written, for messages */
 };
 
 static la_ssize_t tar_write_cb(struct archive *a, void *ctx, const void *buf, size_t n)
@@ -670,35 +797,53 @@ int dcr_tar_out_open(int fd, struct dcr_tar_out **out, struct dcr_err *e)
 	return 0;
 }
 
-int dcr_tar_out_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
-		      struct dcr_err *e)
+static int tar_fail(struct dcr_tar_out *t, struct dcr_err *e)
+{
+	return t->err ? dcr_err_sys(e, t->err, "cannot write the pack stream (entry '%s')", t->name)
+		      : dcr_err_set(e, DCR_EFORMAT, "tar: %s", archive_error_string(t->a));
+}
+
+int dcr_tar_out_begin(void *ctx, const char *name, uint64_t len, struct dcr_err *e)
 {
 	struct dcr_tar_out *t = ctx;
 	struct archive_entry *en = archive_entry_new();
 	if (!en)
 		return dcr_err_sys(e, ENOMEM, "tar");
+	snprintf(t->name, sizeof(t->name), "%s", name);
 	archive_entry_set_pathname(en, name);
 	archive_entry_set_size(en, (la_int64_t)len);
 	archive_entry_set_filetype(en, AE_IFREG);
 	archive_entry_set_perm(en, 0644);
 	archive_entry_set_mtime(en, time(NULL), 0);
-	int r = 0;
-	if (archive_write_header(t->a, en) != ARCHIVE_OK)
-		r = -1;
-	for (size_t off = 0; !r && off < len;) {
+	int r = archive_write_header(t->a, en) != ARCHIVE_OK;
+	archive_entry_free(en);
+	return r ? tar_fail(t, e) : 0;
+}
+
+int dcr_tar_out_data(void *ctx, const uint8_t *buf, size_t len, struct dcr_err *e)
+{
+	struct dcr_tar_out *t = ctx;
+	for (size_t off = 0; off < len;) {
 		la_ssize_t w = archive_write_data(t->a, buf + off, len - off);
 		if (w <= 0)
-			r = -1;
-		else
-			off += (size_t)w;
+			return tar_fail(t, e);
+		off += (size_t)w;
 	}
-	if (!r && archive_write_finish_entry(t->a) != ARCHIVE_OK)
-		r = -1;
-	archive_entry_free(en);
-	if (r)
-		return t->err ? dcr_err_sys(e, t->err, "cannot write the pack stream (entry '%s')", name)
-			      : dcr_err_set(e, DCR_EFORMAT, "tar: %s", archive_error_string(t->a));
 	return 0;
+}
+
+int dcr_tar_out_end(void *ctx, struct dcr_err *e)
+{
+	struct dcr_tar_out *t = ctx;
+	return archive_write_finish_entry(t->a) != ARCHIVE_OK ? tar_fail(t, e) : 0;
+}
+
+int dcr_tar_out_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
+		      struct dcr_err *e)
+{
+	int r = dcr_tar_out_begin(ctx, name, len, e);
+	r = r ? r : dcr_tar_out_data(ctx, buf, len, e);
+	return r ? r : dcr_tar_out_end(ctx, e);
 }
 
 int dcr_tar_out_close(struct dcr_tar_out *t, struct dcr_err *e)

@@ -62,11 +62,21 @@ int dcr_payload_check(const uint8_t *buf, size_t len, const char *what,
 /* The same with the SHA-256 of buf's first len - 32 bytes already known. */
 int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
 			     const dcr_digest *sum, struct dcr_payload *p, struct dcr_err *e);
+/* The checks of the header alone, from the first avail bytes of a payload
+ * of len bytes (its digest checked some other way): as above but the
+ * trailer, and the zstd frame's size only when avail holds it. */
+int dcr_payload_check_head(const uint8_t *buf, size_t avail, uint64_t len, const char *what,
+			   struct dcr_payload *p, struct dcr_err *e);
 void dcr_payload_release(struct dcr_payload *p);
 /* Build a payload image from raw records. */
 int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
 		      const uint8_t *raw, size_t raw_len, enum dcr_payload_digest_alg alg,
 		      struct dcr_buf *out, dcr_digest *digest, struct dcr_err *e);
+/* With BLAKE3, the same and the CVs of its 2^DCR_PIECE_LOG2-byte pieces,
+ * appended to pieces. */
+int dcr_payload_build_pieces(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
+			     const uint8_t *raw, size_t raw_len, struct dcr_buf *out,
+			     dcr_digest *digest, struct dcr_buf *pieces, struct dcr_err *e);
 /* A payload's digest: BLAKE3 or SHA-256 of its first len bytes (all but
  * the trailer), as the header's flags say. Hostile bytes are fine: too
  * short a header or unknown flags give some digest, and the checks that
@@ -107,8 +117,21 @@ struct dcr_manifest {
 	uint32_t nalt;     /* alternative bases (manifest flag 1) */
 	int dense;         /* a dense copy (manifest flag 2): fits any receiver */
 	dcr_digest *alt;
+	/* manifest flag 4: the BLAKE3 CVs of every payload's pieces (see
+	 * dcr_blake3_pieces), so that a receiver can check a payload piece by
+	 * piece as it arrives; payload i's are pieces[piece0[i] ...] */
+	unsigned piece_log2;
+	uint8_t (*pieces)[32];
+	size_t *piece0;
+	size_t npieces;
 };
-enum { DCR_MANIFEST_BASES = 1, DCR_MANIFEST_DENSE = 2 };
+enum { DCR_MANIFEST_BASES = 1, DCR_MANIFEST_DENSE = 2, DCR_MANIFEST_PIECES = 4 };
+#define DCR_PIECE_LOG2 20 /* 1 MiB pieces */
+/* Pieces of payload i (covering all but its trailer). */
+static inline size_t dcr_manifest_npieces(const struct dcr_manifest *m, uint32_t i)
+{
+	return dcr_blake3_npieces(m->psize[i] - 32, m->piece_log2);
+}
 
 int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct dcr_err *e);
 int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
@@ -120,6 +143,11 @@ struct dcr_pack_out {
 	int (*entry)(void *ctx, const char *name, const uint8_t *buf, size_t len,
 		     struct dcr_err *e);
 	void *ctx;
+	/* optional: an entry in parts, its size given first (tar streams):
+	 * dcr-pull passes payloads on piece by piece as they check out */
+	int (*begin)(void *ctx, const char *name, uint64_t len, struct dcr_err *e);
+	int (*data)(void *ctx, const uint8_t *buf, size_t len, struct dcr_err *e);
+	int (*end)(void *ctx, struct dcr_err *e);
 };
 
 struct dcr_pack_opts {
@@ -148,6 +176,9 @@ struct dcr_tar_out;
 int dcr_tar_out_open(int fd, struct dcr_tar_out **out, struct dcr_err *e);
 int dcr_tar_out_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
 		      struct dcr_err *e);
+int dcr_tar_out_begin(void *ctx, const char *name, uint64_t len, struct dcr_err *e);
+int dcr_tar_out_data(void *ctx, const uint8_t *buf, size_t len, struct dcr_err *e);
+int dcr_tar_out_end(void *ctx, struct dcr_err *e);
 int dcr_tar_out_close(struct dcr_tar_out *t, struct dcr_err *e);
 
 /* Reading a pack: a directory or a tar stream; entries in stream order. */

@@ -529,6 +529,11 @@ void dcr_store_close(struct dcr_store *s)
 
 const char *dcr_store_url(const struct dcr_store *s) { return s->url; }
 
+int dcr_store_is_local(const struct dcr_store *s)
+{
+	return s->kind == STORE_DIR;
+}
+
 int dcr_store_put(struct dcr_store *s, const char *name, const void *buf,
 		  size_t len, struct dcr_err *e)
 {
@@ -641,14 +646,25 @@ int dcr_store_get_blob_hashed(struct dcr_store *s, const char *name, struct dcr_
 int dcr_store_get_range(struct dcr_store *s, const char *name, uint64_t off,
 			size_t len, uint8_t *buf, struct dcr_err *e)
 {
+	return dcr_store_get_range_hashed(s, name, off, len, buf, NULL, e);
+}
+
+int dcr_store_get_range_hashed(struct dcr_store *s, const char *name, uint64_t off,
+			       size_t len, uint8_t *buf, const struct dcr_hasher *h,
+			       struct dcr_err *e)
+{
 	int r = dcr_store_check_name(name, e);
 	if (r)
 		return r;
-	if (s->kind == STORE_DIR)
-		return dir_get_range(s, name, off, len, buf, e);
+	if (s->kind == STORE_DIR) {
+		r = dir_get_range(s, name, off, len, buf, e);
+		if (!r && h)
+			h->update(h->ctx, buf, len);
+		return r;
+	}
 	if (!len)
 		return 0;
-	return dcr_net_get_range(s, name, off, len, buf, e);
+	return dcr_net_get_range(s, name, off, len, buf, h, e);
 }
 
 int dcr_store_get_to_fd(struct dcr_store *s, const char *name, int fd,

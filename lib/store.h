@@ -77,6 +77,8 @@ int dcr_store_open(const char *url, const struct dcr_store_opts *o,
 void dcr_store_close(struct dcr_store *s);
 /* "s3://b/p", "http://h/base" or the directory path, as opened. */
 const char *dcr_store_url(const struct dcr_store *s);
+/* A directory store (its objects can be mapped), not a server. */
+int dcr_store_is_local(const struct dcr_store *s);
 
 /* Store len bytes as name, replacing any old object; atomic: readers see the
  * old object or the whole new one. On S3, objects above multipart_threshold
@@ -119,6 +121,10 @@ int dcr_store_get_blob_hashed(struct dcr_store *s, const char *name, struct dcr_
 /* Exactly len bytes at off into buf; DCR_EFORMAT if the object is shorter. */
 int dcr_store_get_range(struct dcr_store *s, const char *name, uint64_t off,
 			size_t len, uint8_t *buf, struct dcr_err *e);
+/* The same, feeding h the bytes in order as they arrive. */
+int dcr_store_get_range_hashed(struct dcr_store *s, const char *name, uint64_t off,
+			       size_t len, uint8_t *buf, const struct dcr_hasher *h,
+			       struct dcr_err *e);
 /* Stream the whole object to fd (file, pipe or socket), written in order,
  * resuming after connection loss; *size (may be NULL) gets its length. On
  * failure some bytes may already be written. */

@@ -61,7 +61,7 @@ int dcr_net_get_buf(struct dcr_store *s, const char *name, struct dcr_buf *b,
 int dcr_net_get(struct dcr_store *s, const char *name, uint8_t **buf,
 		size_t *len, struct dcr_err *e);
 int dcr_net_get_range(struct dcr_store *s, const char *name, uint64_t off,
-		      size_t len, uint8_t *buf, struct dcr_err *e);
+		      size_t len, uint8_t *buf, const struct dcr_hasher *h, struct dcr_err *e);
 int dcr_net_get_to_fd(struct dcr_store *s, const char *name, int fd,
 		      uint64_t *size, struct dcr_err *e);
 int dcr_net_stat(struct dcr_store *s, const char *name, uint64_t *size,

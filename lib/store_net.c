@@ -1286,10 +1286,38 @@ static int sink_range(void *arg, uint64_t off, const uint8_t *p, size_t n, uint6
 	return 0;
 }
 
-int dcr_net_get_range(struct dcr_store *s, const char *name, uint64_t off,
-		      size_t len, uint8_t *buf, struct dcr_err *e)
+/* sink_range, feeding h the bytes that have come in order, in whole
+ * HASH_STEPs while they are in cache (a retry may send bytes again) */
+struct sink_range_hash {
+	uint8_t *buf;
+	size_t len, fed;
+	const struct dcr_hasher *h;
+};
+
+static int sink_range_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
 {
-	return get_stream(s, name, 1, off, len, sink_range, buf, NULL, NULL, e);
+	struct sink_range_hash *sh = arg;
+	(void)total;
+	memcpy(sh->buf + off, p, n);
+	size_t end = (size_t)off + n;
+	if (off <= sh->fed && end >= sh->fed + HASH_STEP) {
+		size_t k = (end - sh->fed) / HASH_STEP * HASH_STEP;
+		sh->h->update(sh->h->ctx, sh->buf + sh->fed, k);
+		sh->fed += k;
+	}
+	return 0;
+}
+
+int dcr_net_get_range(struct dcr_store *s, const char *name, uint64_t off,
+		      size_t len, uint8_t *buf, const struct dcr_hasher *h, struct dcr_err *e)
+{
+	if (!h)
+		return get_stream(s, name, 1, off, len, sink_range, buf, NULL, NULL, e);
+	struct sink_range_hash sh = {.buf = buf, .len = len, .h = h};
+	int r = get_stream(s, name, 1, off, len, sink_range_hash, &sh, NULL, NULL, e);
+	if (!r && len > sh.fed)
+		h->update(h->ctx, buf + sh.fed, len - sh.fed);
+	return r;
 }
 
 static int sink_fd(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)

@@ -226,25 +226,25 @@ static int check_payload(const char *oname, const uint8_t *buf, size_t len, uint
 	return 0;
 }
 
-/* Fetchers: par threads each take the next index of [lo, hi) within a
- * window of par ahead of the one being handed on, GET it and check it, so
- * downloads and digests run in parallel; the caller hands them on in order. */
+/* An ordered pipeline: par threads each take the next job of [0, n)
+ * within a window of par ahead of the one being handed on, and do it (a
+ * GET and its checks), so downloads and digests run in parallel; the
+ * caller's thread hands the results on in order. Buffers handed on are
+ * kept for the next jobs: fresh memory costs more than a copy. */
 struct slot_res {
 	struct dcr_blob b;
-	int state; /* 0 empty, 1 fetching, 2 ready, 3 on hand (skipped) */
+	int state; /* 0 empty, 1 working, 2 ready, 3 on hand (skipped) */
 	int rc;
 	struct dcr_err err;
 };
 
-struct fetch {
-	struct dcr_store *s;
-	const char *name;
-	const struct dcr_manifest *m; /* or NULL while waiting for it */
-	int (*have)(void *ctx, uint32_t index, dcr_digest *digest);
-	void *have_ctx;
-	uint32_t lo, hi, next_take, emitted;
+struct ordered {
+	void (*work)(void *ctx, uint64_t job, struct slot_res *sr);
+	int (*emit)(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e);
+	void *ctx;
+	uint64_t n, next_take, emitted;
 	unsigned par;
-	struct slot_res *slots; /* par, index % par */
+	struct slot_res *slots; /* par, job % par */
 	struct dcr_blob *pool;	/* heap buffers handed on, for reuse */
 	unsigned npool;
 	int stop;
@@ -252,8 +252,112 @@ struct fetch {
 	pthread_cond_t cv;
 };
 
-static void fetch_one(struct fetch *f, uint32_t idx, struct slot_res *sr)
+static void *ordered_worker(void *arg)
 {
+	struct ordered *f = arg;
+	pthread_mutex_lock(&f->mu);
+	for (;;) {
+		while (!f->stop && f->next_take < f->n && f->next_take >= f->emitted + f->par)
+			pthread_cond_wait(&f->cv, &f->mu);
+		if (f->stop || f->next_take >= f->n)
+			break;
+		uint64_t job = f->next_take++;
+		struct slot_res *sr = &f->slots[job % f->par];
+		sr->state = 1;
+		struct slot_res tmp = {0};
+		if (f->npool)
+			tmp.b = f->pool[--f->npool];
+		pthread_mutex_unlock(&f->mu);
+		f->work(f->ctx, job, &tmp);
+		if (tmp.state != 3)
+			tmp.state = 2;
+		pthread_mutex_lock(&f->mu);
+		*sr = tmp;
+		pthread_cond_broadcast(&f->cv);
+	}
+	pthread_mutex_unlock(&f->mu);
+	return NULL;
+}
+
+static int run_ordered(struct ordered *f, struct dcr_err *e)
+{
+	unsigned par = f->par;
+	f->slots = dcr_calloc(par, sizeof(*f->slots));
+	f->pool = dcr_calloc(par, sizeof(*f->pool));
+	if (!f->slots || !f->pool) {
+		free(f->slots);
+		free(f->pool);
+		return dcr_err_sys(e, ENOMEM, "pull");
+	}
+	pthread_mutex_init(&f->mu, NULL);
+	pthread_cond_init(&f->cv, NULL);
+	pthread_t th[256];
+	unsigned nth = 0;
+	int r = 0;
+	for (unsigned i = 0; i < par && i < f->n; i++)
+		if (!pthread_create(&th[nth], NULL, ordered_worker, f))
+			nth++;
+	if (!nth && f->n)
+		r = dcr_err_sys(e, EAGAIN, "cannot start a thread");
+	for (uint64_t job = 0; !r && job < f->n; job++) {
+		struct slot_res *sr = &f->slots[job % par];
+		pthread_mutex_lock(&f->mu);
+		while (sr->state < 2)
+			pthread_cond_wait(&f->cv, &f->mu);
+		struct slot_res got = *sr;
+		memset(sr, 0, sizeof(*sr));
+		pthread_mutex_unlock(&f->mu);
+		if (got.rc && got.state != 3) {
+			*e = got.err;
+			r = got.rc;
+		} else {
+			r = f->emit(f->ctx, job, &got, e);
+		}
+		pthread_mutex_lock(&f->mu);
+		if (!got.b.map && got.b.cap && f->npool < par)
+			f->pool[f->npool++] = got.b;
+		else
+			dcr_blob_free(&got.b);
+		f->emitted = job + 1;
+		pthread_cond_broadcast(&f->cv);
+		pthread_mutex_unlock(&f->mu);
+	}
+	pthread_mutex_lock(&f->mu);
+	f->stop = 1;
+	pthread_cond_broadcast(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+	for (unsigned i = 0; i < nth; i++)
+		pthread_join(th[i], NULL);
+	for (unsigned i = 0; i < par; i++)
+		dcr_blob_free(&f->slots[i].b);
+	for (unsigned i = 0; i < f->npool; i++)
+		dcr_blob_free(&f->pool[i]);
+	free(f->slots);
+	free(f->pool);
+	pthread_mutex_destroy(&f->mu);
+	pthread_cond_destroy(&f->cv);
+	return r;
+}
+
+/* ---- whole payloads: fetched, checked, handed on ---- */
+
+struct fetch {
+	struct dcr_store *s;
+	const char *name;
+	const struct dcr_manifest *m; /* or NULL while waiting for it */
+	int (*have)(void *ctx, uint32_t index, dcr_digest *digest);
+	void *have_ctx;
+	uint32_t lo;
+	struct dcr_pack_out out;
+	const struct dcr_xfer_opts *o;
+	uint64_t *bytes;
+	int *skipped;
+};
+
+static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
+{
+	struct fetch *f = ctx;
+	uint32_t idx = f->lo + (uint32_t)job;
 	dcr_digest d, sum;
 	const dcr_digest *want = f->m ? &f->m->pdigest[idx] : NULL;
 	if (f->have && f->have(f->have_ctx, idx, &d) && (!want || !memcmp(d.b, want->b, 32))) {
@@ -277,35 +381,27 @@ static void fetch_one(struct fetch *f, uint32_t idx, struct slot_res *sr)
 	free(en);
 	free(on);
 	free(url);
-	sr->state = 2;
 }
 
-static void *fetcher(void *arg)
+static int emit_one(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
 {
-	struct fetch *f = arg;
-	pthread_mutex_lock(&f->mu);
-	for (;;) {
-		while (!f->stop && f->next_take < f->hi && f->next_take >= f->emitted + f->par)
-			pthread_cond_wait(&f->cv, &f->mu);
-		if (f->stop || f->next_take >= f->hi)
-			break;
-		uint32_t idx = f->next_take++;
-		struct slot_res *sr = &f->slots[idx % f->par];
-		sr->state = 1;
-		struct slot_res tmp = {0};
-		if (f->npool)
-			tmp.b = f->pool[--f->npool];
-		pthread_mutex_unlock(&f->mu);
-		fetch_one(f, idx, &tmp);
-		pthread_mutex_lock(&f->mu);
-		*sr = tmp;
-		pthread_cond_broadcast(&f->cv);
+	struct fetch *f = ctx;
+	uint32_t idx = f->lo + (uint32_t)job;
+	if (sr->state == 3) {
+		(*f->skipped)++;
+		return 0;
 	}
-	pthread_mutex_unlock(&f->mu);
-	return NULL;
+	char *en = dcr_payload_name(idx);
+	int r = en ? f->out.entry(f->out.ctx, en, sr->b.p, sr->b.len, e)
+		   : dcr_err_sys(e, ENOMEM, "pull");
+	free(en);
+	*f->bytes += sr->b.len;
+	if (!r && f->o && f->o->progress)
+		f->o->progress(f->o->progress_ctx, *f->bytes, idx + 1 - (uint64_t)*f->skipped);
+	return r;
 }
 
-/* Fetch [lo, hi) and hand each payload on in order. */
+/* Fetch payloads [lo, hi) and hand each on in order. */
 static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_manifest *m,
 		       int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
 		       unsigned par, uint32_t lo, uint32_t hi, struct dcr_pack_out out,
@@ -315,69 +411,194 @@ static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_m
 	if (lo >= hi)
 		return 0;
 	struct fetch f = {.s = s, .name = name, .m = m, .have = have, .have_ctx = have_ctx,
-			  .lo = lo, .hi = hi, .next_take = lo, .emitted = lo, .par = par};
-	f.slots = dcr_calloc(par, sizeof(*f.slots));
-	f.pool = dcr_calloc(par, sizeof(*f.pool));
-	if (!f.slots || !f.pool) {
-		free(f.slots);
-		free(f.pool);
-		return dcr_err_sys(e, ENOMEM, "pull");
-	}
-	pthread_mutex_init(&f.mu, NULL);
-	pthread_cond_init(&f.cv, NULL);
-	pthread_t th[256];
-	unsigned nth = 0;
-	int r = 0;
-	for (unsigned i = 0; i < par && i < hi - lo; i++)
-		if (!pthread_create(&th[nth], NULL, fetcher, &f))
-			nth++;
-	if (!nth)
-		r = dcr_err_sys(e, EAGAIN, "cannot start a thread");
-	for (uint32_t idx = lo; !r && idx < hi; idx++) {
-		struct slot_res *sr = &f.slots[idx % par];
-		pthread_mutex_lock(&f.mu);
-		while (sr->state < 2)
-			pthread_cond_wait(&f.cv, &f.mu);
-		struct slot_res got = *sr;
-		memset(sr, 0, sizeof(*sr));
-		pthread_mutex_unlock(&f.mu);
-		if (got.state == 3) {
-			(*skipped)++;
-		} else if (got.rc) {
-			*e = got.err;
-			r = got.rc;
-		} else {
-			char *en = dcr_payload_name(idx);
-			r = en ? out.entry(out.ctx, en, got.b.p, got.b.len, e)
-			       : dcr_err_sys(e, ENOMEM, "pull");
-			free(en);
-			*bytes += got.b.len;
-			if (!r && o && o->progress)
-				o->progress(o->progress_ctx, *bytes, idx + 1 - (uint64_t)*skipped);
+			  .lo = lo, .out = out, .o = o, .bytes = bytes, .skipped = skipped};
+	struct ordered q = {.work = fetch_one, .emit = emit_one, .ctx = &f, .n = hi - lo,
+			    .par = par};
+	return run_ordered(&q, e);
+}
+
+/* ---- verified streaming: parts of payloads, checked piece by piece ----
+ *
+ * With the manifest's piece CVs (BLAKE3, 1 MiB pieces) every part of a
+ * payload can be checked on its own, so payloads go out in parts of a few
+ * pieces as they arrive, ranged GETs run in parallel within a payload,
+ * and memory stays at par parts, reused: nothing unchecked is passed on,
+ * and no whole payload is held. */
+#define PART_PIECES 4
+
+struct part {
+	uint32_t idx;  /* payload */
+	uint64_t off;  /* bytes into it */
+	size_t len;
+};
+
+struct stream {
+	struct dcr_store *s;
+	const char *name;
+	const struct dcr_manifest *m;
+	struct part *parts;
+	struct dcr_pack_out out;
+	const struct dcr_xfer_opts *o;
+	uint64_t *bytes;
+};
+
+/* A dcr_hasher that checks the pieces of a part as its bytes arrive:
+ * each piece's BLAKE3 CV (a single piece: the root) against the
+ * manifest's; the trailer is not hashed. */
+struct piece_check {
+	const struct dcr_manifest *m;
+	uint32_t idx;
+	uint64_t pos, end; /* next byte to hash, end of the hashed bytes */
+	int open;
+	long bad; /* first piece that differs, or -1 */
+	struct dcr_blake3 h;
+};
+
+static void piece_check_update(void *ctx, const void *p, size_t n)
+{
+	struct piece_check *c = ctx;
+	const struct dcr_manifest *m = c->m;
+	size_t np = m->piece0[c->idx + 1] - m->piece0[c->idx];
+	uint64_t piece = (uint64_t)1 << m->piece_log2;
+	while (n && c->pos < c->end) {
+		uint64_t k = c->pos >> m->piece_log2, stop = (k + 1) * piece;
+		if (stop > c->end)
+			stop = c->end;
+		if (!c->open) {
+			dcr_blake3_init_at(&c->h, np == 1 ? 0 : c->pos / 1024);
+			c->open = 1;
 		}
-		pthread_mutex_lock(&f.mu);
-		if (!got.b.map && got.b.cap && f.npool < par)
-			f.pool[f.npool++] = got.b;
-		else
-			dcr_blob_free(&got.b);
-		f.emitted = idx + 1;
-		pthread_cond_broadcast(&f.cv);
-		pthread_mutex_unlock(&f.mu);
+		size_t take = stop - c->pos < n ? (size_t)(stop - c->pos) : n;
+		dcr_blake3_update(&c->h, p, take);
+		p = (const uint8_t *)p + take;
+		n -= take;
+		c->pos += take;
+		if (c->pos == stop) {
+			uint8_t got[32];
+			if (np == 1) {
+				dcr_digest d;
+				dcr_blake3_final(&c->h, &d);
+				memcpy(got, d.b, 32);
+			} else {
+				dcr_blake3_final_node(&c->h, got);
+			}
+			if (c->bad < 0 && DCR_CHECKSUM_DIFFERS(got, m->pieces[m->piece0[c->idx] + k]))
+				c->bad = (long)k;
+			c->open = 0;
+		}
 	}
-	pthread_mutex_lock(&f.mu);
-	f.stop = 1;
-	pthread_cond_broadcast(&f.cv);
-	pthread_mutex_unlock(&f.mu);
-	for (unsigned i = 0; i < nth; i++)
-		pthread_join(th[i], NULL);
-	for (unsigned i = 0; i < par; i++)
-		dcr_blob_free(&f.slots[i].b);
-	for (unsigned i = 0; i < f.npool; i++)
-		dcr_blob_free(&f.pool[i]);
-	free(f.slots);
-	free(f.pool);
-	pthread_mutex_destroy(&f.mu);
-	pthread_cond_destroy(&f.cv);
+}
+
+static int check_part(const struct stream *f, const struct part *pt, const uint8_t *buf,
+		      const struct piece_check *c, const char *url, struct dcr_err *e)
+{
+	const struct dcr_manifest *m = f->m;
+	uint64_t size = m->psize[pt->idx];
+	if (pt->off == 0) {
+		/* another payload under this name says so first */
+		struct dcr_payload pl;
+		if (pt->len >= DCR_PAYLOAD_HDR_LEN && !memcmp(buf, DCR_PAYLOAD_MAGIC, 8) &&
+		    get_le32(buf + 64) != pt->idx)
+			return dcr_err_set(e, DCR_EFORMAT, "'%s' holds payload %u", url,
+					   get_le32(buf + 64));
+		int r = dcr_payload_check_head(buf, pt->len, size, url, &pl, e);
+		if (r)
+			return r;
+	}
+	if (c->bad >= 0)
+		return dcr_err_set(e, DCR_EDIGEST,
+				   "'%s' does not match the manifest's digest (piece %ld)", url, c->bad);
+	if (c->open || c->pos != (pt->off + pt->len < c->end ? pt->off + pt->len : c->end))
+		return dcr_err_set(e, -EIO, "'%s': the part at %llu was not hashed whole", url,
+				   (unsigned long long)pt->off);
+	/* the trailer, in the last part */
+	if (pt->off + pt->len == size &&
+	    DCR_CHECKSUM_DIFFERS(m->pdigest[pt->idx].b, buf + pt->len - 32))
+		return dcr_err_set(e, DCR_EDIGEST, "'%s' is corrupt: checksum mismatch", url);
+	return 0;
+}
+
+static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
+{
+	struct stream *f = ctx;
+	const struct part *pt = &f->parts[job];
+	char *en = dcr_payload_name(pt->idx);
+	char *on = en ? obj(f->name, en) : NULL;
+	char *url = on ? dcr_asprintf("%s/%s", dcr_store_url(f->s), on) : NULL;
+	if (!url) {
+		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
+	} else if (sr->b.cap < pt->len) {
+		dcr_blob_free(&sr->b);
+		size_t cap = (size_t)PART_PIECES << f->m->piece_log2;
+		if (cap < pt->len)
+			cap = pt->len;
+		if (!(sr->b.p = malloc(cap)))
+			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "%s", url);
+		else
+			sr->b.cap = cap;
+	}
+	if (!sr->rc) {
+		struct piece_check c = {.m = f->m, .idx = pt->idx, .pos = pt->off,
+					.end = f->m->psize[pt->idx] - 32, .bad = -1};
+		struct dcr_hasher h = {piece_check_update, &c};
+		sr->b.len = pt->len;
+		sr->rc = dcr_store_get_range_hashed(f->s, on, pt->off, pt->len, sr->b.p, &h,
+						    &sr->err);
+		if (sr->rc == DCR_EFORMAT) /* shorter than the manifest says */
+			sr->rc = dcr_err_set(&sr->err, DCR_EFORMAT,
+					     "%s: body is shorter than the manifest's %llu bytes (truncated)",
+					     url, (unsigned long long)f->m->psize[pt->idx]);
+		else if (!sr->rc)
+			sr->rc = check_part(f, pt, sr->b.p, &c, url, &sr->err);
+	}
+	free(en);
+	free(on);
+	free(url);
+}
+
+static int emit_part(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
+{
+	struct stream *f = ctx;
+	const struct part *pt = &f->parts[job];
+	uint64_t size = f->m->psize[pt->idx];
+	int r = 0;
+	if (pt->off == 0) {
+		char *en = dcr_payload_name(pt->idx);
+		r = en ? f->out.begin(f->out.ctx, en, size, e) : dcr_err_sys(e, ENOMEM, "pull");
+		free(en);
+	}
+	r = r ? r : f->out.data(f->out.ctx, sr->b.p, pt->len, e);
+	*f->bytes += pt->len;
+	if (!r && pt->off + pt->len == size) {
+		r = f->out.end(f->out.ctx, e);
+		if (!r && f->o && f->o->progress)
+			f->o->progress(f->o->progress_ctx, *f->bytes, pt->idx + 1);
+	}
+	return r;
+}
+
+static int stream_range(struct dcr_store *s, const char *name, const struct dcr_manifest *m,
+			unsigned par, uint32_t lo, uint32_t hi, struct dcr_pack_out out,
+			const struct dcr_xfer_opts *o, uint64_t *bytes, struct dcr_err *e)
+{
+	uint64_t step = (uint64_t)PART_PIECES << m->piece_log2, n = 0;
+	for (uint32_t i = lo; i < hi; i++)
+		n += (m->psize[i] + step - 1) / step;
+	struct part *parts = n < SIZE_MAX / sizeof(*parts) ? dcr_calloc(n ? n : 1, sizeof(*parts))
+							    : NULL;
+	if (!parts)
+		return dcr_err_sys(e, ENOMEM, "pull");
+	n = 0;
+	for (uint32_t i = lo; i < hi; i++)
+		for (uint64_t off = 0; off < m->psize[i]; off += step)
+			parts[n++] = (struct part){i, off,
+						   (size_t)(m->psize[i] - off < step ? m->psize[i] - off
+										     : step)};
+	struct stream f = {.s = s, .name = name, .m = m, .parts = parts, .out = out, .o = o,
+			   .bytes = bytes};
+	struct ordered q = {.work = fetch_part, .emit = emit_part, .ctx = &f, .n = n, .par = par};
+	int r = run_ordered(&q, e);
+	free(parts);
 	return r;
 }
 
@@ -453,10 +674,14 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 			}
 			dcr_store_names_free(names, n);
 		}
-		/* fetch [next, limit) with par in flight, hand on in order */
+		/* fetch [next, limit) with par in flight, hand on in order:
+		 * piece by piece from a server when the manifest allows */
 		int skipped = 0;
-		r = fetch_range(s, name, have_m ? &m : NULL, have, have_ctx, (unsigned)par, next,
-				limit, out, o, &bytes, &skipped, e);
+		if (have_m && m.pieces && out.begin && !have && !dcr_store_is_local(s))
+			r = stream_range(s, name, &m, (unsigned)par, next, limit, out, o, &bytes, e);
+		else
+			r = fetch_range(s, name, have_m ? &m : NULL, have, have_ctx, (unsigned)par,
+					next, limit, out, o, &bytes, &skipped, e);
 		if (st)
 			st->skipped += skipped;
 		if (r)

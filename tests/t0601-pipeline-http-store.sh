@@ -2,7 +2,12 @@
 # The whole refit through an HTTP store (tests/node/http-store.js on
 # loopback): dcr-diff | dcr-pack | dcr-push http://.../v1, then
 # dcr-pull | dcr-apply; the receiver ends bit-identical to the new
-# checkpoint, and the server saw every payload PUT before the manifest.
+# checkpoint, and the server saw every payload PUT before the manifest and
+# every payload byte GET once. Then payloads of several 4 MiB parts
+# (verified streaming: ranged GETs checked piece by piece): exact, read
+# once; and a corrupt byte in a later part stops the pull with one line
+# naming the object and the piece, after earlier parts went out, and
+# dcr-apply leaves the receiver untouched.
 . "$DCR_SRC/tests/lib-xfer.sh"
 need_node
 start_server http http-store.js --log "$T/log"
@@ -22,6 +27,47 @@ rc_is apply 0
 same "$T/r" "$T/g/v1"
 snapshot "$T/r" >"$T/snap1"
 cmp -s "$T/snap0" "$T/snap1" && fail "the receiver did not change"
-[ "$(grep -c '^GET /store/v1/payload-[0-9]*\.dcrp 200' "$T/log")" = "$n" ] ||
-	fail "dcr-pull did not GET each payload once"
+run_ok dcr-pull -q -o "$T/pp" "$S/v1"
+: >"$T/log"
+run_ok dcr-pull -q "$S/v1"
+[ "$(grep -c '^GET /store/v1/payload-' "$T/log")" = "$n" ] ||
+	fail "dcr-pull did not GET each payload once: $(cat "$T/log")"
+tiled "$T/log" /store/v1 "$T/pp"
+
+# big payloads: two unrelated checkpoints, so that every value changes
+rm -rf "$T/g"
+gen 16M 0
+mv "$T/g/v0" "$T/a"
+gen 16M 0 --seed 2
+mv "$T/g/v0" "$T/g/v1"
+mv "$T/a" "$T/g/v0"
+publish "$S/v2" -s 32M
+run_ok dcr-pull -q -o "$T/p2" "$S/v2"
+big=$(wc -c <"$T/p2/payload-000000.dcrp")
+[ "$big" -gt $((9 << 20)) ] || fail "payload 0 is only $big bytes"
+: >"$T/log"
+receiver r2
+st pull dcr-pull -q "$S/v2" | st apply dcr-apply -q "$T/r2"
+rc_is pull 0
+rc_is apply 0
+same "$T/r2" "$T/g/v1"
+[ "$(grep -c '^GET /store/v2/payload-000000.dcrp 206' "$T/log")" -ge 3 ] ||
+	fail "payload 0 did not come in parts: $(cat "$T/log")"
+tiled "$T/log" /store/v2 "$T/p2"
+
+# one byte off in piece 9 (the third part) of payload 0
+python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[(9 << 20) + 5] ^= 1; open(sys.argv[2], "wb").write(b)' \
+	"$T/p2/payload-000000.dcrp" "$T/bad" || fail "python3"
+curl -sS -f -T "$T/bad" "$S/v2/payload-000000.dcrp" || fail "cannot replace payload 0"
+expect_fail 128 dcr-pull -q "$S/v2"
+contains "$ERR" "$S/v2/payload-000000.dcrp"
+contains "$ERR" "does not match the manifest's digest (piece 9)"
+[ "$(wc -c <"$T/out")" -ge $((8 << 20)) ] || fail "the parts before the bad one did not go out"
+receiver r3
+snapshot "$T/r3" >"$T/snap"
+st pull dcr-pull -q "$S/v2" | st apply dcr-apply -q "$T/r3"
+rc_is pull 128
+rc_is apply 128
+one_line apply dcr-apply
+untouched "$T/r3" "$T/snap"
 exit 0

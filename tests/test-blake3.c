@@ -225,3 +225,55 @@ Test(payload, flipped_or_unknown_flag_refused)
 	cr_assert_eq(dcr_payload_check(b.p, b.len, "p", &pl, &e), DCR_EDIGEST);
 	dcr_buf_free(&b);
 }
+
+/* ---- pieces ---- */
+
+/* Piece CVs add up to the root for every way the last piece can end, and
+ * each piece's CV is what a hasher started at its chunk gives. */
+Test(blake3, pieces_add_up_to_the_root)
+{
+	size_t cap = (5u << 20) + 4096;
+	uint8_t *p = malloc(cap);
+	cr_assert_not_null(p);
+	for (size_t i = 0; i < cap; i++)
+		p[i] = (uint8_t)(i * 2654435761u >> 11);
+	static const unsigned logs[] = {10, 12, 20};
+	for (size_t l = 0; l < 3; l++) {
+		size_t piece = (size_t)1 << logs[l];
+		size_t lens[] = {0, 1, piece - 1, piece, piece + 1, 2 * piece, 2 * piece + 7, 3 * piece,
+				 5 * piece - 1, 7 * piece + 1024, 8 * piece, 9 * piece + 3};
+		for (size_t t = 0; t < sizeof(lens) / sizeof(lens[0]); t++) {
+			size_t n = lens[t];
+			if (n > cap)
+				continue;
+			size_t np = dcr_blake3_npieces(n, logs[l]);
+			cr_assert_eq(np, n ? (n + piece - 1) / piece : 1);
+			uint8_t(*cv)[32] = malloc(np * 32);
+			dcr_digest root, want, again;
+			dcr_blake3_pieces(p, n, logs[l], cv, &root);
+			dcr_blake3(p, n, &want);
+			cr_expect_eq(memcmp(root.b, want.b, 32), 0, "log2 %u, %zu bytes", logs[l], n);
+			dcr_blake3_root_of_pieces((const uint8_t(*)[32])cv, np, &again);
+			cr_expect_eq(memcmp(again.b, want.b, 32), 0, "log2 %u, %zu bytes", logs[l], n);
+			if (np > 1) { /* a piece fed in odd pieces gives the same CV */
+				size_t i = np - 1, off = i * piece;
+				struct dcr_blake3 h;
+				uint8_t c[32];
+				dcr_blake3_init_at(&h, off / 1024);
+				for (size_t o = off; o < n; o += 777)
+					dcr_blake3_update(&h, p + o, n - o < 777 ? n - o : 777);
+				dcr_blake3_final_node(&h, c);
+				cr_expect_eq(memcmp(c, cv[i], 32), 0, "last piece of %zu bytes", n);
+				/* and a changed byte changes that piece's CV only */
+				p[off] ^= 1;
+				dcr_blake3_init_at(&h, off / 1024);
+				dcr_blake3_update(&h, p + off, n - off);
+				dcr_blake3_final_node(&h, c);
+				p[off] ^= 1;
+				cr_expect_neq(memcmp(c, cv[i], 32), 0);
+			}
+			free(cv);
+		}
+	}
+	free(p);
+}
