@@ -495,7 +495,7 @@ void dcr_blake3_pieces(const void *p, size_t n, unsigned log2, uint8_t (*cv)[32]
 
 size_t dcr_blake3_npieces(uint64_t n, unsigned log2)
 {
-	uint64_t np = (n + ((uint64_t)1 << log2) - 1) >> log2;
+	uint64_t np = (n >> log2) + ((n & (((uint64_t)1 << log2) - 1)) != 0);
 	return np ? (size_t)np : 1;
 }
 

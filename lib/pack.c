@@ -361,7 +361,7 @@ static int parse_pieces(struct dcr_rd *rd, const char *what, struct dcr_manifest
 		return -ENOMEM;
 	size_t total = 0;
 	for (uint32_t i = 0; i < m->npayloads; i++) {
-		if (m->psize[i] < DCR_PAYLOAD_HDR_LEN + 32)
+		if (m->psize[i] < DCR_PAYLOAD_HDR_LEN + 32 || m->psize[i] > DCR_PAYLOAD_MAX_FILE)
 			return dcr_err_set(e, DCR_EFORMAT, "%s: payload %u is %llu bytes", what, i,
 					   (unsigned long long)m->psize[i]);
 		m->piece0[i] = total;

@@ -31,6 +31,7 @@
 #define DCR_PACK_VERSION 1
 #define DCR_PAYLOAD_HDR_LEN 96
 #define DCR_PAYLOAD_MAX_RAW (1ull << 32) /* 4 GiB decompressed at most */
+#define DCR_PAYLOAD_MAX_FILE (1ull << 33) /* a sanity bound on sizes manifests list */
 #define DCR_MANIFEST_NAME "manifest.dcrm"
 #define DCR_MANIFEST_MAX (1u << 30)
 #define DCR_DEFAULT_PAYLOAD_SIZE (64u << 20)

@@ -582,8 +582,8 @@ static int stream_range(struct dcr_store *s, const char *name, const struct dcr_
 			const struct dcr_xfer_opts *o, uint64_t *bytes, struct dcr_err *e)
 {
 	uint64_t step = (uint64_t)PART_PIECES << m->piece_log2, n = 0;
-	for (uint32_t i = lo; i < hi; i++)
-		n += (m->psize[i] + step - 1) / step;
+	for (uint32_t i = lo; i < hi; i++) /* sizes are bounded: dcr_manifest_parse */
+		n += m->psize[i] / step + (m->psize[i] % step != 0);
 	struct part *parts = n < SIZE_MAX / sizeof(*parts) ? dcr_calloc(n ? n : 1, sizeof(*parts))
 							    : NULL;
 	if (!parts)
