@@ -234,3 +234,20 @@ int cmd_store_option(int c, const char *arg, struct dcr_store_opts *so, int *par
 		return 0;
 	}
 }
+
+uint64_t cmd_parse_size(const char *s)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t mul = 1;
+	if (*end == 'K' || *end == 'k')
+		mul = 1 << 10, end++;
+	else if (*end == 'M' || *end == 'm')
+		mul = 1 << 20, end++;
+	else if (*end == 'G' || *end == 'g')
+		mul = 1 << 30, end++;
+	if (errno || *end || !v || v > (4ull << 30) / mul)
+		return 0;
+	return v * mul;
+}

@@ -65,4 +65,8 @@ void cmd_common_option(int c, const char *usage);
 /* Flush and check stdout; exit 128 on a write error such as ENOSPC. */
 int cmd_finish(int code);
 
+/* A size: digits and an optional K, M or G (powers of 1024), 1 to 4 GiB;
+ * 0 when malformed. */
+uint64_t cmd_parse_size(const char *s);
+
 #endif

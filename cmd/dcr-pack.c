@@ -40,23 +40,6 @@ static const char usage[] =
 	"\n"
 	"Exit status: 0 success, 128 error, 129 usage error.\n";
 
-static uint64_t parse_size(const char *s)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	uint64_t mul = 1;
-	if (*end == 'K' || *end == 'k')
-		mul = 1 << 10, end++;
-	else if (*end == 'M' || *end == 'm')
-		mul = 1 << 20, end++;
-	else if (*end == 'G' || *end == 'g')
-		mul = 1 << 30, end++;
-	if (errno || *end || !v || v > (4ull << 30) / mul)
-		return 0;
-	return v * mul;
-}
-
 static int list_pack(const char *path, int porcelain, char eol)
 {
 	struct dcr_err e = {0};
@@ -182,7 +165,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'o': output = optarg; break;
 		case 's':
-			if (!(o.payload_size = parse_size(optarg)))
+			if (!(o.payload_size = cmd_parse_size(optarg)))
 				cmd_usage_error(usage, "bad --payload-size '%s'", optarg);
 			break;
 		case 'd':

@@ -27,6 +27,8 @@ static const char usage[] =
 	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE    CA certificates for https\n"
 	"  -j, --parallel N     downloads in flight (default 4)\n"
+	"      --part-size SIZE from a server: bytes per ranged GET, whole 1 MiB\n"
+	"                       pieces (default 16M; K, M, G)\n"
 	"      --retries N      retries of a failed request (default 5)\n"
 	"      --progress       show progress on stderr\n"
 	"      --no-progress    do not show progress\n"
@@ -81,6 +83,7 @@ int main(int argc, char **argv)
 		{"output", required_argument, NULL, 'o'},
 		{"wait", required_argument, NULL, 'W'},
 		{"dense", no_argument, NULL, 'D'},
+		{"part-size", required_argument, NULL, 'P'},
 		CMD_STORE_LONGOPTS,
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
@@ -103,6 +106,10 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'D': xo.dense = 1; break;
+		case 'P':
+			if (!(xo.part_size = cmd_parse_size(optarg)))
+				cmd_usage_error(usage, "bad --part-size '%s'", optarg);
+			break;
 		default:
 			if (!cmd_store_option(c, optarg, &so, &xo.parallel, usage))
 				cmd_common_option(c, usage);

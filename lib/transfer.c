@@ -420,12 +420,11 @@ static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_m
 /* ---- verified streaming: parts of payloads, checked piece by piece ----
  *
  * With the manifest's piece CVs (BLAKE3, 1 MiB pieces) every part of a
- * payload can be checked on its own, so payloads go out in parts of a few
- * pieces as they arrive, ranged GETs run in parallel within a payload,
+ * payload can be checked on its own, so payloads go out in parts (16 MiB
+ * by default: object stores want ranges of 8-16 MB to amortize a
+ * request) as they arrive, ranged GETs run in parallel within a payload,
  * and memory stays at par parts, reused: nothing unchecked is passed on,
  * and no whole payload is held. */
-#define PART_PIECES 4
-
 struct part {
 	uint32_t idx;  /* payload */
 	uint64_t off;  /* bytes into it */
@@ -437,6 +436,7 @@ struct stream {
 	const char *name;
 	const struct dcr_manifest *m;
 	struct part *parts;
+	size_t part_cap; /* bytes of the largest part */
 	struct dcr_pack_out out;
 	const struct dcr_xfer_opts *o;
 	uint64_t *bytes;
@@ -529,13 +529,10 @@ static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
 		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
 	} else if (sr->b.cap < pt->len) {
 		dcr_blob_free(&sr->b);
-		size_t cap = (size_t)PART_PIECES << f->m->piece_log2;
-		if (cap < pt->len)
-			cap = pt->len;
-		if (!(sr->b.p = malloc(cap)))
+		if (!(sr->b.p = malloc(f->part_cap)))
 			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "%s", url);
 		else
-			sr->b.cap = cap;
+			sr->b.cap = f->part_cap;
 	}
 	if (!sr->rc) {
 		struct piece_check c = {.m = f->m, .idx = pt->idx, .pos = pt->off,
@@ -581,7 +578,9 @@ static int stream_range(struct dcr_store *s, const char *name, const struct dcr_
 			unsigned par, uint32_t lo, uint32_t hi, struct dcr_pack_out out,
 			const struct dcr_xfer_opts *o, uint64_t *bytes, struct dcr_err *e)
 {
-	uint64_t step = (uint64_t)PART_PIECES << m->piece_log2, n = 0;
+	uint64_t piece = (uint64_t)1 << m->piece_log2, n = 0;
+	uint64_t want = o && o->part_size ? o->part_size : DCR_PART_SIZE;
+	uint64_t step = want < piece ? piece : want / piece * piece;
 	for (uint32_t i = lo; i < hi; i++) /* sizes are bounded: dcr_manifest_parse */
 		n += m->psize[i] / step + (m->psize[i] % step != 0);
 	struct part *parts = n < SIZE_MAX / sizeof(*parts) ? dcr_calloc(n ? n : 1, sizeof(*parts))
@@ -594,8 +593,11 @@ static int stream_range(struct dcr_store *s, const char *name, const struct dcr_
 			parts[n++] = (struct part){i, off,
 						   (size_t)(m->psize[i] - off < step ? m->psize[i] - off
 										     : step)};
-	struct stream f = {.s = s, .name = name, .m = m, .parts = parts, .out = out, .o = o,
-			   .bytes = bytes};
+	struct stream f = {.s = s, .name = name, .m = m, .parts = parts, .part_cap = 1, .out = out,
+			   .o = o, .bytes = bytes};
+	for (uint64_t i = 0; i < n; i++)
+		if (parts[i].len > f.part_cap)
+			f.part_cap = parts[i].len;
 	struct ordered q = {.work = fetch_part, .emit = emit_part, .ctx = &f, .n = n, .par = par};
 	int r = run_ordered(&q, e);
 	free(parts);

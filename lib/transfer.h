@@ -8,10 +8,14 @@
 /* Split "STORE/NAME" at its last '/' into a store URL and a pack name. */
 int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_err *e);
 
+#define DCR_PART_SIZE (16u << 20)
+
 struct dcr_xfer_opts {
 	int parallel;        /* transfers in flight (default 4) */
 	double wait_s;       /* pull: follow a pack being pushed for this long */
 	int dense;           /* pull: the pack must be a dense copy */
+	uint64_t part_size;  /* pull from a server: bytes per ranged GET, rounded
+				up to whole pieces (default DCR_PART_SIZE) */
 	/* called after each payload: bytes moved so far, payloads moved so far */
 	void (*progress)(void *ctx, uint64_t bytes, uint64_t payloads);
 	void *progress_ctx;

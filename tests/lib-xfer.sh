@@ -81,7 +81,8 @@ publish() {
 tiled() {
 	for f in $(cd "$3" && ls payload-*.dcrp); do
 		size=$(wc -c <"$3/$f")
-		grep "^GET $2/$f 20[06]" "$1" | grep -v ' CUT' | awk -v size="$size" -v f="$f" '
+		grep "^GET $2/$f 20[06]" "$1" | grep -v ' CUT' | awk -v size="$size" '
+			BEGIN { n = 0 }
 			$3 == 200 { lo[n] = 0; hi[n++] = size - 1; next }
 			{ split(substr($4, 13), r, "-"); lo[n] = r[1] + 0; hi[n++] = r[2] + 0 }
 			END {

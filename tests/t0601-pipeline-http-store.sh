@@ -3,9 +3,10 @@
 # loopback): dcr-diff | dcr-pack | dcr-push http://.../v1, then
 # dcr-pull | dcr-apply; the receiver ends bit-identical to the new
 # checkpoint, and the server saw every payload PUT before the manifest and
-# every payload byte GET once. Then payloads of several 4 MiB parts
-# (verified streaming: ranged GETs checked piece by piece): exact, read
-# once; and a corrupt byte in a later part stops the pull with one line
+# every payload byte GET once. Then payloads of several parts
+# (--part-size 4M; verified streaming: ranged GETs checked piece by
+# piece): exact, read once; a part size that is no whole number of pieces
+# rounds down to one; and a corrupt byte in a later part stops the pull with one line
 # naming the object and the piece, after earlier parts went out, and
 # dcr-apply leaves the receiver untouched.
 . "$DCR_SRC/tests/lib-xfer.sh"
@@ -47,25 +48,33 @@ big=$(wc -c <"$T/p2/payload-000000.dcrp")
 [ "$big" -gt $((9 << 20)) ] || fail "payload 0 is only $big bytes"
 : >"$T/log"
 receiver r2
-st pull dcr-pull -q "$S/v2" | st apply dcr-apply -q "$T/r2"
+st pull dcr-pull -q --part-size 4M "$S/v2" | st apply dcr-apply -q "$T/r2"
 rc_is pull 0
 rc_is apply 0
 same "$T/r2" "$T/g/v1"
 [ "$(grep -c '^GET /store/v2/payload-000000.dcrp 206' "$T/log")" -ge 3 ] ||
 	fail "payload 0 did not come in parts: $(cat "$T/log")"
 tiled "$T/log" /store/v2 "$T/p2"
+: >"$T/log"
+run_ok dcr-pull -q --part-size 1500K "$S/v2"
+grep -q '^GET /store/v2/payload-000000.dcrp 206 range=bytes=0-1048575$' "$T/log" ||
+	fail "--part-size 1500K did not make 1 MiB parts: $(head -3 "$T/log")"
+tiled "$T/log" /store/v2 "$T/p2"
+rc=0
+dcr-pull --part-size 0 "$S/v2" >"$T/out" 2>"$T/err" || rc=$?
+[ "$rc" = 129 ] || fail "--part-size 0 exited $rc, want 129"
 
 # one byte off in piece 9 (the third part) of payload 0
 python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[(9 << 20) + 5] ^= 1; open(sys.argv[2], "wb").write(b)' \
 	"$T/p2/payload-000000.dcrp" "$T/bad" || fail "python3"
 curl -sS -f -T "$T/bad" "$S/v2/payload-000000.dcrp" || fail "cannot replace payload 0"
-expect_fail 128 dcr-pull -q "$S/v2"
+expect_fail 128 dcr-pull -q --part-size 4M "$S/v2"
 contains "$ERR" "$S/v2/payload-000000.dcrp"
 contains "$ERR" "does not match the manifest's digest (piece 9)"
 [ "$(wc -c <"$T/out")" -ge $((8 << 20)) ] || fail "the parts before the bad one did not go out"
 receiver r3
 snapshot "$T/r3" >"$T/snap"
-st pull dcr-pull -q "$S/v2" | st apply dcr-apply -q "$T/r3"
+st pull dcr-pull -q --part-size 4M "$S/v2" | st apply dcr-apply -q "$T/r3"
 rc_is pull 128
 rc_is apply 128
 one_line apply dcr-apply
