@@ -180,15 +180,22 @@ void cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_ta
 {
 	*tar = NULL;
 	if (strcmp(output, "-")) {
-		*out = (struct dcr_pack_out){.entry = dcr_pack_dir_entry, .ctx = (void *)output};
+		*out = (struct dcr_pack_out){.entry = dcr_pack_dir_entry,
+					     .ctx = (void *)output,
+					     .stage = dcr_pack_dir_stage,
+					     .commit = dcr_pack_dir_commit,
+					     .drop = dcr_pack_dir_drop};
 		return;
 	}
 	struct dcr_err e = {0};
 	int fd = cmd_open_output("-");
 	if (dcr_tar_out_open(fd, tar, &e))
 		cmd_die_err(&e, EXIT_FATAL);
-	*out = (struct dcr_pack_out){dcr_tar_out_entry, *tar, dcr_tar_out_begin, dcr_tar_out_data,
-				     dcr_tar_out_end};
+	*out = (struct dcr_pack_out){.entry = dcr_tar_out_entry,
+				     .ctx = *tar,
+				     .begin = dcr_tar_out_begin,
+				     .data = dcr_tar_out_data,
+				     .end = dcr_tar_out_end};
 }
 
 int cmd_pack_output_close(struct dcr_tar_out *tar, int r, struct dcr_err *e)

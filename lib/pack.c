@@ -756,6 +756,45 @@ int dcr_pack_dir_entry(void *ctx, const char *name, const uint8_t *buf, size_t l
 	return r;
 }
 
+int dcr_pack_dir_stage(void *ctx, const char *name, const uint8_t *buf, size_t len, void **tok,
+		       struct dcr_err *e)
+{
+	const char *dir = ctx;
+	struct dcr_atomic *a = dcr_calloc(1, sizeof(*a));
+	char *path = a ? dcr_path_join(dir, name) : NULL;
+	int r = !path ? dcr_err_sys(e, ENOMEM, "%s", dir) : dcr_mkdir_p(dir, e);
+	if (!r && !(r = dcr_atomic_open(a, path, e))) {
+		if ((r = dcr_write_full(a->fd, buf, len)))
+			r = dcr_err_sys(e, -r, "cannot write '%s'", a->tmp);
+		else
+			r = dcr_atomic_sync(a, e);
+		if (r)
+			dcr_atomic_abort(a);
+	}
+	free(path);
+	if (r) {
+		free(a);
+		return r;
+	}
+	*tok = a;
+	return 0;
+}
+
+int dcr_pack_dir_commit(void *ctx, void *tok, struct dcr_err *e)
+{
+	(void)ctx;
+	int r = dcr_atomic_commit(tok, e);
+	free(tok);
+	return r;
+}
+
+void dcr_pack_dir_drop(void *ctx, void *tok)
+{
+	(void)ctx;
+	dcr_atomic_abort(tok);
+	free(tok);
+}
+
 struct dcr_tar_out {
 	struct archive *a;
 	int fd;

@@ -149,6 +149,13 @@ struct dcr_pack_out {
 	int (*begin)(void *ctx, const char *name, uint64_t len, struct dcr_err *e);
 	int (*data)(void *ctx, const uint8_t *buf, size_t len, struct dcr_err *e);
 	int (*end)(void *ctx, struct dcr_err *e);
+	/* optional, for directories: write and fsync an entry from any thread
+	 * (stage), then make the staged entries visible in order (commit), or
+	 * drop them: dcr-pull -o DIR flushes several payloads at once */
+	int (*stage)(void *ctx, const char *name, const uint8_t *buf, size_t len, void **tok,
+		     struct dcr_err *e);
+	int (*commit)(void *ctx, void *tok, struct dcr_err *e);
+	void (*drop)(void *ctx, void *tok);
 };
 
 struct dcr_pack_opts {
@@ -173,6 +180,10 @@ int dcr_pack(struct dcr_source src, const char *what, const struct dcr_pack_opts
 struct dcr_pack_dir;
 int dcr_pack_dir_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
 		       struct dcr_err *e); /* ctx: const char *dir */
+int dcr_pack_dir_stage(void *ctx, const char *name, const uint8_t *buf, size_t len, void **tok,
+		       struct dcr_err *e);
+int dcr_pack_dir_commit(void *ctx, void *tok, struct dcr_err *e);
+void dcr_pack_dir_drop(void *ctx, void *tok);
 struct dcr_tar_out;
 int dcr_tar_out_open(int fd, struct dcr_tar_out **out, struct dcr_err *e);
 int dcr_tar_out_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,

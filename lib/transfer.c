@@ -236,11 +236,13 @@ struct slot_res {
 	int state; /* 0 empty, 1 working, 2 ready, 3 on hand (skipped) */
 	int rc;
 	struct dcr_err err;
+	void *tok; /* staged output (dcr_pack_out.stage), or NULL */
 };
 
 struct ordered {
 	void (*work)(void *ctx, uint64_t job, struct slot_res *sr);
 	int (*emit)(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e);
+	void (*discard)(void *ctx, struct slot_res *sr); /* a result never emitted */
 	void *ctx;
 	uint64_t n, next_take, emitted;
 	unsigned par;
@@ -313,6 +315,8 @@ static int run_ordered(struct ordered *f, struct dcr_err *e)
 		} else {
 			r = f->emit(f->ctx, job, &got, e);
 		}
+		if (got.tok && f->discard)
+			f->discard(f->ctx, &got);
 		pthread_mutex_lock(&f->mu);
 		if (!got.b.map && got.b.cap && f->npool < par)
 			f->pool[f->npool++] = got.b;
@@ -328,8 +332,11 @@ static int run_ordered(struct ordered *f, struct dcr_err *e)
 	pthread_mutex_unlock(&f->mu);
 	for (unsigned i = 0; i < nth; i++)
 		pthread_join(th[i], NULL);
-	for (unsigned i = 0; i < par; i++)
+	for (unsigned i = 0; i < par; i++) {
+		if (f->slots[i].tok && f->discard)
+			f->discard(f->ctx, &f->slots[i]);
 		dcr_blob_free(&f->slots[i].b);
+	}
 	for (unsigned i = 0; i < f->npool; i++)
 		dcr_blob_free(&f->pool[i]);
 	free(f->slots);
@@ -378,6 +385,10 @@ static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 				 : check_payload(url, sr->b.p, sr->b.len, idx, &sum, want, &sr->err);
 	else
 		dcr_payload_hash_final(&ph, &sum); /* frees it */
+	/* checked: write it out (and flush it) here, in parallel, where the
+	 * output can; the caller makes it visible in order */
+	if (!sr->rc && f->out.stage && en)
+		sr->rc = f->out.stage(f->out.ctx, en, sr->b.p, sr->b.len, &sr->tok, &sr->err);
 	free(en);
 	free(on);
 	free(url);
@@ -391,14 +402,27 @@ static int emit_one(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err
 		(*f->skipped)++;
 		return 0;
 	}
-	char *en = dcr_payload_name(idx);
-	int r = en ? f->out.entry(f->out.ctx, en, sr->b.p, sr->b.len, e)
-		   : dcr_err_sys(e, ENOMEM, "pull");
-	free(en);
+	int r;
+	if (sr->tok) {
+		r = f->out.commit(f->out.ctx, sr->tok, e);
+		sr->tok = NULL;
+	} else {
+		char *en = dcr_payload_name(idx);
+		r = en ? f->out.entry(f->out.ctx, en, sr->b.p, sr->b.len, e)
+		       : dcr_err_sys(e, ENOMEM, "pull");
+		free(en);
+	}
 	*f->bytes += sr->b.len;
 	if (!r && f->o && f->o->progress)
 		f->o->progress(f->o->progress_ctx, *f->bytes, idx + 1 - (uint64_t)*f->skipped);
 	return r;
+}
+
+static void drop_one(void *ctx, struct slot_res *sr)
+{
+	struct fetch *f = ctx;
+	f->out.drop(f->out.ctx, sr->tok);
+	sr->tok = NULL;
 }
 
 /* Fetch payloads [lo, hi) and hand each on in order. */
@@ -412,8 +436,8 @@ static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_m
 		return 0;
 	struct fetch f = {.s = s, .name = name, .m = m, .have = have, .have_ctx = have_ctx,
 			  .lo = lo, .out = out, .o = o, .bytes = bytes, .skipped = skipped};
-	struct ordered q = {.work = fetch_one, .emit = emit_one, .ctx = &f, .n = hi - lo,
-			    .par = par};
+	struct ordered q = {.work = fetch_one, .emit = emit_one, .discard = drop_one, .ctx = &f,
+			    .n = hi - lo, .par = par};
 	return run_ordered(&q, e);
 }
 

@@ -297,14 +297,22 @@ int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
 	return dcr_err_sys(e, ENOMEM, "cannot create a temporary file for '%s'", final);
 }
 
-int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e)
+int dcr_atomic_sync(struct dcr_atomic *a, struct dcr_err *e)
 {
+	if (a->fd < 0)
+		return 0;
 	int r = 0;
 	if (fsync(a->fd))
 		r = dcr_err_sys(e, errno, "cannot fsync '%s'", a->tmp);
 	if (close(a->fd) && !r)
 		r = dcr_err_sys(e, errno, "cannot close '%s'", a->tmp);
 	a->fd = -1;
+	return r;
+}
+
+int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e)
+{
+	int r = dcr_atomic_sync(a, e);
 	if (!r && rename(a->tmp, a->final))
 		r = dcr_err_sys(e, errno, "cannot rename '%s' to '%s'", a->tmp, a->final);
 	if (!r)

@@ -102,6 +102,9 @@ struct dcr_atomic {
 };
 int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e);
 int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e);
+/* The first half of commit: fsync and close the temporary file (any
+ * thread, ahead of an ordered commit). */
+int dcr_atomic_sync(struct dcr_atomic *a, struct dcr_err *e);
 void dcr_atomic_abort(struct dcr_atomic *a);
 /* Write a whole small file atomically. */
 int dcr_write_file_atomic(const char *path, const void *buf, size_t n,

@@ -70,6 +70,20 @@ for S in "$T/store" "$H"; do
 	put_obj "$S" v1/manifest.dcrm "$T/bad"
 	broken "$S" manifest.dcrm "is corrupt: checksum mismatch"
 	restore "$S" manifest.dcrm
+	# into a directory: payloads are written and flushed in parallel, made
+	# visible in order; a bad one leaves those before it, no temporary
+	# file and no manifest, and a second pull finishes the job
+	put_obj "$S" "v1/$P1" "$T/other/$P1"
+	rm -rf "$T/o"
+	expect_fail 128 dcr-pull -q -o "$T/o" "$S/v1"
+	contains "$ERR" "$S/v1/$P1"
+	[ -f "$T/o/payload-000000.dcrp" ] || fail "payload 0 is not in the directory"
+	[ ! -e "$T/o/$P1" ] && [ ! -e "$T/o/manifest.dcrm" ] || fail "a bad pull left $(ls "$T/o")"
+	[ -z "$(ls -A "$T/o" | grep tmp)" ] || fail "temporary files left: $(ls -A "$T/o")"
+	restore "$S" $P1
+	run_ok dcr-pull -q -o "$T/o" "$S/v1"
+	for f in $(ls "$T/p"); do cmp -s "$T/p/$f" "$T/o/$f" || fail "$f differs after the second pull"; done
+	[ -z "$(ls -A "$T/o" | grep tmp)" ] || fail "temporary files left: $(ls -A "$T/o")"
 	# all restored: the same pull now works
 	receiver ok
 	st pull dcr-pull -q "$S/v1" | st apply dcr-apply -q "$T/ok"
