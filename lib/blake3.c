@@ -435,6 +435,11 @@ void dcr_blake3_final_node(const struct dcr_blake3 *h, uint8_t cv[32])
 	finish(h, 0, cv);
 }
 
+void dcr_blake3_final_piece(const struct dcr_blake3 *h, size_t npieces, uint8_t cv[32])
+{
+	finish(h, npieces == 1 ? ROOT : 0, cv);
+}
+
 static void finish(const struct dcr_blake3 *h, uint32_t root, uint8_t out[32])
 {
 	/* The last node: the open chunk (possibly empty, for empty input),
@@ -479,17 +484,12 @@ void dcr_blake3_pieces(const void *p, size_t n, unsigned log2, uint8_t (*cv)[32]
 		       dcr_digest *root)
 {
 	size_t piece = (size_t)1 << log2, np = dcr_blake3_npieces(n, log2);
-	if (np == 1) {
-		dcr_blake3(p, n, root);
-		memcpy(cv[0], root->b, 32);
-		return;
-	}
 	for (size_t i = 0; i < np; i++) {
 		struct dcr_blake3 h;
 		size_t off = i * piece;
 		dcr_blake3_init_at(&h, (uint64_t)off / CHUNK_LEN);
 		dcr_blake3_update(&h, (const uint8_t *)p + off, n - off < piece ? n - off : piece);
-		dcr_blake3_final_node(&h, cv[i]);
+		dcr_blake3_final_piece(&h, np, cv[i]);
 	}
 	dcr_blake3_root_of_pieces(cv, np, root);
 }

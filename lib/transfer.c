@@ -346,6 +346,26 @@ static int run_ordered(struct ordered *f, struct dcr_err *e)
 	return r;
 }
 
+/* Payload idx of pack name: its entry name, object name and URL (for
+ * messages); url is NULL when memory ran out. */
+struct pnames {
+	char *en, *on, *url;
+};
+
+static void pnames_get(struct dcr_store *s, const char *name, uint32_t idx, struct pnames *n)
+{
+	n->en = dcr_payload_name(idx);
+	n->on = n->en ? obj(name, n->en) : NULL;
+	n->url = n->on ? dcr_asprintf("%s/%s", dcr_store_url(s), n->on) : NULL;
+}
+
+static void pnames_free(struct pnames *n)
+{
+	free(n->en);
+	free(n->on);
+	free(n->url);
+}
+
 /* ---- whole payloads: fetched, checked, handed on ---- */
 
 struct fetch {
@@ -371,27 +391,24 @@ static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 		sr->state = 3;
 		return;
 	}
-	char *en = dcr_payload_name(idx);
-	char *on = en ? obj(f->name, en) : NULL;
-	char *url = on ? dcr_asprintf("%s/%s", dcr_store_url(f->s), on) : NULL;
+	struct pnames pn;
+	pnames_get(f->s, f->name, idx, &pn);
 	struct dcr_payload_hash ph;
 	struct dcr_hasher h = {dcr_payload_hash_update, &ph};
 	dcr_payload_hash_init(&ph);
-	if (!url)
+	if (!pn.url)
 		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
-	else if (!(sr->rc = dcr_store_get_blob_hashed(f->s, on, &sr->b, 32, &h, &sr->err)))
+	else if (!(sr->rc = dcr_store_get_blob_hashed(f->s, pn.on, &sr->b, 32, &h, &sr->err)))
 		sr->rc = dcr_payload_hash_final(&ph, &sum)
-				 ? dcr_err_sys(&sr->err, ENOMEM, "%s", url)
-				 : check_payload(url, sr->b.p, sr->b.len, idx, &sum, want, &sr->err);
+				 ? dcr_err_sys(&sr->err, ENOMEM, "%s", pn.url)
+				 : check_payload(pn.url, sr->b.p, sr->b.len, idx, &sum, want, &sr->err);
 	else
 		dcr_payload_hash_final(&ph, &sum); /* frees it */
 	/* checked: write it out (and flush it) here, in parallel, where the
 	 * output can; the caller makes it visible in order */
-	if (!sr->rc && f->out.stage && en)
-		sr->rc = f->out.stage(f->out.ctx, en, sr->b.p, sr->b.len, &sr->tok, &sr->err);
-	free(en);
-	free(on);
-	free(url);
+	if (!sr->rc && f->out.stage)
+		sr->rc = f->out.stage(f->out.ctx, pn.en, sr->b.p, sr->b.len, &sr->tok, &sr->err);
+	pnames_free(&pn);
 }
 
 static int emit_one(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
@@ -489,7 +506,7 @@ static void piece_check_update(void *ctx, const void *p, size_t n)
 		if (stop > c->end)
 			stop = c->end;
 		if (!c->open) {
-			dcr_blake3_init_at(&c->h, np == 1 ? 0 : c->pos / 1024);
+			dcr_blake3_init_at(&c->h, c->pos / 1024);
 			c->open = 1;
 		}
 		size_t take = stop - c->pos < n ? (size_t)(stop - c->pos) : n;
@@ -499,13 +516,7 @@ static void piece_check_update(void *ctx, const void *p, size_t n)
 		c->pos += take;
 		if (c->pos == stop) {
 			uint8_t got[32];
-			if (np == 1) {
-				dcr_digest d;
-				dcr_blake3_final(&c->h, &d);
-				memcpy(got, d.b, 32);
-			} else {
-				dcr_blake3_final_node(&c->h, got);
-			}
+			dcr_blake3_final_piece(&c->h, np, got);
 			if (c->bad < 0 && DCR_CHECKSUM_DIFFERS(got, m->pieces[m->piece0[c->idx] + k]))
 				c->bad = (long)k;
 			c->open = 0;
@@ -546,9 +557,9 @@ static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
 {
 	struct stream *f = ctx;
 	const struct part *pt = &f->parts[job];
-	char *en = dcr_payload_name(pt->idx);
-	char *on = en ? obj(f->name, en) : NULL;
-	char *url = on ? dcr_asprintf("%s/%s", dcr_store_url(f->s), on) : NULL;
+	struct pnames pn;
+	pnames_get(f->s, f->name, pt->idx, &pn);
+	const char *url = pn.url;
 	if (!url) {
 		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
 	} else if (sr->b.cap < pt->len) {
@@ -563,7 +574,7 @@ static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
 					.end = f->m->psize[pt->idx] - 32, .bad = -1};
 		struct dcr_hasher h = {piece_check_update, &c};
 		sr->b.len = pt->len;
-		sr->rc = dcr_store_get_range_hashed(f->s, on, pt->off, pt->len, sr->b.p, &h,
+		sr->rc = dcr_store_get_range_hashed(f->s, pn.on, pt->off, pt->len, sr->b.p, &h,
 						    &sr->err);
 		if (sr->rc == DCR_EFORMAT) /* shorter than the manifest says */
 			sr->rc = dcr_err_set(&sr->err, DCR_EFORMAT,
@@ -572,9 +583,7 @@ static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
 		else if (!sr->rc)
 			sr->rc = check_part(f, pt, sr->b.p, &c, url, &sr->err);
 	}
-	free(en);
-	free(on);
-	free(url);
+	pnames_free(&pn);
 }
 
 static int emit_part(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
@@ -611,17 +620,16 @@ static int stream_range(struct dcr_store *s, const char *name, const struct dcr_
 							    : NULL;
 	if (!parts)
 		return dcr_err_sys(e, ENOMEM, "pull");
-	n = 0;
-	for (uint32_t i = lo; i < hi; i++)
-		for (uint64_t off = 0; off < m->psize[i]; off += step)
-			parts[n++] = (struct part){i, off,
-						   (size_t)(m->psize[i] - off < step ? m->psize[i] - off
-										     : step)};
 	struct stream f = {.s = s, .name = name, .m = m, .parts = parts, .part_cap = 1, .out = out,
 			   .o = o, .bytes = bytes};
-	for (uint64_t i = 0; i < n; i++)
-		if (parts[i].len > f.part_cap)
-			f.part_cap = parts[i].len;
+	n = 0;
+	for (uint32_t i = lo; i < hi; i++)
+		for (uint64_t off = 0; off < m->psize[i]; off += step) {
+			size_t len = (size_t)(m->psize[i] - off < step ? m->psize[i] - off : step);
+			parts[n++] = (struct part){i, off, len};
+			if (len > f.part_cap)
+				f.part_cap = len;
+		}
 	struct ordered q = {.work = fetch_part, .emit = emit_part, .ctx = &f, .n = n, .par = par};
 	int r = run_ordered(&q, e);
 	free(parts);

@@ -178,6 +178,8 @@ int dcr_blake3_simd(int on); /* tests: 0 forces the portable code; returns the o
  * node: fed one piece at its chunk, that is the piece's CV. */
 void dcr_blake3_init_at(struct dcr_blake3 *h, uint64_t first_chunk);
 void dcr_blake3_final_node(const struct dcr_blake3 *h, uint8_t cv[32]);
+/* The CV of a piece of an input of npieces: a single piece is the root. */
+void dcr_blake3_final_piece(const struct dcr_blake3 *h, size_t npieces, uint8_t cv[32]);
 size_t dcr_blake3_npieces(uint64_t n, unsigned log2); /* at least 1 */
 /* cv gets npieces CVs (a single piece: the root itself) and root the hash. */
 void dcr_blake3_pieces(const void *p, size_t n, unsigned log2, uint8_t (*cv)[32],
