@@ -1226,8 +1226,21 @@ static int sink_mem(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_
 	return dcr_buf_add(b, p, n) ? -ENOMEM : 0;
 }
 
-/* sink_mem, hashing all but the last tail bytes while they are in cache */
+/* Feed h the bytes of p from *fed up to have, while they are in cache: in
+ * whole 64 KiB steps (which BLAKE3 hashes eight chunks at a time), or
+ * with last, all of them. */
 #define HASH_STEP (64u << 10)
+static void feed_hasher(const struct dcr_hasher *h, const uint8_t *p, size_t *fed, size_t have,
+			int last)
+{
+	if (have <= *fed || (!last && have - *fed < HASH_STEP))
+		return;
+	size_t k = last ? have - *fed : (have - *fed) / HASH_STEP * HASH_STEP;
+	h->update(h->ctx, p + *fed, k);
+	*fed += k;
+}
+
+/* sink_mem, hashing all but the last tail bytes */
 struct sink_hash {
 	struct dcr_buf *b;
 	const struct dcr_hasher *h;
@@ -1238,15 +1251,9 @@ static int sink_mem_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, ui
 {
 	struct sink_hash *sh = arg;
 	int r = sink_mem(sh->b, off, p, n, total);
-	if (r)
-		return r;
-	/* in whole 64 KiB steps, which BLAKE3 hashes eight chunks at a time */
-	if (sh->b->len >= sh->tail + sh->fed + HASH_STEP) {
-		size_t k = (sh->b->len - sh->tail - sh->fed) / HASH_STEP * HASH_STEP;
-		sh->h->update(sh->h->ctx, sh->b->p + sh->fed, k);
-		sh->fed += k;
-	}
-	return 0;
+	if (!r && sh->b->len > sh->tail)
+		feed_hasher(sh->h, sh->b->p, &sh->fed, sh->b->len - sh->tail, 0);
+	return r;
 }
 
 int dcr_net_get_buf(struct dcr_store *s, const char *name, struct dcr_buf *b,
@@ -1257,8 +1264,8 @@ int dcr_net_get_buf(struct dcr_store *s, const char *name, struct dcr_buf *b,
 		return get_stream(s, name, 0, 0, 0, sink_mem, b, NULL, NULL, e);
 	struct sink_hash sh = {.b = b, .h = h, .tail = tail};
 	int r = get_stream(s, name, 0, 0, 0, sink_mem_hash, &sh, NULL, NULL, e);
-	if (!r && b->len > tail + sh.fed)
-		h->update(h->ctx, b->p + sh.fed, b->len - tail - sh.fed);
+	if (!r && b->len > tail)
+		feed_hasher(h, b->p, &sh.fed, b->len - tail, 1);
 	return r;
 }
 
@@ -1286,25 +1293,20 @@ static int sink_range(void *arg, uint64_t off, const uint8_t *p, size_t n, uint6
 	return 0;
 }
 
-/* sink_range, feeding h the bytes that have come in order, in whole
- * HASH_STEPs while they are in cache (a retry may send bytes again) */
+/* sink_range, feeding h the bytes that have come in order (a retry may
+ * send bytes again) */
 struct sink_range_hash {
 	uint8_t *buf;
-	size_t len, fed;
+	size_t fed;
 	const struct dcr_hasher *h;
 };
 
 static int sink_range_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
 {
 	struct sink_range_hash *sh = arg;
-	(void)total;
-	memcpy(sh->buf + off, p, n);
-	size_t end = (size_t)off + n;
-	if (off <= sh->fed && end >= sh->fed + HASH_STEP) {
-		size_t k = (end - sh->fed) / HASH_STEP * HASH_STEP;
-		sh->h->update(sh->h->ctx, sh->buf + sh->fed, k);
-		sh->fed += k;
-	}
+	sink_range(sh->buf, off, p, n, total);
+	if (off <= sh->fed)
+		feed_hasher(sh->h, sh->buf, &sh->fed, (size_t)off + n, 0);
 	return 0;
 }
 
@@ -1313,10 +1315,10 @@ int dcr_net_get_range(struct dcr_store *s, const char *name, uint64_t off,
 {
 	if (!h)
 		return get_stream(s, name, 1, off, len, sink_range, buf, NULL, NULL, e);
-	struct sink_range_hash sh = {.buf = buf, .len = len, .h = h};
+	struct sink_range_hash sh = {.buf = buf, .h = h};
 	int r = get_stream(s, name, 1, off, len, sink_range_hash, &sh, NULL, NULL, e);
-	if (!r && len > sh.fed)
-		h->update(h->ctx, buf + sh.fed, len - sh.fed);
+	if (!r)
+		feed_hasher(h, buf, &sh.fed, len, 1);
 	return r;
 }
 
