@@ -41,30 +41,10 @@ int dcr_payload_name_parse(const char *name, uint32_t *index)
 	return 1;
 }
 
-static int payload_image(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
-			 const uint8_t *raw, size_t raw_len, enum dcr_payload_digest_alg alg,
-			 struct dcr_buf *out, dcr_digest *digest, struct dcr_buf *pieces,
-			 struct dcr_err *e);
-
 int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
 		      const uint8_t *raw, size_t raw_len, enum dcr_payload_digest_alg alg,
-		      struct dcr_buf *out, dcr_digest *digest, struct dcr_err *e)
-{
-	return payload_image(base, attempt, index, raw, raw_len, alg, out, digest, NULL, e);
-}
-
-int dcr_payload_build_pieces(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
-			     const uint8_t *raw, size_t raw_len, struct dcr_buf *out,
-			     dcr_digest *digest, struct dcr_buf *pieces, struct dcr_err *e)
-{
-	return payload_image(base, attempt, index, raw, raw_len, DCR_PDIGEST_BLAKE3, out, digest,
-			     pieces, e);
-}
-
-static int payload_image(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
-			 const uint8_t *raw, size_t raw_len, enum dcr_payload_digest_alg alg,
-			 struct dcr_buf *out, dcr_digest *digest, struct dcr_buf *pieces,
-			 struct dcr_err *e)
+		      struct dcr_buf *out, dcr_digest *digest, struct dcr_buf *pieces,
+		      struct dcr_err *e)
 {
 	size_t bound = ZSTD_compressBound(raw_len);
 	out->len = 0;
@@ -86,7 +66,7 @@ static int payload_image(const dcr_digest *base, const uint8_t attempt[16], uint
 	put_le64(h + 80, zl);
 	put_le64(h + 88, 0);
 	out->len = DCR_PAYLOAD_HDR_LEN + zl;
-	if (pieces) {
+	if (pieces && alg == DCR_PDIGEST_BLAKE3) {
 		size_t np = dcr_blake3_npieces(out->len, DCR_PIECE_LOG2), at = pieces->len;
 		if (dcr_buf_reserve(pieces, np * 32))
 			return dcr_err_sys(e, ENOMEM, "payload %u", index);
@@ -538,11 +518,8 @@ static int flush_payload(struct packer *k, struct dcr_err *e)
 		return 0;
 	uint32_t idx = k->m.npayloads;
 	dcr_digest d;
-	int r = k->o && k->o->digest == DCR_PDIGEST_SHA256
-			? dcr_payload_build(&k->m.base, k->m.attempt, idx, k->raw.p, k->raw.len,
-					    DCR_PDIGEST_SHA256, &k->img, &d, e)
-			: dcr_payload_build_pieces(&k->m.base, k->m.attempt, idx, k->raw.p,
-						   k->raw.len, &k->img, &d, &k->pieces, e);
+	int r = dcr_payload_build(&k->m.base, k->m.attempt, idx, k->raw.p, k->raw.len,
+				  k->o ? k->o->digest : DCR_PDIGEST_BLAKE3, &k->img, &d, &k->pieces, e);
 	if (r)
 		return r;
 	uint64_t *ps = realloc(k->m.psize, (idx + 1) * sizeof(uint64_t));

@@ -69,15 +69,13 @@ int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
 int dcr_payload_check_head(const uint8_t *buf, size_t avail, uint64_t len, const char *what,
 			   struct dcr_payload *p, struct dcr_err *e);
 void dcr_payload_release(struct dcr_payload *p);
-/* Build a payload image from raw records. */
+/* Build a payload image from raw records, its trailer by alg; with
+ * BLAKE3 and pieces, the CVs of its 2^DCR_PIECE_LOG2-byte pieces are
+ * appended to pieces (SHA-256 payloads have none). */
 int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
 		      const uint8_t *raw, size_t raw_len, enum dcr_payload_digest_alg alg,
-		      struct dcr_buf *out, dcr_digest *digest, struct dcr_err *e);
-/* With BLAKE3, the same and the CVs of its 2^DCR_PIECE_LOG2-byte pieces,
- * appended to pieces. */
-int dcr_payload_build_pieces(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
-			     const uint8_t *raw, size_t raw_len, struct dcr_buf *out,
-			     dcr_digest *digest, struct dcr_buf *pieces, struct dcr_err *e);
+		      struct dcr_buf *out, dcr_digest *digest, struct dcr_buf *pieces,
+		      struct dcr_err *e);
 /* A payload's digest: BLAKE3 or SHA-256 of its first len bytes (all but
  * the trailer), as the header's flags say. Hostile bytes are fine: too
  * short a header or unknown flags give some digest, and the checks that

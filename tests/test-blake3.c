@@ -48,6 +48,23 @@ static const struct {
 	{102400, "bc3e3d41a1146b069abffad3c0d44860cf664390afce4d9661f7902e7943e085"},
 };
 
+/* a small linear congruential generator: reproducible test data */
+static unsigned lcg(unsigned *seed)
+{
+	*seed = *seed * 1103515245u + 12345u;
+	return *seed;
+}
+
+/* n pseudo-random bytes, malloc'd */
+static uint8_t *random_bytes(size_t n, unsigned seed)
+{
+	uint8_t *p = malloc(n);
+	cr_assert_not_null(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(lcg(&seed) >> 16);
+	return p;
+}
+
 /* ways to feed the incremental hasher */
 enum { ONE_SHOT, ODD_PIECES, WHOLE_CHUNKS, STEPS_64K, BYTES, NFEEDS };
 
@@ -61,10 +78,10 @@ static void hash_fed(const uint8_t *p, size_t n, int how, unsigned seed, dcr_dig
 	dcr_blake3_init(&h);
 	for (size_t off = 0; off < n;) {
 		size_t k;
-		seed = seed * 1103515245u + 12345u;
+		unsigned r = lcg(&seed) >> 8;
 		switch (how) {
-		case ODD_PIECES: k = 1 + (seed >> 8) % 40000; break;
-		case WHOLE_CHUNKS: k = 1024 * (1 + (seed >> 8) % 70); break;
+		case ODD_PIECES: k = 1 + r % 40000; break;
+		case WHOLE_CHUNKS: k = 1024 * (1 + r % 70); break;
 		case STEPS_64K: k = 65536; break;
 		default: k = 1; break;
 		}
@@ -116,13 +133,7 @@ Test(blake3, random_data_against_b3sum)
 	int fd = mkstemp(path);
 	cr_assert_geq(fd, 0);
 	size_t cap = 3u << 20;
-	uint8_t *p = malloc(cap);
-	cr_assert_not_null(p);
-	unsigned seed = 7;
-	for (size_t i = 0; i < cap; i++) {
-		seed = seed * 1103515245u + 12345u;
-		p[i] = (uint8_t)(seed >> 16);
-	}
+	uint8_t *p = random_bytes(cap, 7);
 	static const size_t fixed[] = {64, 65, 1024 * 127, 1024 * 128, 1024 * 128 + 1, 1024 * 129,
 				       1024 * 255 + 3, 1u << 20, (1u << 20) + 1024, 3u << 20};
 	for (int t = 0; t < 26; t++) {
@@ -151,7 +162,7 @@ static void build(enum dcr_payload_digest_alg alg, struct dcr_buf *out, dcr_dige
 	dcr_digest base = {{9}};
 	uint8_t attempt[16] = {4};
 	struct dcr_err e = {0};
-	cr_assert_eq(dcr_payload_build(&base, attempt, 5, raw, sizeof(raw), alg, out, d, &e), 0,
+	cr_assert_eq(dcr_payload_build(&base, attempt, 5, raw, sizeof(raw), alg, out, d, NULL, &e), 0,
 		     "%s", e.msg);
 }
 
@@ -299,17 +310,11 @@ Test(manifest, piece_table)
 	uint8_t attempt[16] = {2};
 	struct dcr_err e = {0};
 	size_t big = 3u << 20;
-	uint8_t *raw = malloc(big);
-	cr_assert_not_null(raw);
-	unsigned seed = 1;
-	for (size_t i = 0; i < big; i++) {
-		seed = seed * 1103515245u + 12345u;
-		raw[i] = (uint8_t)(seed >> 16);
-	}
-	cr_assert_eq(dcr_payload_build_pieces(&base, attempt, 0, raw, 5000, &img[0], &dg[0],
-					      &pieces, &e), 0, "%s", e.msg);
-	cr_assert_eq(dcr_payload_build_pieces(&base, attempt, 1, raw, big, &img[1], &dg[1],
-					      &pieces, &e), 0, "%s", e.msg);
+	uint8_t *raw = random_bytes(big, 1);
+	cr_assert_eq(dcr_payload_build(&base, attempt, 0, raw, 5000, DCR_PDIGEST_BLAKE3, &img[0],
+					&dg[0], &pieces, &e), 0, "%s", e.msg);
+	cr_assert_eq(dcr_payload_build(&base, attempt, 1, raw, big, DCR_PDIGEST_BLAKE3, &img[1],
+					&dg[1], &pieces, &e), 0, "%s", e.msg);
 	uint64_t psize[2] = {img[0].len, img[1].len};
 	m.base = base;
 	memcpy(m.attempt, attempt, 16);
