@@ -75,6 +75,18 @@ publish() {
 	rc_is push 0
 }
 
+# refit NAME [DCR-PULL ARGS...] URL: a fresh receiver $T/NAME at v0, then
+# dcr-pull | dcr-apply: both exit 0 and $T/NAME is bit-identical to v1.
+refit() {
+	_rn=$1
+	shift
+	receiver "$_rn"
+	st pull dcr-pull -q "$@" | st apply dcr-apply -q "$T/$_rn"
+	rc_is pull 0
+	rc_is apply 0
+	same "$T/$_rn" "$T/g/v1"
+}
+
 # tiled LOG URLPATH DIR: the successful GETs of each payload of pack DIR
 # that server log LOG holds for URLPATH (e.g. /store/v1) read every byte
 # of it exactly once: a whole GET, or Range parts that tile it.
@@ -199,11 +211,7 @@ refused() {
 fault_500_twice() {
 	st push dcr-push -q "$T/p" "$1/v1"
 	rc_is push 0
-	receiver r
-	st pull dcr-pull -q "$1/v1" | st apply dcr-apply -q "$T/r"
-	rc_is pull 0
-	rc_is apply 0
-	same "$T/r" "$T/g/v1"
+	refit r "$1/v1"
 	for f in $(ls "$T/p"); do
 		for m in PUT GET; do
 			got=$(grep "^$m $2/$f " "$3" | cut -d' ' -f3 | tr '\n' ' ')
@@ -221,11 +229,7 @@ fault_500_twice() {
 # it and the refit is exact.
 fault_cut_once() {
 	run_ok dcr-push -q "$T/p" "$1/v1"
-	receiver r
-	st pull dcr-pull -q "$1/v1" | st apply dcr-apply -q "$T/r"
-	rc_is pull 0
-	rc_is apply 0
-	same "$T/r" "$T/g/v1"
+	refit r "$1/v1"
 	cut=$(grep "^GET $2/payload-000001.dcrp 20[06] .*CUT" "$3") || fail "no cut GET in the log"
 	# a whole GET (200) resumes at some byte > 0; a part (206 A-B) at
 	# some byte of it past A, up to the same B

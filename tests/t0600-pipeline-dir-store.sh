@@ -16,11 +16,7 @@ run_ok dcr-pack --list --porcelain "$S/v1"
 grep -q '^manifest	' "$T/out" || fail "--list shows no manifest"
 
 # stream: dcr-pull | dcr-apply
-receiver r1
-st pull dcr-pull -q "$S/v1" | st apply dcr-apply -q "$T/r1"
-rc_is pull 0
-rc_is apply 0
-same "$T/r1" "$T/g/v1"
+refit r1 "$S/v1"
 
 # the pulled stream is a tar file a person can list; manifest last
 run_ok dcr-pull -q "$S/v1"
@@ -52,11 +48,7 @@ grep ' blake3 ' "$T/out" && fail "--digest sha256 wrote blake3 payloads"
 run_ok dcr-pack --list --porcelain "$S/v1s"
 [ "$(grep '^payload	' "$T/out" | cut -f9 | sort -u)" = sha256 ] ||
 	fail "--porcelain does not end payload records with sha256: $(cat "$T/out")"
-receiver r3
-st pull dcr-pull -q "$S/v1s" | st apply dcr-apply -q "$T/r3"
-rc_is pull 0
-rc_is apply 0
-same "$T/r3" "$T/g/v1"
+refit r3 "$S/v1s"
 rc=0
 dcr-pack --digest md5 "$T/none" >"$T/out" 2>"$T/err" || rc=$?
 [ "$rc" = 129 ] || fail "--digest md5 exited $rc, want 129"

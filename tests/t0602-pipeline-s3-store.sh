@@ -18,16 +18,8 @@ grep -q '^PUT /dcr-test/refits/v1/manifest.dcrm 200' "$T/log" || fail "no manife
 last=$(grep '^PUT ' "$T/log" | tail -n 1)
 contains "$last" "PUT /dcr-test/refits/v1/manifest.dcrm 200"
 
-receiver r
-st pull dcr-pull -q "$S/v1" | st apply dcr-apply -q "$T/r"
-rc_is pull 0
-rc_is apply 0
-same "$T/r" "$T/g/v1"
+refit r "$S/v1"
 
 # and with the endpoint as an option instead of the environment
 unset DCR_S3_ENDPOINT
-receiver r2
-st pull dcr-pull -q --endpoint "$EP" "$S/v1" | st apply dcr-apply -q "$T/r2"
-rc_is pull 0
-rc_is apply 0
-same "$T/r2" "$T/g/v1"
+refit r2 --endpoint "$EP" "$S/v1"

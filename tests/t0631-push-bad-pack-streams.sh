@@ -26,11 +26,7 @@ good() { # push $T/q.tar, then pull | apply must give the target
 	n=$((n + 1))
 	st push dcr-push -q "$T/q.tar" "$S/g$n"
 	rc_is push 0
-	receiver r
-	st pull dcr-pull -q "$S/g$n" | st apply dcr-apply -q "$T/r"
-	rc_is pull 0
-	rc_is apply 0
-	same "$T/r" "$T/g/v1"
+	refit r "$S/g$n"
 }
 bad() { # CAUSE: push $T/q.tar must be refused naming CAUSE, no manifest stored
 	n=$((n + 1))
