@@ -12,12 +12,12 @@
 #include <sys/stat.h>
 
 #include "common.h"
-#include "pack.h"
-#include "store.h"
+#include "dcr.h"
 
 const char *cmd_name = "dcr";
 int cmd_progress_on;
 int cmd_quiet;
+struct dcr_fault cmd_fault;
 
 void cmd_init(const char *name, int argc, char **argv)
 {
@@ -25,6 +25,7 @@ void cmd_init(const char *name, int argc, char **argv)
 	(void)argv;
 	cmd_name = name;
 	cmd_progress_on = isatty(2);
+	dcr_fault_from_env(&cmd_fault);
 }
 
 static void vmsg(const char *kind, const char *fmt, va_list ap)

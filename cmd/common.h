@@ -12,6 +12,8 @@
 enum { EXIT_OK = 0, EXIT_NEGATIVE = 1, EXIT_FATAL = 128, EXIT_USAGE = 129 };
 
 extern const char *cmd_name;
+/* Fault points of this run, armed from $DCR_FAULT_AT by cmd_init. */
+extern struct dcr_fault cmd_fault;
 
 void cmd_init(const char *name, int argc, char **argv);
 void cmd_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -22,7 +24,8 @@ __attribute__((noreturn)) void cmd_die(const char *fmt, ...) __attribute__((form
 __attribute__((noreturn)) void cmd_usage_error(const char *usage, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* Exit code for a library error: 1 for a refused base, else 128. */
+/* Exit code for a library error: 1 for a refused base, else 128 (a busy
+ * receiver included, in every command). */
 int cmd_exit_code(int r);
 
 /* Progress on stderr: on when stderr is a terminal unless -q/--no-progress. */

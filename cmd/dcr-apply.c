@@ -2,19 +2,14 @@
 #include "config.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <sys/stat.h>
-
-#include "commit.h"
+#include "dcr.h"
 #include "common.h"
 #include "layout-cmd.h"
-#include "pack.h"
-#include "receiver.h"
 
 static const char usage[] =
 	"usage: dcr-apply [options] CKPT [DELTA|PACK]\n"
@@ -82,35 +77,13 @@ int main(int argc, char **argv)
 		cmd_usage_error(usage, "need CKPT and at most one DELTA");
 	const char *ckpt = argv[optind];
 	const char *input = argc - optind == 2 ? argv[optind + 1] : "-";
-	if (!have_version && strcmp(input, "-")) {
-		/* a pack or delta named after its version: .../v42, v42.tar, v42.delta */
-		const char *b = strrchr(input, '/');
-		size_t n = strlen(input);
-		while (n > 1 && input[n - 1] == '/')
-			n--;
-		b = input;
-		for (size_t i = 0; i + 1 < n; i++)
-			if (input[i] == '/')
-				b = input + i + 1;
-		size_t bl = (size_t)(input + n - b);
-		static const char *const ext[] = {"", ".tar", ".delta", ".dcrd"};
-		for (size_t k = 0; k < 4 && !have_version; k++) {
-			size_t el = strlen(ext[k]);
-			if (bl > el && !strncmp(b + bl - el, ext[k], el) &&
-			    !dcr_version_parse(b, bl - el, &version))
-				have_version = 1;
-		}
-	}
-
-	struct dcr_apply_opts o = {.progress = progress, .what = "delta"};
-	const char *fault = getenv("DCR_FAULT_AT");
-	if (fault)
-		o.fault_at = atoi(fault);
+	struct dcr_apply_opts o = {.progress = progress, .fault = &cmd_fault,
+				   .have_version = have_version, .version = version};
 	struct dcr_err e = {0};
 	struct dcr_receiver *rc;
 	int r = dcr_receiver_open(ckpt, 1, &rc, &e);
 	if (r)
-		cmd_die_err(&e, EXIT_FATAL);
+		cmd_die_err(&e, cmd_exit_code(r));
 	struct dcr_head head;
 	if (dcr_head_read(rc, &head, &e))
 		cmd_die_err(&e, EXIT_FATAL);
@@ -126,68 +99,11 @@ int main(int argc, char **argv)
 		dcr_receiver_close(rc);
 		return cmd_finish(EXIT_OK);
 	}
-	int fd = 0;
 	struct dcr_apply_result res;
-	struct dcr_pack_in *in = NULL;
-	struct stat sb;
-	o.what = strcmp(input, "-") ? input : "standard input";
-	if (strcmp(input, "-") && !stat(input, &sb) && S_ISDIR(sb.st_mode)) {
-		if (dcr_pack_in_open_dir(input, &in, &e))
-			cmd_die_err(&e, EXIT_FATAL);
-		r = dcr_apply_pack(rc, in, &o, &res, &e);
-	} else {
-		if (strcmp(input, "-")) {
-			fd = open(input, O_RDONLY | O_CLOEXEC);
-			if (fd < 0)
-				cmd_die("cannot open '%s': %s", input, strerror(errno));
-		}
-		/* sniff: a delta starts with its magic, anything else must be a tar pack */
-		uint8_t head[8];
-		size_t got = 0;
-		while (got < sizeof(head)) {
-			ssize_t n = read(fd, head + got, sizeof(head) - got);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0)
-				cmd_die("cannot read %s: %s", o.what, strerror(errno));
-			if (n == 0)
-				break;
-			got += (size_t)n;
-		}
-		if (got == 0)
-			cmd_die("%s is empty: no delta or pack to apply", o.what);
-		if (got == sizeof(head) && !memcmp(head, "\x89" "DCRD", 5)) {
-			r = dcr_apply(rc, (struct dcr_source){dcr_source_fd_read, &fd}, head, got, &o,
-				      &res, &e);
-		} else {
-			if (dcr_pack_in_open_tar(fd, head, got, &in, &e))
-				cmd_die_err(&e, EXIT_FATAL);
-			r = dcr_apply_pack(rc, in, &o, &res, &e);
-		}
-	}
-	dcr_pack_in_close(in);
+	r = dcr_apply_input(rc, input, 0, &o, &res, &e);
 	cmd_progress_end();
 	if (r)
 		cmd_die_err(&e, cmd_exit_code(r));
-	/* record what was reached, for dcr-commit (the fault hook's steps go on
-	 * counting after the apply's: an apply with K steps, then these) */
-	struct dcr_applied ap = {.have = 1, .base = res.base, .target = res.target,
-				 .have_version = have_version, .version = version};
-	memcpy(ap.attempt, res.attempt, 16);
-	if (res.already) {
-		struct dcr_applied old;
-		/* keep the record of the apply that got here, when it is this one */
-		if (!dcr_applied_read(rc, &old, &e) && old.have &&
-		    !memcmp(old.target.b, res.target.b, 32)) {
-			ap.base = old.base;
-			if (!have_version && old.have_version) {
-				ap.have_version = 1;
-				ap.version = old.version;
-			}
-		}
-	}
-	if (dcr_applied_write(rc, &ap, 0, &e))
-		cmd_die_err(&e, EXIT_FATAL);
 	if (!cmd_quiet) {
 		char t[65];
 		dcr_digest_hex(&res.target, t);

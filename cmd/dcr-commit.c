@@ -7,9 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commit.h"
+#include "dcr.h"
 #include "common.h"
-#include "pack.h"
 
 static const char usage[] =
 	"usage: dcr-commit [options] CKPT [--store URL --policy NAME --receiver ID]\n"
@@ -217,8 +216,7 @@ int main(int argc, char **argv)
 		default: fputs(usage, stderr); return EXIT_USAGE;
 		}
 	}
-	const char *fault = getenv("DCR_FAULT_AT");
-	co.fault_at = fault ? atoi(fault) : 0;
+	co.fault = &cmd_fault;
 	int nargs = argc - optind;
 	if (nargs > 1)
 		cmd_usage_error(usage, "at most one CKPT");
@@ -279,7 +277,7 @@ int main(int argc, char **argv)
 		}
 		struct dcr_policy_commit_opts po = {.version = co.version, .state = state,
 						    .expect = (unsigned)expect, .timeout_s = timeout,
-						    .fault_at = co.fault_at};
+						    .fault = &cmd_fault};
 		unsigned seen = 0;
 		int r = dcr_policy_commit(s, policy, &po, &seen, &e);
 		dcr_store_close(s);
@@ -311,14 +309,13 @@ int main(int argc, char **argv)
 	struct dcr_receiver *rc;
 	int r = dcr_receiver_open(ckpt, 1, &rc, &e);
 	if (r)
-		cmd_die_err(&e, r == DCR_ELOCKED ? EXIT_NEGATIVE : EXIT_FATAL);
+		cmd_die_err(&e, cmd_exit_code(r));
 	struct dcr_commit_result res;
 	r = dcr_commit_local(rc, &co, &res, &e);
 	if (r)
 		cmd_die_err(&e, exit_for(r));
 	if (s) {
-		if (co.fault_at && co.fault_at == res.steps + 1)
-			raise(SIGKILL);
+		dcr_fault_point(&cmd_fault);
 		if ((r = dcr_ack_put(s, policy, res.version, receiver, &res.state, &e)))
 			cmd_die_err(&e, EXIT_FATAL);
 		dcr_store_close(s);

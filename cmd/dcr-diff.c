@@ -8,8 +8,7 @@
 
 #include "common.h"
 #include "layout-cmd.h"
-#include "diff.h"
-#include "retry.h"
+#include "dcr.h"
 
 static const char usage[] =
 	"usage: dcr-diff [options] BASE NEW\n"

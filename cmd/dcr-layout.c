@@ -10,8 +10,6 @@
 #include <unistd.h>
 
 #include "dcr.h"
-#include "layout.h"
-#include "util.h"
 
 static const char usage_text[] =
 	"usage: dcr-layout generate --config CONFIG.json --framework megatron|vllm --tp T\n"

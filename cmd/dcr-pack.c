@@ -10,8 +10,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "pack.h"
-#include "retry.h"
+#include "dcr.h"
 
 static const char usage[] =
 	"usage: dcr-pack [options] [DELTA|-]\n"

@@ -3,12 +3,11 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
-#include "transfer.h"
+#include "dcr.h"
 
 static const char usage[] =
 	"usage: dcr-pull [options] STORE/NAME\n"
@@ -59,21 +58,6 @@ static int dir_have(void *ctx, uint32_t index, dcr_digest *digest)
 	free(path);
 	free(en);
 	return ok;
-}
-
-/* DCR_FAULT_AT=N (tests): SIGKILL before the Nth entry is passed on. */
-struct faulty {
-	struct dcr_pack_out out;
-	int at, n;
-};
-
-static int faulty_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
-			struct dcr_err *e)
-{
-	struct faulty *f = ctx;
-	if (++f->n == f->at)
-		raise(SIGKILL);
-	return f->out.entry(f->out.ctx, name, buf, len, e);
 }
 
 int main(int argc, char **argv)
@@ -140,10 +124,7 @@ int main(int argc, char **argv)
 	xo.progress = cmd_progress_xfer;
 	xo.progress_ctx = "pull";
 	struct dcr_xfer_stats st = {0};
-	const char *fault = getenv("DCR_FAULT_AT");
-	struct faulty fy = {.out = out, .at = fault ? atoi(fault) : 0};
-	if (fy.at > 0)
-		out = (struct dcr_pack_out){.entry = faulty_entry, .ctx = &fy}; /* whole entries */
+	xo.fault = &cmd_fault;
 	int r = dcr_pull(s, name, out, to_dir ? dir_have : NULL, (void *)output, &xo, &st, &e);
 	r = cmd_pack_output_close(tar, r, &e);
 	dcr_store_close(s);

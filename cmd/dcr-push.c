@@ -9,9 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "commit.h"
+#include "dcr.h"
 #include "common.h"
-#include "transfer.h"
 
 static const char usage[] =
 	"usage: dcr-push [options] PACK|- STORE/NAME\n"

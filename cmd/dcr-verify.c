@@ -5,10 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "dcr.h"
 #include "common.h"
-#include "util.h"
-#include "verify.h"
 
 static const char usage[] =
 	"usage: dcr-verify [options] CKPT\n"

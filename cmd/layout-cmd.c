@@ -11,7 +11,7 @@
 
 #include "common.h"
 #include "layout-cmd.h"
-#include "layout-delta.h"
+#include "dcr.h"
 
 int cmd_layout_wanted(int argc, char **argv, const char *const *opts)
 {
@@ -261,10 +261,8 @@ int cmd_layout_apply(int argc, char **argv)
 	struct dcr_receiver *rc;
 	if (dcr_receiver_open(dir, 1, &rc, &e))
 		cmd_die_err(&e, EXIT_FATAL);
-	struct dcr_apply_opts o = {.what = strcmp(input, "-") ? input : "standard input"};
-	const char *fault = getenv("DCR_FAULT_AT");
-	if (fault)
-		o.fault_at = atoi(fault);
+	struct dcr_apply_opts o = {.what = strcmp(input, "-") ? input : "standard input",
+				   .fault = &cmd_fault};
 	struct dcr_place_result res;
 	int r = dcr_place(rc, L, rank, (struct dcr_source){dcr_source_fd_read, &fd}, NULL, 0, &o,
 			  &res, &e);

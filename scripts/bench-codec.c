@@ -19,7 +19,8 @@
 #include <time.h>
 #include <zstd.h>
 
-#include "codec.h"
+#include "dcr.h"
+#include "core/bytes.h"
 
 static uint64_t rng_s;
 static uint64_t rng(void) /* splitmix64 */

@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "dcr.h"
-#include "util.h"
+#include "core/bytes.h"
 
 /* The generator loops want vectorizing (with -fno-math-errno, set in
  * Makefile.am, for sqrtf); one setting for the whole file so that the small

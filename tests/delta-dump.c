@@ -10,7 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "delta.h"
+#include "dcr.h"
+#include "core/bytes.h"
 
 int main(int argc, char **argv)
 {

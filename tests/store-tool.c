@@ -27,8 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "store.h"
-#include "util.h"
+#include "dcr.h"
+#include "core/bytes.h"
 
 static int usage(void)
 {

@@ -17,8 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pack.h"
-#include "util.h"
+#include "dcr.h"
+#include "core/bytes.h"
 
 static const struct {
 	size_t len;

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
+#include "dcr.h"
+#include "core/bytes.h"
 
 static const int codecs[] = {DCR_CODEC_XOR_ZSTD, DCR_CODEC_DELTA};
 #define NCODECS 2

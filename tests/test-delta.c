@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delta.h"
-#include "util.h"
+#include "dcr.h"
+#include "core/bytes.h"
 
 /* ---- memory sink and source ---- */
 

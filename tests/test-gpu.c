@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delta.h"
-#include "diff.h"
+#include "dcr.h"
+#include "core/bytes.h"
 
 #ifdef HAVE_CUDA
 #include "dcr_cuda.h"

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout.h"
-#include "util.h"
+#include "dcr.h"
+#include "core/bytes.h"
 
 static const char *const configs[] = {
 	/* GQA, K=2: K < T for T >= 4 (vLLM replicates KV heads) */

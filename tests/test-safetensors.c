@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "dcr.h"
-#include "util.h"
+#include "core/bytes.h"
 
 static char *corpus(const char *sub)
 {

@@ -14,8 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store.h"
-#include "util.h"
+#include "dcr.h"
+#include "core/bytes.h"
+#include "transport/sigv4.h"
 
 /* ---- SigV4 ------------------------------------------------------------ */
 

@@ -8,10 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
-#include "delta.h"
-#include "layout.h"
-#include "pack.h"
+#include "dcr.h"
+#include "core/bytes.h"
 
 struct mem {
 	const uint8_t *p;

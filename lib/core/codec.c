@@ -1,0 +1,1517 @@
+/* codec.c - item payload codecs: the XOR+zstd reference and DELTA.
+ *
+ * DELTA codes each change as two symbols under static, per-item rANS tables
+ * (12-bit probabilities, two interleaved 32-bit states, 16-bit renormalisation)
+ * plus raw extra bits in a separate little-endian bit stream:
+ *
+ *   gap   g = pos[i] - pos[i-1] - 1 (pos[-1] = -1), v = g + 1 >= 1:
+ *         v = 1, 2, 3 are symbols 0, 1, 2; otherwise with k = floor(log2 v)
+ *         the symbol is 3 + 4 (k - 2) + (the two bits below the leading one)
+ *         and the k - 2 bits below those are raw;
+ *   value d = M(new) - M(old) modulo 2^(8 unit), read as signed; M is the
+ *         identity, or for sign-magnitude floats the monotone map
+ *         (x >= 0: x | signbit, x < 0: ~x), so +1 ULP is +1 even across
+ *         +0/-0; if the old value is negative d is negated, so d > 0 always
+ *         means "magnitude grows". d = 0 is symbol 0; otherwise with
+ *         a = |d|, k = floor(log2 a) the symbol is 1 + 2k + (d < 0) and the
+ *         k bits below the leading one are raw. The table is chosen by a
+ *         context: the old value's exponent field e (8 bits at most) mapped
+ *         to clamp(pivot - e, 0, nctx - 1); the encoder picks pivot and
+ *         nctx (1..8) that minimise the estimated size.
+ *
+ * Every map above is a bijection on the unit's bit patterns, so decoding is
+ * exact for NaN payloads, infinities, subnormals and signed zeros.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "core/bytes.h"
+#include "core/codec.h"
+#include "core/dtype.h"
+
+#define PB 12		     /* probability bits */
+#define PM (1u << PB)	     /* probability scale */
+#define RL (1u << 15)	     /* rANS state lower bound: state in [RL, RL << 16) */
+#define GAP_NSYM 251	     /* 3 + 4 * 62 */
+#define VAL_NSYM_MAX 129     /* 1 + 2 * 64 */
+#define MAXCTX 8
+#define NE 256		     /* exponent contexts before mapping */
+#define SYM_BAD 0xffu	     /* decode-table filler of an empty context */
+
+#define VF_FLOAT 1u	     /* value flag: sign-magnitude monotone map */
+#define VF_FOLD 2u	     /* value flag: negate d when old is negative */
+#define VF_KNOWN (VF_FLOAT | VF_FOLD)
+
+const char *dcr_codec_name(int codec)
+{
+	switch (codec) {
+	case DCR_CODEC_XOR_ZSTD: return "xor-zstd";
+	case DCR_CODEC_DELTA: return "delta";
+	default: return "?";
+	}
+}
+
+static inline uint64_t unit_mask(unsigned unit)
+{
+	return unit >= 8 ? ~0ULL : (1ULL << (8 * unit)) - 1;
+}
+
+static inline unsigned bitlen(uint64_t v) /* v > 0 */
+{
+	return 64 - (unsigned)__builtin_clzll(v);
+}
+
+/* ---- value mapping by dtype ------------------------------------------ */
+
+struct vmap {
+	unsigned flags;	  /* VF_* */
+	unsigned mshift;  /* exponent field: bits [mshift, mshift + ebits) */
+	unsigned ebits;	  /* 0: no exponent context */
+};
+
+static void vmap_for_dtype(int dtype, unsigned unit, struct vmap *m)
+{
+	unsigned mant = 0, ebits = 0, flt = 1;
+	switch (dtype) {
+	case DCR_DT_BF16: mant = 7; ebits = 8; break;
+	case DCR_DT_F16: mant = 10; ebits = 5; break;
+	case DCR_DT_F32: mant = 23; ebits = 8; break;
+	case DCR_DT_F64: mant = 52; ebits = 11; break;
+	case DCR_DT_F8_E5M2: case DCR_DT_F8_E5M2FNUZ: mant = 2; ebits = 5; break;
+	case DCR_DT_F8_E4M3: case DCR_DT_F8_E4M3FNUZ: mant = 3; ebits = 4; break;
+	case DCR_DT_F8_E8M0: mant = 0; ebits = 8; flt = 0; break; /* unsigned */
+	default: flt = 0; break;
+	}
+	if (mant + ebits > 8 * unit) /* a dtype that does not match unit */
+		mant = ebits = flt = 0;
+	m->flags = flt ? VF_FLOAT | VF_FOLD : 0;
+	m->mshift = mant;
+	m->ebits = ebits;
+}
+
+static inline unsigned vmap_exp(const struct vmap *m, uint64_t x)
+{
+	unsigned eb = m->ebits;
+	unsigned v = (unsigned)((x >> m->mshift) & ((1ULL << eb) - 1));
+	return eb > 8 ? v >> (eb - 8) : v;
+}
+
+static inline uint64_t mono(uint64_t x, uint64_t half, uint64_t mask)
+{
+	return (x & half) ? ~x & mask : x | half;
+}
+
+static inline uint64_t unmono(uint64_t m, uint64_t half, uint64_t mask)
+{
+	return (m & half) ? m ^ half : ~m & mask;
+}
+
+/* ---- bit stream ------------------------------------------------------ */
+
+struct bitw {
+	uint8_t *p;	/* caller-sized: 8 bytes per change plus 16 */
+	size_t len;
+	uint64_t acc;
+	unsigned n;
+};
+
+static inline void bw_put32(struct bitw *w, uint64_t v, unsigned nb) /* nb <= 32 */
+{
+	w->acc |= v << w->n;
+	w->n += nb;
+	if (w->n >= 32) {
+		put_le32(w->p + w->len, (uint32_t)w->acc);
+		w->len += 4;
+		w->acc >>= 32;
+		w->n -= 32;
+	}
+}
+
+static inline void bw_put(struct bitw *w, uint64_t v, unsigned nb) /* nb <= 64 */
+{
+	if (nb > 32) {
+		bw_put32(w, v & 0xffffffffu, 32);
+		bw_put32(w, v >> 32, nb - 32);
+	} else {
+		bw_put32(w, v, nb);
+	}
+}
+
+static void bw_flush(struct bitw *w)
+{
+	while (w->n > 0) {
+		w->p[w->len++] = (uint8_t)w->acc;
+		w->acc >>= 8;
+		w->n = w->n > 8 ? w->n - 8 : 0;
+	}
+}
+
+struct bitr {
+	const uint8_t *p, *end;
+	uint64_t acc;
+	unsigned n;	   /* valid bits in acc */
+	const uint8_t *start;
+	uint64_t pad;	   /* zero bytes loaded past the end */
+};
+
+/* The reader's state in local variables, for hot loops: BR_LOCALS(R)
+ * copies it in, BITS32(K, V) takes K (<= 32) raw bits into V, BITS64 K
+ * (<= 64), BR_SAVE(R) copies it back. */
+#define BR_LOCALS(R)                                                       \
+	uint64_t bacc = (R)->acc, bpad = (R)->pad;                         \
+	unsigned bn = (R)->n;                                              \
+	const uint8_t *bp = (R)->p, *const bend = (R)->end
+#define BR_SAVE(R)                                                         \
+	do {                                                               \
+		(R)->acc = bacc;                                           \
+		(R)->n = bn;                                               \
+		(R)->p = bp;                                               \
+		(R)->pad = bpad;                                           \
+	} while (0)
+#define BITS32(K, V)                                                       \
+	do {                                                               \
+		if (__builtin_expect(bn < (K), 0)) {                       \
+			if (bend - bp >= 8) {                              \
+				bacc |= get_le64(bp) << bn;                \
+				bp += (63 - bn) >> 3;                      \
+				bn |= 56;                                  \
+			} else {                                           \
+				while (bn <= 56) {                         \
+					uint64_t c_ = 0;                   \
+					if (bp < bend)                     \
+						c_ = *bp++;                \
+					else                               \
+						bpad++;                    \
+					bacc |= c_ << bn;                  \
+					bn += 8;                           \
+				}                                          \
+			}                                                  \
+		}                                                          \
+		(V) = bacc & ((1ULL << (K)) - 1);                          \
+		bacc >>= (K);                                              \
+		bn -= (K);                                                 \
+	} while (0)
+#define BITS64(K, V)                                                       \
+	do {                                                               \
+		unsigned k64_ = (K);                                       \
+		if (k64_ > 32) {                                           \
+			uint64_t lo_, hi_;                                 \
+			BITS32(32, lo_);                                   \
+			BITS32(k64_ - 32, hi_);                            \
+			(V) = lo_ | hi_ << 32;                             \
+		} else {                                                   \
+			BITS32(k64_, V);                                   \
+		}                                                          \
+	} while (0)
+
+/* The stream must have been used up to its last byte. */
+static int br_check(const struct bitr *r, size_t len)
+{
+	uint64_t used = 8 * ((uint64_t)(r->p - r->start) + r->pad) - r->n;
+	return used <= 8 * (uint64_t)len && 8 * (uint64_t)len - used < 8;
+}
+
+/* ---- rANS tables ----------------------------------------------------- */
+
+struct esym {
+	uint32_t x_max, rcp, bias;
+	uint16_t cmpl, shift;
+};
+
+/* Decode entry: (freq - 1) | (slot - start) << 12 | sym << 24. */
+typedef uint32_t dent;
+
+static void esym_init(struct esym *s, uint32_t start, uint32_t freq)
+{
+	s->x_max = ((RL >> PB) << 16) * freq;
+	s->cmpl = (uint16_t)(PM - freq);
+	if (freq < 2) {
+		s->rcp = ~0u;
+		s->shift = 0;
+		s->bias = start + PM - 1;
+	} else {
+		uint32_t shift = 0;
+		while (freq > (1u << shift))
+			shift++;
+		s->rcp = (uint32_t)(((1ULL << (shift + 31)) + freq - 1) / freq);
+		s->shift = (uint16_t)(shift - 1);
+		s->bias = start;
+	}
+	s->shift += 32;
+}
+
+/* Scale counts (total > 0) to frequencies summing to PM, >= 1 where the
+ * count is non-zero. */
+static void normalize(const uint64_t *c, unsigned nsym, uint32_t *f)
+{
+	uint64_t total = 0;
+	for (unsigned s = 0; s < nsym; s++)
+		total += c[s];
+	int64_t sum = 0;
+	unsigned best = 0;
+	for (unsigned s = 0; s < nsym; s++) {
+		f[s] = 0;
+		if (!c[s])
+			continue;
+		/* c * PM fits: counts are below 2^52 */
+		uint64_t q = (c[s] * PM + total / 2) / total;
+		f[s] = q ? (uint32_t)q : 1;
+		sum += f[s];
+		if (c[s] > c[best])
+			best = s;
+	}
+	if (sum < PM) {
+		f[best] += (uint32_t)(PM - sum);
+		return;
+	}
+	while (sum > PM) { /* take from the largest frequencies, a bit at a time */
+		unsigned big = 0;
+		for (unsigned s = 1; s < nsym; s++)
+			if (f[s] > f[big])
+				big = s;
+		uint32_t take = f[big] / 8 + 1;
+		if (take > f[big] - 1)
+			take = f[big] - 1;
+		if (take > sum - PM)
+			take = (uint32_t)(sum - PM);
+		f[big] -= take;
+		sum -= take;
+	}
+}
+
+static int table_write(struct dcr_buf *b, const uint32_t *f, unsigned nsym)
+{
+	unsigned nnz = 0;
+	for (unsigned s = 0; s < nsym; s++)
+		nnz += f[s] != 0;
+	if (dcr_buf_add_varint(b, nnz) < 0)
+		return -ENOMEM;
+	unsigned next = 0;
+	for (unsigned s = 0; s < nsym; s++) {
+		if (!f[s])
+			continue;
+		if (dcr_buf_add_varint(b, s - next) < 0 ||
+		    (nnz > 1 && dcr_buf_add_varint(b, f[s] - 1) < 0))
+			return -ENOMEM;
+		next = s + 1;
+	}
+	return 0;
+}
+
+/* Read a table; fill the decode entries. An empty table (nnz 0) decodes
+ * every slot to SYM_BAD. Returns 0 or -1 with *why set. */
+static int table_read(struct dcr_rd *r, unsigned nsym, dent *d, int *empty,
+		      const char **why)
+{
+	uint64_t nnz = dcr_rd_varint(r);
+	if (r->bad) {
+		*why = "truncated table";
+		return -1;
+	}
+	if (nnz > nsym) {
+		*why = "table has more symbols than the alphabet";
+		return -1;
+	}
+	*empty = nnz == 0;
+	if (!nnz) {
+		for (unsigned i = 0; i < PM; i++)
+			d[i] = (PM - 1) | i << 12 | SYM_BAD << 24;
+		return 0;
+	}
+	uint64_t next = 0, start = 0;
+	for (uint64_t j = 0; j < nnz; j++) {
+		uint64_t s = next + dcr_rd_varint(r);
+		uint64_t f = nnz > 1 ? dcr_rd_varint(r) + 1 : PM;
+		if (r->bad) {
+			*why = "truncated table";
+			return -1;
+		}
+		if (s < next || s >= nsym) {
+			*why = "table symbol out of range";
+			return -1;
+		}
+		if (f > PM || f == 0 || start + f > PM) {
+			*why = "table frequencies exceed the scale";
+			return -1;
+		}
+		for (uint64_t i = 0; i < f; i++)
+			d[start + i] = (uint32_t)(f - 1) | (uint32_t)i << 12 |
+				       (uint32_t)s << 24;
+		start += f;
+		next = s + 1;
+	}
+	if (start != PM) {
+		*why = "table frequencies do not sum to the scale";
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- rANS encoder (writes backwards into a scratch buffer) ----------- */
+
+struct renc {
+	uint8_t *base, *p;  /* p moves down from base + cap */
+	uint32_t x[2];
+};
+
+static inline void renc_put(struct renc *e, int j, const struct esym *s)
+{
+	uint32_t x = e->x[j];
+	if (x >= s->x_max) {
+		e->p -= 2;
+		put_le16(e->p, (uint16_t)x);
+		x >>= 16;
+	}
+	uint32_t q = (uint32_t)(((uint64_t)x * s->rcp) >> s->shift);
+	e->x[j] = x + s->bias + q * s->cmpl;
+}
+
+/* Flush states; append varint length and stream to out. A stream whose
+ * states never left RL (every symbol had probability 1) is written as
+ * length 0. */
+static int renc_finish(struct renc *e, uint8_t *end, struct dcr_buf *out)
+{
+	if (e->p == end && e->x[0] == RL && e->x[1] == RL)
+		return dcr_buf_add_varint(out, 0) < 0 ? -ENOMEM : 0;
+	e->p -= 4;
+	put_le32(e->p, e->x[1]);
+	e->p -= 4;
+	put_le32(e->p, e->x[0]);
+	size_t n = (size_t)(end - e->p);
+	if (dcr_buf_add_varint(out, n) < 0 || dcr_buf_add(out, e->p, n) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+struct rdec {
+	const uint8_t *p, *end;
+	uint32_t x[2];
+	int bad;
+};
+
+static int rdec_init(struct rdec *d, const uint8_t *p, size_t n)
+{
+	d->bad = 0;
+	if (n == 0) {
+		d->p = d->end = p;
+		d->x[0] = d->x[1] = RL;
+		return 0;
+	}
+	if (n < 8 || (n & 1))
+		return -1;
+	d->x[0] = get_le32(p);
+	d->x[1] = get_le32(p + 4);
+	d->p = p + 8;
+	d->end = p + n;
+	for (int j = 0; j < 2; j++)
+		if (d->x[j] < RL || d->x[j] >= RL << 16)
+			return -1;
+	return 0;
+}
+
+static int rdec_done(const struct rdec *d)
+{
+	return !d->bad && d->p == d->end && d->x[0] == RL && d->x[1] == RL;
+}
+
+/* ---- symbol maps ----------------------------------------------------- */
+
+static inline unsigned gap_sym(uint64_t v, unsigned *nb, uint64_t *extra)
+{
+	if (v < 4) {
+		*nb = 0;
+		*extra = 0;
+		return (unsigned)v - 1;
+	}
+	unsigned k = bitlen(v) - 1;
+	*nb = k - 2;
+	*extra = v & ((1ULL << (k - 2)) - 1);
+	return 3 + 4 * (k - 2) + (unsigned)((v >> (k - 2)) & 3);
+}
+
+static void gap_tables(uint64_t *gbase, uint8_t *gnb)
+{
+	for (unsigned s = 0; s < GAP_NSYM; s++) {
+		if (s < 3) {
+			gbase[s] = s + 1;
+			gnb[s] = 0;
+		} else {
+			unsigned k = 2 + (s - 3) / 4, t = (s - 3) % 4;
+			gbase[s] = (uint64_t)(4 + t) << (k - 2);
+			gnb[s] = (uint8_t)(k - 2);
+		}
+	}
+}
+
+/* ---- small helpers --------------------------------------------------- */
+
+static double flog2(double x) /* x > 0, about 1e-6 accurate */
+{
+	union { double d; uint64_t u; } v = { x };
+	int ex = (int)((v.u >> 52) & 0x7ff) - 1023;
+	v.u = (v.u & ((1ULL << 52) - 1)) | 1023ULL << 52;
+	double t = (v.d - 1) / (v.d + 1), t2 = t * t;
+	return ex + 2.8853900817779268 * t *
+			    (1 + t2 * (1.0 / 3 + t2 * (1.0 / 5 + t2 * (1.0 / 7 + t2 / 9))));
+}
+
+/* Estimated bits of coding counts h with one table. */
+static double hist_cost(const uint64_t *h, const unsigned *used, unsigned nused)
+{
+	uint64_t t = 0;
+	unsigned nnz = 0;
+	double s = 0;
+	for (unsigned i = 0; i < nused; i++) {
+		uint64_t c = h[used[i]];
+		if (c) {
+			t += c;
+			nnz++;
+			s -= (double)c * flog2((double)c);
+		}
+	}
+	if (!t)
+		return 8;
+	return s + (double)t * flog2((double)t) + 8 + 20.0 * nnz;
+}
+
+static int check_args(unsigned unit, uint64_t range_len, size_t n, int code,
+		      struct dcr_err *e)
+{
+	if (unit != 1 && unit != 2 && unit != 4 && unit != 8)
+		return dcr_err_set(e, code, "unit of %u bytes is not 1, 2, 4 or 8", unit);
+	if ((uint64_t)n > range_len)
+		return dcr_err_set(e, code, "%zu changes in a range of %llu elements",
+				   n, (unsigned long long)range_len);
+	return 0;
+}
+
+static int check_input(unsigned unit, uint64_t range_len, size_t n,
+		       const uint64_t *pos, const uint64_t *oldv,
+		       const uint64_t *newv, struct dcr_err *e)
+{
+	int rc = check_args(unit, range_len, n, -EINVAL, e);
+	if (rc < 0)
+		return rc;
+	uint64_t mask = unit_mask(unit);
+	/* one branch-free pass; the loop below finds the culprit if any */
+	uint64_t vbits = 0, prev = 0, bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		bad |= (uint64_t)(pos[i] >= range_len) | (uint64_t)(i && pos[i] <= prev);
+		prev = pos[i];
+		vbits |= newv[i] | (oldv ? oldv[i] : 0);
+	}
+	if (!bad && !(vbits & ~mask))
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (pos[i] >= range_len || (i && pos[i] <= pos[i - 1]))
+			return dcr_err_set(e, -EINVAL,
+					   "change %zu: position %llu is not increasing within the range of %llu",
+					   i, (unsigned long long)pos[i],
+					   (unsigned long long)range_len);
+		if ((newv[i] & ~mask) || (oldv && (oldv[i] & ~mask)))
+			return dcr_err_set(e, -EINVAL,
+					   "change %zu: value does not fit in %u bytes", i, unit);
+	}
+	return 0;
+}
+
+/* ---- DELTA encoder --------------------------------------------------- */
+
+/* First pass over the values, specialised for each constant unit: symbols,
+ * exponent fields, histogram per exponent, raw bits. */
+static inline __attribute__((always_inline)) void
+values_pass(const unsigned unit, size_t n, const uint64_t *oldv,
+	    const uint64_t *newv, const struct vmap *vm, uint8_t *sym,
+	    uint8_t *ex, uint64_t *hist, struct bitw *w, unsigned *pemin,
+	    unsigned *pemax)
+{
+	const uint64_t mask = unit_mask(unit), half = mask ^ (mask >> 1);
+	const int flt = (vm->flags & VF_FLOAT) != 0, fold = (vm->flags & VF_FOLD) != 0;
+	const unsigned top = 8 * unit - 1;
+	unsigned emin = *pemin, emax = *pemax;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t o = oldv ? oldv[i] : 0, nw = newv[i];
+		unsigned ev = vm->ebits ? vmap_exp(vm, o) : 0;
+		uint64_t sg = o >> top, d;
+		if (flt) {
+			uint64_t mo = o ^ (sg ? mask : half);
+			uint64_t mn = nw ^ (nw >> top ? mask : half);
+			d = (fold && sg ? mo - mn : mn - mo) & mask;
+		} else {
+			d = (nw - o) & mask;
+		}
+		unsigned s = 0;
+		if (d) {
+			unsigned neg = d >= half;
+			uint64_t a = neg ? (0 - d) & mask : d;
+			unsigned k = bitlen(a) - 1;
+			s = 1 + 2 * k + neg;
+			if (unit <= 4)
+				bw_put32(w, a & ((1ULL << k) - 1), k);
+			else
+				bw_put(w, a & ((1ULL << k) - 1), k);
+		}
+		sym[i] = (uint8_t)s;
+		ex[i] = (uint8_t)ev;
+		hist[(size_t)ev * VAL_NSYM_MAX + s]++;
+		emin = ev < emin ? ev : emin;
+		emax = ev > emax ? ev : emax;
+	}
+	*pemin = emin;
+	*pemax = emax;
+}
+
+static int delta_encode(unsigned unit, int dtype, size_t n, const uint64_t *pos,
+			const uint64_t *oldv, const uint64_t *newv,
+			struct dcr_buf *out, struct dcr_err *e)
+{
+	const unsigned vnsym = 1 + 16 * unit;
+	struct vmap vm;
+	vmap_for_dtype(dtype, unit, &vm);
+
+	if (dcr_buf_add_varint(out, n) < 0)
+		return dcr_err_set(e, -ENOMEM, "out of memory");
+	if (!n)
+		return 0;
+
+	int rc = -ENOMEM;
+	uint8_t *sym = malloc(n), *ex = malloc(n);
+	size_t scap = 2 * n + 16; /* at most one 16-bit word per symbol */
+	uint8_t *scratch = malloc(scap);
+	uint8_t *bits = malloc(8 * n + 16);
+	uint64_t *hist = calloc((size_t)NE * VAL_NSYM_MAX, sizeof(uint64_t));
+	struct esym *es = malloc(sizeof(*es) * MAXCTX * VAL_NSYM_MAX);
+	struct dcr_buf sec = {0};
+	if (!sym || !ex || !scratch || !bits || !hist || !es)
+		goto out;
+
+	/* -- positions section -- */
+	{
+		uint64_t cnt[GAP_NSYM] = {0};
+		uint32_t f[GAP_NSYM];
+		struct bitw w = {bits, 0, 0, 0};
+		uint64_t next = 0;
+		for (size_t i = 0; i < n; i++) {
+			unsigned nb;
+			uint64_t x;
+			unsigned s = gap_sym(pos[i] - next + 1, &nb, &x);
+			next = pos[i] + 1;
+			sym[i] = (uint8_t)s;
+			cnt[s]++;
+			bw_put(&w, x, nb);
+		}
+		bw_flush(&w);
+		normalize(cnt, GAP_NSYM, f);
+		uint32_t start = 0;
+		for (unsigned s = 0; s < GAP_NSYM; s++) {
+			if (f[s])
+				esym_init(&es[s], start, f[s]);
+			start += f[s];
+		}
+		if (table_write(&sec, f, GAP_NSYM) < 0)
+			goto out;
+		uint8_t *end = scratch + scap;
+		struct renc re = {scratch, end, {RL, RL}};
+		size_t i = n;
+		if (i & 1) {
+			i--;
+			renc_put(&re, 0, &es[sym[i]]);
+		}
+		while (i) {
+			i -= 2;
+			renc_put(&re, 1, &es[sym[i + 1]]);
+			renc_put(&re, 0, &es[sym[i]]);
+		}
+		if (renc_finish(&re, end, &sec) < 0 ||
+		    dcr_buf_add(&sec, bits, w.len) < 0)
+			goto out;
+		if (dcr_buf_add_varint(out, sec.len) < 0 ||
+		    dcr_buf_add(out, sec.p, sec.len) < 0)
+			goto out;
+		sec.len = 0;
+	}
+
+	/* -- values section -- */
+	{
+		struct bitw w = {bits, 0, 0, 0};
+		unsigned emin = NE, emax = 0;
+		switch (unit) {
+		case 1: values_pass(1, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
+		case 2: values_pass(2, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
+		case 4: values_pass(4, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
+		default: values_pass(8, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
+		}
+		bw_flush(&w);
+
+		/* symbols in use, and cumulative histograms over exponents */
+		unsigned used[VAL_NSYM_MAX], nused = 0;
+		for (unsigned s = 0; s < vnsym; s++) {
+			uint64_t c = 0;
+			for (unsigned ev = emin; ev <= emax; ev++)
+				c += hist[(size_t)ev * VAL_NSYM_MAX + s];
+			if (c)
+				used[nused++] = s;
+		}
+		/* choose pivot and nctx: cost of each context is the cost of
+		 * its merged exponent range */
+		unsigned best_pivot = 0, best_nctx = 1;
+		uint64_t (*ctxh)[VAL_NSYM_MAX] = calloc(MAXCTX, sizeof(*ctxh));
+		if (!ctxh)
+			goto out;
+		double best = 0;
+		{
+			uint64_t all[VAL_NSYM_MAX] = {0};
+			for (unsigned ev = emin; ev <= emax; ev++)
+				for (unsigned j = 0; j < nused; j++)
+					all[used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+			best = hist_cost(all, used, nused);
+		}
+		if (vm.ebits && n >= 256 && emax > emin) {
+			/* pivots over the exponents that carry 99.8% of the changes */
+			uint64_t lo_cut = n / 1000, acc = 0;
+			unsigned plo = emin, phi = emax;
+			for (unsigned ev = emin; ev <= emax; ev++) {
+				for (unsigned j = 0; j < nused; j++)
+					acc += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+				if (acc <= lo_cut)
+					plo = ev + 1;
+			}
+			acc = 0;
+			for (unsigned ev = emax + 1; ev-- > emin;) {
+				for (unsigned j = 0; j < nused; j++)
+					acc += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+				if (acc <= lo_cut)
+					phi = ev ? ev - 1 : 0;
+			}
+			if (phi < plo)
+				phi = plo;
+			if (phi > plo + 47)
+				phi = plo + 47;
+			/* Each (pivot, nctx) splits the exponents into [pivot, emax],
+			 * the single exponents pivot-1 .. pivot-nctx+2, and [emin,
+			 * pivot-nctx+1]; precompute those costs once (running sums
+			 * from either end), then every candidate is a few lookups. */
+			double cs[NE], chi[NE], clo[NE];
+			uint64_t acc_h[VAL_NSYM_MAX];
+			memset(acc_h, 0, sizeof(acc_h));
+			for (unsigned ev = emax + 1; ev-- > emin;) {
+				for (unsigned j = 0; j < nused; j++)
+					acc_h[used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+				chi[ev] = hist_cost(acc_h, used, nused);
+				cs[ev] = hist_cost(&hist[(size_t)ev * VAL_NSYM_MAX], used, nused);
+			}
+			memset(acc_h, 0, sizeof(acc_h));
+			for (unsigned ev = emin; ev <= emax; ev++) {
+				for (unsigned j = 0; j < nused; j++)
+					acc_h[used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+				clo[ev] = hist_cost(acc_h, used, nused);
+			}
+			const double empty = 8; /* hist_cost of no counts */
+			for (unsigned pv = plo; pv <= phi + 1 && pv < NE; pv++) {
+				double hi = pv > emax ? empty : chi[pv < emin ? emin : pv];
+				double mid = 0;
+				for (unsigned nc = 2; nc <= MAXCTX; nc++) {
+					if (nc > 2) {
+						int ev = (int)pv - (int)(nc - 2);
+						mid += ev >= (int)emin && ev <= (int)emax ? cs[ev] : empty;
+					}
+					int x = (int)pv - (int)(nc - 1);
+					double lo = x < (int)emin ? empty
+								  : clo[x > (int)emax ? emax : (unsigned)x];
+					double cost = hi + mid + lo;
+					if (cost < best) {
+						best = cost;
+						best_pivot = pv;
+						best_nctx = nc;
+					}
+				}
+			}
+		}
+		memset(ctxh, 0, MAXCTX * sizeof(*ctxh));
+		for (unsigned ev = emin; ev <= emax; ev++) {
+			int c = best_nctx == 1 ? 0 : (int)best_pivot - (int)ev;
+			c = c < 0 ? 0 : c > (int)best_nctx - 1 ? (int)best_nctx - 1 : c;
+			for (unsigned j = 0; j < nused; j++)
+				ctxh[c][used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+		}
+
+		if (dcr_buf_add_u8(&sec, (uint8_t)vm.flags) < 0 ||
+		    dcr_buf_add_u8(&sec, (uint8_t)vm.mshift) < 0 ||
+		    dcr_buf_add_u8(&sec, (uint8_t)vm.ebits) < 0 ||
+		    dcr_buf_add_u8(&sec, (uint8_t)best_pivot) < 0 ||
+		    dcr_buf_add_u8(&sec, (uint8_t)best_nctx) < 0) {
+			free(ctxh);
+			goto out;
+		}
+		for (unsigned c = 0; c < best_nctx; c++) {
+			uint32_t f[VAL_NSYM_MAX];
+			uint64_t t = 0;
+			for (unsigned s = 0; s < vnsym; s++)
+				t += ctxh[c][s];
+			if (t)
+				normalize(ctxh[c], vnsym, f);
+			else
+				memset(f, 0, sizeof(f));
+			uint32_t start = 0;
+			for (unsigned s = 0; s < vnsym; s++) {
+				if (f[s])
+					esym_init(&es[c * VAL_NSYM_MAX + s], start, f[s]);
+				start += f[s];
+			}
+			if (table_write(&sec, f, vnsym) < 0) {
+				free(ctxh);
+				goto out;
+			}
+		}
+		free(ctxh);
+
+		/* contexts per change, then the reverse rANS pass */
+		uint32_t cbase[NE]; /* esym offset of each exponent */
+		for (int ev = 0; ev < NE; ev++) {
+			int c = (int)best_pivot - ev;
+			c = c < 0 ? 0 : c > (int)best_nctx - 1 ? (int)best_nctx - 1 : c;
+			cbase[ev] = (uint32_t)c * VAL_NSYM_MAX;
+		}
+		uint8_t *end = scratch + scap;
+		struct renc re = {scratch, end, {RL, RL}};
+		size_t i = n;
+		if (i & 1) {
+			i--;
+			renc_put(&re, 0, &es[cbase[ex[i]] + sym[i]]);
+		}
+		while (i) {
+			i -= 2;
+			renc_put(&re, 1, &es[cbase[ex[i + 1]] + sym[i + 1]]);
+			renc_put(&re, 0, &es[cbase[ex[i]] + sym[i]]);
+		}
+		if (renc_finish(&re, end, &sec) < 0 ||
+		    dcr_buf_add(&sec, bits, w.len) < 0 ||
+		    dcr_buf_add(out, sec.p, sec.len) < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	free(sym);
+	free(ex);
+	free(scratch);
+	free(bits);
+	free(hist);
+	free(es);
+	dcr_buf_free(&sec);
+	if (rc < 0)
+		dcr_err_set(e, rc, "out of memory");
+	return rc;
+}
+
+/* ---- DELTA decoder --------------------------------------------------- */
+
+static int bad(struct dcr_err *e, const char *codec, const char *what)
+{
+	return dcr_err_set(e, DCR_EFORMAT, "%s payload: %s", codec, what);
+}
+
+/* Parse the header; on success (ps, pn) is the positions section and
+ * (vs, vn) the values section. */
+static int delta_header(const uint8_t *p, size_t len, uint64_t range_len,
+			size_t n, const uint8_t **ps, size_t *pn,
+			const uint8_t **vs, size_t *vn, struct dcr_err *e)
+{
+	struct dcr_rd r;
+	dcr_rd_init(&r, p, len);
+	uint64_t hn = dcr_rd_varint(&r);
+	if (r.bad)
+		return bad(e, "delta", "truncated header");
+	if (hn != (uint64_t)n)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "delta payload: holds %llu changes, the item says %zu",
+				   (unsigned long long)hn, n);
+	if ((uint64_t)n > range_len)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "delta payload: %zu changes in a range of %llu elements",
+				   n, (unsigned long long)range_len);
+	if (!n) {
+		if (dcr_rd_left(&r))
+			return bad(e, "delta", "trailing bytes after an empty item");
+		*ps = *vs = r.p;
+		*pn = *vn = 0;
+		return 0;
+	}
+	uint64_t plen = dcr_rd_varint(&r);
+	if (r.bad || plen > dcr_rd_left(&r))
+		return bad(e, "delta", "truncated positions section");
+	*ps = r.p;
+	*pn = (size_t)plen;
+	*vs = r.p + plen;
+	*vn = dcr_rd_left(&r) - (size_t)plen;
+	return 0;
+}
+
+/* Split a section after its table(s) into rANS stream and raw bits. */
+static int split_streams(struct dcr_rd *r, struct rdec *d, struct bitr *br,
+			 size_t *rawlen)
+{
+	uint64_t rl = dcr_rd_varint(r);
+	if (r->bad || rl > dcr_rd_left(r))
+		return -1;
+	if (rdec_init(d, r->p, (size_t)rl) < 0)
+		return -1;
+	r->p += rl;
+	br->p = r->p;
+	br->end = r->end;
+	br->acc = 0;
+	br->n = 0;
+	br->start = r->p;
+	br->pad = 0;
+	*rawlen = dcr_rd_left(r);
+	return 0;
+}
+
+/* Refill rANS state X from the stream at rp (end re) after a decode
+ * step: RENORM_FAST without a branch, for when 2 bytes are surely left;
+ * RENORM_SAFE checked, setting rbad when the stream has run out. */
+#define RENORM_FAST(X)                                                     \
+	do {                                                               \
+		uint32_t r_ = (X) < RL;                                    \
+		uint32_t w_ = (X) << 16 | get_le16(rp);                    \
+		(X) = r_ ? w_ : (X);                                       \
+		rp += 2 * r_;                                              \
+	} while (0)
+#define RENORM_SAFE(X)                                                     \
+	do {                                                               \
+		if ((X) < RL) {                                            \
+			if (re - rp >= 2) {                                \
+				(X) = (X) << 16 | get_le16(rp);            \
+				rp += 2;                                   \
+			} else {                                           \
+				rbad = 1;                                  \
+				(X) = RL;                                  \
+			}                                                  \
+		}                                                          \
+	} while (0)
+
+/* One rANS decode step on local state X into symbol S, from the tables
+ * FC (freq | (slot - cum) << 16 per slot) and SY (symbol per slot),
+ * refilled by RENORM. */
+#define RDEC(X, FC, SY, S, RENORM)                                         \
+	do {                                                               \
+		uint32_t sl_ = (X) & (PM - 1), fc_ = (FC)[sl_];            \
+		(S) = (SY)[sl_];                                           \
+		(X) = (fc_ & 0xffff) * ((X) >> PB) + (fc_ >> 16);          \
+		RENORM(X);                                                 \
+	} while (0)
+
+static int delta_decode_positions(const uint8_t *p, size_t len,
+				  uint64_t range_len, size_t n, uint64_t *pos,
+				  struct dcr_err *e)
+{
+	const uint8_t *ps, *vs;
+	size_t pn, vn;
+	int rc = delta_header(p, len, range_len, n, &ps, &pn, &vs, &vn, e);
+	if (rc < 0 || !n)
+		return rc;
+	dent *tab = malloc(PM * (sizeof(dent) + 1));
+	if (!tab)
+		return dcr_err_set(e, -ENOMEM, "out of memory");
+	uint64_t gbase[GAP_NSYM];
+	uint8_t gnb[GAP_NSYM];
+	gap_tables(gbase, gnb);
+	struct dcr_rd r;
+	dcr_rd_init(&r, ps, pn);
+	const char *why = NULL;
+	int empty;
+	struct rdec d;
+	struct bitr br;
+	size_t rawlen;
+	if (table_read(&r, GAP_NSYM, tab, &empty, &why) < 0)
+		goto fail;
+	if (empty) {
+		why = "empty gap table";
+		goto fail;
+	}
+	if (split_streams(&r, &d, &br, &rawlen) < 0) {
+		why = "bad positions stream header";
+		goto fail;
+	}
+	/* in place: freq | (slot - cum) << 16, and the symbols after */
+	uint32_t *fc = tab;
+	uint8_t *sy = (uint8_t *)(tab + PM);
+	for (unsigned sl = 0; sl < PM; sl++) {
+		sy[sl] = (uint8_t)(tab[sl] >> 24);
+		fc[sl] = ((tab[sl] & 0xfff) + 1) | ((tab[sl] >> 12) & 0xfff) << 16;
+	}
+	uint32_t x0 = d.x[0], x1 = d.x[1];
+	const uint8_t *rp = d.p, *re = d.end;
+	int rbad = 0;
+	uint64_t next = 0; /* first free position; next <= range_len */
+	int over = 0;
+	BR_LOCALS(&br);
+	/* G: the gap of symbol S; g < range_len - next keeps the position in
+	 * range */
+#define GAP(S, G)                                                          \
+	do {                                                               \
+		BITS64(gnb[S], G);                                         \
+		(G) += gbase[S] - 1;                                       \
+	} while (0)
+	size_t i = 0;
+	for (; i + 1 < n; i += 2) {
+		unsigned s0, s1;
+		if (re - rp >= 4) {
+			RDEC(x0, fc, sy, s0, RENORM_FAST);
+			RDEC(x1, fc, sy, s1, RENORM_FAST);
+		} else {
+			RDEC(x0, fc, sy, s0, RENORM_SAFE);
+			RDEC(x1, fc, sy, s1, RENORM_SAFE);
+		}
+		uint64_t g0, g1;
+		GAP(s0, g0);
+		GAP(s1, g1);
+		over |= g0 >= range_len - next;
+		next += g0 + 1;
+		pos[i] = next - 1;
+		over |= next > range_len || g1 >= range_len - next;
+		next += g1 + 1;
+		pos[i + 1] = next - 1;
+		if (__builtin_expect(over, 0))
+			break;
+	}
+	if (!over && i < n) {
+		unsigned s0;
+		RDEC(x0, fc, sy, s0, RENORM_SAFE);
+		uint64_t g0;
+		GAP(s0, g0);
+		over |= g0 >= range_len - next;
+		next += g0 + 1;
+		pos[i] = next - 1;
+	}
+#undef GAP
+	BR_SAVE(&br);
+	d.x[0] = x0;
+	d.x[1] = x1;
+	d.p = rp;
+	d.bad = rbad;
+	if (over) {
+		why = "position beyond the range";
+		goto fail;
+	}
+	if (!rdec_done(&d)) {
+		why = "positions stream does not end where the item does";
+		goto fail;
+	}
+	if (!br_check(&br, rawlen)) {
+		why = "positions raw bits do not end where the item does";
+		goto fail;
+	}
+	free(tab);
+	return 0;
+fail:
+	free(tab);
+	return bad(e, "delta", why);
+}
+
+/* Layout of the decode tables of the value symbols: slot -> symbol for
+ * every context, then freq | cum << 16 for every (context, symbol), at
+ * fixed offsets from one base. */
+#define VT_SYM 0				/* u8 [MAXCTX][PM] */
+#define VT_FC (MAXCTX * PM)			/* u32 [MAXCTX][256] */
+#define VT_SIZE (VT_FC + MAXCTX * 256 * 4)
+
+/* Values are decoded in two passes, so that each keeps its state in
+ * registers: the symbols (rANS, context from the old value), then the
+ * values (raw bits and arithmetic). */
+
+/* Pass 1, specialised for each unit and the common exponent fields.
+ * ctxoff[field] is the context times 256: its entries are at VT_FC +
+ * 4 (ctxoff + sym), its slots at VT_SYM + 16 ctxoff + slot. Returns
+ * nonzero when the stream ran out. */
+static inline __attribute__((always_inline)) int
+value_syms(const unsigned unit, size_t n, const uint64_t *op, uint8_t *sym,
+	   const uint8_t *vt, const uint32_t *ctxoff, const unsigned mshift,
+	   const uint64_t emask, struct rdec *d)
+{
+	const uint64_t mask = unit_mask(unit);
+	const uint32_t *tfc = (const uint32_t *)(vt + VT_FC);
+	uint32_t x0 = d->x[0], x1 = d->x[1];
+	const uint8_t *rp = d->p, *re = d->end;
+	int rbad = 0;
+#define SSTEP(X, I)                                                        \
+	do {                                                               \
+		uint32_t co_ = ctxoff[((op[I] & mask) >> mshift) & emask]; \
+		uint32_t sl_ = (X) & (PM - 1);                             \
+		unsigned s_ = vt[VT_SYM + (co_ << 4) + sl_];               \
+		uint32_t fc_ = tfc[co_ + s_];                              \
+		(X) = (fc_ & 0xffff) * ((X) >> PB) + sl_ - (fc_ >> 16);   \
+		sym[I] = (uint8_t)s_;                                      \
+	} while (0)
+	size_t i = 0;
+	for (; i + 1 < n && re - rp >= 4; i += 2) {
+		SSTEP(x0, i);
+		RENORM_FAST(x0);
+		SSTEP(x1, i + 1);
+		RENORM_FAST(x1);
+	}
+	for (; i + 1 < n; i += 2) {
+		SSTEP(x0, i);
+		RENORM_SAFE(x0);
+		SSTEP(x1, i + 1);
+		RENORM_SAFE(x1);
+	}
+	if (i < n) {
+		SSTEP(x0, i);
+		RENORM_SAFE(x0);
+	}
+#undef SSTEP
+	d->x[0] = x0;
+	d->x[1] = x1;
+	d->p = rp;
+	return rbad;
+}
+
+/* Pass 2, specialised for each unit and value map. Symbol 0 is d = 0;
+ * s > 0 is |d| = 2^k + k raw bits with k = (s - 1) / 2, d < 0 when s - 1
+ * is odd. With the sign-folded float map d is the change of the
+ * magnitude, so unless the magnitude leaves [0, mag] (the value crosses
+ * zero or overflows: rare) the new value is the old sign with the new
+ * magnitude. Otherwise, and for the other maps, the general formula:
+ * new = M^-1(M(old) + d), d negated for negative old under folding.
+ * Returns -1 for a symbol outside the alphabet. */
+static inline __attribute__((always_inline)) int
+value_vals(const unsigned unit, size_t n, const uint64_t *op,
+	   const uint8_t *sym, uint64_t *newv, const int flt, const int fold,
+	   struct bitr *br)
+{
+	const uint64_t mask = unit_mask(unit), half = mask ^ (mask >> 1);
+	const uint64_t mag = mask >> 1;
+	const unsigned top = 8 * unit - 1, vnsym = 1 + 16 * unit;
+	BR_LOCALS(br);
+	unsigned smax = 0;
+	/* per symbol: k, 2^k (0 for s = 0), all ones if d < 0; symbols
+	 * outside the alphabet decode as 1 and are reported */
+	uint8_t kt[256];
+	uint64_t bt[256], st[256];
+	for (unsigned s = 0; s < 256; s++) {
+		unsigned c = s < vnsym ? s : 1, nz = c != 0;
+		kt[s] = (uint8_t)((c - nz) >> 1);
+		bt[s] = (uint64_t)nz << kt[s];
+		st[s] = 0 - (uint64_t)((c - nz) & 1);
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint64_t o = op[i] & mask;
+		unsigned s = sym[i], k = kt[s];
+		smax = s > smax ? s : smax;
+		uint64_t a;
+		if (unit <= 4)
+			BITS32(k, a);
+		else
+			BITS64(k, a);
+		a += bt[s];
+		uint64_t sm = st[s];
+		uint64_t sd = (a ^ sm) - sm;
+		uint64_t nw, m2 = (o & mag) + sd;
+		if (fold && __builtin_expect(m2 <= mag, 1)) {
+			nw = (o & half) | m2;
+		} else if (flt) {
+			uint64_t sg = o >> top;
+			uint64_t mo = o ^ (sg ? mask : half);
+			uint64_t mn = (fold && sg ? mo - sd : mo + sd) & mask;
+			nw = mn ^ (mn >> top ? half : mask);
+		} else {
+			nw = (o + sd) & mask;
+		}
+		newv[i] = nw;
+	}
+	BR_SAVE(br);
+	return smax >= vnsym ? -1 : 0;
+}
+
+static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
+			       uint64_t range_len, size_t n,
+			       const uint64_t *oldv, uint64_t *newv,
+			       struct dcr_err *e)
+{
+	const uint8_t *ps, *vs;
+	size_t pn, vn;
+	int rc = delta_header(p, len, range_len, n, &ps, &pn, &vs, &vn, e);
+	if (rc < 0 || !n)
+		return rc;
+	const unsigned vnsym = 1 + 16 * unit;
+	struct dcr_rd r;
+	dcr_rd_init(&r, vs, vn);
+	struct vmap vm;
+	vm.flags = dcr_rd_u8(&r);
+	vm.mshift = dcr_rd_u8(&r);
+	vm.ebits = dcr_rd_u8(&r);
+	unsigned pivot = dcr_rd_u8(&r), nctx = dcr_rd_u8(&r);
+	if (r.bad)
+		return bad(e, "delta", "truncated values header");
+	if (vm.flags & ~VF_KNOWN)
+		return bad(e, "delta", "unknown value flags");
+	if ((vm.flags & VF_FOLD) && !(vm.flags & VF_FLOAT))
+		return bad(e, "delta", "sign folding without the float map");
+	if (vm.ebits > 11 || vm.mshift + vm.ebits > 8 * unit)
+		return bad(e, "delta", "exponent field outside the unit");
+	if (nctx < 1 || nctx > MAXCTX || (!vm.ebits && nctx != 1))
+		return bad(e, "delta", "bad number of value contexts");
+	size_t nfield = (size_t)1 << vm.ebits;
+	/* the loops' tables (VT_*), the dent tables as read, the context of
+	 * each exponent field value; the symbols; zeros when there are no
+	 * old values */
+	uint8_t *vt = malloc(VT_SIZE + (size_t)nctx * PM * sizeof(dent) +
+			     nfield * sizeof(uint32_t) + n);
+	uint64_t *zeros = oldv ? NULL : calloc(n, sizeof(uint64_t));
+	if (!vt || (!oldv && !zeros)) {
+		free(vt);
+		free(zeros);
+		return dcr_err_set(e, -ENOMEM, "out of memory");
+	}
+	uint32_t *tfc = (uint32_t *)(vt + VT_FC);
+	uint8_t *tsym = vt + VT_SYM;
+	dent *tab = (dent *)(vt + VT_SIZE);
+	uint32_t *ctxoff = (uint32_t *)(tab + (size_t)nctx * PM);
+	uint8_t *sym = (uint8_t *)(ctxoff + nfield);
+	const char *why = NULL;
+	struct rdec d;
+	struct bitr br;
+	size_t rawlen;
+	for (unsigned c = 0; c < nctx; c++) {
+		int empty;
+		if (table_read(&r, vnsym, tab + (size_t)c * PM, &empty, &why) < 0)
+			goto fail;
+	}
+	if (split_streams(&r, &d, &br, &rawlen) < 0) {
+		why = "bad values stream header";
+		goto fail;
+	}
+	/* context of each exponent field value */
+	for (size_t f = 0; f < nfield; f++) {
+		int ev = (int)(vm.ebits > 8 ? f >> (vm.ebits - 8) : f);
+		int c = (int)pivot - ev;
+		c = c < 0 ? 0 : c > (int)nctx - 1 ? (int)nctx - 1 : c;
+		ctxoff[f] = (uint32_t)c * 256;
+	}
+	for (size_t c = 0; c < nctx; c++) {
+		const dent *t = tab + c * PM;
+		for (unsigned sl = 0; sl < PM; sl++) {
+			unsigned sy = t[sl] >> 24;
+			tsym[c * PM + sl] = (uint8_t)sy;
+			/* freq | cum << 16; SYM_BAD gets freq PM, cum 0 */
+			tfc[c * 256 + sy] = ((t[sl] & 0xfff) + 1) | (sl - ((t[sl] >> 12) & 0xfff)) << 16;
+		}
+	}
+	const int flt = (vm.flags & VF_FLOAT) != 0, fold = (vm.flags & VF_FOLD) != 0;
+	const uint64_t emask = nfield - 1;
+	const uint64_t *ov = oldv ? oldv : zeros;
+	/* pass 1 specialised for each unit and the exponent fields of bf16,
+	 * f16 and f32; pass 2 for each unit and value map (fold implies flt) */
+#define SYMS(U, MS, EM) value_syms(U, n, ov, sym, vt, ctxoff, MS, EM, &d)
+	if (unit == 2 && vm.mshift == 7 && emask == 255)
+		d.bad = SYMS(2, 7, 255);
+	else if (unit == 2 && vm.mshift == 10 && emask == 31)
+		d.bad = SYMS(2, 10, 31);
+	else if (unit == 4 && vm.mshift == 23 && emask == 255)
+		d.bad = SYMS(4, 23, 255);
+	else switch (unit) {
+	case 1: d.bad = SYMS(1, vm.mshift, emask); break;
+	case 2: d.bad = SYMS(2, vm.mshift, emask); break;
+	case 4: d.bad = SYMS(4, vm.mshift, emask); break;
+	default: d.bad = SYMS(8, vm.mshift, emask); break;
+	}
+#undef SYMS
+#define VALS(U) (fold ? value_vals(U, n, ov, sym, newv, 1, 1, &br) : \
+		 flt ? value_vals(U, n, ov, sym, newv, 1, 0, &br) : \
+		 value_vals(U, n, ov, sym, newv, 0, 0, &br))
+	switch (unit) {
+	case 1: rc = VALS(1); break;
+	case 2: rc = VALS(2); break;
+	case 4: rc = VALS(4); break;
+	default: rc = VALS(8); break;
+	}
+#undef VALS
+	if (rc < 0) {
+		why = "value in a context with no symbols";
+		goto fail;
+	}
+	if (!rdec_done(&d)) {
+		why = "values stream does not end where the item does";
+		goto fail;
+	}
+	if (!br_check(&br, rawlen)) {
+		why = "values raw bits do not end where the item does";
+		goto fail;
+	}
+	free(vt);
+	free(zeros);
+	return 0;
+fail:
+	free(vt);
+	free(zeros);
+	return bad(e, "delta", why);
+}
+
+/* ---- XOR_ZSTD -------------------------------------------------------- */
+
+static int xz_encode(unsigned unit, size_t n, const uint64_t *pos,
+		     const uint64_t *oldv, const uint64_t *newv,
+		     struct dcr_buf *out, struct dcr_err *e)
+{
+	int rc = -ENOMEM;
+	size_t rawcap = (n ? n : 1) * (unit > 10 ? unit : 10);
+	uint8_t *raw = malloc(rawcap);
+	size_t zcap = ZSTD_compressBound(rawcap);
+	uint8_t *z = malloc(zcap);
+	ZSTD_CCtx *cc = ZSTD_createCCtx();
+	if (!raw || !z || !cc)
+		goto out;
+	/* gap varints */
+	size_t m = 0;
+	uint64_t next = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t g = pos[i] - next;
+		next = pos[i] + 1;
+		while (g >= 0x80) {
+			raw[m++] = (uint8_t)(g | 0x80);
+			g >>= 7;
+		}
+		raw[m++] = (uint8_t)g;
+	}
+	for (int part = 0; part < 2; part++) {
+		if (part == 1) {
+			/* XOR masks, byte plane b of change i at raw[b * n + i] */
+			for (size_t i = 0; i < n; i++) {
+				uint64_t x = newv[i] ^ (oldv ? oldv[i] : 0);
+				for (unsigned b = 0; b < unit; b++)
+					raw[b * n + i] = (uint8_t)(x >> (8 * b));
+			}
+			m = n * unit;
+		}
+		size_t zn = ZSTD_compressCCtx(cc, z, zcap, raw, m, 1);
+		if (ZSTD_isError(zn)) {
+			rc = dcr_err_set(e, -EIO, "zstd: %s", ZSTD_getErrorName(zn));
+			goto out;
+		}
+		if (dcr_buf_add_varint(out, zn) < 0 || dcr_buf_add(out, z, zn) < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	if (rc == -ENOMEM)
+		dcr_err_set(e, rc, "out of memory");
+	free(raw);
+	free(z);
+	ZSTD_freeCCtx(cc);
+	return rc;
+}
+
+static int xz_header(const uint8_t *p, size_t len, uint64_t range_len, size_t n,
+		     const uint8_t **pz, size_t *pzn, const uint8_t **vz,
+		     size_t *vzn, struct dcr_err *e)
+{
+	(void)range_len; /* checked by the caller: n <= range_len */
+	(void)n;
+	struct dcr_rd r;
+	dcr_rd_init(&r, p, len);
+	uint64_t zl = dcr_rd_varint(&r);
+	if (r.bad || zl > dcr_rd_left(&r))
+		return bad(e, "xor-zstd", "truncated positions frame");
+	*pz = r.p;
+	*pzn = (size_t)zl;
+	r.p += zl;
+	zl = dcr_rd_varint(&r);
+	if (r.bad || zl > dcr_rd_left(&r))
+		return bad(e, "xor-zstd", "truncated values frame");
+	if (zl != dcr_rd_left(&r))
+		return bad(e, "xor-zstd", "bytes after the values frame");
+	*vz = r.p;
+	*vzn = (size_t)zl;
+	return 0;
+}
+
+/* Decompress one frame whose content size must be at most max (exact if
+ * exact); returns a malloc'd buffer. */
+static int xz_unzip(const uint8_t *z, size_t zn, size_t max, int exact,
+		    uint8_t **outp, size_t *outn, const char *what,
+		    struct dcr_err *e)
+{
+	unsigned long long cs = ZSTD_getFrameContentSize(z, zn);
+	if (cs == ZSTD_CONTENTSIZE_ERROR || cs == ZSTD_CONTENTSIZE_UNKNOWN ||
+	    cs > max || (exact && cs != max))
+		return dcr_err_set(e, DCR_EFORMAT, "xor-zstd payload: bad %s frame", what);
+	if (ZSTD_findFrameCompressedSize(z, zn) != zn)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "xor-zstd payload: %s frame does not end where it should", what);
+	uint8_t *b = malloc(cs ? cs : 1);
+	if (!b)
+		return dcr_err_set(e, -ENOMEM, "out of memory");
+	size_t got = ZSTD_decompress(b, cs, z, zn);
+	if (ZSTD_isError(got) || got != cs) {
+		free(b);
+		return dcr_err_set(e, DCR_EFORMAT, "xor-zstd payload: %s frame: %s", what,
+				   ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");
+	}
+	*outp = b;
+	*outn = (size_t)cs;
+	return 0;
+}
+
+static int xz_decode_positions(const uint8_t *p, size_t len, uint64_t range_len,
+			       size_t n, uint64_t *pos, struct dcr_err *e)
+{
+	const uint8_t *pz = NULL, *vz = NULL;
+	size_t pzn = 0, vzn = 0;
+	int rc = xz_header(p, len, range_len, n, &pz, &pzn, &vz, &vzn, e);
+	if (rc < 0)
+		return rc;
+	uint8_t *raw;
+	size_t m;
+	if (n > SIZE_MAX / 10)
+		return bad(e, "xor-zstd", "too many changes");
+	rc = xz_unzip(pz, pzn, 10 * n, 0, &raw, &m, "positions", e);
+	if (rc < 0)
+		return rc;
+	struct dcr_rd r;
+	dcr_rd_init(&r, raw, m);
+	uint64_t next = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t g = dcr_rd_varint(&r);
+		if (r.bad || g >= range_len - next) {
+			free(raw);
+			return bad(e, "xor-zstd", r.bad ? "truncated gaps" : "position beyond the range");
+		}
+		pos[i] = next + g;
+		next = pos[i] + 1;
+	}
+	size_t left = dcr_rd_left(&r);
+	free(raw);
+	if (left)
+		return bad(e, "xor-zstd", "trailing gap bytes");
+	return 0;
+}
+
+static int xz_decode_values(const uint8_t *p, size_t len, unsigned unit,
+			    uint64_t range_len, size_t n, const uint64_t *oldv,
+			    uint64_t *newv, struct dcr_err *e)
+{
+	const uint8_t *pz = NULL, *vz = NULL;
+	size_t pzn = 0, vzn = 0;
+	int rc = xz_header(p, len, range_len, n, &pz, &pzn, &vz, &vzn, e);
+	if (rc < 0)
+		return rc;
+	if (n > SIZE_MAX / unit)
+		return bad(e, "xor-zstd", "too many changes");
+	uint8_t *raw;
+	size_t m;
+	rc = xz_unzip(vz, vzn, n * unit, 1, &raw, &m, "values", e);
+	if (rc < 0)
+		return rc;
+	const uint64_t mask = unit_mask(unit);
+	switch (unit) {
+	case 1:
+		for (size_t i = 0; i < n; i++)
+			newv[i] = ((oldv ? oldv[i] : 0) ^ raw[i]) & mask;
+		break;
+	case 2:
+		for (size_t i = 0; i < n; i++)
+			newv[i] = ((oldv ? oldv[i] : 0) ^ (raw[i] | (uint64_t)raw[n + i] << 8)) & mask;
+		break;
+	default:
+		for (size_t i = 0; i < n; i++) {
+			uint64_t x = 0;
+			for (unsigned b = 0; b < unit; b++)
+				x |= (uint64_t)raw[b * n + i] << (8 * b);
+			newv[i] = ((oldv ? oldv[i] : 0) ^ x) & mask;
+		}
+	}
+	free(raw);
+	return 0;
+}
+
+/* ---- entry points ---------------------------------------------------- */
+
+int dcr_codec_encode(int codec, unsigned unit, int dtype, uint64_t range_len,
+		     size_t n, const uint64_t *pos, const uint64_t *oldv,
+		     const uint64_t *newv, struct dcr_buf *out,
+		     struct dcr_err *e)
+{
+	int rc = check_input(unit, range_len, n, pos, oldv, newv, e);
+	if (rc < 0)
+		return rc;
+	switch (codec) {
+	case DCR_CODEC_XOR_ZSTD:
+		return xz_encode(unit, n, pos, oldv, newv, out, e);
+	case DCR_CODEC_DELTA:
+		return delta_encode(unit, dtype, n, pos, oldv, newv, out, e);
+	default:
+		return dcr_err_set(e, -EINVAL, "unknown codec %d", codec);
+	}
+}
+
+int dcr_codec_decode_positions(int codec, const uint8_t *p, size_t len,
+			       unsigned unit, uint64_t range_len, size_t n,
+			       uint64_t *pos, struct dcr_err *e)
+{
+	int rc = check_args(unit, range_len, n, DCR_EFORMAT, e);
+	if (rc < 0)
+		return rc;
+	switch (codec) {
+	case DCR_CODEC_XOR_ZSTD:
+		return xz_decode_positions(p, len, range_len, n, pos, e);
+	case DCR_CODEC_DELTA:
+		return delta_decode_positions(p, len, range_len, n, pos, e);
+	default:
+		return dcr_err_set(e, DCR_EFORMAT, "unknown codec %d", codec);
+	}
+}
+
+int dcr_codec_decode_values(int codec, const uint8_t *p, size_t len,
+			    unsigned unit, int dtype, uint64_t range_len,
+			    size_t n, const uint64_t *pos, const uint64_t *oldv,
+			    uint64_t *newv, struct dcr_err *e)
+{
+	(void)dtype;
+	(void)pos;
+	int rc = check_args(unit, range_len, n, DCR_EFORMAT, e);
+	if (rc < 0)
+		return rc;
+	switch (codec) {
+	case DCR_CODEC_XOR_ZSTD:
+		return xz_decode_values(p, len, unit, range_len, n, oldv, newv, e);
+	case DCR_CODEC_DELTA:
+		return delta_decode_values(p, len, unit, range_len, n, oldv, newv, e);
+	default:
+		return dcr_err_set(e, DCR_EFORMAT, "unknown codec %d", codec);
+	}
+}
+
+int dcr_codec_choose(int effort, unsigned unit, int dtype, uint64_t range_len,
+		     size_t n, const uint64_t *pos, const uint64_t *oldv,
+		     const uint64_t *newv, struct dcr_buf *out,
+		     struct dcr_err *e)
+{
+	size_t base = out->len;
+	int rc = dcr_codec_encode(DCR_CODEC_DELTA, unit, dtype, range_len, n,
+				  pos, oldv, newv, out, e);
+	if (rc < 0)
+		return rc;
+	if (effort < 1 && n >= 256)
+		return DCR_CODEC_DELTA;
+	struct dcr_buf alt = {0};
+	rc = xz_encode(unit, n, pos, oldv, newv, &alt, e);
+	if (rc < 0) {
+		dcr_buf_free(&alt);
+		return rc;
+	}
+	int codec = DCR_CODEC_DELTA;
+	if (alt.len < out->len - base) {
+		out->len = base;
+		if (dcr_buf_add(out, alt.p, alt.len) < 0) {
+			dcr_buf_free(&alt);
+			return dcr_err_set(e, -ENOMEM, "out of memory");
+		}
+		codec = DCR_CODEC_XOR_ZSTD;
+	}
+	dcr_buf_free(&alt);
+	return codec;
+}

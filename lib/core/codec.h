@@ -1,0 +1,79 @@
+/* codec.h - payload codecs for one item's changes.
+ *
+ * An item carries, for one tensor and an element range [0, range_len), the
+ * sorted changed positions and their values. Elements are units of 1, 2, 4
+ * or 8 bytes; a value is the stored bits of a unit as an unsigned integer.
+ *
+ * Every codec encodes positions and values in two independently decodable
+ * parts, because values may be conditioned on the old value the receiver
+ * already holds at each decoded position:
+ *
+ *	dcr_codec_decode_positions()  needs only the payload;
+ *	dcr_codec_decode_values()     needs the payload and the old values.
+ *
+ * Both codecs are exact inverses for every bit pattern of every unit size.
+ * Decoding validates everything against the caller's n and range_len and
+ * returns DCR_EFORMAT on malformed or hostile input; it never reads or
+ * writes outside p[0..len), pos[0..n), oldv[0..n), newv[0..n).
+ *
+ * oldv may be NULL on both sides: values are then coded against 0 (a pure
+ * overwrite). The encoder's oldv must be exactly the bits the receiver will
+ * read; an apply journal must decode values before it writes any of them.
+ *
+ * The byte layouts are specified in man/dcr-format-codec.5.
+ */
+#ifndef DCR_CODEC_H
+#define DCR_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/buf.h"
+#include "core/error.h"
+
+enum {
+	/* Reference: gap varints and byte-plane-shuffled XOR masks, each
+	 * compressed with zstd level 1. */
+	DCR_CODEC_XOR_ZSTD = 1,
+	/* Gaps and value differences (old->new in a monotone integer order
+	 * for float dtypes, conditioned on the old exponent) under static
+	 * rANS tables plus raw bits. */
+	DCR_CODEC_DELTA = 2,
+};
+
+const char *dcr_codec_name(int codec); /* "xor-zstd", "delta", "?" */
+
+/* Encode n changes: pos strictly increasing and < range_len; oldv (or NULL)
+ * and newv the stored bits, which must fit in unit bytes. newv[i] may equal
+ * oldv[i]. Appends the payload to out. Returns 0 or a negative code
+ * (-EINVAL for arguments that break these rules, -ENOMEM). */
+int dcr_codec_encode(int codec, unsigned unit, int dtype, uint64_t range_len,
+		     size_t n, const uint64_t *pos, const uint64_t *oldv,
+		     const uint64_t *newv, struct dcr_buf *out,
+		     struct dcr_err *e);
+
+/* Decode the n positions of payload p[0..len) into pos[0..n). */
+int dcr_codec_decode_positions(int codec, const uint8_t *p, size_t len,
+			       unsigned unit, uint64_t range_len, size_t n,
+			       uint64_t *pos, struct dcr_err *e);
+
+/* Decode the n new values into newv[0..n), given the old values the
+ * receiver holds at the decoded positions (oldv NULL if the encoder's was).
+ * pos may be NULL; it is not needed by the current codecs. dtype is
+ * informational: DELTA payloads describe their own value mapping. */
+int dcr_codec_decode_values(int codec, const uint8_t *p, size_t len,
+			    unsigned unit, int dtype, uint64_t range_len,
+			    size_t n, const uint64_t *pos, const uint64_t *oldv,
+			    uint64_t *newv, struct dcr_err *e);
+
+/* Encode with the codec that pays for this item and append the payload to
+ * out. Returns the codec id (> 0) or a negative code.
+ * effort 0: DELTA, except that items of fewer than 256 changes are encoded
+ *           both ways and the smaller kept;
+ * effort 1: always encode both ways and keep the smaller. */
+int dcr_codec_choose(int effort, unsigned unit, int dtype, uint64_t range_len,
+		     size_t n, const uint64_t *pos, const uint64_t *oldv,
+		     const uint64_t *newv, struct dcr_buf *out,
+		     struct dcr_err *e);
+
+#endif

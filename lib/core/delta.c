@@ -1,0 +1,457 @@
+/* delta.c - write and read delta streams; the PLAIN item codec. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+#include "core/bytes.h"
+#include "core/delta.h"
+#include "core/file.h"
+#include "core/util.h"
+
+int dcr_attempt_id(const uint8_t *given, uint8_t out[16], struct dcr_err *e)
+{
+	if (given) {
+		memcpy(out, given, 16);
+		return 0;
+	}
+	if (getrandom(out, 16, 0) != 16)
+		return dcr_err_sys(e, errno, "cannot draw an attempt id");
+	return 0;
+}
+
+/* ---- writer ---- */
+
+int dcr_sink_fd_write(void *ctx, const void *p, size_t n)
+{
+	return dcr_write_full(*(int *)ctx, p, n);
+}
+
+static int w_raw(struct dcr_delta_writer *w, const void *p, size_t n, struct dcr_err *e)
+{
+	dcr_sha_update(w->sha, p, n);
+	int r = w->sink.write(w->sink.ctx, p, n);
+	if (r)
+		return dcr_err_sys(e, r, "cannot write %s", w->what);
+	w->bytes += n;
+	return 0;
+}
+
+static int w_record(struct dcr_delta_writer *w, uint32_t type, struct dcr_err *e)
+{
+	uint8_t h[DCR_REC_HDR_LEN];
+	put_le32(h, type);
+	put_le32(h + 4, 0);
+	put_le64(h + 8, w->rec.len);
+	int r = w_raw(w, h, sizeof(h), e);
+	if (!r)
+		r = w_raw(w, w->rec.p, w->rec.len, e);
+	w->rec.len = 0;
+	return r;
+}
+
+int dcr_delta_writer_init(struct dcr_delta_writer *w, struct dcr_sink sink,
+			  const dcr_digest *base, const uint8_t attempt[16],
+			  const char *what, struct dcr_err *e)
+{
+	return dcr_delta_writer_init_flags(w, sink, base, attempt, 0, what, e);
+}
+
+int dcr_delta_writer_init_flags(struct dcr_delta_writer *w, struct dcr_sink sink,
+				const dcr_digest *base, const uint8_t attempt[16],
+				uint32_t flags, const char *what, struct dcr_err *e)
+{
+	memset(w, 0, sizeof(*w));
+	w->sink = sink;
+	w->what = what ? what : "delta";
+	w->sha = dcr_sha_new();
+	if (!w->sha)
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	uint8_t h[DCR_DELTA_HDR_LEN];
+	memcpy(h, DCR_DELTA_MAGIC, 8);
+	put_le32(h + 8, DCR_DELTA_VERSION);
+	put_le32(h + 12, flags);
+	memcpy(h + 16, base->b, 32);
+	memcpy(h + 48, attempt, 16);
+	return w_raw(w, h, sizeof(h), e);
+}
+
+static int add_str(struct dcr_buf *b, const char *s)
+{
+	size_t n = strlen(s);
+	return dcr_buf_add_varint(b, n) || dcr_buf_add(b, s, n);
+}
+
+int dcr_delta_tensor_body(struct dcr_buf *b, const struct dcr_delta_tensor *t)
+{
+	int r = dcr_buf_add_le32(b, t->flags) || add_str(b, t->name) || add_str(b, t->file) ||
+		dcr_buf_add_u8(b, (uint8_t)t->dtype) || dcr_buf_add_u8(b, (uint8_t)t->ndim);
+	for (unsigned k = 0; k < t->ndim && !r; k++)
+		r = dcr_buf_add_le64(b, t->shape[k]);
+	return r ? -ENOMEM : 0;
+}
+
+int dcr_delta_write_tensor(struct dcr_delta_writer *w, const struct dcr_delta_tensor *t,
+			   struct dcr_err *e)
+{
+	if (dcr_delta_tensor_body(&w->rec, t))
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	w->ntensors++;
+	return w_record(w, DCR_REC_TENSOR, e);
+}
+
+static int item_body(struct dcr_buf *b, const struct dcr_item *it)
+{
+	return dcr_buf_add_varint(b, it->tensor) || dcr_buf_add_varint(b, it->flags) ||
+	       dcr_buf_add_u8(b, it->enc) || dcr_buf_add_u8(b, it->codec) ||
+	       dcr_buf_add_varint(b, it->start) || dcr_buf_add_varint(b, it->len) ||
+	       dcr_buf_add_varint(b, it->n) || dcr_buf_add(b, it->data, it->data_len)
+		       ? -ENOMEM
+		       : 0;
+}
+
+int dcr_delta_write_item(struct dcr_delta_writer *w, const struct dcr_item *it,
+			 struct dcr_err *e)
+{
+	if (item_body(&w->rec, it))
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	w->nitems++;
+	w->nchanges += it->n;
+	return w_record(w, DCR_REC_ITEM, e);
+}
+
+int dcr_delta_item_record(struct dcr_buf *b, const struct dcr_item *it)
+{
+	size_t at = b->len;
+	if (dcr_buf_add_le32(b, DCR_REC_ITEM) || dcr_buf_add_le32(b, 0) || dcr_buf_add_le64(b, 0) ||
+	    item_body(b, it))
+		return -ENOMEM;
+	put_le64(b->p + at + 8, b->len - at - DCR_REC_HDR_LEN);
+	return 0;
+}
+
+int dcr_delta_write_raw(struct dcr_delta_writer *w, const uint8_t *p, size_t len,
+			uint64_t nitems, uint64_t nchanges, struct dcr_err *e)
+{
+	w->nitems += nitems;
+	w->nchanges += nchanges;
+	return len ? w_raw(w, p, len, e) : 0;
+}
+
+int dcr_delta_write_name(struct dcr_delta_writer *w, uint32_t type, const char *name,
+			 struct dcr_err *e)
+{
+	if (add_str(&w->rec, name))
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	return w_record(w, type, e);
+}
+
+int dcr_delta_write_remove(struct dcr_delta_writer *w, const char *name, struct dcr_err *e)
+{
+	return dcr_delta_write_name(w, DCR_REC_REMOVE, name, e);
+}
+
+int dcr_delta_write_done(struct dcr_delta_writer *w, uint32_t tensor,
+			 const dcr_digest *d, struct dcr_err *e)
+{
+	if (dcr_buf_add_varint(&w->rec, tensor) || dcr_buf_add(&w->rec, d->b, 32))
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	return w_record(w, DCR_REC_DONE, e);
+}
+
+int dcr_delta_write_end(struct dcr_delta_writer *w, const dcr_digest *target,
+			struct dcr_err *e)
+{
+	struct dcr_buf *b = &w->rec;
+	if (dcr_buf_add(b, target->b, 32) || dcr_buf_add_le64(b, w->ntensors) ||
+	    dcr_buf_add_le64(b, w->nitems) || dcr_buf_add_le64(b, w->nchanges))
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	int r = w_record(w, DCR_REC_END, e);
+	if (r)
+		return r;
+	dcr_digest d;
+	dcr_sha_final(w->sha, &d);
+	r = w->sink.write(w->sink.ctx, d.b, 32);
+	if (r)
+		return dcr_err_sys(e, r, "cannot write %s", w->what);
+	w->bytes += 32;
+	return 0;
+}
+
+void dcr_delta_writer_release(struct dcr_delta_writer *w)
+{
+	dcr_sha_free(w->sha);
+	dcr_buf_free(&w->rec);
+	w->sha = NULL;
+}
+
+/* ---- reader ---- */
+
+int dcr_source_fd_read(void *ctx, void *p, size_t n)
+{
+	return dcr_read_full(*(int *)ctx, p, n);
+}
+
+static int r_raw(struct dcr_delta_reader *r, void *p, size_t n, const char *where,
+		 struct dcr_err *e)
+{
+	int s = r->src.read(r->src.ctx, p, n);
+	if (s == -EPIPE)
+		return dcr_err_set(e, DCR_EFORMAT, "%s is truncated (in %s at byte %llu)", r->what,
+				   where, (unsigned long long)r->offset);
+	if (s)
+		return dcr_err_sys(e, s, "cannot read %s", r->what);
+	dcr_sha_update(r->sha, p, n);
+	r->offset += n;
+	return 0;
+}
+
+int dcr_delta_reader_init_with(struct dcr_delta_reader *r, struct dcr_source src,
+			       const uint8_t *head, size_t head_len, const char *what,
+			       struct dcr_err *e)
+{
+	return dcr_delta_reader_init_flags(r, src, head, head_len, 0, what, e);
+}
+
+int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source src,
+				const uint8_t *head, size_t head_len, uint32_t accept,
+				const char *what, struct dcr_err *e)
+{
+	memset(r, 0, sizeof(*r));
+	r->src = src;
+	r->what = what ? what : "delta";
+	r->sha = dcr_sha_new();
+	if (!r->sha)
+		return dcr_err_sys(e, ENOMEM, "%s", r->what);
+	uint8_t h[DCR_DELTA_HDR_LEN];
+	if (head_len > sizeof(h))
+		return dcr_err_set(e, DCR_EFORMAT, "%s: bad header", r->what);
+	if (head_len) /* head may be NULL when nothing was sniffed */
+		memcpy(h, head, head_len);
+	dcr_sha_update(r->sha, h, head_len);
+	r->offset = head_len;
+	int s = r_raw(r, h + head_len, sizeof(h) - head_len, "header", e);
+	if (s)
+		return s;
+	if (memcmp(h, DCR_DELTA_MAGIC, 8))
+		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr delta (bad magic)", r->what);
+	r->version = get_le32(h + 8);
+	r->flags = get_le32(h + 12);
+	if (r->version != DCR_DELTA_VERSION)
+		return dcr_err_set(e, DCR_EFORMAT, "%s has unsupported version %u", r->what,
+				   r->version);
+	if (r->flags & ~(uint32_t)(DCR_DELTA_PARTIAL | DCR_DELTA_DENSE))
+		return dcr_err_set(e, DCR_EFORMAT, "%s uses unknown flags 0x%x", r->what, r->flags);
+	if ((r->flags & DCR_DELTA_DENSE) && !(accept & DCR_DELTA_DENSE))
+		return dcr_err_set(e, DCR_EFORMAT, "%s is a dense copy, which this command does not take",
+				   r->what);
+	if ((r->flags & DCR_DELTA_PARTIAL) && !(accept & DCR_DELTA_PARTIAL))
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s is a partial delta (layout changes without target digests): merge it with 'dcr-diff --merge --target-digests', or place it with 'dcr-apply --layout'",
+				   r->what);
+	memcpy(r->base.b, h + 16, 32);
+	memcpy(r->attempt, h + 48, 16);
+	return 0;
+}
+
+int dcr_delta_reader_init(struct dcr_delta_reader *r, struct dcr_source src,
+			  const char *what, struct dcr_err *e)
+{
+	return dcr_delta_reader_init_with(r, src, NULL, 0, what, e);
+}
+
+int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct dcr_err *e)
+{
+	if (r->ended)
+		return 0;
+	uint8_t h[DCR_REC_HDR_LEN];
+	int s = r_raw(r, h, sizeof(h), "a record header", e);
+	if (s)
+		return s;
+	rec->type = get_le32(h);
+	rec->flags = get_le32(h + 4);
+	rec->len = get_le64(h + 8);
+	if (rec->len > DCR_REC_MAX)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: record of %llu bytes at byte %llu is too large",
+				   r->what, (unsigned long long)rec->len,
+				   (unsigned long long)(r->offset - DCR_REC_HDR_LEN));
+	if (rec->flags)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: record with unknown flags 0x%x", r->what,
+				   rec->flags);
+	r->body.len = 0;
+	if (dcr_buf_reserve(&r->body, (size_t)rec->len + 1))
+		return dcr_err_sys(e, ENOMEM, "%s", r->what);
+	s = r_raw(r, r->body.p, (size_t)rec->len, "a record", e);
+	if (s)
+		return s;
+	r->body.len = (size_t)rec->len;
+	rec->body = r->body.p;
+	if (rec->type == DCR_REC_END) {
+		struct dcr_rd rd;
+		dcr_rd_init(&rd, rec->body, rec->len);
+		const uint8_t *t = dcr_rd_bytes(&rd, 32);
+		r->end_tensors = dcr_rd_le64(&rd);
+		r->end_items = dcr_rd_le64(&rd);
+		r->end_changes = dcr_rd_le64(&rd);
+		if (rd.bad || dcr_rd_left(&rd))
+			return dcr_err_set(e, DCR_EFORMAT, "%s: bad END record", r->what);
+		memcpy(r->target.b, t, 32);
+		dcr_digest want, got;
+		dcr_sha_final(r->sha, &want);
+		int q = r->src.read(r->src.ctx, got.b, 32);
+		if (q == -EPIPE)
+			return dcr_err_set(e, DCR_EFORMAT, "%s is truncated (in the trailer)", r->what);
+		if (q)
+			return dcr_err_sys(e, q, "cannot read %s", r->what);
+		if (DCR_CHECKSUM_DIFFERS(want.b, got.b))
+			return dcr_err_set(e, DCR_EDIGEST, "%s is corrupt: trailer checksum mismatch",
+					   r->what);
+		r->offset += 32;
+		r->ended = 1;
+	} else if ((rec->type == DCR_REC_JRENAME || rec->type == DCR_REC_JUNLINK) && r->journal) {
+		/* fine */
+	} else if (rec->type < DCR_REC_TENSOR ||
+		   (rec->type > DCR_REC_END && rec->type < DCR_REC_ANCILLARY)) {
+		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown record type %u", r->what, rec->type);
+	}
+	return 1;
+}
+
+void dcr_delta_reader_release(struct dcr_delta_reader *r)
+{
+	dcr_sha_free(r->sha);
+	dcr_buf_free(&r->body);
+	r->sha = NULL;
+}
+
+/* ---- record bodies ---- */
+
+static char *rd_str(struct dcr_rd *rd)
+{
+	uint64_t n = dcr_rd_varint(rd);
+	if (rd->bad || n > 65535)
+		return rd->bad = 1, NULL;
+	const uint8_t *p = dcr_rd_bytes(rd, n);
+	if (!p || memchr(p, 0, n))
+		return rd->bad = 1, NULL;
+	return strndup((const char *)p, n);
+}
+
+void dcr_delta_tensor_clear(struct dcr_delta_tensor *t)
+{
+	free(t->name);
+	free(t->file);
+	memset(t, 0, sizeof(*t));
+}
+
+int dcr_delta_parse_tensor(const struct dcr_delta_rec *rec, struct dcr_delta_tensor *t,
+			   struct dcr_err *e)
+{
+	struct dcr_rd rd;
+	memset(t, 0, sizeof(*t));
+	dcr_rd_init(&rd, rec->body, rec->len);
+	t->flags = dcr_rd_le32(&rd);
+	t->name = rd_str(&rd);
+	t->file = rd_str(&rd);
+	t->dtype = dcr_rd_u8(&rd);
+	t->ndim = dcr_rd_u8(&rd);
+	if (rd.bad || t->dtype >= DCR_DT_COUNT || t->ndim > DCR_MAX_NDIM ||
+	    (t->flags & ~(uint32_t)DCR_TENSOR_NEW))
+		goto bad;
+	t->nelem = 1;
+	for (unsigned k = 0; k < t->ndim; k++) {
+		t->shape[k] = dcr_rd_le64(&rd);
+		if (mul_ovf(t->nelem, t->shape[k], &t->nelem))
+			goto bad;
+	}
+	uint64_t bits;
+	if (rd.bad || dcr_rd_left(&rd) || mul_ovf(t->nelem, dcr_dtype_bits(t->dtype), &bits) ||
+	    bits % 8)
+		goto bad;
+	return 0;
+bad:
+	dcr_delta_tensor_clear(t);
+	return dcr_err_set(e, DCR_EFORMAT, "delta: malformed TENSOR record");
+}
+
+int dcr_delta_parse_item(const struct dcr_delta_rec *rec, struct dcr_item *it,
+			 struct dcr_err *e)
+{
+	struct dcr_rd rd;
+	dcr_rd_init(&rd, rec->body, rec->len);
+	uint64_t tensor = dcr_rd_varint(&rd), flags = dcr_rd_varint(&rd);
+	it->enc = dcr_rd_u8(&rd);
+	it->codec = dcr_rd_u8(&rd);
+	it->start = dcr_rd_varint(&rd);
+	it->len = dcr_rd_varint(&rd);
+	it->n = dcr_rd_varint(&rd);
+	if (rd.bad || tensor > UINT32_MAX || (flags & ~(uint64_t)DCR_ITEM_DENSE) ||
+	    (it->enc != DCR_ENC_XOR && it->enc != DCR_ENC_OVERWRITE) || it->n > it->len ||
+	    it->len > DCR_ITEM_MAX_ELEMS || it->start + it->len < it->start)
+		return dcr_err_set(e, DCR_EFORMAT, "delta: malformed ITEM record");
+	it->tensor = (uint32_t)tensor;
+	it->flags = (uint32_t)flags;
+	it->data = rd.p;
+	it->data_len = dcr_rd_left(&rd);
+	return 0;
+}
+
+int dcr_delta_parse_name(const struct dcr_delta_rec *rec, char **name, struct dcr_err *e)
+{
+	struct dcr_rd rd;
+	dcr_rd_init(&rd, rec->body, rec->len);
+	*name = rd_str(&rd);
+	if (rd.bad || dcr_rd_left(&rd) || !*name) {
+		free(*name);
+		*name = NULL;
+		return dcr_err_set(e, DCR_EFORMAT, "delta: malformed record %u", rec->type);
+	}
+	return 0;
+}
+
+int dcr_delta_parse_done(const struct dcr_delta_rec *rec, uint32_t *tensor, dcr_digest *d,
+			 struct dcr_err *e)
+{
+	struct dcr_rd rd;
+	dcr_rd_init(&rd, rec->body, rec->len);
+	uint64_t t = dcr_rd_varint(&rd);
+	const uint8_t *p = dcr_rd_bytes(&rd, 32);
+	if (rd.bad || dcr_rd_left(&rd) || t > UINT32_MAX)
+		return dcr_err_set(e, DCR_EFORMAT, "delta: malformed DONE record");
+	*tensor = (uint32_t)t;
+	memcpy(d->b, p, 32);
+	return 0;
+}
+
+int dcr_delta_write_bases(struct dcr_delta_writer *w, const dcr_digest *v, size_t n,
+			  struct dcr_err *e)
+{
+	if (dcr_buf_add_varint(&w->rec, n))
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	for (size_t i = 0; i < n; i++)
+		if (dcr_buf_add(&w->rec, v[i].b, 32))
+			return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	return w_record(w, DCR_REC_BASES, e);
+}
+
+int dcr_delta_parse_bases(const struct dcr_delta_rec *rec, dcr_digest **v, size_t *n,
+			  struct dcr_err *e)
+{
+	struct dcr_rd rd;
+	dcr_rd_init(&rd, rec->body, rec->len);
+	uint64_t k = dcr_rd_varint(&rd);
+	if (rd.bad || k > 4096 || dcr_rd_left(&rd) != k * 32)
+		return dcr_err_set(e, DCR_EFORMAT, "delta: malformed BASES record");
+	*v = dcr_calloc(k ? k : 1, sizeof(dcr_digest));
+	if (!*v)
+		return dcr_err_sys(e, ENOMEM, "delta");
+	for (uint64_t i = 0; i < k; i++)
+		memcpy((*v)[i].b, dcr_rd_bytes(&rd, 32), 32);
+	*n = (size_t)k;
+	return 0;
+}

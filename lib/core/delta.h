@@ -1,0 +1,162 @@
+/* delta.h - the delta stream (see dcr-format-delta(5)).
+ *
+ *   stream  = header record* END trailer
+ *   header  = magic[8] le32 version le32 flags base_id[32] attempt[16]
+ *   record  = le32 type le32 flags le64 length body[length]
+ *   trailer = SHA-256 of every byte before it
+ */
+#ifndef DCR_DELTA_H
+#define DCR_DELTA_H
+
+#include "core/buf.h"
+#include "core/safetensors.h"
+#include "core/digest.h"
+#include "core/item.h"
+
+#define DCR_DELTA_MAGIC "\x89" "DCRD\r\n\x1a"
+#define DCR_DELTA_VERSION 1
+#define DCR_DELTA_HDR_LEN (8 + 4 + 4 + 32 + 16)
+#define DCR_REC_HDR_LEN 16
+#define DCR_REC_MAX (1u << 30)      /* largest record body accepted */
+
+enum dcr_rec_type {
+	DCR_REC_TENSOR = 1, /* a target tensor's name, file, dtype, shape */
+	DCR_REC_ITEM = 2,   /* changes in an element range of a tensor */
+	DCR_REC_REMOVE = 3, /* a base tensor absent from the target */
+	DCR_REC_DONE = 4,   /* a target tensor's digest, after its items */
+	DCR_REC_END = 5,    /* target state id and counts */
+	DCR_REC_JRENAME = 0x20, /* journal only: rename .dcr/stage/F to F */
+	DCR_REC_JUNLINK = 0x21, /* journal only: remove F */
+	DCR_REC_ANCILLARY = 0x1000, /* types at or above may be skipped */
+	DCR_REC_BASES = 0x1001, /* alternative base state ids (overwrite-only deltas) */
+};
+
+enum { DCR_TENSOR_NEW = 1 }; /* TENSOR flag: not XOR-able from base */
+/* Header flag, must be understood: a PARTIAL delta (one training rank's, or
+ * a merge without target digests) carries changes in canonical coordinates
+ * but no DONE records and a zero END target id; its base id may be zero.
+ * Only readers that ask for it (dcr_delta_reader_init_flags) accept it. */
+enum { DCR_DELTA_PARTIAL = 1 };
+/* Header flag, must be understood: a DENSE delta (a dense copy) holds every
+ * target tensor whole, as OVERWRITE items of NEW tensors, and fits a
+ * receiver in any state; its base id is zero. Readers accept it only when
+ * they ask for it. */
+enum { DCR_DELTA_DENSE = 2 };
+
+struct dcr_delta_tensor {
+	char *name;
+	char *file;
+	uint32_t flags;
+	int dtype;
+	unsigned ndim;
+	uint64_t shape[DCR_MAX_NDIM];
+	uint64_t nelem;
+	int have_digest;
+	dcr_digest digest;
+};
+
+/* A delta's attempt id: `given` (16 bytes) when non-NULL, else random. */
+int dcr_attempt_id(const uint8_t *given, uint8_t out[16], struct dcr_err *e);
+
+/* An output: the delta writer hashes and forwards every byte. */
+struct dcr_sink {
+	int (*write)(void *ctx, const void *p, size_t n);
+	void *ctx;
+};
+int dcr_sink_fd_write(void *ctx, const void *p, size_t n); /* ctx: int* fd */
+
+struct dcr_delta_writer {
+	struct dcr_sink sink;
+	struct dcr_sha *sha;
+	struct dcr_buf rec;
+	uint32_t ntensors;
+	uint64_t nitems, nchanges, bytes;
+	const char *what; /* for messages */
+};
+int dcr_delta_writer_init(struct dcr_delta_writer *w, struct dcr_sink sink,
+			  const dcr_digest *base, const uint8_t attempt[16],
+			  const char *what, struct dcr_err *e);
+/* The same, with header flags (DCR_DELTA_PARTIAL). */
+int dcr_delta_writer_init_flags(struct dcr_delta_writer *w, struct dcr_sink sink,
+				const dcr_digest *base, const uint8_t attempt[16],
+				uint32_t flags, const char *what, struct dcr_err *e);
+/* Append a TENSOR record body (no framing). */
+int dcr_delta_tensor_body(struct dcr_buf *b, const struct dcr_delta_tensor *t);
+int dcr_delta_write_tensor(struct dcr_delta_writer *w, const struct dcr_delta_tensor *t,
+			   struct dcr_err *e);
+int dcr_delta_write_item(struct dcr_delta_writer *w, const struct dcr_item *it,
+			 struct dcr_err *e);
+int dcr_delta_write_remove(struct dcr_delta_writer *w, const char *name, struct dcr_err *e);
+/* Append a framed ITEM record to b (for writers that prepare records off
+ * the output thread), then pass such records through dcr_delta_write_raw. */
+int dcr_delta_item_record(struct dcr_buf *b, const struct dcr_item *it);
+int dcr_delta_write_raw(struct dcr_delta_writer *w, const uint8_t *p, size_t len,
+			uint64_t nitems, uint64_t nchanges, struct dcr_err *e);
+/* A record whose body is one name (REMOVE, JRENAME, JUNLINK). */
+int dcr_delta_write_name(struct dcr_delta_writer *w, uint32_t type, const char *name,
+			 struct dcr_err *e);
+int dcr_delta_write_done(struct dcr_delta_writer *w, uint32_t tensor,
+			 const dcr_digest *d, struct dcr_err *e);
+int dcr_delta_write_end(struct dcr_delta_writer *w, const dcr_digest *target,
+			struct dcr_err *e);
+void dcr_delta_writer_release(struct dcr_delta_writer *w);
+
+/* A source: read exactly n bytes, or fail. */
+struct dcr_source {
+	int (*read)(void *ctx, void *p, size_t n); /* 0, -EPIPE at EOF, -errno */
+	void *ctx;
+};
+int dcr_source_fd_read(void *ctx, void *p, size_t n); /* ctx: int* fd */
+
+struct dcr_delta_rec {
+	uint32_t type, flags;
+	uint64_t len;
+	const uint8_t *body; /* valid until the next call */
+};
+
+struct dcr_delta_reader {
+	struct dcr_source src;
+	struct dcr_sha *sha;
+	struct dcr_buf body;
+	const char *what;
+	uint32_t version, flags;
+	dcr_digest base;
+	uint8_t attempt[16];
+	int ended;
+	dcr_digest target; /* from END */
+	uint64_t end_tensors, end_items, end_changes;
+	uint64_t offset;   /* bytes consumed */
+	int journal;       /* accept journal-only records */
+};
+int dcr_delta_reader_init(struct dcr_delta_reader *r, struct dcr_source src,
+			  const char *what, struct dcr_err *e);
+/* Initialise from a header already read (its 16 magic+version+flags bytes
+ * consumed by a sniffer); `head` holds those bytes. */
+int dcr_delta_reader_init_with(struct dcr_delta_reader *r, struct dcr_source src,
+			       const uint8_t *head, size_t head_len, const char *what,
+			       struct dcr_err *e);
+/* The same, also accepting the header flags in `accept` (DCR_DELTA_PARTIAL);
+ * the others refuse a partial delta with a message that says what it is. */
+int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source src,
+				const uint8_t *head, size_t head_len, uint32_t accept,
+				const char *what, struct dcr_err *e);
+/* 1 and a record, 0 after END and a verified trailer, or an error. */
+int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct dcr_err *e);
+void dcr_delta_reader_release(struct dcr_delta_reader *r);
+
+/* Record body parsers (hostile-input safe). */
+int dcr_delta_parse_tensor(const struct dcr_delta_rec *rec, struct dcr_delta_tensor *t,
+			   struct dcr_err *e);
+void dcr_delta_tensor_clear(struct dcr_delta_tensor *t);
+int dcr_delta_parse_item(const struct dcr_delta_rec *rec, struct dcr_item *it,
+			 struct dcr_err *e);
+int dcr_delta_parse_name(const struct dcr_delta_rec *rec, char **name, struct dcr_err *e);
+/* BASES: varint count, count x state id[32]. *v is malloc'd. */
+int dcr_delta_write_bases(struct dcr_delta_writer *w, const dcr_digest *v, size_t n,
+			  struct dcr_err *e);
+int dcr_delta_parse_bases(const struct dcr_delta_rec *rec, dcr_digest **v, size_t *n,
+			  struct dcr_err *e);
+int dcr_delta_parse_done(const struct dcr_delta_rec *rec, uint32_t *tensor, dcr_digest *d,
+			 struct dcr_err *e);
+
+#endif

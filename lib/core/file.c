@@ -1,0 +1,304 @@
+/* file.c - whole reads and writes, directories, atomic files, mappings. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "core/util.h"
+
+/* ---- files ---- */
+
+/* All n bytes through read, write, pread or pwrite (at off unless off is
+ * -1), resumed after short transfers and EINTR. A read that meets the end
+ * of the file first is -EPIPE. */
+static int io_full(int fd, void *buf, size_t n, int64_t off, int wr)
+{
+	uint8_t *p = buf;
+	while (n) {
+		ssize_t r = off < 0 ? (wr ? write(fd, p, n) : read(fd, p, n))
+				    : (wr ? pwrite(fd, p, n, (off_t)off) : pread(fd, p, n, (off_t)off));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0 && !wr)
+			return -EPIPE;
+		p += r;
+		n -= (size_t)r;
+		if (off >= 0)
+			off += r;
+	}
+	return 0;
+}
+
+int dcr_read_full(int fd, void *buf, size_t n) { return io_full(fd, buf, n, -1, 0); }
+
+int dcr_write_full(int fd, const void *buf, size_t n)
+{
+	return io_full(fd, (void *)buf, n, -1, 1);
+}
+
+int dcr_pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+	return io_full(fd, buf, n, (int64_t)off, 0);
+}
+
+int dcr_pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
+{
+	return io_full(fd, (void *)buf, n, (int64_t)off, 1);
+}
+
+int dcr_fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = fsync(fd) ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+int dcr_fsync_parent(const char *path, struct dcr_err *e)
+{
+	char *d = dcr_dirname(path);
+	int f = d ? dcr_fsync_dir(d) : -ENOMEM;
+	free(d);
+	return f ? dcr_err_sys(e, f, "cannot fsync directory of '%s'", path) : 0;
+}
+
+int dcr_mkdir_p(const char *path, struct dcr_err *e)
+{
+	char *p = dcr_strdup(path);
+	if (!p)
+		return dcr_err_sys(e, ENOMEM, "mkdir '%s'", path);
+	for (char *s = p + 1;; s++) {
+		if (*s == '/' || *s == '\0') {
+			char c = *s;
+			*s = '\0';
+			if (mkdir(p, 0777) && errno != EEXIST) {
+				int r = dcr_err_sys(e, errno, "cannot create directory '%s'", p);
+				free(p);
+				return r;
+			}
+			*s = c;
+			if (!c)
+				break;
+		}
+	}
+	free(p);
+	return 0;
+}
+
+char *dcr_path_join(const char *a, const char *b)
+{
+	size_t la = strlen(a);
+	if (la && a[la - 1] == '/')
+		return dcr_asprintf("%s%s", a, b);
+	return dcr_asprintf("%s/%s", a, b);
+}
+
+char *dcr_dirname(const char *path)
+{
+	const char *s = strrchr(path, '/');
+	if (!s)
+		return dcr_strdup(".");
+	if (s == path)
+		return dcr_strdup("/");
+	return strndup(path, (size_t)(s - path));
+}
+
+int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
+{
+	a->fd = -1;
+	a->final = dcr_strdup(final);
+	char *dir = dcr_dirname(final);
+	const char *base = strrchr(final, '/');
+	base = base ? base + 1 : final;
+	for (int tries = 0; a->final && dir && tries < 100; tries++) {
+		a->tmp = dcr_asprintf("%s/.%s.tmp-%ld-%d", dir, base, (long)getpid(),
+				      tries);
+		if (!a->tmp)
+			break;
+		a->fd = open(a->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (a->fd >= 0) {
+			free(dir);
+			return 0;
+		}
+		int err = errno;
+		free(a->tmp);
+		a->tmp = NULL;
+		if (err != EEXIST) {
+			free(dir);
+			free(a->final);
+			a->final = NULL;
+			return dcr_err_sys(e, err, "cannot create a temporary file for '%s'", final);
+		}
+	}
+	free(dir);
+	free(a->final);
+	a->final = NULL;
+	return dcr_err_sys(e, ENOMEM, "cannot create a temporary file for '%s'", final);
+}
+
+int dcr_atomic_sync(struct dcr_atomic *a, struct dcr_err *e)
+{
+	if (a->fd < 0)
+		return 0;
+	int r = 0;
+	if (fsync(a->fd))
+		r = dcr_err_sys(e, errno, "cannot fsync '%s'", a->tmp);
+	if (close(a->fd) && !r)
+		r = dcr_err_sys(e, errno, "cannot close '%s'", a->tmp);
+	a->fd = -1;
+	return r;
+}
+
+int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e)
+{
+	int r = dcr_atomic_sync(a, e);
+	if (!r && rename(a->tmp, a->final))
+		r = dcr_err_sys(e, errno, "cannot rename '%s' to '%s'", a->tmp, a->final);
+	if (!r)
+		r = dcr_fsync_parent(a->final, e);
+	if (r)
+		unlink(a->tmp);
+	free(a->tmp);
+	free(a->final);
+	a->tmp = a->final = NULL;
+	return r;
+}
+
+void dcr_atomic_abort(struct dcr_atomic *a)
+{
+	if (a->fd >= 0)
+		close(a->fd);
+	if (a->tmp)
+		unlink(a->tmp);
+	free(a->tmp);
+	free(a->final);
+	a->tmp = a->final = NULL;
+	a->fd = -1;
+}
+
+int dcr_write_file_atomic(const char *path, const void *buf, size_t n,
+			  struct dcr_err *e)
+{
+	struct dcr_atomic a;
+	int r = dcr_atomic_open(&a, path, e);
+	if (r)
+		return r;
+	r = dcr_write_full(a.fd, buf, n);
+	if (r) {
+		dcr_atomic_abort(&a);
+		return dcr_err_sys(e, r, "cannot write '%s'", path);
+	}
+	return dcr_atomic_commit(&a, e);
+}
+
+int dcr_read_file(const char *path, size_t max, uint8_t **out, size_t *len,
+		  struct dcr_err *e)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return dcr_err_sys(e, errno, "cannot open '%s'", path);
+	struct stat st;
+	if (fstat(fd, &st)) {
+		int r = dcr_err_sys(e, errno, "cannot stat '%s'", path);
+		close(fd);
+		return r;
+	}
+	if ((uint64_t)st.st_size > max) {
+		close(fd);
+		return dcr_err_set(e, DCR_EFORMAT, "'%s' is too large (%lld bytes, at most %zu)",
+				   path, (long long)st.st_size, max);
+	}
+	uint8_t *p = malloc((size_t)st.st_size + 1);
+	if (!p) {
+		close(fd);
+		return dcr_err_sys(e, ENOMEM, "cannot read '%s'", path);
+	}
+	int r = dcr_read_full(fd, p, (size_t)st.st_size);
+	close(fd);
+	if (r) {
+		free(p);
+		return dcr_err_sys(e, r == -EPIPE ? EIO : -r, "cannot read '%s'", path);
+	}
+	p[st.st_size] = '\0';
+	*out = p;
+	*len = (size_t)st.st_size;
+	return 0;
+}
+
+void dcr_prefault(void *p, size_t n)
+{
+	const uintptr_t pg = 4096;
+	if (n < ((size_t)4 << 20))
+		return;
+	uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1);
+	uintptr_t z = ((uintptr_t)p + n) & ~(pg - 1);
+	if (z <= a)
+		return;
+#ifdef MADV_HUGEPAGE
+	(void)madvise((void *)a, z - a, MADV_HUGEPAGE);
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; EINVAL before */
+#endif
+	(void)madvise((void *)a, z - a, MADV_POPULATE_WRITE);
+}
+
+int dcr_blob_map_fd(struct dcr_blob *b, int fd, const char *path, size_t max,
+		    struct dcr_err *e)
+{
+	struct stat st;
+	memset(b, 0, sizeof(*b));
+	if (fstat(fd, &st))
+		return dcr_err_sys(e, errno, "cannot stat '%s'", path);
+	if (!S_ISREG(st.st_mode))
+		return dcr_err_set(e, DCR_EFORMAT, "'%s' is not a regular file", path);
+	if ((uint64_t)st.st_size > max)
+		return dcr_err_set(e, DCR_EFORMAT, "'%s' is too large (%lld bytes, at most %zu)",
+				   path, (long long)st.st_size, max);
+	if (st.st_size == 0) {
+		b->p = calloc(1, 1);
+		return b->p ? 0 : dcr_err_sys(e, ENOMEM, "cannot read '%s'", path);
+	}
+	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+	if (m == MAP_FAILED)
+		return dcr_err_sys(e, errno, "cannot map '%s'", path);
+	b->p = m;
+	b->len = (size_t)st.st_size;
+	b->map = m;
+	b->map_len = b->len;
+	return 0;
+}
+
+int dcr_blob_map(struct dcr_blob *b, const char *path, size_t max, struct dcr_err *e)
+{
+	memset(b, 0, sizeof(*b));
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return dcr_err_sys(e, errno, "cannot open '%s'", path);
+	int r = dcr_blob_map_fd(b, fd, path, max, e);
+	close(fd);
+	return r;
+}
+
+void dcr_blob_free(struct dcr_blob *b)
+{
+	if (b->map)
+		munmap(b->map, b->map_len);
+	else
+		free(b->p);
+	memset(b, 0, sizeof(*b));
+}
+

@@ -1,0 +1,211 @@
+/* item.c - one tensor range's changes: positions and values, encoded and
+ * decoded through the item codecs, and scattered into bytes. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zstd.h>
+
+#include "core/bytes.h"
+#include "core/codec.h"
+#include "core/item.h"
+
+/* ---- changes ---- */
+
+int dcr_changes_reserve(struct dcr_changes *c, size_t n)
+{
+	if (n <= c->cap)
+		return 0;
+	uint64_t *p = realloc(c->pos, n * sizeof(uint64_t));
+	if (!p)
+		return -ENOMEM;
+	c->pos = p;
+	uint64_t *v = realloc(c->val, n * sizeof(uint64_t));
+	if (!v)
+		return -ENOMEM;
+	c->val = v;
+	c->cap = n;
+	return 0;
+}
+
+void dcr_changes_free(struct dcr_changes *c)
+{
+	free(c->pos);
+	free(c->val);
+	memset(c, 0, sizeof(*c));
+}
+
+/* ---- item data ----
+ * codec 1 (PLAIN, the xor-zstd layout of dcr-format-codec(5)): positions as
+ * zstd-compressed gap varints (absent when the item is dense), then values
+ * byte-plane shuffled and zstd-compressed: XOR masks for XOR items, new
+ * stored bits for OVERWRITE items.
+ * codec 2 (DELTA): the delta codec; XOR items' values are coded against the
+ * bits the receiver holds, OVERWRITE items' against zero. Never dense. */
+
+/* Values only (dense items): byte planes, one zstd frame. */
+static int planes_encode(const uint64_t *val, size_t n, unsigned unit, struct dcr_buf *out,
+			 struct dcr_err *e)
+{
+	uint8_t *planes = malloc(n * unit + 1);
+	size_t bound = ZSTD_compressBound(n * unit);
+	if (!planes || dcr_buf_reserve(out, bound + 10)) {
+		free(planes);
+		return dcr_err_sys(e, ENOMEM, "item");
+	}
+	for (unsigned b = 0; b < unit; b++)
+		for (size_t i = 0; i < n; i++)
+			planes[(size_t)b * n + i] = (uint8_t)(val[i] >> (8 * b));
+	struct dcr_buf z = {0};
+	int r = dcr_buf_reserve(&z, bound) ? -ENOMEM : 0;
+	size_t zl = r ? 0 : ZSTD_compress(z.p, bound, planes, n * unit, 1);
+	free(planes);
+	if (!r && ZSTD_isError(zl))
+		r = dcr_err_set(e, DCR_EFORMAT, "zstd: %s", ZSTD_getErrorName(zl));
+	else if (r || dcr_buf_add_varint(out, zl) || dcr_buf_add(out, z.p, zl))
+		r = dcr_err_sys(e, ENOMEM, "item");
+	dcr_buf_free(&z);
+	return r;
+}
+
+static int planes_decode(const uint8_t *p, size_t len, size_t n, unsigned unit, uint64_t *val,
+			 struct dcr_err *e)
+{
+	struct dcr_rd rd;
+	dcr_rd_init(&rd, p, len);
+	uint64_t zl = dcr_rd_varint(&rd);
+	const uint8_t *z = rd.bad ? NULL : dcr_rd_bytes(&rd, zl);
+	if (!z || dcr_rd_left(&rd))
+		return dcr_err_set(e, DCR_EFORMAT, "item data is truncated or has trailing bytes");
+	unsigned long long cs = ZSTD_getFrameContentSize(z, zl);
+	if (cs != (unsigned long long)n * unit)
+		return dcr_err_set(e, DCR_EFORMAT, "item data frame has a bad size");
+	uint8_t *tmp = malloc(n * unit + 1);
+	if (!tmp)
+		return dcr_err_sys(e, ENOMEM, "item");
+	size_t got = ZSTD_decompress(tmp, n * unit + 1, z, zl);
+	if (ZSTD_isError(got) || got != n * unit) {
+		free(tmp);
+		return dcr_err_set(e, DCR_EFORMAT, "item data is corrupt");
+	}
+	for (size_t i = 0; i < n; i++)
+		val[i] = 0;
+	for (unsigned b = 0; b < unit; b++)
+		for (size_t i = 0; i < n; i++)
+			val[i] |= (uint64_t)tmp[(size_t)b * n + i] << (8 * b);
+	free(tmp);
+	return 0;
+}
+
+int dcr_item_encode(const struct dcr_changes *ch, unsigned unit, uint64_t len,
+		    int dense, uint8_t *codec, struct dcr_buf *out, struct dcr_err *e)
+{
+	*codec = DCR_CODEC_PLAIN;
+	if (dense)
+		return planes_encode(ch->val, ch->n, unit, out, e);
+	return dcr_codec_encode(DCR_CODEC_XOR_ZSTD, unit, 0, len, ch->n, ch->pos, NULL, ch->val,
+				out, e);
+}
+
+int dcr_item_encode_xor(size_t n, const uint64_t *pos, const uint64_t *oldv,
+			const uint64_t *newv, unsigned unit, int dtype, uint64_t len, int codec,
+			uint8_t *used, struct dcr_buf *out, struct dcr_err *e)
+{
+	size_t at = out->len;
+	int c = codec == DCR_CODEC_PLAIN || codec == DCR_CODEC_DELTA
+			? dcr_codec_encode(codec, unit, dtype, len, n, pos, oldv, newv, out, e)
+			: dcr_codec_choose(0, unit, dtype, len, n, pos, oldv, newv, out, e);
+	if (c < 0)
+		return c;
+	/* auto: where the delta codec barely compresses (changes that are not
+	 * small steps, e.g. unrelated weights), let xor-zstd compete too */
+	if (codec == DCR_CODEC_AUTO && c == DCR_CODEC_DELTA &&
+	    (out->len - at) * 10 > (uint64_t)n * unit * 7) {
+		out->len = at;
+		c = dcr_codec_choose(1, unit, dtype, len, n, pos, oldv, newv, out, e);
+		if (c < 0)
+			return c;
+		codec = c;
+	}
+	*used = (uint8_t)(codec == DCR_CODEC_PLAIN || codec == DCR_CODEC_DELTA ? codec : c);
+	return 0;
+}
+
+static int check_item(const struct dcr_item *it, struct dcr_changes *ch, struct dcr_err *e)
+{
+	if (it->codec != DCR_CODEC_PLAIN && it->codec != DCR_CODEC_DELTA)
+		return dcr_err_set(e, DCR_EFORMAT, "item uses unknown codec %u", it->codec);
+	if (it->n > it->len || it->len > DCR_ITEM_MAX_ELEMS)
+		return dcr_err_set(e, DCR_EFORMAT, "item claims %llu changes in %llu elements",
+				   (unsigned long long)it->n, (unsigned long long)it->len);
+	int dense = it->flags & DCR_ITEM_DENSE;
+	if (dense && (it->n != it->len || it->codec != DCR_CODEC_PLAIN))
+		return dcr_err_set(e, DCR_EFORMAT, "malformed dense item");
+	if (dcr_changes_reserve(ch, (size_t)it->n + 1))
+		return dcr_err_sys(e, ENOMEM, "item");
+	ch->n = (size_t)it->n;
+	return 0;
+}
+
+static int decode_positions(const struct dcr_item *it, unsigned unit, struct dcr_changes *ch,
+			    struct dcr_err *e)
+{
+	int r = check_item(it, ch, e);
+	if (r)
+		return r;
+	if (it->flags & DCR_ITEM_DENSE) {
+		for (size_t i = 0; i < ch->n; i++)
+			ch->pos[i] = i;
+		return 0;
+	}
+	return dcr_codec_decode_positions(it->codec, it->data, it->data_len, unit, it->len, ch->n,
+					  ch->pos, e);
+}
+
+int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes *ch,
+		    struct dcr_err *e)
+{
+	int r = decode_positions(it, unit, ch, e);
+	if (r)
+		return r;
+	if (it->flags & DCR_ITEM_DENSE)
+		return planes_decode(it->data, it->data_len, ch->n, unit, ch->val, e);
+	if (it->codec == DCR_CODEC_DELTA && it->enc == DCR_ENC_XOR)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "item is coded against the receiver's bits (codec delta); it cannot be decoded without them");
+	return dcr_codec_decode_values(it->codec, it->data, it->data_len, unit, 0, it->len, ch->n,
+				       ch->pos, NULL, ch->val, e);
+}
+
+int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *old,
+		     struct dcr_changes *ch, struct dcr_err *e)
+{
+	if (it->enc != DCR_ENC_XOR)
+		return dcr_item_decode(it, unit, ch, e);
+	int r = decode_positions(it, unit, ch, e);
+	if (r)
+		return r;
+	if (!old)
+		return dcr_err_set(e, DCR_EFORMAT, "XOR item without base bits");
+	uint64_t *oldv = malloc((ch->n + 1) * sizeof(uint64_t));
+	if (!oldv)
+		return dcr_err_sys(e, ENOMEM, "item");
+	for (size_t k = 0; k < ch->n; k++)
+		oldv[k] = load_unit(old + ch->pos[k] * unit, unit);
+	r = dcr_codec_decode_values(it->codec, it->data, it->data_len, unit, 0, it->len, ch->n,
+				    ch->pos, oldv, ch->val, e);
+	free(oldv);
+	return r;
+}
+
+void dcr_scatter(uint8_t *dst, unsigned unit, const uint64_t *pos, const uint64_t *val, size_t n,
+		 int xor_)
+{
+	for (size_t k = 0; k < n; k++) {
+		uint8_t *p = dst + pos[k] * unit;
+		store_unit(p, unit, xor_ ? load_unit(p, unit) ^ val[k] : val[k]);
+	}
+}
+

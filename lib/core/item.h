@@ -1,0 +1,66 @@
+/* item.h - an item: one tensor range's changes (see dcr-format-delta(5),
+ * ITEM), how its data is coded, and how changes reach bytes. */
+#ifndef DCR_CORE_ITEM_H
+#define DCR_CORE_ITEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/buf.h"
+#include "core/codec.h"
+#include "core/error.h"
+
+#define DCR_ITEM_MAX_ELEMS (1u << 26) /* largest item range accepted */
+enum { DCR_ENC_XOR = 1, DCR_ENC_OVERWRITE = 2 };
+enum { DCR_ITEM_DENSE = 1 }; /* ITEM flag: every element of the range */
+
+struct dcr_item {
+	uint32_t tensor;   /* index of its TENSOR record */
+	uint32_t flags;    /* DCR_ITEM_DENSE */
+	uint8_t enc;       /* DCR_ENC_* */
+	uint8_t codec;     /* how data is coded */
+	uint64_t start;    /* first element of the range */
+	uint64_t len;      /* elements in the range */
+	uint64_t n;        /* changed elements */
+	const uint8_t *data;
+	size_t data_len;
+};
+
+/* Decoded changes of one item: positions relative to start, and values
+ * (XOR masks or new stored bits, per enc). */
+struct dcr_changes {
+	size_t n, cap;
+	uint64_t *pos;
+	uint64_t *val;
+};
+int dcr_changes_reserve(struct dcr_changes *c, size_t n);
+void dcr_changes_free(struct dcr_changes *c);
+
+/* Codec of item data; see dcr-format-delta(5) and dcr-format-codec(5).
+ * PLAIN is the xor-zstd layout (values against zero for overwrites, XOR
+ * masks for XOR items); DELTA codes XOR items' values against the bits the
+ * receiver holds. */
+enum { DCR_CODEC_AUTO = 0, DCR_CODEC_PLAIN = DCR_CODEC_XOR_ZSTD };
+/* Encode values as they are (masks or new bits): PLAIN. */
+int dcr_item_encode(const struct dcr_changes *ch, unsigned unit, uint64_t len,
+		    int dense, uint8_t *codec, struct dcr_buf *out, struct dcr_err *e);
+/* Encode an XOR item from old and new bits with `codec` (PLAIN, DELTA, or
+ * AUTO: the one that pays); *used gets the codec chosen. */
+int dcr_item_encode_xor(size_t n, const uint64_t *pos, const uint64_t *oldv,
+			const uint64_t *newv, unsigned unit, int dtype, uint64_t len, int codec,
+			uint8_t *used, struct dcr_buf *out, struct dcr_err *e);
+/* Positions and values as coded (masks for PLAIN XOR items); fails for
+ * DELTA-coded XOR items, which need the receiver's bits. */
+int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes *ch,
+		    struct dcr_err *e);
+/* Positions and the NEW stored bits, given the current bits of the item's
+ * range (old points at element it->start; unused for OVERWRITE items). */
+int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *old,
+		     struct dcr_changes *ch, struct dcr_err *e);
+
+/* dst[pos[k]] = val[k] (or ^= with xor_) for units of `unit` bytes: how
+ * changes reach the bytes; the CPU reference of the GPU apply kernel. */
+void dcr_scatter(uint8_t *dst, unsigned unit, const uint64_t *pos, const uint64_t *val, size_t n,
+		 int xor_);
+
+#endif

@@ -1,0 +1,241 @@
+/* manifest.c - a pack's manifest: its payloads, tensors and state ids. */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/blake3.h"
+#include "core/bytes.h"
+#include "core/manifest.h"
+#include "core/state.h"
+#include "core/util.h"
+
+/* ---- manifests ---- */
+
+static int add_name(struct dcr_buf *b, const char *s)
+{
+	size_t n = strlen(s);
+	return dcr_buf_add_varint(b, n) || dcr_buf_add(b, s, n);
+}
+
+int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct dcr_err *e)
+{
+	struct dcr_buf tb = {0};
+	int r = dcr_buf_add(out, DCR_MANIFEST_MAGIC, 8) || dcr_buf_add_le32(out, DCR_PACK_VERSION) ||
+		dcr_buf_add_le32(out, (m->nalt ? DCR_MANIFEST_BASES : 0) |
+					      (m->dense ? DCR_MANIFEST_DENSE : 0) |
+					      (m->pieces ? DCR_MANIFEST_PIECES : 0)) ||
+		dcr_buf_add(out, m->base.b, 32) ||
+		dcr_buf_add(out, m->target.b, 32) || dcr_buf_add(out, m->attempt, 16) ||
+		dcr_buf_add_le32(out, m->npayloads);
+	for (uint32_t i = 0; i < m->npayloads && !r; i++)
+		r = dcr_buf_add_le64(out, m->psize[i]) || dcr_buf_add(out, m->pdigest[i].b, 32);
+	r = r || dcr_buf_add_le32(out, m->ntensors);
+	for (uint32_t i = 0; i < m->ntensors && !r; i++) {
+		tb.len = 0;
+		r = dcr_delta_tensor_body(&tb, &m->tensors[i]) || dcr_buf_add_varint(out, tb.len) ||
+		    dcr_buf_add(out, tb.p, tb.len) || dcr_buf_add(out, m->tensors[i].digest.b, 32);
+	}
+	r = r || dcr_buf_add_le32(out, m->nremoved);
+	for (uint32_t i = 0; i < m->nremoved && !r; i++)
+		r = add_name(out, m->removed[i]);
+	r = r || dcr_buf_add_le64(out, m->nitems) || dcr_buf_add_le64(out, m->nchanges);
+	if (m->nalt) {
+		r = r || dcr_buf_add_le32(out, m->nalt);
+		for (uint32_t i = 0; i < m->nalt && !r; i++)
+			r = dcr_buf_add(out, m->alt[i].b, 32);
+	}
+	if (m->pieces)
+		r = r || dcr_buf_add_le32(out, m->piece_log2) ||
+		    dcr_buf_add(out, m->pieces, m->npieces * 32);
+	dcr_buf_free(&tb);
+	if (r || dcr_buf_reserve(out, 32))
+		return dcr_err_sys(e, ENOMEM, "manifest");
+	dcr_digest d;
+	dcr_sha256(out->p, out->len, &d);
+	dcr_buf_add(out, d.b, 32);
+	return 0;
+}
+
+void dcr_manifest_release(struct dcr_manifest *m)
+{
+	free(m->psize);
+	free(m->pdigest);
+	for (uint32_t i = 0; m->tensors && i < m->ntensors; i++)
+		dcr_delta_tensor_clear(&m->tensors[i]);
+	free(m->tensors);
+	for (uint32_t i = 0; m->removed && i < m->nremoved; i++)
+		free(m->removed[i]);
+	free(m->removed);
+	free(m->alt);
+	free(m->pieces);
+	free(m->piece0);
+	memset(m, 0, sizeof(*m));
+}
+
+/* The pieces section: log2, then every payload's piece CVs, which must
+ * add up to the payload's digest. */
+static int parse_pieces(struct dcr_rd *rd, const char *what, struct dcr_manifest *m,
+			struct dcr_err *e)
+{
+	uint32_t lg = dcr_rd_le32(rd);
+	if (rd->bad || lg < 10 || lg > 30)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: bad piece size 2^%u", what, lg);
+	m->piece_log2 = lg;
+	if (!(m->piece0 = dcr_calloc(m->npayloads + 1, sizeof(size_t))))
+		return -ENOMEM;
+	size_t total = 0;
+	for (uint32_t i = 0; i < m->npayloads; i++) {
+		if (m->psize[i] < DCR_PAYLOAD_HDR_LEN + 32 || m->psize[i] > DCR_PAYLOAD_MAX_FILE)
+			return dcr_err_set(e, DCR_EFORMAT, "%s: payload %u is %llu bytes", what, i,
+					   (unsigned long long)m->psize[i]);
+		m->piece0[i] = total;
+		total += dcr_manifest_npieces(m, i);
+		if (total > dcr_rd_left(rd) / 32)
+			return dcr_err_set(e, DCR_EFORMAT, "%s: the piece table is cut short", what);
+	}
+	m->piece0[m->npayloads] = total;
+	if (!(m->pieces = dcr_calloc(total ? total : 1, 32)))
+		return -ENOMEM;
+	if (total)
+		memcpy(m->pieces, dcr_rd_bytes(rd, total * 32), total * 32);
+	m->npieces = total;
+	for (uint32_t i = 0; i < m->npayloads; i++) {
+		dcr_digest root;
+		dcr_blake3_root_of_pieces((const uint8_t(*)[32])m->pieces + m->piece0[i],
+					  m->piece0[i + 1] - m->piece0[i], &root);
+		if (DCR_CHECKSUM_DIFFERS(root.b, m->pdigest[i].b))
+			return dcr_err_set(e, DCR_EDIGEST,
+					   "%s is corrupt: the pieces of payload %u do not add up to its digest",
+					   what, i);
+	}
+	return 0;
+}
+
+int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
+		       struct dcr_err *e)
+{
+	memset(m, 0, sizeof(*m));
+	if (len < 8 + 8 + 32 + 32 + 16 + 32 || memcmp(buf, DCR_MANIFEST_MAGIC, 8))
+		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr manifest", what);
+	dcr_digest d;
+	dcr_sha256(buf, len - 32, &d);
+	if (DCR_CHECKSUM_DIFFERS(d.b, buf + len - 32))
+		return dcr_err_set(e, DCR_EDIGEST, "%s is corrupt: checksum mismatch", what);
+	struct dcr_rd rd;
+	dcr_rd_init(&rd, buf + 8, len - 8 - 32);
+	uint32_t version = dcr_rd_le32(&rd), flags = dcr_rd_le32(&rd);
+	if (version != DCR_PACK_VERSION)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: unsupported manifest version %u", what, version);
+	if (flags & ~(uint32_t)(DCR_MANIFEST_BASES | DCR_MANIFEST_DENSE | DCR_MANIFEST_PIECES))
+		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown manifest flags 0x%x", what, flags);
+	m->dense = (flags & DCR_MANIFEST_DENSE) != 0;
+	memcpy(m->base.b, dcr_rd_bytes(&rd, 32), 32);
+	memcpy(m->target.b, dcr_rd_bytes(&rd, 32), 32);
+	memcpy(m->attempt, dcr_rd_bytes(&rd, 16), 16);
+	m->npayloads = dcr_rd_le32(&rd);
+	if (rd.bad || m->npayloads > dcr_rd_left(&rd) / 40)
+		goto bad;
+	m->psize = dcr_calloc(m->npayloads, sizeof(uint64_t));
+	m->pdigest = dcr_calloc(m->npayloads, sizeof(dcr_digest));
+	if (!m->psize || !m->pdigest)
+		goto oom;
+	for (uint32_t i = 0; i < m->npayloads; i++) {
+		m->psize[i] = dcr_rd_le64(&rd);
+		const uint8_t *p = dcr_rd_bytes(&rd, 32);
+		if (!p)
+			goto bad;
+		memcpy(m->pdigest[i].b, p, 32);
+	}
+	uint32_t nt = dcr_rd_le32(&rd);
+	if (rd.bad || nt > dcr_rd_left(&rd) / 40)
+		goto bad;
+	m->tensors = dcr_calloc(nt, sizeof(*m->tensors));
+	if (!m->tensors)
+		goto oom;
+	for (uint32_t i = 0; i < nt; i++) {
+		uint64_t bl = dcr_rd_varint(&rd);
+		const uint8_t *body = rd.bad ? NULL : dcr_rd_bytes(&rd, bl);
+		const uint8_t *dg = dcr_rd_bytes(&rd, 32);
+		if (!body || !dg)
+			goto bad;
+		struct dcr_delta_rec rec = {.type = DCR_REC_TENSOR, .len = bl, .body = body};
+		if (dcr_delta_parse_tensor(&rec, &m->tensors[i], e))
+			goto bad;
+		m->ntensors = i + 1;
+		memcpy(m->tensors[i].digest.b, dg, 32);
+		m->tensors[i].have_digest = 1;
+		if (i && strcmp(m->tensors[i - 1].name, m->tensors[i].name) >= 0)
+			goto bad;
+	}
+	uint32_t nr = dcr_rd_le32(&rd);
+	if (rd.bad || nr > dcr_rd_left(&rd))
+		goto bad;
+	m->removed = dcr_calloc(nr, sizeof(char *));
+	if (!m->removed)
+		goto oom;
+	for (uint32_t i = 0; i < nr; i++) {
+		uint64_t n = dcr_rd_varint(&rd);
+		const uint8_t *s = rd.bad || n > 65535 ? NULL : dcr_rd_bytes(&rd, n);
+		if (!s || memchr(s, 0, n))
+			goto bad;
+		m->removed[i] = strndup((const char *)s, n);
+		m->nremoved = i + 1;
+		if (!m->removed[i])
+			goto oom;
+	}
+	m->nitems = dcr_rd_le64(&rd);
+	m->nchanges = dcr_rd_le64(&rd);
+	if (flags & DCR_MANIFEST_BASES) {
+		uint32_t na = dcr_rd_le32(&rd);
+		if (rd.bad || !na || na > 4096 || dcr_rd_left(&rd) < (size_t)na * 32)
+			goto bad;
+		if (!(m->alt = dcr_calloc(na, sizeof(dcr_digest))))
+			goto oom;
+		for (uint32_t i = 0; i < na; i++)
+			memcpy(m->alt[i].b, dcr_rd_bytes(&rd, 32), 32);
+		m->nalt = na;
+	}
+	if (flags & DCR_MANIFEST_PIECES) {
+		int r = parse_pieces(&rd, what, m, e);
+		if (r == -ENOMEM)
+			goto oom;
+		if (r) {
+			dcr_manifest_release(m);
+			return r;
+		}
+	}
+	if (rd.bad || dcr_rd_left(&rd))
+		goto bad;
+	/* the tensor table must add up to the target state id */
+	struct dcr_state_entry *ent = dcr_calloc(m->ntensors, sizeof(*ent));
+	if (!ent)
+		goto oom;
+	for (uint32_t i = 0; i < m->ntensors; i++) {
+		ent[i].name = m->tensors[i].name;
+		ent[i].dtype = m->tensors[i].dtype;
+		ent[i].ndim = m->tensors[i].ndim;
+		ent[i].shape = m->tensors[i].shape;
+		ent[i].digest = m->tensors[i].digest;
+	}
+	dcr_state_id(ent, m->ntensors, &d);
+	free(ent);
+	if (memcmp(d.b, m->target.b, 32)) {
+		dcr_manifest_release(m);
+		return dcr_err_set(e, DCR_EDIGEST,
+				   "%s: its tensors do not add up to the target state id it names", what);
+	}
+	return 0;
+bad:
+	dcr_manifest_release(m);
+	return dcr_err_set(e, DCR_EFORMAT, "%s is malformed", what);
+oom:
+	dcr_manifest_release(m);
+	return dcr_err_sys(e, ENOMEM, "%s", what);
+}
+

@@ -1,0 +1,65 @@
+/* manifest.h - a pack's manifest (see dcr-format-pack(5)); written last,
+ * it is what makes a delta whole.
+ *
+ * manifest = magic[8] "\x89DCRM\r\n\x1a", le32 version, le32 flags,
+ *            base_id[32], target_id[32], attempt[16],
+ *            le32 npayloads, npayloads x (le64 size, digest[32]),
+ *            le32 ntensors, ntensors x (TENSOR body as a varint-length
+ *            string, digest[32]), le32 nremoved, nremoved x name,
+ *            le64 nitems, le64 nchanges,
+ *            [flags & 1: le32 nalt, nalt x alternative base id[32]]
+ *            trailer SHA-256 of all before.
+ *   Manifest flag 1 (DCR_MANIFEST_BASES): the delta is overwrite-only and
+ *   also applies to receivers at the alternative bases (see
+ *   dcr-format-delta(5), BASES); readers that do not know it refuse.
+ */
+#ifndef DCR_CORE_MANIFEST_H
+#define DCR_CORE_MANIFEST_H
+
+#include "core/blake3.h"
+#include "core/delta.h"
+#include "core/payload.h"
+
+#define DCR_MANIFEST_MAGIC "\x89" "DCRM\r\n\x1a"
+#define DCR_MANIFEST_NAME "manifest.dcrm"
+#define DCR_MANIFEST_MAX (1u << 30)
+
+struct dcr_manifest_tensor {
+	struct dcr_delta_tensor t; /* digest filled */
+};
+
+struct dcr_manifest {
+	dcr_digest base, target;
+	uint8_t attempt[16];
+	uint32_t npayloads;
+	uint64_t *psize;
+	dcr_digest *pdigest;
+	uint32_t ntensors;
+	struct dcr_delta_tensor *tensors; /* sorted by name, digests set */
+	uint32_t nremoved;
+	char **removed;
+	uint64_t nitems, nchanges;
+	uint32_t nalt;     /* alternative bases (manifest flag 1) */
+	int dense;         /* a dense copy (manifest flag 2): fits any receiver */
+	dcr_digest *alt;
+	/* manifest flag 4: the BLAKE3 CVs of every payload's pieces (see
+	 * dcr_blake3_pieces), so that a receiver can check a payload piece by
+	 * piece as it arrives; payload i's are pieces[piece0[i] ...] */
+	unsigned piece_log2;
+	uint8_t (*pieces)[32];
+	size_t *piece0;
+	size_t npieces;
+};
+enum { DCR_MANIFEST_BASES = 1, DCR_MANIFEST_DENSE = 2, DCR_MANIFEST_PIECES = 4 };
+/* Pieces of payload i (covering all but its trailer). */
+static inline size_t dcr_manifest_npieces(const struct dcr_manifest *m, uint32_t i)
+{
+	return dcr_blake3_npieces(m->psize[i] - 32, m->piece_log2);
+}
+
+int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct dcr_err *e);
+int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
+		       struct dcr_err *e);
+void dcr_manifest_release(struct dcr_manifest *m);
+
+#endif

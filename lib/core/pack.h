@@ -1,0 +1,45 @@
+/* pack.h - the packer: one delta stream into payloads of about 64 MiB of
+ * records each, then the manifest; and where a packer's entries go. */
+#ifndef DCR_CORE_PACK_H
+#define DCR_CORE_PACK_H
+
+#include "core/delta.h"
+#include "core/payload.h"
+
+/* Where a packer puts finished entries, in order; manifest last. */
+struct dcr_pack_out {
+	int (*entry)(void *ctx, const char *name, const uint8_t *buf, size_t len,
+		     struct dcr_err *e);
+	void *ctx;
+	/* optional: an entry in parts, its size given first (tar streams):
+	 * dcr-pull passes payloads on piece by piece as they check out */
+	int (*begin)(void *ctx, const char *name, uint64_t len, struct dcr_err *e);
+	int (*data)(void *ctx, const uint8_t *buf, size_t len, struct dcr_err *e);
+	int (*end)(void *ctx, struct dcr_err *e);
+	/* optional, for directories: write and fsync an entry from any thread
+	 * (stage), then make the staged entries visible in order (commit), or
+	 * drop them: dcr-pull -o DIR flushes several payloads at once */
+	int (*stage)(void *ctx, const char *name, const uint8_t *buf, size_t len, void **tok,
+		     struct dcr_err *e);
+	int (*commit)(void *ctx, void *tok, struct dcr_err *e);
+	void (*drop)(void *ctx, void *tok);
+};
+
+struct dcr_pack_opts {
+	uint64_t payload_size; /* raw bytes per payload (default 64 MiB) */
+	enum dcr_payload_digest_alg digest; /* payload trailers (default BLAKE3) */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
+};
+
+struct dcr_pack_stats {
+	uint32_t npayloads;
+	uint64_t bytes, items, changes;
+	dcr_digest base, target;
+};
+
+/* Read one delta stream and write a pack. */
+int dcr_pack(struct dcr_source src, const char *what, const struct dcr_pack_opts *o,
+	     struct dcr_pack_out out, struct dcr_pack_stats *st, struct dcr_err *e);
+
+#endif

@@ -1,0 +1,42 @@
+/* packio.h - packs as files: a directory of entries (each written
+ * atomically), or a tar stream (libarchive, ustar); read back in stream
+ * order. */
+#ifndef DCR_CORE_PACKIO_H
+#define DCR_CORE_PACKIO_H
+
+#include "core/file.h"
+#include "core/pack.h"
+
+/* Pack outputs: a directory (each entry written atomically), or a tar
+ * stream on an fd (libarchive, ustar). */
+struct dcr_pack_dir;
+int dcr_pack_dir_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
+		       struct dcr_err *e); /* ctx: const char *dir */
+int dcr_pack_dir_stage(void *ctx, const char *name, const uint8_t *buf, size_t len, void **tok,
+		       struct dcr_err *e);
+int dcr_pack_dir_commit(void *ctx, void *tok, struct dcr_err *e);
+void dcr_pack_dir_drop(void *ctx, void *tok);
+struct dcr_tar_out;
+int dcr_tar_out_open(int fd, struct dcr_tar_out **out, struct dcr_err *e);
+int dcr_tar_out_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
+		      struct dcr_err *e);
+int dcr_tar_out_begin(void *ctx, const char *name, uint64_t len, struct dcr_err *e);
+int dcr_tar_out_data(void *ctx, const uint8_t *buf, size_t len, struct dcr_err *e);
+int dcr_tar_out_end(void *ctx, struct dcr_err *e);
+int dcr_tar_out_close(struct dcr_tar_out *t, struct dcr_err *e);
+
+/* Reading a pack: a directory or a tar stream; entries in stream order. */
+struct dcr_pack_in;
+int dcr_pack_in_open_dir(const char *dir, struct dcr_pack_in **out, struct dcr_err *e);
+/* A tar stream from fd; head (may be NULL) holds bytes already read from it. */
+int dcr_pack_in_open_tar(int fd, const uint8_t *head, size_t head_len, struct dcr_pack_in **out,
+			 struct dcr_err *e);
+/* 1 and the next entry (name and bytes valid until the next call), 0 at the end. */
+int dcr_pack_in_next(struct dcr_pack_in *in, const char **name, const uint8_t **buf,
+		     size_t *len, struct dcr_err *e);
+/* Take the bytes of the entry dcr_pack_in_next returned last: they stay
+ * valid, at the same address, until dcr_blob_free(b). */
+void dcr_pack_in_take(struct dcr_pack_in *in, struct dcr_blob *b);
+void dcr_pack_in_close(struct dcr_pack_in *in);
+
+#endif

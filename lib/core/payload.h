@@ -1,0 +1,92 @@
+/* payload.h - payloads, the unit of transport, retry and apply (see
+ * dcr-format-pack(5)).
+ *
+ * payload  = header body trailer
+ *   header = magic[8] "\x89DCRP\r\n\x1a", le32 version, le32 flags,
+ *            base_id[32], attempt[16], le32 index, le32 codec,
+ *            le64 raw_len, le64 body_len                      (96 bytes)
+ *   body   = codec 1: one zstd frame of raw_len bytes of delta records
+ *            (TENSOR, ITEM, REMOVE); item tensor numbers refer to the
+ *            TENSOR records of the same payload
+ *   trailer= SHA-256 of header and body
+ * Entry names: payload-NNNNNN.dcrp (index in decimal, 6+ digits).
+ */
+#ifndef DCR_CORE_PAYLOAD_H
+#define DCR_CORE_PAYLOAD_H
+
+#include "core/blake3.h"
+#include "core/buf.h"
+#include "core/digest.h"
+#include "core/error.h"
+
+#define DCR_PAYLOAD_MAGIC "\x89" "DCRP\r\n\x1a"
+#define DCR_PACK_VERSION 1 /* of payloads and manifests */
+#define DCR_PAYLOAD_HDR_LEN 96
+#define DCR_PAYLOAD_MAX_RAW (1ull << 32) /* 4 GiB decompressed at most */
+#define DCR_PAYLOAD_MAX_FILE (1ull << 33) /* a sanity bound on sizes manifests list */
+#define DCR_DEFAULT_PAYLOAD_SIZE (64u << 20)
+#define DCR_PIECE_LOG2 20 /* payloads are checked in 1 MiB pieces */
+
+enum { DCR_PAYLOAD_STORED = 0, DCR_PAYLOAD_ZSTD = 1 };
+/* payload header flags: bit 0 says the trailer is BLAKE3, not SHA-256 */
+#define DCR_PAYLOAD_BLAKE3 1u
+enum dcr_payload_digest_alg { DCR_PDIGEST_BLAKE3 = 0, DCR_PDIGEST_SHA256 = 1 };
+
+struct dcr_payload {
+	uint32_t version, flags, index, codec;
+	dcr_digest base;
+	uint8_t attempt[16];
+	uint64_t raw_len, body_len;
+	dcr_digest digest;  /* of the whole payload file but the trailer (BLAKE3 or SHA-256) */
+	uint8_t *raw;       /* decompressed records (malloc'd), raw_len bytes */
+};
+
+/* Check a payload image (magic, version, sizes, trailer) and decompress its
+ * body. `what` names it in messages. */
+int dcr_payload_open(const uint8_t *buf, size_t len, const char *what,
+		     struct dcr_payload *p, struct dcr_err *e);
+/* The same checks without decompressing (p->raw stays NULL): magic,
+ * version, flags, sizes, trailer, codec and the zstd frame's stated size.
+ * For movers (dcr-push, dcr-pull) that pass the bytes on unchanged;
+ * dcr-apply opens each payload in full. */
+int dcr_payload_check(const uint8_t *buf, size_t len, const char *what,
+		      struct dcr_payload *p, struct dcr_err *e);
+/* The same with the SHA-256 of buf's first len - 32 bytes already known. */
+int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
+			     const dcr_digest *sum, struct dcr_payload *p, struct dcr_err *e);
+/* The checks of the header alone, from the first avail bytes of a payload
+ * of len bytes (its digest checked some other way): as above but the
+ * trailer, and the zstd frame's size only when avail holds it. */
+int dcr_payload_check_head(const uint8_t *buf, size_t avail, uint64_t len, const char *what,
+			   struct dcr_payload *p, struct dcr_err *e);
+void dcr_payload_release(struct dcr_payload *p);
+/* Build a payload image from raw records, its trailer by alg; with
+ * BLAKE3 and pieces, the CVs of its 2^DCR_PIECE_LOG2-byte pieces are
+ * appended to pieces (SHA-256 payloads have none). */
+int dcr_payload_build(const dcr_digest *base, const uint8_t attempt[16], uint32_t index,
+		      const uint8_t *raw, size_t raw_len, enum dcr_payload_digest_alg alg,
+		      struct dcr_buf *out, dcr_digest *digest, struct dcr_buf *pieces,
+		      struct dcr_err *e);
+/* A payload's digest: BLAKE3 or SHA-256 of its first len bytes (all but
+ * the trailer), as the header's flags say. Hostile bytes are fine: too
+ * short a header or unknown flags give some digest, and the checks that
+ * follow reject the payload. */
+void dcr_payload_digest(const uint8_t *buf, size_t len, dcr_digest *out);
+/* The same over bytes as they arrive: init, update (a dcr_hasher
+ * function), final. final returns -1 only when memory ran out. */
+struct dcr_payload_hash {
+	uint8_t head[16];
+	size_t nhead;
+	int alg; /* -1 until 16 bytes are in */
+	int bad;
+	struct dcr_sha *sha;
+	struct dcr_blake3 b3;
+};
+void dcr_payload_hash_init(struct dcr_payload_hash *h);
+void dcr_payload_hash_update(void *h, const void *p, size_t n);
+int dcr_payload_hash_final(struct dcr_payload_hash *h, dcr_digest *out);
+char *dcr_payload_name(uint32_t index);
+/* 1 if name is a payload entry name (index in *index), else 0. */
+int dcr_payload_name_parse(const char *name, uint32_t *index);
+
+#endif

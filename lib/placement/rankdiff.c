@@ -1,0 +1,380 @@
+/* rankdiff.c - a training rank's diff in canonical coordinates (see
+ * rankdiff.h and dcr(7)). */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/bytes.h"
+#include "core/file.h"
+#include "core/state.h"
+#include "core/util.h"
+#include "placement/lchg.h"
+#include "placement/rankdiff.h"
+
+#define READ_ELEMS (1u << 20)
+
+/* ---- one rank's diff ---- */
+
+struct cacc {
+	struct lvec ch;
+	int held;            /* the rank holds some of it */
+	uint32_t remaining;  /* rank tensors holding it not yet read */
+	uint32_t out;        /* its TENSOR index in the output */
+	struct dcr_buf recs; /* encoded items, once finished */
+	uint64_t items, changed;
+};
+
+struct rdctx {
+	const struct dcr_rankdiff_opts *o;
+	const struct dcr_layout *L;
+	struct cacc *ca;
+	uint8_t *shared, *dominated; /* per piece */
+	uint64_t chunk;
+	struct dcr_rankdiff_stats st;
+};
+
+static uint64_t holder_key(const struct dcr_layout *L, uint32_t tensor)
+{
+	return (uint64_t)L->tensors[tensor].rank * L->ntensors + tensor;
+}
+
+static int same_image(const struct dcr_layout_piece *a, const struct dcr_layout_piece *b)
+{
+	if (a->coff != b->coff || a->nelem != b->nelem || a->ndim != b->ndim)
+		return 0;
+	for (unsigned k = 0; k < a->ndim; k++)
+		if (a->dim[a->corder[k]].count != b->dim[b->corder[k]].count ||
+		    a->dim[a->corder[k]].cstride != b->dim[b->corder[k]].cstride)
+			return 0;
+	return 1;
+}
+
+/* For every piece of the rank: may a lower holder exist (shared), or does a
+ * lower holder hold exactly its elements (dominated: nothing to send)? */
+static void owner_flags(struct rdctx *d)
+{
+	const struct dcr_layout *L = d->L;
+	for (size_t i = 0; i < L->npieces; i++) {
+		const struct dcr_layout_piece *p = &L->pieces[i];
+		if (p->kind == DCR_PIECE_PADDING || L->tensors[p->tensor].rank != d->o->rank)
+			continue;
+		const struct dcr_layout_canon *cn = &L->canon[p->canon];
+		uint64_t mine = holder_key(L, p->tensor);
+		for (size_t k = 0; k < cn->npieces; k++) {
+			const struct dcr_layout_piece *q = &L->pieces[cn->pieces[k]];
+			if (holder_key(L, q->tensor) >= mine || q->chi <= p->clo || q->clo >= p->chi)
+				continue;
+			d->shared[i] = 1;
+			if (same_image(p, q))
+				d->dominated[i] = 1;
+		}
+	}
+}
+
+static int finish_canon(struct rdctx *d, uint32_t c, struct dcr_err *e)
+{
+	const struct dcr_layout *L = d->L;
+	struct cacc *a = &d->ca[c];
+	struct lvec *l = &a->ch;
+	int r = 0;
+	if (l->n > 1)
+		qsort(l->v, l->n, sizeof(*l->v), lchg_cmp);
+	/* owner rule for the elements a lower holder may hold */
+	size_t ns = 0;
+	for (size_t i = 0; i < l->n; i++)
+		ns += l->v[i].shared;
+	if (ns) {
+		uint64_t *idx = malloc(ns * sizeof(*idx));
+		size_t *at = malloc(ns * sizeof(*at));
+		uint64_t *low = malloc(ns * sizeof(*low));
+		struct dcr_layout_hit *h = NULL;
+		size_t nh = 0, k = 0;
+		if (!idx || !at || !low) {
+			r = dcr_err_sys(e, ENOMEM, "layout diff");
+			goto owner_out;
+		}
+		for (size_t i = 0; i < l->n; i++)
+			if (l->v[i].shared) {
+				idx[k] = l->v[i].c;
+				low[k] = UINT64_MAX;
+				at[k++] = i;
+			}
+		if ((r = dcr_layout_place(L, c, idx, ns, &h, &nh, e)))
+			goto owner_out;
+		for (size_t i = 0; i < nh; i++) {
+			uint64_t key = holder_key(L, h[i].tensor);
+			if (key < low[h[i].pos])
+				low[h[i].pos] = key;
+		}
+		for (k = 0; k < ns; k++)
+			if (low[k] != holder_key(L, l->v[at[k]].key)) {
+				l->v[at[k]].enc = 0; /* dropped */
+				d->st.replica_changed++;
+			}
+owner_out:
+		free(idx);
+		free(at);
+		free(low);
+		free(h);
+		if (r)
+			return r;
+	}
+	size_t n = 0;
+	for (size_t i = 0; i < l->n; i++) {
+		if (!l->v[i].enc)
+			continue;
+		if (n && l->v[n - 1].c == l->v[i].c)
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "layout map: element %llu of '%s' is held twice by rank %u",
+					   (unsigned long long)l->v[i].c, L->canon[c].name,
+					   (unsigned)d->o->rank);
+		l->v[n++] = l->v[i];
+	}
+	unsigned unit = dcr_dtype_unit(L->canon[c].dtype);
+	r = lchg_emit_items(&a->recs, a->out, l->v, n, unit, d->chunk, &a->items, e);
+	a->changed = n;
+	lvec_free(l);
+	return r;
+}
+
+static int cmp_name(const void *x, const void *y, void *arg)
+{
+	const struct dcr_layout *L = arg;
+	return strcmp(L->canon[*(const uint32_t *)x].name, L->canon[*(const uint32_t *)y].name);
+}
+
+static int same_shape(const struct dcr_tensor_info *ti, const struct dcr_layout_tensor *lt)
+{
+	return ti->dtype == lt->dtype && ti->ndim == lt->ndim &&
+	       !memcmp(ti->shape, lt->shape, lt->ndim * sizeof(uint64_t));
+}
+
+static int diff_tensor(struct rdctx *d, uint32_t t, const struct dcr_ckpt_tensor *bt,
+		       const struct dcr_ckpt_tensor *nt, uint8_t *ba, uint8_t *bb,
+		       struct dcr_err *e)
+{
+	const struct dcr_layout *L = d->L;
+	const struct dcr_layout_tensor *lt = &L->tensors[t];
+	unsigned unit = dcr_dtype_unit(lt->dtype);
+	for (uint64_t s = 0; s < lt->nelem; s += READ_ELEMS) {
+		uint64_t len = lt->nelem - s < READ_ELEMS ? lt->nelem - s : READ_ELEMS;
+		size_t nb = (size_t)(len * unit);
+		int r;
+		if ((r = dcr_pread_full(bt->fd, ba, nb, bt->file_off + s * unit)) ||
+		    (r = dcr_pread_full(nt->fd, bb, nb, nt->file_off + s * unit)))
+			return dcr_err_sys(e, r, "cannot read tensor '%s'", lt->name);
+		for (size_t i = 0; i < nb;) {
+			if (i + 64 <= nb && !memcmp(ba + i, bb + i, 64)) {
+				i += 64;
+				continue;
+			}
+			size_t end = i + 64 <= nb ? i + 64 : nb;
+			for (; i < end; i += unit) {
+				uint64_t x = load_unit(ba + i, unit), y = load_unit(bb + i, unit);
+				if (x == y)
+					continue;
+				d->st.stored_changed++;
+				uint32_t c, pi;
+				uint64_t cf;
+				int q = dcr_layout_to_canonical(L, t, s + i / unit, &c, &cf, &pi);
+				if (q < 0)
+					return dcr_err_set(e, DCR_EFORMAT,
+							   "layout map: element %llu of '%s' (rank %u) is in no piece",
+							   (unsigned long long)(s + i / unit), lt->name,
+							   (unsigned)lt->rank);
+				if (q == 0) {
+					d->st.padding_changed++;
+					continue;
+				}
+				if (d->dominated[pi]) {
+					d->st.replica_changed++;
+					continue;
+				}
+				const struct dcr_layout_piece *p = &L->pieces[pi];
+				struct lchg ch = {.c = cf, .key = t, .shared = d->shared[pi]};
+				if (p->kind == DCR_PIECE_AFFINE) {
+					ch.enc = DCR_ENC_XOR;
+					ch.val = x ^ y;
+				} else {
+					int cdt = L->canon[c].dtype;
+					uint64_t co = dcr_xform_forward(p->xform, lt->dtype, cdt, x);
+					uint64_t cn = dcr_xform_forward(p->xform, lt->dtype, cdt, y);
+					if (co == cn) {
+						d->st.residual_same++;
+						continue;
+					}
+					ch.enc = DCR_ENC_OVERWRITE;
+					ch.val = cn;
+				}
+				if (lvec_push(&d->ca[c].ch, &ch))
+					return dcr_err_sys(e, ENOMEM, "layout diff");
+			}
+		}
+	}
+	return 0;
+}
+
+int dcr_rankdiff(const struct dcr_rankdiff_opts *o, struct dcr_sink sink,
+		 struct dcr_rankdiff_stats *st, struct dcr_err *e)
+{
+	const struct dcr_layout *L = o->map;
+	struct rdctx d = {.o = o, .L = L};
+	struct dcr_ckpt *a = NULL, *b = NULL;
+	struct dcr_delta_writer w = {0};
+	uint32_t *mark = NULL, *order = NULL;
+	uint8_t *ba = NULL, *bb = NULL;
+	size_t nheld = 0;
+	int r = 0;
+	d.chunk = o->chunk_elems ? o->chunk_elems : (1u << 20);
+	if (d.chunk > DCR_ITEM_MAX_ELEMS)
+		d.chunk = DCR_ITEM_MAX_ELEMS;
+	d.ca = dcr_calloc(L->ncanon + 1, sizeof(*d.ca));
+	d.shared = dcr_calloc(L->npieces + 1, 1);
+	d.dominated = dcr_calloc(L->npieces + 1, 1);
+	mark = dcr_calloc(L->ncanon + 1, sizeof(*mark));
+	order = dcr_calloc(L->ncanon + 1, sizeof(*order));
+	ba = malloc((size_t)READ_ELEMS * 8);
+	bb = malloc((size_t)READ_ELEMS * 8);
+	if (!d.ca || !d.shared || !d.dominated || !mark || !order || !ba || !bb) {
+		r = dcr_err_sys(e, ENOMEM, "layout diff");
+		goto out;
+	}
+	if ((r = dcr_ckpt_open(o->base, &a, e)) || (r = dcr_ckpt_open(o->target, &b, e)))
+		goto out;
+
+	/* the rank's stored tensors: each in both checkpoints, as the map says */
+	size_t nrank = 0;
+	for (uint32_t t = 0; t < L->ntensors; t++) {
+		const struct dcr_layout_tensor *lt = &L->tensors[t];
+		if (lt->rank != o->rank)
+			continue;
+		nrank++;
+		const struct dcr_ckpt_tensor *x = dcr_ckpt_find(a, lt->name),
+					     *y = dcr_ckpt_find(b, lt->name);
+		if (!x || !y) {
+			r = dcr_err_set(e, DCR_ENOTFOUND, "'%s' has no tensor '%s' (rank %u of the map)",
+					x ? b->path : a->path, lt->name, (unsigned)o->rank);
+			goto out;
+		}
+		if (!same_shape(x->info, lt) || !same_shape(y->info, lt)) {
+			r = dcr_err_set(e, DCR_EFORMAT,
+					"tensor '%s' of '%s' does not match the map (dtype or shape)",
+					lt->name, same_shape(x->info, lt) ? b->path : a->path);
+			goto out;
+		}
+		if (dcr_dtype_bits(lt->dtype) % 8) {
+			r = dcr_err_set(e, DCR_EFORMAT, "tensor '%s': sub-byte dtypes have no layout",
+					lt->name);
+			goto out;
+		}
+		for (size_t k = 0; k < lt->npieces; k++) {
+			const struct dcr_layout_piece *p = dcr_layout_tensor_piece(L, t, k);
+			if (p->kind == DCR_PIECE_PADDING || mark[p->canon] == t + 1)
+				continue;
+			mark[p->canon] = t + 1;
+			d.ca[p->canon].remaining++;
+			d.ca[p->canon].held = 1;
+		}
+	}
+	if (!nrank) {
+		r = dcr_err_set(e, DCR_ENOTFOUND, "the layout map has no rank %u", (unsigned)o->rank);
+		goto out;
+	}
+	for (size_t i = 0; i < a->ntensors; i++)
+		if (dcr_layout_find_tensor(L, o->rank, a->tensors[i].info->name) < 0) {
+			r = dcr_err_set(e, DCR_EFORMAT, "tensor '%s' of '%s' is not in the map's rank %u",
+					a->tensors[i].info->name, a->path, (unsigned)o->rank);
+			goto out;
+		}
+	for (size_t i = 0; i < b->ntensors; i++)
+		if (dcr_layout_find_tensor(L, o->rank, b->tensors[i].info->name) < 0) {
+			r = dcr_err_set(e, DCR_EFORMAT, "tensor '%s' of '%s' is not in the map's rank %u",
+					b->tensors[i].info->name, b->path, (unsigned)o->rank);
+			goto out;
+		}
+	memset(mark, 0, (L->ncanon + 1) * sizeof(*mark));
+	for (uint32_t c = 0; c < L->ncanon; c++)
+		if (d.ca[c].held)
+			order[nheld++] = c;
+	qsort_r(order, nheld, sizeof(*order), cmp_name, (void *)L);
+	for (size_t i = 0; i < nheld; i++)
+		d.ca[order[i]].out = (uint32_t)i;
+	owner_flags(&d);
+
+	/* diff tensor by tensor; a canonical tensor is encoded once complete */
+	for (uint32_t t = 0; t < L->ntensors; t++) {
+		const struct dcr_layout_tensor *lt = &L->tensors[t];
+		if (lt->rank != o->rank)
+			continue;
+		const struct dcr_ckpt_tensor *x = dcr_ckpt_find(a, lt->name),
+					     *y = dcr_ckpt_find(b, lt->name);
+		d.st.stored_tensors++;
+		d.st.stored_bytes += dcr_tensor_bytes(y->info);
+		int skip = 1;
+		for (size_t k = 0; k < lt->npieces && skip; k++) {
+			const struct dcr_layout_piece *p = dcr_layout_tensor_piece(L, t, k);
+			skip = p->kind == DCR_PIECE_PADDING || d.dominated[lt->first_piece + k];
+		}
+		if (skip)
+			d.st.skipped_tensors++;
+		else if ((r = diff_tensor(&d, t, x, y, ba, bb, e)))
+			goto out;
+		for (size_t k = 0; k < lt->npieces; k++) {
+			const struct dcr_layout_piece *p = dcr_layout_tensor_piece(L, t, k);
+			if (p->kind == DCR_PIECE_PADDING || mark[p->canon] == t + 1)
+				continue;
+			mark[p->canon] = t + 1;
+			if (!--d.ca[p->canon].remaining && (r = finish_canon(&d, p->canon, e)))
+				goto out;
+		}
+	}
+
+	uint8_t attempt[16];
+	dcr_digest zero = {{0}};
+	if ((r = dcr_attempt_id(o->attempt, attempt, e)) ||
+	    (r = dcr_delta_writer_init_flags(&w, sink, &zero, attempt, DCR_DELTA_PARTIAL, o->what,
+					     e)))
+		goto out;
+	for (size_t i = 0; i < nheld; i++) {
+		const struct dcr_layout_canon *cn = &L->canon[order[i]];
+		struct cacc *ca = &d.ca[order[i]];
+		struct dcr_delta_tensor dt = {.name = cn->name,
+					      .file = (char *)(o->file ? o->file : "model.safetensors"),
+					      .dtype = cn->dtype, .ndim = cn->ndim};
+		memcpy(dt.shape, cn->shape, sizeof(dt.shape));
+		if ((r = dcr_delta_write_tensor(&w, &dt, e)) ||
+		    (r = dcr_delta_write_raw(&w, ca->recs.p, ca->recs.len, ca->items, ca->changed, e)))
+			goto out;
+		d.st.changed += ca->changed;
+		dcr_buf_free(&ca->recs);
+	}
+	if ((r = dcr_delta_write_end(&w, &zero, e)))
+		goto out;
+	d.st.items = w.nitems;
+	d.st.tensors = nheld;
+	d.st.bytes_out = w.bytes;
+	if (st)
+		*st = d.st;
+out:
+	if (d.ca)
+		for (size_t c = 0; c < L->ncanon; c++) {
+			lvec_free(&d.ca[c].ch);
+			dcr_buf_free(&d.ca[c].recs);
+		}
+	free(d.ca);
+	free(d.shared);
+	free(d.dominated);
+	free(mark);
+	free(order);
+	free(ba);
+	free(bb);
+	dcr_delta_writer_release(&w);
+	dcr_ckpt_close(a);
+	dcr_ckpt_close(b);
+	return r;
+}
+

@@ -1,0 +1,160 @@
+/* apply.c - apply a delta to a receiver in place, crash-safe.
+ *
+ * 1. Stage: the whole delta is copied to .dcr/incoming while its framing,
+ *    record bodies, trailer checksum and target state id are checked.
+ *    Nothing in the receiver has been touched yet.
+ * 2. Check: the receiver's state must be the delta's base (or already the
+ *    target: then there is nothing to do).
+ * 3. Journal: every item becomes an OVERWRITE of new stored bits (XOR masks
+ *    are resolved against the current bits here, once). Files whose tensor
+ *    set changes are rebuilt under .dcr/stage/. The journal is written to
+ *    .dcr/journal.tmp, fsynced and renamed to .dcr/journal: the commit point.
+ * 4. Replay: staged files are renamed into place, overwrites are written,
+ *    files fsynced, touched tensors re-hashed against their target digests,
+ *    the state cache written, the journal removed.
+ * A crash before 3 leaves the receiver as it was; a crash after 3 is
+ * finished by replaying the journal, which only holds overwrites, so
+ * replaying it twice is harmless.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "refit/apply.h"
+#include "refit/commit.h"
+#include "refit/journal.h"
+#include "refit/plan.h"
+#include "refit/stage.h"
+
+/* Items of a staged delta: XOR masks resolved against the current bits. */
+struct delta_items {
+	struct dcr_delta_reader rd;
+	int fd;
+	struct dcr_changes ch;
+	struct dcr_buf enc;
+};
+
+static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struct dcr_err *e)
+{
+	struct delta_items *d = ctx;
+	struct dcr_delta_rec rec;
+	int r;
+	while ((r = dcr_delta_next(&d->rd, &rec, e)) == 1) {
+		if (rec.type != DCR_REC_ITEM)
+			continue;
+		struct dcr_item it;
+		if ((r = dcr_delta_parse_item(&rec, &it, e)))
+			return r;
+		struct ptensor *pt = &p->t[it.tensor];
+		unsigned unit = dcr_dtype_unit(pt->t.dtype);
+		const uint8_t *base = it.enc == DCR_ENC_XOR ? pt->cur->data + it.start * unit : NULL;
+		if ((r = dcr_item_resolve(&it, unit, base, &d->ch, e)))
+			return r;
+		d->enc.len = 0;
+		*o = it;
+		o->enc = DCR_ENC_OVERWRITE;
+		if ((r = dcr_item_encode(&d->ch, unit, it.len, it.flags & DCR_ITEM_DENSE, &o->codec,
+					 &d->enc, e)))
+			return r;
+		o->data = d->enc.p;
+		o->data_len = d->enc.len;
+		return 1;
+	}
+	return r;
+}
+
+static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uint8_t *head,
+		       size_t head_len, const struct dcr_apply_opts *o,
+		       struct dcr_apply_result *res, struct dcr_err *e)
+{
+	struct ctx x = {.rc = rc, .o = o};
+	struct plan p = {0};
+	struct dcr_ckpt *c = NULL;
+	dcr_digest *cur_dg = NULL;
+	struct delta_items di = {.fd = -1};
+	char *inc = dcr_receiver_path(rc, "incoming");
+	int r;
+	if (!inc)
+		return dcr_err_sys(e, ENOMEM, "apply");
+	if ((r = ap_begin(rc, o, res, e)))
+		goto out;
+
+	/* 1. stage and check the whole delta */
+	unlink(inc);
+	di.fd = open(inc, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (di.fd < 0) {
+		r = dcr_err_sys(e, errno, "cannot create '%s'", inc);
+		goto out;
+	}
+	if ((r = ap_read_plan(src, head, head_len, di.fd, 0, o && o->what ? o->what : "delta", &p,
+			   e)))
+		goto out;
+
+	/* 2. the receiver must be at the base */
+	dcr_digest cur;
+	if ((r = ap_current_state(rc, &c, &cur, &cur_dg, e)))
+		goto out;
+	if (res) {
+		res->base = p.base;
+		res->target = p.target;
+		memcpy(res->attempt, p.attempt, 16);
+	}
+	if (!memcmp(cur.b, p.target.b, 32)) {
+		if (res)
+			res->already = 1;
+		goto out;
+	}
+	if ((r = ap_check_bases(&p, c, rc->dir, &cur, o ? o->head : NULL, 0, e)))
+		goto out;
+	if (res)
+		res->base = cur;
+
+	/* 3. journal from the staged delta, commit, replay */
+	if (lseek(di.fd, 0, SEEK_SET)) {
+		r = dcr_err_sys(e, errno, "cannot rewind the staged delta");
+		goto out;
+	}
+	if ((r = dcr_delta_reader_init_flags(&di.rd, (struct dcr_source){dcr_source_fd_read, &di.fd},
+					     NULL, 0, DCR_DELTA_DENSE, "staged delta", e)))
+		goto out;
+	r = ap_commit_plan(&x, &p, c, &cur, cur_dg, (struct item_src){delta_items_next, &di}, res, e);
+out:
+	dcr_delta_reader_release(&di.rd);
+	dcr_changes_free(&di.ch);
+	dcr_buf_free(&di.enc);
+	if (di.fd >= 0)
+		close(di.fd);
+	unlink(inc);
+	free(inc);
+	free(cur_dg);
+	dcr_ckpt_close(c);
+	ap_plan_free(&p);
+	return r;
+}
+
+int dcr_apply(struct dcr_receiver *rc, struct dcr_source src, const uint8_t *head,
+	      size_t head_len, const struct dcr_apply_opts *o, struct dcr_apply_result *res,
+	      struct dcr_err *e)
+{
+	struct dcr_apply_result tmp;
+	if (!res)
+		res = &tmp;
+	int r = apply_delta(rc, src, head, head_len, o, res, e);
+	if (!r)
+		r = dcr_applied_record(rc, res, o && o->have_version, o ? o->version : 0,
+				       o ? o->fault : NULL, e);
+	return r;
+}
+
+int dcr_apply_recover(struct dcr_receiver *rc, const struct dcr_apply_opts *o,
+		      struct dcr_err *e)
+{
+	return ap_recover(rc, o, e);
+}

@@ -1,0 +1,42 @@
+/* apply.h - applying a delta stream to a receiver in place, crash-safe
+ * (see apply.c for the protocol, dcr-apply(1) for its guarantees). */
+#ifndef DCR_REFIT_APPLY_H
+#define DCR_REFIT_APPLY_H
+
+#include "core/delta.h"
+#include "core/fault.h"
+#include "refit/receiver.h"
+
+struct dcr_apply_opts {
+	/* fault points (core/fault.h): each write, rename and fsync */
+	struct dcr_fault *fault;
+	/* The receiver's committed state (.dcr/HEAD), or NULL: a delta must name
+	 * it as its base or one of its alternative bases. */
+	const dcr_digest *head;
+	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
+	const char *what;
+	/* the version the delta reaches, for the applied record (dcr-commit) */
+	int have_version;
+	uint64_t version;
+};
+
+struct dcr_apply_result {
+	dcr_digest base, target; /* base: the receiver's state before, one of the delta's bases */
+	uint8_t attempt[16];
+	uint64_t changes, items, tensors_checked;
+	int already;    /* receiver was already at the target */
+	int recovered;  /* a journal from an interrupted run was replayed */
+};
+
+/* Apply a delta stream to the receiver, then record what it reached in
+ * .dcr/applied (dcr_applied_record) for dcr_commit_local. */
+int dcr_apply(struct dcr_receiver *rc, struct dcr_source src, const uint8_t *head,
+	      size_t head_len, const struct dcr_apply_opts *o, struct dcr_apply_result *res,
+	      struct dcr_err *e);
+/* Finish an interrupted apply: replay a committed journal if one exists
+ * (1 if it did, 0 if there was none). */
+int dcr_apply_recover(struct dcr_receiver *rc, const struct dcr_apply_opts *o,
+		      struct dcr_err *e);
+
+#endif

@@ -1,0 +1,493 @@
+/* diff.c - compare two checkpoints on stored bits and write a delta.
+ *
+ * Tensors are visited in name order. A tensor whose name, dtype and shape
+ * are unchanged is compared chunk by chunk and its changes go out as XOR
+ * items; any other target tensor goes out whole as OVERWRITE items.
+ *
+ * Worker threads (one per core) each take the next tensor, read base and
+ * new through the mappings chunk by chunk, releasing each chunk's pages
+ * once done (so the resident set stays bounded), compare, encode items
+ * into the tensor's output and hash the new bytes for its target digest.
+ * The calling thread writes the outputs in tensor order as they complete;
+ * workers run at most a few tensors ahead, so memory stays bounded by the
+ * buffers and the encoded changes of the tensors in flight.
+ *
+ * The base state id comes from --base-id, or BASE/.dcr/state when it still
+ * describes BASE's files, or from hashing BASE first. After a diff, NEW's
+ * digests are left in NEW/.dcr/state (best effort), so the next step's diff,
+ * whose base is this NEW, needs no hashing of its base.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include "core/bytes.h"
+#include "core/file.h"
+#include "core/state.h"
+#include "core/util.h"
+#include "refit/diff.h"
+#include "refit/receiver.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_SCAN 1
+#endif
+
+#define READ_CHUNK (4u << 20)
+
+struct tout {
+	struct dcr_buf recs;  /* framed ITEM records */
+	dcr_digest digest;
+	uint64_t items, changed;
+	int done;
+	int err;
+	struct dcr_err e;
+};
+
+struct dctx {
+	const struct dcr_diff_opts *o;
+	const struct dcr_ckpt *a, *b;
+	uint64_t chunk;
+	struct tout *out;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	size_t next, written, window;
+	int abort;
+};
+
+#ifdef HAVE_AVX2_SCAN
+/* 16-bit units, 64 bytes a step: one bit per differing lane, then walk the
+ * set bits. The same result as the portable loop below. */
+__attribute__((target("avx2"))) static size_t scan16_avx2(const uint8_t *a, const uint8_t *b,
+							   size_t nbytes, uint64_t *pos,
+							   uint64_t *val)
+{
+	size_t n = 0, i = 0;
+	const __m256i z = _mm256_setzero_si256();
+	for (; i + 64 <= nbytes; i += 64) {
+		__m256i d0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(a + i)),
+					      _mm256_loadu_si256((const __m256i *)(b + i)));
+		__m256i d1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(a + i + 32)),
+					      _mm256_loadu_si256((const __m256i *)(b + i + 32)));
+		uint64_t m0 = (uint32_t)~_mm256_movemask_epi8(_mm256_cmpeq_epi16(d0, z));
+		uint64_t m1 = (uint32_t)~_mm256_movemask_epi8(_mm256_cmpeq_epi16(d1, z));
+		uint64_t m = (m0 | m1 << 32) & 0x5555555555555555ull;
+		while (m) {
+			size_t lane = (size_t)__builtin_ctzll(m) / 2;
+			size_t at = i + 2 * lane;
+			pos[n] = at / 2;
+			val[n++] = (uint16_t)(get_le16(a + at) ^ get_le16(b + at));
+			m &= m - 1;
+		}
+	}
+	for (; i < nbytes; i += 2) {
+		uint16_t x = get_le16(a + i), y = get_le16(b + i);
+		if (x != y) {
+			pos[n] = i / 2;
+			val[n++] = (uint16_t)(x ^ y);
+		}
+	}
+	return n;
+}
+#endif
+
+/* Changed units of one chunk, as positions and XOR masks: the CPU reference
+ * of kernels/dcr_cuda.cu's diff kernel. */
+size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
+		   uint64_t *pos, uint64_t *val)
+{
+	size_t n = 0, i = 0;
+#ifdef HAVE_AVX2_SCAN
+	if (unit == 2 && __builtin_cpu_supports("avx2"))
+		return scan16_avx2(a, b, nbytes, pos, val);
+#endif
+	for (; i + 32 <= nbytes; i += 32) {
+		uint64_t x[4], y[4], d = 0;
+		memcpy(x, a + i, 32);
+		memcpy(y, b + i, 32);
+		for (int k = 0; k < 4; k++)
+			d |= x[k] ^ y[k];
+		if (!d)
+			continue;
+		for (int k = 0; k < 4; k++) {
+			uint64_t w = x[k] ^ y[k];
+			if (!w)
+				continue;
+			size_t at = i + 8 * (size_t)k;
+			switch (unit) {
+			case 8:
+				pos[n] = at / 8;
+				val[n++] = w;
+				break;
+			case 4:
+				for (int j = 0; j < 2; j++, w >>= 32)
+					if ((uint32_t)w) {
+						pos[n] = at / 4 + (size_t)j;
+						val[n++] = (uint32_t)w;
+					}
+				break;
+			case 2:
+				for (int j = 0; j < 4; j++, w >>= 16)
+					if ((uint16_t)w) {
+						pos[n] = at / 2 + (size_t)j;
+						val[n++] = (uint16_t)w;
+					}
+				break;
+			default:
+				for (int j = 0; j < 8; j++, w >>= 8)
+					if ((uint8_t)w) {
+						pos[n] = at + (size_t)j;
+						val[n++] = (uint8_t)w;
+					}
+			}
+		}
+	}
+	for (; i < nbytes; i += unit) {
+		uint64_t x = load_unit(a + i, unit), y = load_unit(b + i, unit);
+		if (x != y) {
+			pos[n] = i / unit;
+			val[n++] = x ^ y;
+		}
+	}
+	return n;
+}
+
+#define RELEASE (32u << 20)
+
+/* Drop the whole pages inside [p, p+n) from this process (not the cache). */
+static void release(const uint8_t *p, size_t n)
+{
+	uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, b = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+	if (b > a)
+		madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+struct worker {
+	struct dctx *d;
+	const uint8_t *ba, *bb; /* the current chunk of base and new */
+	struct dcr_changes ch;
+	uint64_t *oldv;
+	struct dcr_buf enc;
+	struct dcr_sha *sha;
+};
+
+static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, uint64_t len,
+		    int dense, struct worker *w, unsigned unit, int dtype, struct dcr_err *e)
+{
+	w->enc.len = 0;
+	struct dcr_item it = {.tensor = tidx, .enc = enc, .start = start, .len = len,
+			      .n = w->ch.n, .flags = dense ? DCR_ITEM_DENSE : 0};
+	int r;
+	if (enc == DCR_ENC_XOR) {
+		/* old bits from the base chunk; new = old ^ mask */
+		for (size_t k = 0; k < w->ch.n; k++) {
+			w->oldv[k] = load_unit(w->ba + w->ch.pos[k] * unit, unit);
+			w->ch.val[k] ^= w->oldv[k];
+		}
+		r = dcr_item_encode_xor(w->ch.n, w->ch.pos, w->oldv, w->ch.val, unit, dtype, len,
+					w->d->o->codec, &it.codec, &w->enc, e);
+	} else {
+		r = dcr_item_encode(&w->ch, unit, len, dense, &it.codec, &w->enc, e);
+	}
+	if (r)
+		return r;
+	it.data = w->enc.p;
+	it.data_len = w->enc.len;
+	if (dcr_delta_item_record(&t->recs, &it))
+		return dcr_err_sys(e, ENOMEM, "diff");
+	t->items++;
+	t->changed += it.n;
+	return 0;
+}
+
+static int diff_tensor(struct worker *w, size_t i, struct tout *t)
+{
+	struct dctx *d = w->d;
+	const struct dcr_ckpt_tensor *nt = &d->b->tensors[i];
+	const struct dcr_tensor_info *ni = nt->info;
+	const struct dcr_ckpt_tensor *bt = dcr_ckpt_find(d->a, ni->name);
+	int same = dcr_ckpt_tensor_is(bt, ni->dtype, ni->ndim, ni->shape);
+	unsigned unit = dcr_dtype_unit(ni->dtype);
+	uint64_t nunits = dcr_tensor_bytes(ni) / unit;
+	uint64_t chunk = d->chunk;
+	int r = 0;
+	/* read through the mappings, then let go of the pages every RELEASE
+	 * bytes (each release costs a TLB shootdown): the page cache keeps
+	 * them, this process's resident set does not */
+	uint64_t released = 0;
+	for (uint64_t s = 0; s < nunits && !r; s += chunk) {
+		uint64_t len = nunits - s < chunk ? nunits - s : chunk;
+		size_t nb = (size_t)(len * unit);
+		w->bb = nt->data + s * unit;
+		dcr_sha_update(w->sha, w->bb, nb);
+		if (same) {
+			w->ba = bt->data + s * unit;
+			w->ch.n = dcr_scan_changes(w->ba, w->bb, nb, unit, w->ch.pos, w->ch.val);
+			if (w->ch.n)
+				r = add_item(t, (uint32_t)i, DCR_ENC_XOR, s, len, 0, w, unit, ni->dtype,
+					     &t->e);
+		} else {
+			for (uint64_t k = 0; k < len; k++) {
+				w->ch.pos[k] = k;
+				w->ch.val[k] = load_unit(w->bb + k * unit, unit);
+			}
+			w->ch.n = len;
+			r = add_item(t, (uint32_t)i, DCR_ENC_OVERWRITE, s, len, 1, w, unit, ni->dtype,
+				     &t->e);
+		}
+		uint64_t upto = (s + len) * unit;
+		if (upto - released >= RELEASE || s + len >= nunits) {
+			release(nt->data + released, (size_t)(upto - released));
+			if (same)
+				release(bt->data + released, (size_t)(upto - released));
+			released = upto;
+		}
+	}
+	dcr_sha_final(w->sha, &t->digest);
+	return r;
+}
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	struct dctx *d = w->d;
+	for (;;) {
+		pthread_mutex_lock(&d->mu);
+		while (!d->abort && d->next < d->b->ntensors && d->next >= d->written + d->window)
+			pthread_cond_wait(&d->cv, &d->mu);
+		size_t i = d->next;
+		if (d->abort || i >= d->b->ntensors) {
+			pthread_mutex_unlock(&d->mu);
+			return NULL;
+		}
+		d->next++;
+		pthread_mutex_unlock(&d->mu);
+		struct tout *t = &d->out[i];
+		t->err = diff_tensor(w, i, t);
+		pthread_mutex_lock(&d->mu);
+		t->done = 1;
+		pthread_cond_broadcast(&d->cv);
+		pthread_mutex_unlock(&d->mu);
+	}
+}
+
+static int base_state(const struct dcr_diff_opts *o, const struct dcr_ckpt *a, dcr_digest *id,
+		      struct dcr_err *e)
+{
+	if (o->base_id || o->dense) {
+		if (o->dense)
+			memset(id, 0, sizeof(*id));
+		else
+			*id = *o->base_id;
+		return 0;
+	}
+	if (a->is_dir) {
+		struct dcr_receiver rc = {.dir = a->path, .sdir = dcr_path_join(a->path, ".dcr"),
+					  .lock_fd = -1};
+		dcr_digest *dg = dcr_calloc(a->ntensors, sizeof(*dg));
+		int hit = rc.sdir && dg && !dcr_receiver_cached_state(&rc, a, id, dg);
+		free(dg);
+		free(rc.sdir);
+		if (hit)
+			return 0;
+	}
+	return dcr_ckpt_state_id(a, id, NULL, e);
+}
+
+/* Leave NEW's digests in NEW/.dcr/state for the next step (best effort). */
+static void save_target_state(const struct dcr_ckpt *b, const dcr_digest *id,
+			      const dcr_digest *dg)
+{
+	if (!b->is_dir)
+		return;
+	struct dcr_receiver rc = {.dir = b->path, .sdir = dcr_path_join(b->path, ".dcr"),
+				  .lock_fd = -1};
+	struct dcr_err ignore;
+	if (rc.sdir && (mkdir(rc.sdir, 0777) == 0 || errno == EEXIST))
+		dcr_receiver_save_state(&rc, b, id, dg, &ignore);
+	free(rc.sdir);
+}
+
+int dcr_diff_tensor_record(const struct dcr_ckpt *a, const struct dcr_ckpt *b, size_t i,
+			   struct dcr_delta_tensor *dt)
+{
+	const struct dcr_ckpt_tensor *nt = &b->tensors[i];
+	const struct dcr_tensor_info *ni = nt->info;
+	int same = dcr_ckpt_tensor_is(dcr_ckpt_find(a, ni->name), ni->dtype, ni->ndim, ni->shape);
+	memset(dt, 0, sizeof(*dt));
+	dt->name = ni->name;
+	dt->file = b->file_names[nt->file];
+	dt->flags = same ? 0 : DCR_TENSOR_NEW;
+	dt->dtype = ni->dtype;
+	dt->ndim = ni->ndim;
+	memcpy(dt->shape, ni->shape, sizeof(dt->shape));
+	return same;
+}
+
+int dcr_diff_write_targets(struct dcr_delta_writer *w, const struct dcr_ckpt *b,
+			   const dcr_digest *dg, dcr_digest *target, struct dcr_err *e)
+{
+	int r;
+	for (size_t i = 0; i < b->ntensors; i++)
+		if ((r = dcr_delta_write_done(w, (uint32_t)i, &dg[i], e)))
+			return r;
+	dcr_ckpt_state_from(b, dg, target);
+	return dcr_delta_write_end(w, target, e);
+}
+
+int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_diff_stats *st,
+	     struct dcr_err *e)
+{
+	struct dcr_ckpt *a = NULL, *b = NULL;
+	struct dcr_delta_writer w = {0};
+	struct dctx d = {.o = o};
+	struct worker *ws = NULL;
+	pthread_t th[64];
+	int nth = 0, r;
+	int threads = o->threads > 0 ? o->threads : dcr_ncpu();
+	if (threads > 64)
+		threads = 64;
+	dcr_digest *dg = NULL;
+	d.chunk = o->chunk_elems ? o->chunk_elems : (1u << 20);
+	if (d.chunk > DCR_ITEM_MAX_ELEMS)
+		d.chunk = DCR_ITEM_MAX_ELEMS;
+	pthread_mutex_init(&d.mu, NULL);
+	pthread_cond_init(&d.cv, NULL);
+
+	if (o->dense) {
+		/* a dense copy: against an empty checkpoint, every tensor is new */
+		a = dcr_calloc(1, sizeof(*a));
+		if (!a || !(a->path = dcr_strdup("(none)"))) {
+			r = dcr_err_sys(e, ENOMEM, "diff");
+			goto out;
+		}
+	} else if ((r = dcr_ckpt_open(o->base, &a, e))) {
+		goto out;
+	}
+	if ((r = dcr_ckpt_open(o->target, &b, e)))
+		goto out;
+	d.a = a;
+	d.b = b;
+	dcr_digest base_id;
+	if ((r = base_state(o, a, &base_id, e)))
+		goto out;
+	uint8_t attempt[16];
+	if ((r = dcr_attempt_id(o->attempt, attempt, e)))
+		goto out;
+	d.out = dcr_calloc(b->ntensors, sizeof(*d.out));
+	dg = dcr_calloc(b->ntensors, sizeof(*dg));
+	ws = dcr_calloc((size_t)threads, sizeof(*ws));
+	if (!d.out || !dg || !ws) {
+		r = dcr_err_sys(e, ENOMEM, "diff");
+		goto out;
+	}
+	d.window = (size_t)threads + 2;
+	if ((r = dcr_delta_writer_init_flags(&w, sink, &base_id, attempt,
+					     o->dense ? DCR_DELTA_DENSE : 0, o->what, e)))
+		goto out;
+
+	/* removed tensors */
+	for (size_t i = 0; i < a->ntensors; i++)
+		if (!dcr_ckpt_find(b, a->tensors[i].info->name) &&
+		    (r = dcr_delta_write_remove(&w, a->tensors[i].info->name, e)))
+			goto out;
+
+	for (int k = 0; k < threads; k++) {
+		ws[k].d = &d;
+		ws[k].sha = dcr_sha_new();
+		ws[k].oldv = malloc((size_t)d.chunk * sizeof(uint64_t));
+		if (!ws[k].sha || !ws[k].oldv ||
+		    dcr_changes_reserve(&ws[k].ch, d.chunk)) {
+			r = dcr_err_sys(e, ENOMEM, "diff");
+			goto out;
+		}
+	}
+	for (int k = 0; k < threads; k++) {
+		if (pthread_create(&th[nth], NULL, work, &ws[k])) {
+			if (!nth) {
+				r = dcr_err_sys(e, EAGAIN, "cannot start a thread");
+				goto out;
+			}
+			break;
+		}
+		nth++;
+	}
+
+	uint64_t done_bytes = 0, total_bytes = 0, changed = 0;
+	for (size_t i = 0; i < b->ntensors; i++)
+		total_bytes += dcr_tensor_bytes(b->tensors[i].info);
+	for (size_t i = 0; i < b->ntensors; i++) {
+		struct dcr_delta_tensor dt;
+		dcr_diff_tensor_record(a, b, i, &dt);
+		if ((r = dcr_delta_write_tensor(&w, &dt, e)))
+			goto out;
+		pthread_mutex_lock(&d.mu);
+		while (!d.out[i].done)
+			pthread_cond_wait(&d.cv, &d.mu);
+		pthread_mutex_unlock(&d.mu);
+		struct tout *t = &d.out[i];
+		if (t->err) {
+			*e = t->e;
+			r = t->err;
+			goto out;
+		}
+		r = dcr_delta_write_raw(&w, t->recs.p, t->recs.len, t->items, t->changed, e);
+		dg[i] = t->digest;
+		changed += t->changed;
+		dcr_buf_free(&t->recs);
+		pthread_mutex_lock(&d.mu);
+		d.written = i + 1;
+		pthread_cond_broadcast(&d.cv);
+		pthread_mutex_unlock(&d.mu);
+		if (r)
+			goto out;
+		done_bytes += dcr_tensor_bytes(b->tensors[i].info);
+		if (o->progress)
+			o->progress(o->progress_ctx, done_bytes, total_bytes);
+	}
+	dcr_digest target;
+	if ((r = dcr_diff_write_targets(&w, b, dg, &target, e)))
+		goto out;
+	if (!o->no_cache)
+		save_target_state(b, &target, dg);
+	if (st) {
+		st->base = base_id;
+		st->target = target;
+		st->bytes_out = w.bytes;
+		st->dense_bytes = total_bytes;
+		st->items = w.nitems;
+		st->tensors = b->ntensors;
+		st->changed = changed;
+	}
+out:
+	pthread_mutex_lock(&d.mu);
+	d.abort = 1;
+	pthread_cond_broadcast(&d.cv);
+	pthread_mutex_unlock(&d.mu);
+	for (int k = 0; k < nth; k++)
+		pthread_join(th[k], NULL);
+	if (ws)
+		for (int k = 0; k < threads; k++) {
+			free(ws[k].oldv);
+			dcr_sha_free(ws[k].sha);
+			dcr_changes_free(&ws[k].ch);
+			dcr_buf_free(&ws[k].enc);
+		}
+	free(ws);
+	if (d.out && b)
+		for (size_t i = 0; i < b->ntensors; i++)
+			dcr_buf_free(&d.out[i].recs);
+	free(d.out);
+	free(dg);
+	pthread_mutex_destroy(&d.mu);
+	pthread_cond_destroy(&d.cv);
+	dcr_delta_writer_release(&w);
+	dcr_ckpt_close(a);
+	dcr_ckpt_close(b);
+	return r;
+}

@@ -1,0 +1,327 @@
+/* policy.c - the store side of the commit protocol: acknowledgements,
+ * refs created by compare-and-set, and garbage collection of old packs.
+ * See policy.h and dcr(7), COMMIT PROTOCOL. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "refit/policy.h"
+#include "refit/record.h"
+#include "refit/version.h"
+
+int dcr_ack_put(struct dcr_store *s, const char *policy, uint64_t version, const char *receiver,
+		const dcr_digest *state, struct dcr_err *e)
+{
+	if (!receiver[0] || strchr(receiver, '/'))
+		return dcr_err_set(e, DCR_EFORMAT, "receiver id '%s' must be one name component",
+				   receiver);
+	char hex[65];
+	dcr_digest_hex(state, hex);
+	char *name = dcr_asprintf("%s/acks/v%llu/%s", policy, (unsigned long long)version, receiver);
+	char *text = dcr_asprintf("dcr-ack 1\nversion %llu\nstate %s\nreceiver %s\n",
+				  (unsigned long long)version, hex, receiver);
+	int r = !name || !text ? dcr_err_sys(e, ENOMEM, "ack") : dcr_store_check_name(name, e);
+	if (!r)
+		r = dcr_store_put(s, name, text, strlen(text), e);
+	free(name);
+	free(text);
+	return r;
+}
+
+void dcr_acks_free(struct dcr_ack *v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i].receiver);
+	free(v);
+}
+
+int dcr_acks_list(struct dcr_store *s, const char *policy, uint64_t version,
+		  struct dcr_ack **out, size_t *nout, struct dcr_err *e)
+{
+	char **names = NULL;
+	size_t n = 0;
+	*out = NULL;
+	*nout = 0;
+	char *pfx = version == UINT64_MAX
+			    ? dcr_asprintf("%s/acks/", policy)
+			    : dcr_asprintf("%s/acks/v%llu/", policy, (unsigned long long)version);
+	int r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "acks");
+	size_t pl = strlen(policy) + 6;
+	struct dcr_ack *v = r ? NULL : dcr_calloc(n + 1, sizeof(*v));
+	size_t k = 0;
+	if (!r && !v)
+		r = dcr_err_sys(e, ENOMEM, "acks");
+	for (size_t i = 0; !r && i < n; i++) {
+		const char *rest = names[i] + pl; /* "vV/ID" */
+		const char *slash = strchr(rest, '/');
+		uint64_t ver;
+		if (!slash || strchr(slash + 1, '/') || dcr_version_parse(rest, (size_t)(slash - rest), &ver))
+			continue;
+		uint8_t *buf;
+		size_t len;
+		int q = dcr_store_get(s, names[i], &buf, &len, e);
+		if (q == DCR_ENOTFOUND)
+			continue;
+		if (q) {
+			r = q;
+			break;
+		}
+		uint64_t bv;
+		dcr_digest st;
+		int ok = len > 10 && !memcmp(buf, "dcr-ack 1\n", 10) &&
+			 !kv_u64((char *)buf, "version", &bv) && bv == ver &&
+			 !kv_digest((char *)buf, "state", &st);
+		free(buf);
+		if (!ok)
+			continue; /* not an acknowledgement: ignored, never counted */
+		v[k].receiver = dcr_strdup(slash + 1);
+		v[k].version = ver;
+		v[k].state = st;
+		if (!v[k++].receiver)
+			r = dcr_err_sys(e, ENOMEM, "acks");
+	}
+	dcr_store_names_free(names, n);
+	free(pfx);
+	if (r) {
+		dcr_acks_free(v, k);
+		return r;
+	}
+	*out = v;
+	*nout = k;
+	return 0;
+}
+
+static int parse_ref(const uint8_t *buf, size_t len, uint64_t version, dcr_digest *state)
+{
+	uint64_t v;
+	return len > 10 && !memcmp(buf, "dcr-ref 1\n", 10) && !kv_u64((const char *)buf, "version", &v) &&
+			       v == version && !kv_digest((const char *)buf, "state", state)
+		       ? 0
+		       : -1;
+}
+
+int dcr_policy_ref(struct dcr_store *s, const char *policy, uint64_t version, dcr_digest *state,
+		   struct dcr_err *e)
+{
+	char *name = dcr_asprintf("%s/refs/v%llu", policy, (unsigned long long)version);
+	uint8_t *buf = NULL;
+	size_t len;
+	int r = name ? dcr_store_get(s, name, &buf, &len, e) : dcr_err_sys(e, ENOMEM, "ref");
+	if (!r && parse_ref(buf, len, version, state))
+		r = dcr_err_set(e, DCR_EFORMAT, "'%s' is not a dcr ref", name);
+	free(buf);
+	free(name);
+	return r;
+}
+
+int dcr_policy_head(struct dcr_store *s, const char *policy, struct dcr_head *h,
+		    struct dcr_err *e)
+{
+	memset(h, 0, sizeof(*h));
+	char **names = NULL;
+	size_t n = 0;
+	char *pfx = dcr_asprintf("%s/refs/", policy);
+	int r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "refs");
+	size_t pl = pfx ? strlen(pfx) : 0;
+	for (size_t i = 0; !r && i < n; i++) {
+		uint64_t v;
+		if (dcr_version_parse(names[i] + pl, strlen(names[i] + pl), &v))
+			continue;
+		if (!h->have || v > h->version) {
+			h->have = 1;
+			h->version = v;
+		}
+	}
+	dcr_store_names_free(names, n);
+	free(pfx);
+	if (!r && h->have)
+		r = dcr_policy_ref(s, policy, h->version, &h->state, e);
+	return r;
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+int dcr_policy_commit(struct dcr_store *s, const char *policy,
+		      const struct dcr_policy_commit_opts *o, unsigned *acks_seen,
+		      struct dcr_err *e)
+{
+	char hex[65], other[65];
+	dcr_digest d;
+	dcr_digest_hex(&o->state, hex);
+	int r;
+	/* the ref must still name V-1: refs/v(V-1) exists, refs/vV does not */
+	if (o->version > 0) {
+		r = dcr_policy_ref(s, policy, o->version - 1, &d, e);
+		if (r == DCR_ENOTFOUND)
+			return dcr_err_set(e, DCR_ECONFLICT,
+					   "policy '%s': version %llu is not committed, so %llu cannot be",
+					   policy, (unsigned long long)(o->version - 1),
+					   (unsigned long long)o->version);
+		if (r)
+			return r;
+	}
+	double deadline = now_s() + o->timeout_s;
+	unsigned good = 0;
+	for (;;) {
+		r = dcr_policy_ref(s, policy, o->version, &d, e);
+		if (!r) {
+			dcr_digest_hex(&d, other);
+			return dcr_err_set(e, DCR_ECONFLICT,
+					   "policy '%s': version %llu is already committed (state %s)",
+					   policy, (unsigned long long)o->version, other);
+		}
+		if (r != DCR_ENOTFOUND)
+			return r;
+		struct dcr_ack *v;
+		size_t n;
+		if ((r = dcr_acks_list(s, policy, o->version, &v, &n, e)))
+			return r;
+		good = 0;
+		for (size_t i = 0; i < n; i++)
+			good += !memcmp(v[i].state.b, o->state.b, 32);
+		dcr_acks_free(v, n);
+		if (acks_seen)
+			*acks_seen = good;
+		if (good >= o->expect)
+			break;
+		if (now_s() >= deadline)
+			return dcr_err_set(e, DCR_ENOTFOUND,
+					   "policy '%s': %u of %u receivers acknowledged version %llu (state %.12s) after %.0f s; nothing committed",
+					   policy, good, o->expect, (unsigned long long)o->version, hex,
+					   o->timeout_s);
+		usleep(100 * 1000);
+	}
+	char *name = dcr_asprintf("%s/refs/v%llu", policy, (unsigned long long)o->version);
+	/* a nonce makes every committer's bytes unique: the store treats
+	 * finding exactly its own bytes as a retried create that succeeded */
+	uint8_t nonce[16];
+	char nhex[33];
+	if (getrandom(nonce, sizeof(nonce), 0) != sizeof(nonce))
+		return dcr_err_sys(e, errno, "getrandom");
+	dcr_hex(nonce, sizeof(nonce), nhex);
+	char *text = dcr_asprintf("dcr-ref 1\nversion %llu\nstate %s\ncommitter %s\n",
+				  (unsigned long long)o->version, hex, nhex);
+	if (!name || !text) {
+		free(name);
+		free(text);
+		return dcr_err_sys(e, ENOMEM, "ref");
+	}
+	dcr_fault_point(o->fault);
+	r = dcr_store_put_if_absent(s, name, text, strlen(text), e);
+	dcr_fault_point(o->fault);
+	if (r == DCR_ECONFLICT) {
+		if (!dcr_policy_ref(s, policy, o->version, &d, e)) {
+			dcr_digest_hex(&d, other);
+			r = dcr_err_set(e, DCR_ECONFLICT,
+					"policy '%s': version %llu was committed by another trainer (state %s)",
+					policy, (unsigned long long)o->version, other);
+		} else {
+			r = dcr_err_set(e, DCR_ECONFLICT,
+					"policy '%s': version %llu was committed by another trainer",
+					policy, (unsigned long long)o->version);
+		}
+	}
+	free(name);
+	free(text);
+	return r;
+}
+
+struct latest {
+	char *receiver;
+	uint64_t version;
+};
+
+int dcr_policy_gc(struct dcr_store *s, const char *policy, uint64_t keep, int dry_run,
+		  void (*cb)(void *ctx, uint64_t version, size_t objects), void *ctx,
+		  uint64_t *removed, struct dcr_err *e)
+{
+	struct dcr_head h;
+	struct dcr_ack *acks = NULL;
+	size_t nacks = 0;
+	char **names = NULL;
+	size_t n = 0;
+	char *pfx = NULL;
+	*removed = 0;
+	int r = dcr_policy_head(s, policy, &h, e);
+	if (r || !h.have || h.version < keep)
+		return r;
+	if ((r = dcr_acks_list(s, policy, UINT64_MAX, &acks, &nacks, e)))
+		return r;
+	if (!nacks) {
+		dcr_acks_free(acks, nacks);
+		return 0; /* no receiver has said where it stands: keep everything */
+	}
+	/* the oldest of every receiver's latest acknowledgement */
+	uint64_t oldest = UINT64_MAX;
+	for (size_t i = 0; i < nacks; i++) {
+		uint64_t latest = 0;
+		for (size_t k = 0; k < nacks; k++)
+			if (!strcmp(acks[k].receiver, acks[i].receiver) && acks[k].version > latest)
+				latest = acks[k].version;
+		if (latest < oldest)
+			oldest = latest;
+	}
+	dcr_acks_free(acks, nacks);
+	uint64_t limit = h.version - keep;
+	if (oldest < limit)
+		limit = oldest;
+	pfx = dcr_asprintf("%s/", policy);
+	r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "gc");
+	size_t pl = pfx ? strlen(pfx) : 0;
+	uint64_t cur = UINT64_MAX;
+	size_t count = 0;
+	for (size_t i = 0; !r && i <= n; i++) {
+		uint64_t v = UINT64_MAX;
+		int is_pack = 0, is_ack = 0;
+		if (i < n) {
+			const char *rest = names[i] + pl, *sl = strchr(rest, '/');
+			if (sl && !dcr_version_parse(rest, (size_t)(sl - rest), &v))
+				is_pack = 1;
+			else if (!strncmp(rest, "acks/", 5) && (sl = strchr(rest + 5, '/')) &&
+				 !dcr_version_parse(rest + 5, (size_t)(sl - rest - 5), &v))
+				is_ack = 1;
+		}
+		if (is_pack && v != cur) {
+			if (cur != UINT64_MAX && count) {
+				(*removed)++;
+				if (cb)
+					cb(ctx, cur, count);
+			}
+			cur = v;
+			count = 0;
+		}
+		if (i == n && cur != UINT64_MAX && count) {
+			(*removed)++;
+			if (cb)
+				cb(ctx, cur, count);
+		}
+		if (i == n)
+			break;
+		if ((is_pack && v <= limit) || (is_ack && v < oldest)) {
+			if (is_pack)
+				count++;
+			if (!dry_run) {
+				int q = dcr_store_delete(s, names[i], e);
+				if (q && q != DCR_ENOTFOUND)
+					r = q;
+			}
+		}
+	}
+	dcr_store_names_free(names, n);
+	free(pfx);
+	return r;
+}

@@ -1,0 +1,459 @@
+/* squash.c - compose a chain of deltas v1->v2->...->vk into one v1->vk.
+ *
+ * Pass 1 reads every delta whole (trailers checked) for its tensors,
+ * removals, digests and base/target ids, and checks the chain. Pass 2 walks
+ * the last delta's tensors in name order; each input is read item by item,
+ * in step (items must come tensor by tensor in name order and by rising
+ * start, as dcr-diff writes them). A tensor is swept in cells of up to 1Mi
+ * elements: each input's changes in the cell are composed in chain order,
+ *   nothing + XOR m = XOR m       XOR a + XOR b = XOR a^b
+ *   anything + OVERWRITE v = OVERWRITE v       OVERWRITE v + XOR m = OVERWRITE v^m
+ * and written as one item per run of one kind (XOR masks of 0 dropped). A
+ * tensor created (NEW) somewhere in the chain starts from zeros at its last
+ * creation, so its composed XORs become overwrites there. Memory: one
+ * decoded item per input and one cell.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "core/util.h"
+#include "refit/squash.h"
+
+#define CELL_MAX (1u << 20)
+
+struct sq_in {
+	const char *path;
+	int fd;
+	dcr_digest base, target;
+	struct dcr_delta_tensor *t; /* in record order (sorted by name) */
+	size_t nt;
+	char **removed;
+	size_t nremoved;
+	/* pass 2 */
+	struct dcr_delta_reader rd;
+	int have_rd, valid, ended;
+	uint32_t tensor;     /* of the current item */
+	uint64_t start, len; /* of the current item */
+	uint8_t enc;
+	struct dcr_changes ch;
+	size_t idx;          /* next change of the current item */
+	int64_t last_tensor;
+	uint64_t last_end;
+};
+
+static void in_free(struct sq_in *in)
+{
+	for (size_t i = 0; i < in->nt; i++)
+		dcr_delta_tensor_clear(&in->t[i]);
+	free(in->t);
+	for (size_t i = 0; i < in->nremoved; i++)
+		free(in->removed[i]);
+	free(in->removed);
+	if (in->have_rd)
+		dcr_delta_reader_release(&in->rd);
+	dcr_changes_free(&in->ch);
+	if (in->fd >= 0)
+		close(in->fd);
+}
+
+static const struct dcr_delta_tensor *find(const struct sq_in *in, const char *name, size_t *at)
+{
+	size_t lo = 0, hi = in->nt;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int k = strcmp(in->t[mid].name, name);
+		if (!k) {
+			if (at)
+				*at = mid;
+			return &in->t[mid];
+		}
+		if (k < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+static int pass1(struct sq_in *in, uint64_t *maxlen, struct dcr_err *e)
+{
+	struct dcr_delta_reader rd;
+	int r = dcr_delta_reader_init(&rd, (struct dcr_source){dcr_source_fd_read, &in->fd},
+				      in->path, e);
+	struct dcr_delta_rec rec;
+	size_t cap = 0;
+	while (!r && (r = dcr_delta_next(&rd, &rec, e)) == 1) {
+		r = 0;
+		if (rec.type == DCR_REC_TENSOR) {
+			if (in->nt == cap) {
+				cap = cap ? 2 * cap : 64;
+				struct dcr_delta_tensor *v = realloc(in->t, cap * sizeof(*v));
+				if (!v) {
+					r = dcr_err_sys(e, ENOMEM, "squash");
+					break;
+				}
+				in->t = v;
+			}
+			if ((r = dcr_delta_parse_tensor(&rec, &in->t[in->nt], e)))
+				break;
+			in->nt++;
+			if (in->nt > 1 && strcmp(in->t[in->nt - 2].name, in->t[in->nt - 1].name) >= 0)
+				r = dcr_err_set(e, DCR_EFORMAT, "%s: tensors out of order", in->path);
+		} else if (rec.type == DCR_REC_ITEM) {
+			struct dcr_item it;
+			if ((r = dcr_delta_parse_item(&rec, &it, e)))
+				break;
+			if (it.tensor >= in->nt)
+				r = dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor", in->path);
+			else if (it.enc == DCR_ENC_XOR && it.codec == DCR_CODEC_DELTA)
+				r = dcr_err_set(e, DCR_EFORMAT,
+						"'%s' codes XOR items against the receiver's bits (codec delta), which a squash cannot compose; make the chain with dcr-diff --codec plain",
+						in->path);
+			else if (it.len > *maxlen)
+				*maxlen = it.len;
+		} else if (rec.type == DCR_REC_REMOVE) {
+			char *name, **v = realloc(in->removed, (in->nremoved + 1) * sizeof(char *));
+			if (!v) {
+				r = dcr_err_sys(e, ENOMEM, "squash");
+				break;
+			}
+			in->removed = v;
+			if (!(r = dcr_delta_parse_name(&rec, &name, e)))
+				in->removed[in->nremoved++] = name;
+		} else if (rec.type == DCR_REC_DONE) {
+			uint32_t ti;
+			dcr_digest d;
+			if (!(r = dcr_delta_parse_done(&rec, &ti, &d, e))) {
+				if (ti >= in->nt)
+					r = dcr_err_set(e, DCR_EFORMAT, "%s: bad DONE record", in->path);
+				else {
+					in->t[ti].digest = d;
+					in->t[ti].have_digest = 1;
+				}
+			}
+		}
+	}
+	if (!r) {
+		in->base = rd.base;
+		in->target = rd.target;
+		for (size_t i = 0; i < in->nt && !r; i++)
+			if (!in->t[i].have_digest)
+				r = dcr_err_set(e, DCR_EFORMAT, "%s: no digest for '%s'", in->path,
+						in->t[i].name);
+	}
+	dcr_delta_reader_release(&rd);
+	return r;
+}
+
+/* Load the next item of in (skipping other records); in->valid = 0 at END. */
+static int fetch(struct sq_in *in, struct dcr_err *e)
+{
+	struct dcr_delta_rec rec;
+	int r;
+	in->valid = 0;
+	while (!in->ended && (r = dcr_delta_next(&in->rd, &rec, e)) == 1) {
+		if (rec.type != DCR_REC_ITEM)
+			continue;
+		struct dcr_item it;
+		if ((r = dcr_delta_parse_item(&rec, &it, e)))
+			return r;
+		if (it.tensor >= in->nt)
+			return dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor", in->path);
+		if ((int64_t)it.tensor < in->last_tensor ||
+		    ((int64_t)it.tensor == in->last_tensor && it.start < in->last_end))
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "%s: items are not in tensor and position order (squash needs dcr-diff's order)",
+					   in->path);
+		const struct dcr_delta_tensor *t = &in->t[it.tensor];
+		unsigned unit = dcr_dtype_unit(t->dtype);
+		uint64_t units = t->nelem * dcr_dtype_bits(t->dtype) / 8 / unit;
+		if (it.start > units || it.len > units - it.start)
+			return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end",
+					   in->path, t->name);
+		if (it.enc == DCR_ENC_XOR && it.codec == DCR_CODEC_DELTA)
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "'%s' codes XOR items against the receiver's bits (codec delta), which a squash cannot compose; make the chain with dcr-diff --codec plain",
+					   in->path);
+		if ((r = dcr_item_decode(&it, unit, &in->ch, e)))
+			return r;
+		in->last_tensor = it.tensor;
+		in->last_end = it.start + it.len;
+		in->tensor = it.tensor;
+		in->start = it.start;
+		in->len = it.len;
+		in->enc = it.enc;
+		in->idx = 0;
+		in->valid = 1;
+		return 0;
+	}
+	if (!in->ended && r < 0)
+		return r;
+	in->ended = 1;
+	return 0;
+}
+
+/* Skip items of tensors named before `name` (and of `name` itself if skip_eq). */
+static int skip_to(struct sq_in *in, const char *name, int skip_eq, struct dcr_err *e)
+{
+	int r = 0;
+	while (!r && in->valid) {
+		int k = strcmp(in->t[in->tensor].name, name);
+		if (k > 0 || (k == 0 && !skip_eq))
+			break;
+		r = fetch(in, e);
+	}
+	return r;
+}
+
+struct cell {
+	uint8_t *kind; /* 0 none, 1 XOR, 2 OVERWRITE */
+	uint64_t *val;
+	uint32_t *touched;
+	size_t ntouched;
+};
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int emit_run(struct dcr_delta_writer *w, uint32_t ti, uint8_t enc, uint64_t start,
+		    uint64_t len, struct dcr_changes *ch, unsigned unit, struct dcr_buf *tmp,
+		    struct dcr_err *e)
+{
+	tmp->len = 0;
+	int dense = ch->n == len;
+	struct dcr_item it = {.tensor = ti, .enc = enc, .start = start, .len = len, .n = ch->n,
+			      .flags = dense ? DCR_ITEM_DENSE : 0};
+	int r = dcr_item_encode(ch, unit, len, dense, &it.codec, tmp, e);
+	if (r)
+		return r;
+	it.data = tmp->p;
+	it.data_len = tmp->len;
+	return dcr_delta_write_item(w, &it, e);
+}
+
+int dcr_squash(const char *const *paths, size_t n, const uint8_t *attempt_in,
+	       struct dcr_sink sink, const char *what, struct dcr_squash_stats *st,
+	       struct dcr_err *e)
+{
+	struct sq_in *in = dcr_calloc(n ? n : 1, sizeof(*in));
+	struct dcr_delta_writer w = {0};
+	struct cell cl = {0};
+	struct dcr_changes out = {0};
+	struct dcr_buf tmp = {0};
+	uint64_t maxlen = 1, bytes_in = 0;
+	int r = 0;
+	if (!in)
+		return dcr_err_sys(e, ENOMEM, "squash");
+	for (size_t i = 0; i < n; i++)
+		in[i].fd = -1;
+	if (n < 1) {
+		r = dcr_err_set(e, DCR_EFORMAT, "squash needs at least one delta");
+		goto out;
+	}
+	for (size_t i = 0; i < n && !r; i++) {
+		in[i].path = paths[i];
+		in[i].fd = open(paths[i], O_RDONLY | O_CLOEXEC);
+		struct stat sb;
+		if (in[i].fd < 0 || fstat(in[i].fd, &sb)) {
+			r = dcr_err_sys(e, errno, "cannot open '%s'", paths[i]);
+			break;
+		}
+		bytes_in += (uint64_t)sb.st_size;
+		if ((r = pass1(&in[i], &maxlen, e)))
+			break;
+		if (i && memcmp(in[i].base.b, in[i - 1].target.b, 32)) {
+			char a[65], b[65];
+			dcr_digest_hex(&in[i - 1].target, a);
+			dcr_digest_hex(&in[i].base, b);
+			r = dcr_err_set(e, DCR_EBASE,
+					"'%s' does not follow '%s': its base %.12s is not the target %.12s",
+					paths[i], paths[i - 1], b, a);
+		}
+	}
+	if (r)
+		goto out;
+	size_t C = maxlen < CELL_MAX ? (size_t)maxlen : CELL_MAX;
+	cl.kind = dcr_calloc(C, 1);
+	cl.val = dcr_calloc(C, sizeof(uint64_t));
+	cl.touched = dcr_calloc(C, sizeof(uint32_t));
+	if (!cl.kind || !cl.val || !cl.touched || dcr_changes_reserve(&out, C)) {
+		r = dcr_err_sys(e, ENOMEM, "squash");
+		goto out;
+	}
+	for (size_t i = 0; i < n && !r; i++) {
+		if (lseek(in[i].fd, 0, SEEK_SET)) {
+			r = dcr_err_sys(e, errno, "cannot rewind '%s'", paths[i]);
+			break;
+		}
+		if ((r = dcr_delta_reader_init(&in[i].rd,
+					       (struct dcr_source){dcr_source_fd_read, &in[i].fd},
+					       paths[i], e)))
+			break;
+		in[i].have_rd = 1;
+		in[i].last_tensor = -1;
+		r = fetch(&in[i], e);
+	}
+	if (r)
+		goto out;
+	uint8_t attempt[16];
+	if ((r = dcr_attempt_id(attempt_in, attempt, e)))
+		goto out;
+	struct sq_in *last = &in[n - 1];
+	if ((r = dcr_delta_writer_init(&w, sink, &in[0].base, attempt, what, e)))
+		goto out;
+	/* removals: tensors of v1 that vk lacks */
+	for (size_t i = 0; i < in[0].nremoved && !r; i++)
+		if (!find(last, in[0].removed[i], NULL))
+			r = dcr_delta_write_remove(&w, in[0].removed[i], e);
+	for (size_t i = 0; i < in[0].nt && !r; i++)
+		if (!(in[0].t[i].flags & DCR_TENSOR_NEW) && !find(last, in[0].t[i].name, NULL))
+			r = dcr_delta_write_remove(&w, in[0].t[i].name, e);
+	for (size_t ti = 0; ti < last->nt && !r; ti++) {
+		const struct dcr_delta_tensor *T = &last->t[ti];
+		/* the last delta that creates T, if any */
+		long j = -1;
+		for (size_t i = 0; i < n; i++) {
+			const struct dcr_delta_tensor *x = find(&in[i], T->name, NULL);
+			if (!x) {
+				j = -2;
+				continue;
+			}
+			if (x->flags & DCR_TENSOR_NEW)
+				j = (long)i;
+		}
+		if (j == -2) {
+			/* absent from some step yet never created after it */
+			r = dcr_err_set(e, DCR_EFORMAT, "tensor '%s' disappears in the chain without being recreated",
+					T->name);
+			break;
+		}
+		size_t j0 = j < 0 ? 0 : (size_t)j;
+		int isnew = j >= 0;
+		struct dcr_delta_tensor ot = *T;
+		ot.flags = isnew ? DCR_TENSOR_NEW : 0;
+		if ((r = dcr_delta_write_tensor(&w, &ot, e)))
+			break;
+		for (size_t i = 0; i < n && !r; i++)
+			r = skip_to(&in[i], T->name, i < j0, e);
+		if (r)
+			break;
+		unsigned unit = dcr_dtype_unit(T->dtype);
+		uint64_t units = T->nelem * dcr_dtype_bits(T->dtype) / 8 / unit;
+		for (;;) {
+			/* the next position any input changes in T */
+			uint64_t next = UINT64_MAX;
+			for (size_t i = j0; i < n && !r; i++) {
+				struct sq_in *x = &in[i];
+				while (!r && x->valid && !strcmp(x->t[x->tensor].name, T->name) &&
+				       x->idx >= x->ch.n)
+					r = fetch(x, e);
+				if (!r && x->valid && !strcmp(x->t[x->tensor].name, T->name)) {
+					uint64_t p = x->start + x->ch.pos[x->idx];
+					if (p < next)
+						next = p;
+				}
+			}
+			if (r || next == UINT64_MAX)
+				break;
+			if (next >= units) {
+				r = dcr_err_set(e, DCR_EFORMAT, "item for '%s' runs past its end", T->name);
+				break;
+			}
+			uint64_t g = next / C * C, cend = g + C < units ? g + C : units;
+			cl.ntouched = 0;
+			for (size_t i = j0; i < n && !r; i++) {
+				struct sq_in *x = &in[i];
+				while (!r && x->valid && !strcmp(x->t[x->tensor].name, T->name)) {
+					if (x->idx >= x->ch.n) {
+						r = fetch(x, e);
+						continue;
+					}
+					uint64_t p = x->start + x->ch.pos[x->idx];
+					if (p >= cend)
+						break;
+					size_t c = (size_t)(p - g);
+					uint64_t v = x->ch.val[x->idx++];
+					if (!cl.kind[c])
+						cl.touched[cl.ntouched++] = (uint32_t)c;
+					if (x->enc == DCR_ENC_OVERWRITE) {
+						cl.kind[c] = 2;
+						cl.val[c] = v;
+					} else if (cl.kind[c]) {
+						cl.val[c] ^= v;
+					} else {
+						cl.kind[c] = 1;
+						cl.val[c] = v;
+					}
+				}
+			}
+			if (r)
+				break;
+			qsort(cl.touched, cl.ntouched, sizeof(uint32_t), cmp_u32);
+			/* runs of one kind; each run's range reaches the next run */
+			size_t k = 0;
+			uint64_t run_start = g;
+			while (k < cl.ntouched && !r) {
+				uint8_t kind = 0;
+				out.n = 0;
+				size_t q = k;
+				for (; q < cl.ntouched; q++) {
+					uint32_t c = cl.touched[q];
+					uint8_t kd = isnew ? 2 : cl.kind[c];
+					if (kd == 1 && !cl.val[c])
+						continue; /* masks that cancelled */
+					if (kind && kd != kind)
+						break;
+					kind = kd;
+					out.pos[out.n] = g + c - run_start;
+					out.val[out.n++] = cl.val[c];
+				}
+				uint64_t run_end = q < cl.ntouched ? g + cl.touched[q] : cend;
+				if (out.n)
+					r = emit_run(&w, (uint32_t)ti,
+						     kind == 2 ? DCR_ENC_OVERWRITE : DCR_ENC_XOR, run_start,
+						     run_end - run_start, &out, unit, &tmp, e);
+				run_start = run_end;
+				k = q;
+			}
+			for (size_t q = 0; q < cl.ntouched; q++)
+				cl.kind[cl.touched[q]] = 0;
+		}
+	}
+	/* every input must be read to its end (and its trailer checked) */
+	for (size_t i = 0; i < n && !r; i++)
+		while (!r && in[i].valid)
+			r = fetch(&in[i], e);
+	for (size_t i = 0; i < last->nt && !r; i++)
+		r = dcr_delta_write_done(&w, (uint32_t)i, &last->t[i].digest, e);
+	if (!r)
+		r = dcr_delta_write_end(&w, &last->target, e);
+	if (!r && st) {
+		st->base = in[0].base;
+		st->target = last->target;
+		st->items = w.nitems;
+		st->changes = w.nchanges;
+		st->bytes_in = bytes_in;
+		st->bytes_out = w.bytes;
+	}
+out:
+	for (size_t i = 0; i < n; i++)
+		in_free(&in[i]);
+	free(in);
+	free(cl.kind);
+	free(cl.val);
+	free(cl.touched);
+	dcr_changes_free(&out);
+	dcr_buf_free(&tmp);
+	dcr_delta_writer_release(&w);
+	return r;
+}

@@ -1,0 +1,232 @@
+/* stage.c - executing a plan: files whose tensor set changes are rebuilt
+ * under .dcr/stage/, then the journal is written, committed and replayed
+ * (see apply.c for the whole protocol). */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "core/util.h"
+#include "refit/journal.h"
+#include "refit/stage.h"
+
+/* ---- staging files whose tensor set changes ---- */
+
+/* Tensors of the target that live in `file`, in plan order. */
+static int file_changes(const struct plan *p, const struct dcr_ckpt *c, const char *file)
+{
+	size_t cur_file = (size_t)-1;
+	for (size_t i = 0; i < c->nfiles; i++)
+		if (!strcmp(c->file_names[i], file))
+			cur_file = i;
+	if (cur_file == (size_t)-1)
+		return 1; /* a new file */
+	size_t want = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct ptensor *pt = &p->t[i];
+		if (strcmp(pt->t.file, file))
+			continue;
+		want++;
+		if ((pt->t.flags & DCR_TENSOR_NEW) || !pt->cur || pt->cur->file != cur_file)
+			return 1;
+	}
+	return want != c->files[cur_file]->ntensors;
+}
+
+static int build_stage_file(struct ctx *x, const struct plan *p, const struct dcr_ckpt *c,
+			    const char *file, struct dcr_err *e)
+{
+	size_t cnt = 0;
+	for (size_t i = 0; i < p->n; i++)
+		cnt += !strcmp(p->t[i].t.file, file);
+	struct dcr_tensor_info *ti = dcr_calloc(cnt, sizeof(*ti));
+	const struct ptensor **src = dcr_calloc(cnt, sizeof(*src));
+	char *path = dcr_asprintf("%s/stage/%s", x->rc->sdir, file);
+	struct dcr_st_writer *w = NULL;
+	int r = 0;
+	if (!ti || !src || !path) {
+		r = dcr_err_sys(e, ENOMEM, "stage");
+		goto out;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct ptensor *pt = &p->t[i];
+		if (strcmp(pt->t.file, file))
+			continue;
+		ti[k].name = pt->t.name;
+		ti[k].dtype = pt->t.dtype;
+		ti[k].ndim = pt->t.ndim;
+		memcpy(ti[k].shape, pt->t.shape, sizeof(ti[k].shape));
+		src[k++] = pt;
+	}
+	/* keep the file's metadata */
+	const char **meta = NULL;
+	size_t nmeta = 0;
+	for (size_t i = 0; i < c->nfiles; i++)
+		if (!strcmp(c->file_names[i], file)) {
+			nmeta = c->files[i]->nmeta;
+			meta = dcr_calloc(2 * nmeta, sizeof(char *));
+			for (size_t j = 0; meta && j < nmeta; j++) {
+				meta[2 * j] = c->files[i]->meta_keys[j];
+				meta[2 * j + 1] = c->files[i]->meta_vals[j];
+			}
+			if (!meta)
+				nmeta = 0;
+		}
+	if (!(r = dcr_st_layout(ti, cnt, e)))
+		r = dcr_st_writer_new(path, ti, cnt, meta, nmeta, &w, e);
+	free(meta);
+	static const uint8_t zero[65536];
+	for (size_t j = 0; j < cnt && !r; j++) {
+		uint64_t nb = ti[j].end - ti[j].begin;
+		if (src[j]->cur && !(src[j]->t.flags & DCR_TENSOR_NEW)) {
+			r = dcr_st_writer_write(w, src[j]->cur->data, nb, e);
+		} else {
+			for (uint64_t o = 0; o < nb && !r; o += sizeof(zero))
+				r = dcr_st_writer_write(w, zero,
+							nb - o < sizeof(zero) ? nb - o : sizeof(zero), e);
+		}
+	}
+	if (!r) {
+		ap_step(x);
+		r = dcr_st_writer_commit(w, e);
+	}
+out:
+	dcr_st_writer_free(w);
+	free(ti);
+	free(src);
+	free(path);
+	return r;
+}
+
+static int build_stage_index(struct ctx *x, const struct plan *p, struct dcr_err *e)
+{
+	struct dcr_buf b = {0};
+	uint64_t total = 0;
+	for (size_t i = 0; i < p->n; i++)
+		total += p->t[i].t.nelem * dcr_dtype_bits(p->t[i].t.dtype) / 8;
+	char *s = dcr_asprintf("{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {",
+			       (unsigned long long)total);
+	int r = !s || dcr_buf_add(&b, s, strlen(s));
+	free(s);
+	for (size_t i = 0; i < p->n && !r; i++) {
+		r = dcr_buf_add(&b, i ? ",\n    \"" : "\n    \"", i ? 7 : 6);
+		for (const char *q = p->t[i].t.name; *q && !r; q++) {
+			char esc[8];
+			unsigned char ch = (unsigned char)*q;
+			if (ch == '"' || ch == '\\')
+				r = dcr_buf_add_u8(&b, '\\') || dcr_buf_add_u8(&b, ch);
+			else if (ch < 0x20) {
+				snprintf(esc, sizeof(esc), "\\u%04x", ch);
+				r = dcr_buf_add(&b, esc, 6);
+			} else
+				r = dcr_buf_add_u8(&b, ch);
+		}
+		s = dcr_asprintf("\": \"%s\"", p->t[i].t.file);
+		r = r || !s || dcr_buf_add(&b, s, strlen(s));
+		free(s);
+	}
+	r = r || dcr_buf_add(&b, "\n  }\n}\n", 7);
+	if (r) {
+		dcr_buf_free(&b);
+		return dcr_err_sys(e, ENOMEM, "index");
+	}
+	char *path = dcr_asprintf("%s/stage/model.safetensors.index.json", x->rc->sdir);
+	ap_step(x);
+	r = path ? dcr_write_file_atomic(path, b.p, b.len, e) : dcr_err_sys(e, ENOMEM, "index");
+	free(path);
+	dcr_buf_free(&b);
+	return r;
+}
+
+static void clear_stage(struct dcr_receiver *rc)
+{
+	char *sd = dcr_receiver_path(rc, "stage");
+	if (!sd)
+		return;
+	mkdir(sd, 0777);
+	free(sd);
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Everything after the base check: the plan's tensors are matched with the
+ * receiver's, files to rebuild are staged, the journal is written from the
+ * items of src and committed, and replayed. */
+int ap_commit_plan(struct ctx *x, struct plan *p, struct dcr_ckpt *c, const dcr_digest *cur,
+		   const dcr_digest *cur_dg, struct item_src src, struct dcr_apply_result *res,
+		   struct dcr_err *e)
+{
+	struct dcr_receiver *rc = x->rc;
+	int r;
+	p->base = *cur; /* the journal names the state it was made against */
+	for (size_t i = 0; i < p->n; i++) {
+		struct ptensor *pt = &p->t[i];
+		pt->cur = dcr_ckpt_find(c, pt->t.name);
+		if (pt->t.flags & DCR_TENSOR_NEW)
+			continue;
+		if (!pt->cur || pt->cur->info->dtype != pt->t.dtype ||
+		    memcmp(pt->cur->info->shape, pt->t.shape, pt->t.ndim * sizeof(uint64_t)))
+			return ap_explain_base(p, c, rc->dir, cur, e);
+		/* an untouched tensor must already hold its target bits */
+		if (!pt->touched && memcmp(cur_dg[pt->cur - c->tensors].b, pt->t.digest.b, 32))
+			return dcr_err_set(e, DCR_EDIGEST,
+					   "delta claims tensor '%s' is unchanged but gives another digest",
+					   pt->t.name);
+	}
+	for (size_t i = 0; i < p->nremoved; i++)
+		if (!dcr_ckpt_find(c, p->removed[i]))
+			return ap_explain_base(p, c, rc->dir, cur, e);
+
+	clear_stage(rc);
+	/* the target's distinct files, once each (a model may have tens of
+	 * thousands of tensors but few files) */
+	const char **files = dcr_calloc(p->n, sizeof(char *));
+	if (!files)
+		return dcr_err_sys(e, ENOMEM, "apply");
+	for (size_t i = 0; i < p->n; i++)
+		files[i] = p->t[i].t.file;
+	if (p->n)
+		qsort(files, p->n, sizeof(char *), cmp_name);
+	size_t target_files = 0;
+	for (size_t i = 0; i < p->n; i++)
+		if (!target_files || strcmp(files[target_files - 1], files[i]))
+			files[target_files++] = files[i];
+	r = 0;
+	for (size_t i = 0; i < target_files && !r; i++)
+		if (file_changes(p, c, files[i])) {
+			if (ap_push_str(&p->renames, &p->nrenames, dcr_strdup(files[i])))
+				r = dcr_err_sys(e, ENOMEM, "apply");
+			else
+				r = build_stage_file(x, p, c, files[i], e);
+		}
+	for (size_t i = 0; i < c->nfiles && !r; i++) {
+		const char *f = c->file_names[i];
+		if (!bsearch(&f, files, target_files, sizeof(char *), cmp_name) &&
+		    ap_push_str(&p->unlinks, &p->nunlinks, dcr_strdup(f)))
+			r = dcr_err_sys(e, ENOMEM, "apply");
+	}
+	free(files);
+	if (r)
+		return r;
+	if ((p->nrenames || p->nunlinks) && (c->has_index || target_files > 1)) {
+		if ((r = build_stage_index(x, p, e)))
+			return r;
+		if (ap_push_str(&p->renames, &p->nrenames, dcr_strdup("model.safetensors.index.json")))
+			return dcr_err_sys(e, ENOMEM, "apply");
+	}
+	if ((r = ap_write_journal(x, p, src, e)))
+		return r;
+	return ap_replay(x, res, e);
+}
+

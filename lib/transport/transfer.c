@@ -1,0 +1,756 @@
+/* transfer.c - dcr-push and dcr-pull over any store. */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/bytes.h"
+#include "core/file.h"
+#include "core/manifest.h"
+#include "core/packio.h"
+#include "core/util.h"
+#include "transport/transfer.h"
+
+int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_err *e)
+{
+	const char *slash = strrchr(arg, '/');
+	const char *scheme = strstr(arg, "://");
+	if (!slash || !slash[1] || (scheme && slash < scheme + 3) ||
+	    (scheme && !strchr(scheme + 3, '/')))
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "'%s' is not STORE/NAME (e.g. /srv/store/v42 or s3://bucket/prefix/v42)",
+				   arg);
+	*store = slash == arg ? dcr_strdup("/") : strndup(arg, (size_t)(slash - arg));
+	*name = dcr_strdup(slash + 1);
+	if (!*store || !*name)
+		return dcr_err_sys(e, ENOMEM, "%s", arg);
+	return dcr_store_check_name(*name, e);
+}
+
+static char *obj(const char *name, const char *entry)
+{
+	return dcr_asprintf("%s/%s", name, entry);
+}
+
+/* ---- push ---- */
+
+struct slot {
+	struct dcr_store_job job;
+	struct dcr_blob data; /* taken from the pack input: no copy */
+	char *oname;
+	int busy;
+};
+
+static int finish_slot(struct dcr_store *s, struct slot *sl, struct dcr_err *e)
+{
+	if (!sl->busy)
+		return 0;
+	int r = dcr_store_wait(s, &sl->job);
+	if (r)
+		*e = sl->job.err;
+	dcr_blob_free(&sl->data);
+	free(sl->oname);
+	sl->oname = NULL;
+	sl->busy = 0;
+	return r;
+}
+
+int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
+	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
+{
+	int par = o && o->parallel > 0 ? o->parallel : 4;
+	struct slot *slots = dcr_calloc((size_t)par, sizeof(*slots));
+	dcr_digest *dig = NULL;
+	uint64_t *sizes = NULL;
+	size_t cap = 0;
+	uint8_t *man = NULL;
+	size_t man_len = 0;
+	int next = 0, r = 0;
+	uint64_t bytes = 0;
+	uint32_t count = 0;
+	if (!slots)
+		return dcr_err_sys(e, ENOMEM, "push");
+	const char *ename;
+	const uint8_t *buf;
+	size_t len;
+	while ((r = dcr_pack_in_next(in, &ename, &buf, &len, e)) == 1) {
+		if (man) {
+			r = dcr_err_set(e, DCR_EFORMAT, "pack: entry '%s' after the manifest", ename);
+			break;
+		}
+		if (!strcmp(ename, DCR_MANIFEST_NAME)) {
+			man = malloc(len ? len : 1);
+			if (!man) {
+				r = dcr_err_sys(e, ENOMEM, "push");
+				break;
+			}
+			memcpy(man, buf, len);
+			man_len = len;
+			continue;
+		}
+		uint32_t idx;
+		struct dcr_payload pl;
+		if (!dcr_payload_name_parse(ename, &idx)) {
+			r = dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", ename);
+			break;
+		}
+		if ((r = dcr_payload_check(buf, len, ename, &pl, e)))
+			break;
+		dcr_payload_release(&pl);
+		if (pl.index != idx) {
+			r = dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", ename, pl.index);
+			break;
+		}
+		if (idx >= cap) {
+			size_t ncap = idx + 64;
+			dcr_digest *d = realloc(dig, ncap * sizeof(*d));
+			if (d)
+				dig = d;
+			uint64_t *z = realloc(sizes, ncap * sizeof(*z));
+			if (z)
+				sizes = z;
+			if (!d || !z || ncap > (1u << 24)) {
+				r = dcr_err_sys(e, ENOMEM, "push");
+				break;
+			}
+			for (size_t i = cap; i < ncap; i++)
+				sizes[i] = UINT64_MAX;
+			cap = ncap;
+		}
+		if (sizes[idx] != UINT64_MAX) {
+			/* a duplicate: the same bytes are already going up (as
+			 * dcr-apply skips them); other bytes are an error */
+			if (sizes[idx] != len || memcmp(dig[idx].b, pl.digest.b, 32)) {
+				r = dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents",
+						ename);
+				break;
+			}
+			continue;
+		}
+		dig[idx] = pl.digest;
+		sizes[idx] = len;
+		/* wait for a free slot, then upload this payload in the background */
+		struct slot *sl = &slots[next];
+		next = (next + 1) % par;
+		if ((r = finish_slot(s, sl, e)))
+			break;
+		sl->oname = obj(name, ename);
+		if (!sl->oname) {
+			r = dcr_err_sys(e, ENOMEM, "push");
+			break;
+		}
+		dcr_pack_in_take(in, &sl->data);
+		memset(&sl->job, 0, sizeof(sl->job));
+		sl->job.op = DCR_STORE_PUT;
+		sl->job.name = sl->oname;
+		sl->job.data = sl->data.p;
+		sl->job.len = len;
+		if ((r = dcr_store_submit(s, &sl->job, e))) {
+			dcr_blob_free(&sl->data);
+			free(sl->oname);
+			sl->oname = NULL;
+			break;
+		}
+		sl->busy = 1;
+		bytes += len;
+		count++;
+		if (o && o->progress)
+			o->progress(o->progress_ctx, bytes, count);
+	}
+	for (int i = 0; i < par; i++) {
+		struct dcr_err e2;
+		int q = finish_slot(s, &slots[i], &e2);
+		if (q && r >= 0 && !r) {
+			r = q;
+			*e = e2;
+		}
+	}
+	if (r < 0)
+		goto out;
+	if (!man) {
+		r = dcr_err_set(e, DCR_EFORMAT, "pack has no manifest; the manifest was not pushed");
+		goto out;
+	}
+	struct dcr_manifest m;
+	if ((r = dcr_manifest_parse(man, man_len, DCR_MANIFEST_NAME, &m, e)))
+		goto out;
+	for (uint32_t i = 0; i < m.npayloads && !r; i++) {
+		if (i >= cap || sizes[i] == UINT64_MAX)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its manifest", i);
+		else if (memcmp(dig[i].b, m.pdigest[i].b, 32) || sizes[i] != m.psize[i])
+			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the manifest", i);
+	}
+	if (!r && count != m.npayloads)
+		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %u payloads, its manifest %u", count,
+				m.npayloads);
+	dcr_manifest_release(&m);
+	if (r)
+		goto out;
+	char *mo = obj(name, DCR_MANIFEST_NAME);
+	r = mo ? dcr_store_put(s, mo, man, man_len, e) : dcr_err_sys(e, ENOMEM, "push");
+	free(mo);
+	bytes += man_len;
+	if (st) {
+		st->payloads = count;
+		st->bytes = bytes;
+	}
+out:
+	free(slots);
+	free(dig);
+	free(sizes);
+	free(man);
+	return r;
+}
+
+/* ---- pull ---- */
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Fetch one payload, check it (and its manifest digest when known). */
+static int check_payload(const char *oname, const uint8_t *buf, size_t len, uint32_t idx,
+			 const dcr_digest *sum, const dcr_digest *want, struct dcr_err *e)
+{
+	struct dcr_payload pl;
+	int r = dcr_payload_check_digest(buf, len, oname, sum, &pl, e);
+	if (r)
+		return r;
+	dcr_payload_release(&pl);
+	if (pl.index != idx)
+		return dcr_err_set(e, DCR_EFORMAT, "'%s' holds payload %u", oname, pl.index);
+	if (want && memcmp(pl.digest.b, want->b, 32))
+		return dcr_err_set(e, DCR_EDIGEST, "'%s' does not match the manifest's digest", oname);
+	return 0;
+}
+
+/* An ordered pipeline: par threads each take the next job of [0, n)
+ * within a window of par ahead of the one being handed on, and do it (a
+ * GET and its checks), so downloads and digests run in parallel; the
+ * caller's thread hands the results on in order. Buffers handed on are
+ * kept for the next jobs: fresh memory costs more than a copy. */
+struct slot_res {
+	struct dcr_blob b;
+	int state; /* 0 empty, 1 working, 2 ready, 3 on hand (skipped) */
+	int rc;
+	struct dcr_err err;
+	void *tok; /* staged output (dcr_pack_out.stage), or NULL */
+};
+
+struct ordered {
+	void (*work)(void *ctx, uint64_t job, struct slot_res *sr);
+	int (*emit)(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e);
+	void (*discard)(void *ctx, struct slot_res *sr); /* a result never emitted */
+	void *ctx;
+	uint64_t n, next_take, emitted;
+	unsigned par;
+	struct slot_res *slots; /* par, job % par */
+	struct dcr_blob *pool;	/* heap buffers handed on, for reuse */
+	unsigned npool;
+	int stop;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+};
+
+static void *ordered_worker(void *arg)
+{
+	struct ordered *f = arg;
+	pthread_mutex_lock(&f->mu);
+	for (;;) {
+		while (!f->stop && f->next_take < f->n && f->next_take >= f->emitted + f->par)
+			pthread_cond_wait(&f->cv, &f->mu);
+		if (f->stop || f->next_take >= f->n)
+			break;
+		uint64_t job = f->next_take++;
+		struct slot_res *sr = &f->slots[job % f->par];
+		sr->state = 1;
+		struct slot_res tmp = {0};
+		if (f->npool)
+			tmp.b = f->pool[--f->npool];
+		pthread_mutex_unlock(&f->mu);
+		f->work(f->ctx, job, &tmp);
+		if (tmp.state != 3)
+			tmp.state = 2;
+		pthread_mutex_lock(&f->mu);
+		*sr = tmp;
+		pthread_cond_broadcast(&f->cv);
+	}
+	pthread_mutex_unlock(&f->mu);
+	return NULL;
+}
+
+static int run_ordered(struct ordered *f, struct dcr_err *e)
+{
+	unsigned par = f->par;
+	f->slots = dcr_calloc(par, sizeof(*f->slots));
+	f->pool = dcr_calloc(par, sizeof(*f->pool));
+	if (!f->slots || !f->pool) {
+		free(f->slots);
+		free(f->pool);
+		return dcr_err_sys(e, ENOMEM, "pull");
+	}
+	pthread_mutex_init(&f->mu, NULL);
+	pthread_cond_init(&f->cv, NULL);
+	pthread_t th[256];
+	unsigned nth = 0;
+	int r = 0;
+	for (unsigned i = 0; i < par && i < f->n; i++)
+		if (!pthread_create(&th[nth], NULL, ordered_worker, f))
+			nth++;
+	if (!nth && f->n)
+		r = dcr_err_sys(e, EAGAIN, "cannot start a thread");
+	for (uint64_t job = 0; !r && job < f->n; job++) {
+		struct slot_res *sr = &f->slots[job % par];
+		pthread_mutex_lock(&f->mu);
+		while (sr->state < 2)
+			pthread_cond_wait(&f->cv, &f->mu);
+		struct slot_res got = *sr;
+		memset(sr, 0, sizeof(*sr));
+		pthread_mutex_unlock(&f->mu);
+		if (got.rc && got.state != 3) {
+			*e = got.err;
+			r = got.rc;
+		} else {
+			r = f->emit(f->ctx, job, &got, e);
+		}
+		if (got.tok && f->discard)
+			f->discard(f->ctx, &got);
+		pthread_mutex_lock(&f->mu);
+		if (!got.b.map && got.b.cap && f->npool < par)
+			f->pool[f->npool++] = got.b;
+		else
+			dcr_blob_free(&got.b);
+		f->emitted = job + 1;
+		pthread_cond_broadcast(&f->cv);
+		pthread_mutex_unlock(&f->mu);
+	}
+	pthread_mutex_lock(&f->mu);
+	f->stop = 1;
+	pthread_cond_broadcast(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+	for (unsigned i = 0; i < nth; i++)
+		pthread_join(th[i], NULL);
+	for (unsigned i = 0; i < par; i++) {
+		if (f->slots[i].tok && f->discard)
+			f->discard(f->ctx, &f->slots[i]);
+		dcr_blob_free(&f->slots[i].b);
+	}
+	for (unsigned i = 0; i < f->npool; i++)
+		dcr_blob_free(&f->pool[i]);
+	free(f->slots);
+	free(f->pool);
+	pthread_mutex_destroy(&f->mu);
+	pthread_cond_destroy(&f->cv);
+	return r;
+}
+
+/* Payload idx of pack name: its entry name, object name and URL (for
+ * messages); url is NULL when memory ran out. */
+struct pnames {
+	char *en, *on, *url;
+};
+
+static void pnames_get(struct dcr_store *s, const char *name, uint32_t idx, struct pnames *n)
+{
+	n->en = dcr_payload_name(idx);
+	n->on = n->en ? obj(name, n->en) : NULL;
+	n->url = n->on ? dcr_asprintf("%s/%s", dcr_store_url(s), n->on) : NULL;
+}
+
+static void pnames_free(struct pnames *n)
+{
+	free(n->en);
+	free(n->on);
+	free(n->url);
+}
+
+/* ---- whole payloads: fetched, checked, handed on ---- */
+
+struct fetch {
+	struct dcr_store *s;
+	const char *name;
+	const struct dcr_manifest *m; /* or NULL while waiting for it */
+	int (*have)(void *ctx, uint32_t index, dcr_digest *digest);
+	void *have_ctx;
+	uint32_t lo;
+	struct dcr_pack_out out;
+	const struct dcr_xfer_opts *o;
+	uint64_t *bytes;
+	int *skipped;
+};
+
+static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
+{
+	struct fetch *f = ctx;
+	uint32_t idx = f->lo + (uint32_t)job;
+	dcr_digest d, sum;
+	const dcr_digest *want = f->m ? &f->m->pdigest[idx] : NULL;
+	if (f->have && f->have(f->have_ctx, idx, &d) && (!want || !memcmp(d.b, want->b, 32))) {
+		sr->state = 3;
+		return;
+	}
+	struct pnames pn;
+	pnames_get(f->s, f->name, idx, &pn);
+	struct dcr_payload_hash ph;
+	struct dcr_hasher h = {dcr_payload_hash_update, &ph};
+	dcr_payload_hash_init(&ph);
+	if (!pn.url)
+		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
+	else if (!(sr->rc = dcr_store_get_blob_hashed(f->s, pn.on, &sr->b, 32, &h, &sr->err)))
+		sr->rc = dcr_payload_hash_final(&ph, &sum)
+				 ? dcr_err_sys(&sr->err, ENOMEM, "%s", pn.url)
+				 : check_payload(pn.url, sr->b.p, sr->b.len, idx, &sum, want, &sr->err);
+	else
+		dcr_payload_hash_final(&ph, &sum); /* frees it */
+	/* checked: write it out (and flush it) here, in parallel, where the
+	 * output can; the caller makes it visible in order */
+	if (!sr->rc && f->out.stage)
+		sr->rc = f->out.stage(f->out.ctx, pn.en, sr->b.p, sr->b.len, &sr->tok, &sr->err);
+	pnames_free(&pn);
+}
+
+static int emit_one(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
+{
+	struct fetch *f = ctx;
+	uint32_t idx = f->lo + (uint32_t)job;
+	if (sr->state == 3) {
+		(*f->skipped)++;
+		return 0;
+	}
+	int r;
+	if (sr->tok) {
+		r = f->out.commit(f->out.ctx, sr->tok, e);
+		sr->tok = NULL;
+	} else {
+		char *en = dcr_payload_name(idx);
+		dcr_fault_point(f->o ? f->o->fault : NULL);
+		r = en ? f->out.entry(f->out.ctx, en, sr->b.p, sr->b.len, e)
+		       : dcr_err_sys(e, ENOMEM, "pull");
+		free(en);
+	}
+	*f->bytes += sr->b.len;
+	if (!r && f->o && f->o->progress)
+		f->o->progress(f->o->progress_ctx, *f->bytes, idx + 1 - (uint64_t)*f->skipped);
+	return r;
+}
+
+static void drop_one(void *ctx, struct slot_res *sr)
+{
+	struct fetch *f = ctx;
+	f->out.drop(f->out.ctx, sr->tok);
+	sr->tok = NULL;
+}
+
+/* Fetch payloads [lo, hi) and hand each on in order. */
+static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_manifest *m,
+		       int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
+		       unsigned par, uint32_t lo, uint32_t hi, struct dcr_pack_out out,
+		       const struct dcr_xfer_opts *o, uint64_t *bytes, int *skipped,
+		       struct dcr_err *e)
+{
+	if (lo >= hi)
+		return 0;
+	struct fetch f = {.s = s, .name = name, .m = m, .have = have, .have_ctx = have_ctx,
+			  .lo = lo, .out = out, .o = o, .bytes = bytes, .skipped = skipped};
+	struct ordered q = {.work = fetch_one, .emit = emit_one, .discard = drop_one, .ctx = &f,
+			    .n = hi - lo, .par = par};
+	return run_ordered(&q, e);
+}
+
+/* ---- verified streaming: parts of payloads, checked piece by piece ----
+ *
+ * With the manifest's piece CVs (BLAKE3, 1 MiB pieces) every part of a
+ * payload can be checked on its own, so payloads go out in parts (16 MiB
+ * by default: object stores want ranges of 8-16 MB to amortize a
+ * request) as they arrive, ranged GETs run in parallel within a payload,
+ * and memory stays at par parts, reused: nothing unchecked is passed on,
+ * and no whole payload is held. */
+struct part {
+	uint32_t idx;  /* payload */
+	uint64_t off;  /* bytes into it */
+	size_t len;
+};
+
+struct stream {
+	struct dcr_store *s;
+	const char *name;
+	const struct dcr_manifest *m;
+	struct part *parts;
+	size_t part_cap; /* bytes of the largest part */
+	struct dcr_pack_out out;
+	const struct dcr_xfer_opts *o;
+	uint64_t *bytes;
+};
+
+/* A dcr_hasher that checks the pieces of a part as its bytes arrive:
+ * each piece's BLAKE3 CV (a single piece: the root) against the
+ * manifest's; the trailer is not hashed. */
+struct piece_check {
+	const struct dcr_manifest *m;
+	uint32_t idx;
+	uint64_t pos, end; /* next byte to hash, end of the hashed bytes */
+	int open;
+	long bad; /* first piece that differs, or -1 */
+	struct dcr_blake3 h;
+};
+
+static void piece_check_update(void *ctx, const void *p, size_t n)
+{
+	struct piece_check *c = ctx;
+	const struct dcr_manifest *m = c->m;
+	size_t np = m->piece0[c->idx + 1] - m->piece0[c->idx];
+	uint64_t piece = (uint64_t)1 << m->piece_log2;
+	while (n && c->pos < c->end) {
+		uint64_t k = c->pos >> m->piece_log2, stop = (k + 1) * piece;
+		if (stop > c->end)
+			stop = c->end;
+		if (!c->open) {
+			dcr_blake3_init_at(&c->h, c->pos / 1024);
+			c->open = 1;
+		}
+		size_t take = stop - c->pos < n ? (size_t)(stop - c->pos) : n;
+		dcr_blake3_update(&c->h, p, take);
+		p = (const uint8_t *)p + take;
+		n -= take;
+		c->pos += take;
+		if (c->pos == stop) {
+			uint8_t got[32];
+			dcr_blake3_final_piece(&c->h, np, got);
+			if (c->bad < 0 && DCR_CHECKSUM_DIFFERS(got, m->pieces[m->piece0[c->idx] + k]))
+				c->bad = (long)k;
+			c->open = 0;
+		}
+	}
+}
+
+static int check_part(const struct stream *f, const struct part *pt, const uint8_t *buf,
+		      const struct piece_check *c, const char *url, struct dcr_err *e)
+{
+	const struct dcr_manifest *m = f->m;
+	uint64_t size = m->psize[pt->idx];
+	if (pt->off == 0) {
+		/* another payload under this name says so first */
+		struct dcr_payload pl;
+		if (pt->len >= DCR_PAYLOAD_HDR_LEN && !memcmp(buf, DCR_PAYLOAD_MAGIC, 8) &&
+		    get_le32(buf + 64) != pt->idx)
+			return dcr_err_set(e, DCR_EFORMAT, "'%s' holds payload %u", url,
+					   get_le32(buf + 64));
+		int r = dcr_payload_check_head(buf, pt->len, size, url, &pl, e);
+		if (r)
+			return r;
+	}
+	if (c->bad >= 0)
+		return dcr_err_set(e, DCR_EDIGEST,
+				   "'%s' does not match the manifest's digest (piece %ld)", url, c->bad);
+	if (c->open || c->pos != (pt->off + pt->len < c->end ? pt->off + pt->len : c->end))
+		return dcr_err_set(e, -EIO, "'%s': the part at %llu was not hashed whole", url,
+				   (unsigned long long)pt->off);
+	/* the trailer, in the last part */
+	if (pt->off + pt->len == size &&
+	    DCR_CHECKSUM_DIFFERS(m->pdigest[pt->idx].b, buf + pt->len - 32))
+		return dcr_err_set(e, DCR_EDIGEST, "'%s' is corrupt: checksum mismatch", url);
+	return 0;
+}
+
+static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
+{
+	struct stream *f = ctx;
+	const struct part *pt = &f->parts[job];
+	struct pnames pn;
+	pnames_get(f->s, f->name, pt->idx, &pn);
+	const char *url = pn.url;
+	if (!url) {
+		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
+	} else if (sr->b.cap < pt->len) {
+		dcr_blob_free(&sr->b);
+		if (!(sr->b.p = malloc(f->part_cap)))
+			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "%s", url);
+		else
+			sr->b.cap = f->part_cap;
+	}
+	if (!sr->rc) {
+		struct piece_check c = {.m = f->m, .idx = pt->idx, .pos = pt->off,
+					.end = f->m->psize[pt->idx] - 32, .bad = -1};
+		struct dcr_hasher h = {piece_check_update, &c};
+		sr->b.len = pt->len;
+		sr->rc = dcr_store_get_range_hashed(f->s, pn.on, pt->off, pt->len, sr->b.p, &h,
+						    &sr->err);
+		if (sr->rc == DCR_EFORMAT) /* shorter than the manifest says */
+			sr->rc = dcr_err_set(&sr->err, DCR_EFORMAT,
+					     "%s: body is shorter than the manifest's %llu bytes (truncated)",
+					     url, (unsigned long long)f->m->psize[pt->idx]);
+		else if (!sr->rc)
+			sr->rc = check_part(f, pt, sr->b.p, &c, url, &sr->err);
+	}
+	pnames_free(&pn);
+}
+
+static int emit_part(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
+{
+	struct stream *f = ctx;
+	const struct part *pt = &f->parts[job];
+	uint64_t size = f->m->psize[pt->idx];
+	int r = 0;
+	if (pt->off == 0) {
+		char *en = dcr_payload_name(pt->idx);
+		r = en ? f->out.begin(f->out.ctx, en, size, e) : dcr_err_sys(e, ENOMEM, "pull");
+		free(en);
+	}
+	r = r ? r : f->out.data(f->out.ctx, sr->b.p, pt->len, e);
+	*f->bytes += pt->len;
+	if (!r && pt->off + pt->len == size) {
+		r = f->out.end(f->out.ctx, e);
+		if (!r && f->o && f->o->progress)
+			f->o->progress(f->o->progress_ctx, *f->bytes, pt->idx + 1);
+	}
+	return r;
+}
+
+static int stream_range(struct dcr_store *s, const char *name, const struct dcr_manifest *m,
+			unsigned par, uint32_t lo, uint32_t hi, struct dcr_pack_out out,
+			const struct dcr_xfer_opts *o, uint64_t *bytes, struct dcr_err *e)
+{
+	uint64_t piece = (uint64_t)1 << m->piece_log2, n = 0;
+	uint64_t want = o && o->part_size ? o->part_size : DCR_PART_SIZE;
+	uint64_t step = want < piece ? piece : want / piece * piece;
+	for (uint32_t i = lo; i < hi; i++) /* sizes are bounded: dcr_manifest_parse */
+		n += m->psize[i] / step + (m->psize[i] % step != 0);
+	struct part *parts = n < SIZE_MAX / sizeof(*parts) ? dcr_calloc(n ? n : 1, sizeof(*parts))
+							    : NULL;
+	if (!parts)
+		return dcr_err_sys(e, ENOMEM, "pull");
+	struct stream f = {.s = s, .name = name, .m = m, .parts = parts, .part_cap = 1, .out = out,
+			   .o = o, .bytes = bytes};
+	n = 0;
+	for (uint32_t i = lo; i < hi; i++)
+		for (uint64_t off = 0; off < m->psize[i]; off += step) {
+			size_t len = (size_t)(m->psize[i] - off < step ? m->psize[i] - off : step);
+			parts[n++] = (struct part){i, off, len};
+			if (len > f.part_cap)
+				f.part_cap = len;
+		}
+	struct ordered q = {.work = fetch_part, .emit = emit_part, .ctx = &f, .n = n, .par = par};
+	int r = run_ordered(&q, e);
+	free(parts);
+	return r;
+}
+
+int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
+	     int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
+	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
+{
+	int par = o && o->parallel > 0 ? o->parallel : 4;
+	double deadline = now_s() + (o ? o->wait_s : 0);
+	char *mo = obj(name, DCR_MANIFEST_NAME);
+	uint8_t *man = NULL;
+	size_t man_len = 0;
+	struct dcr_manifest m = {0};
+	int have_m = 0, r = 0;
+	uint32_t next = 0; /* next payload index to hand on */
+	uint64_t bytes = 0;
+	if (par > 256)
+		par = 256;
+	if (o && o->fault && o->fault->at) {
+		out.stage = NULL; /* whole entries, in order: see dcr_xfer_opts.fault */
+		out.begin = NULL;
+	}
+	if (!mo) {
+		r = dcr_err_sys(e, ENOMEM, "pull");
+		goto out;
+	}
+	for (;;) {
+		if (!have_m) {
+			r = dcr_store_get(s, mo, &man, &man_len, e);
+			if (!r) {
+				char *url = dcr_asprintf("%s/%s", dcr_store_url(s), mo);
+				r = url ? dcr_manifest_parse(man, man_len, url, &m, e)
+					: dcr_err_sys(e, ENOMEM, "pull");
+				if (!r && o && o->dense && !m.dense)
+					r = dcr_err_set(e, DCR_EFORMAT,
+							"'%s' is not a dense copy (dcr-diff --dense makes one)",
+							url);
+				free(url);
+				if (r)
+					goto out;
+				have_m = 1;
+			} else if (r != DCR_ENOTFOUND) {
+				goto out;
+			} else if (!o || o->wait_s <= 0) {
+				r = dcr_err_set(e, DCR_ENOTFOUND,
+						"no pack '%s' in '%s' (no manifest; --wait follows a push in progress)",
+						name, dcr_store_url(s));
+				goto out;
+			}
+			r = 0;
+		}
+		/* which payloads may we fetch now? all up to npayloads, or those listed */
+		uint32_t limit = next;
+		if (have_m) {
+			limit = m.npayloads;
+		} else {
+			char **names = NULL;
+			size_t n = 0;
+			char *pfx = dcr_asprintf("%s/payload-", name);
+			r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "pull");
+			free(pfx);
+			if (r)
+				goto out;
+			/* contiguous run from next */
+			for (int more = 1; more;) {
+				more = 0;
+				char *want = dcr_payload_name(limit);
+				for (size_t i = 0; want && i < n; i++) {
+					const char *b = strrchr(names[i], '/');
+					if (b && !strcmp(b + 1, want)) {
+						limit++;
+						more = 1;
+						break;
+					}
+				}
+				free(want);
+			}
+			dcr_store_names_free(names, n);
+		}
+		/* fetch [next, limit) with par in flight, hand on in order:
+		 * piece by piece from a server when the manifest allows */
+		int skipped = 0;
+		if (have_m && m.pieces && out.begin && !have && !dcr_store_is_local(s))
+			r = stream_range(s, name, &m, (unsigned)par, next, limit, out, o, &bytes, e);
+		else
+			r = fetch_range(s, name, have_m ? &m : NULL, have, have_ctx, (unsigned)par,
+					next, limit, out, o, &bytes, &skipped, e);
+		if (st)
+			st->skipped += skipped;
+		if (r)
+			goto out;
+		next = limit;
+		if (have_m)
+			break;
+		if (now_s() > deadline) {
+			r = dcr_err_set(e, DCR_ENOTFOUND,
+					"no manifest for '%s' in '%s' after waiting %.0f s (%u payloads seen)",
+					name, dcr_store_url(s), o ? o->wait_s : 0, next);
+			goto out;
+		}
+		usleep(200 * 1000);
+	}
+	dcr_fault_point(o ? o->fault : NULL);
+	r = out.entry(out.ctx, DCR_MANIFEST_NAME, man, man_len, e);
+	bytes += man_len;
+	if (st) {
+		st->payloads = m.npayloads;
+		st->bytes = bytes;
+	}
+out:
+	free(mo);
+	free(man);
+	dcr_manifest_release(&m);
+	return r;
+}

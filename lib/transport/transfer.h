@@ -1,0 +1,51 @@
+/* transfer.h - moving packs between pack streams and stores. */
+#ifndef DCR_TRANSPORT_TRANSFER_H
+#define DCR_TRANSPORT_TRANSFER_H
+
+#include "core/fault.h"
+#include "core/pack.h"
+#include "core/packio.h"
+#include "transport/store.h"
+
+/* Split "STORE/NAME" at its last '/' into a store URL and a pack name. */
+int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_err *e);
+
+#define DCR_PART_SIZE (16u << 20)
+
+struct dcr_xfer_opts {
+	int parallel;        /* transfers in flight (default 4) */
+	double wait_s;       /* pull: follow a pack being pushed for this long */
+	int dense;           /* pull: the pack must be a dense copy */
+	uint64_t part_size;  /* pull from a server: bytes per ranged GET, rounded
+				up to whole pieces (default DCR_PART_SIZE) */
+	/* pull: a fault point before each entry is handed on; when armed, the
+	 * entries go out whole and in order (no staging, no parts) so that
+	 * the Nth point is the Nth entry */
+	struct dcr_fault *fault;
+	/* called after each payload: bytes moved so far, payloads moved so far */
+	void (*progress)(void *ctx, uint64_t bytes, uint64_t payloads);
+	void *progress_ctx;
+};
+
+struct dcr_xfer_stats {
+	uint32_t payloads;
+	uint64_t bytes;
+	int skipped; /* pull: payloads already present (resume) */
+};
+
+/* Upload each payload of `in` as NAME/<entry> while later ones are still
+ * arriving, checking each, then the manifest last, once every payload it
+ * lists is stored with the digest it names. */
+int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
+	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e);
+
+/* Download NAME's payloads in parallel and hand them to out in order, each
+ * checked against its own checksum and the manifest's digest, then the
+ * manifest. With wait_s, start before the manifest exists. `have`, when
+ * non-NULL, reports payloads already on hand (resume): it returns 1 and
+ * fills digest if payload `index` is present. */
+int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
+	     int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
+	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e);
+
+#endif
