@@ -37,6 +37,7 @@
 #include "core/manifest.h"
 #include "core/pack.h"
 #include "core/packio.h"
+#include "core/sign.h"
 
 #include "transport/store.h"
 #include "transport/transfer.h"
