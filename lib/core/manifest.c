@@ -29,7 +29,8 @@ int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct
 	int r = dcr_buf_add(out, DCR_MANIFEST_MAGIC, 8) || dcr_buf_add_le32(out, DCR_PACK_VERSION) ||
 		dcr_buf_add_le32(out, (m->nalt ? DCR_MANIFEST_BASES : 0) |
 					      (m->dense ? DCR_MANIFEST_DENSE : 0) |
-					      (m->pieces ? DCR_MANIFEST_PIECES : 0)) ||
+					      (m->pieces ? DCR_MANIFEST_PIECES : 0) |
+					      (m->have_version ? DCR_MANIFEST_VERSION : 0)) ||
 		dcr_buf_add(out, m->base.b, 32) ||
 		dcr_buf_add(out, m->target.b, 32) || dcr_buf_add(out, m->attempt, 16) ||
 		dcr_buf_add_le32(out, m->npayloads);
@@ -53,6 +54,15 @@ int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct
 	if (m->pieces)
 		r = r || dcr_buf_add_le32(out, m->piece_log2) ||
 		    dcr_buf_add(out, m->pieces, m->npieces * 32);
+	if (m->have_version) {
+		const char *pol = m->policy ? m->policy : "";
+		if (strlen(pol) > DCR_POLICY_MAX) {
+			dcr_buf_free(&tb);
+			return dcr_err_set(e, -EINVAL, "manifest: policy name longer than %d bytes",
+					   DCR_POLICY_MAX);
+		}
+		r = r || dcr_buf_add_le64(out, m->version) || add_name(out, pol);
+	}
 	dcr_buf_free(&tb);
 	if (r || dcr_buf_reserve(out, 32))
 		return dcr_err_sys(e, ENOMEM, "manifest");
@@ -75,6 +85,7 @@ void dcr_manifest_release(struct dcr_manifest *m)
 	free(m->alt);
 	free(m->pieces);
 	free(m->piece0);
+	free(m->policy);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -132,7 +143,8 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	uint32_t version = dcr_rd_le32(&rd), flags = dcr_rd_le32(&rd);
 	if (version != DCR_PACK_VERSION)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unsupported manifest version %u", what, version);
-	if (flags & ~(uint32_t)(DCR_MANIFEST_BASES | DCR_MANIFEST_DENSE | DCR_MANIFEST_PIECES))
+	if (flags & ~(uint32_t)(DCR_MANIFEST_BASES | DCR_MANIFEST_DENSE | DCR_MANIFEST_PIECES |
+				DCR_MANIFEST_VERSION))
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown manifest flags 0x%x", what, flags);
 	m->dense = (flags & DCR_MANIFEST_DENSE) != 0;
 	memcpy(m->base.b, dcr_rd_bytes(&rd, 32), 32);
@@ -209,6 +221,19 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 			dcr_manifest_release(m);
 			return r;
 		}
+	}
+	if (flags & DCR_MANIFEST_VERSION) {
+		m->version = dcr_rd_le64(&rd);
+		uint64_t n = dcr_rd_varint(&rd);
+		const uint8_t *s = rd.bad || n > DCR_POLICY_MAX ? NULL : dcr_rd_bytes(&rd, n);
+		if (!s)
+			goto bad;
+		for (uint64_t i = 0; i < n; i++)
+			if (s[i] < 0x21 || s[i] > 0x7e || s[i] == '/')
+				goto bad; /* a policy is one printable name component */
+		if (!(m->policy = strndup((const char *)s, n)))
+			goto oom;
+		m->have_version = 1;
 	}
 	if (rd.bad || dcr_rd_left(&rd))
 		goto bad;

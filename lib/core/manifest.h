@@ -8,10 +8,13 @@
  *            string, digest[32]), le32 nremoved, nremoved x name,
  *            le64 nitems, le64 nchanges,
  *            [flags & 1: le32 nalt, nalt x alternative base id[32]]
+ *            [flags & 4: le32 log2, every payload's piece CVs[32]]
+ *            [flags & 8: le64 version, policy as a varint-length string]
  *            trailer SHA-256 of all before.
  *   Manifest flag 1 (DCR_MANIFEST_BASES): the delta is overwrite-only and
  *   also applies to receivers at the alternative bases (see
- *   dcr-format-delta(5), BASES); readers that do not know it refuse.
+ *   dcr-format-delta(5), BASES); flag 2: a dense copy; flag 4: the piece
+ *   table; flag 8: the version and policy. Readers refuse unknown flags.
  */
 #ifndef DCR_CORE_MANIFEST_H
 #define DCR_CORE_MANIFEST_H
@@ -49,8 +52,22 @@ struct dcr_manifest {
 	uint8_t (*pieces)[32];
 	size_t *piece0;
 	size_t npieces;
+	/* manifest flag 8: the policy and the version this pack reaches, what
+	 * a signature over the manifest vouches for (dcr-pack --version,
+	 * --policy); policy may be "" */
+	int have_version;
+	uint64_t version;
+	char *policy;
 };
-enum { DCR_MANIFEST_BASES = 1, DCR_MANIFEST_DENSE = 2, DCR_MANIFEST_PIECES = 4 };
+enum {
+	DCR_MANIFEST_BASES = 1,
+	DCR_MANIFEST_DENSE = 2,
+	DCR_MANIFEST_PIECES = 4,
+	DCR_MANIFEST_VERSION = 8,
+};
+#define DCR_POLICY_MAX 255 /* bytes of a policy name */
+/* The detached signature of a signed pack (core/sign.h), beside the manifest. */
+#define DCR_MANIFEST_SIG_NAME "manifest.dcrm.sig"
 /* Pieces of payload i (covering all but its trailer). */
 static inline size_t dcr_manifest_npieces(const struct dcr_manifest *m, uint32_t i)
 {

@@ -13,6 +13,7 @@
 #include "core/manifest.h"
 #include "core/pack.h"
 #include "core/payload.h"
+#include "core/sign.h"
 #include "core/util.h"
 
 /* ---- the packer ---- */
@@ -205,6 +206,18 @@ int dcr_pack(struct dcr_source src, const char *what, const struct dcr_pack_opts
 			goto out;
 		}
 	k.m.target = rd.target;
+	if (o && o->sign && !o->have_version) {
+		r = dcr_err_set(e, -EINVAL, "a signed pack must name the version it reaches");
+		goto out;
+	}
+	if (o && o->have_version) {
+		k.m.have_version = 1;
+		k.m.version = o->version;
+		if (o->policy && !(k.m.policy = strdup(o->policy))) {
+			r = dcr_err_sys(e, ENOMEM, "%s", what);
+			goto out;
+		}
+	}
 	if (!(r = flush_payload(&k, e)) && k.pieces.len) {
 		/* SHA-256 payloads have no pieces: a manifest lists them for all or none */
 		k.m.pieces = (uint8_t(*)[32])k.pieces.p;
@@ -219,6 +232,17 @@ int dcr_pack(struct dcr_source src, const char *what, const struct dcr_pack_opts
 	if ((r = dcr_manifest_parse(man.p, man.len, what, &check, e)))
 		goto out;
 	dcr_manifest_release(&check);
+	if (o && o->sign) {
+		char *sig;
+		size_t sl;
+		if ((r = dcr_sign(o->sign, man.p, man.len, o->sign_pub, &sig, &sl, e)))
+			goto out;
+		r = out.entry(out.ctx, DCR_MANIFEST_SIG_NAME, (const uint8_t *)sig, sl, e);
+		k.bytes += sl;
+		free(sig);
+		if (r)
+			goto out;
+	}
 	r = out.entry(out.ctx, DCR_MANIFEST_NAME, man.p, man.len, e);
 	k.bytes += man.len;
 	if (st) {

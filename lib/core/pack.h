@@ -5,6 +5,7 @@
 
 #include "core/delta.h"
 #include "core/payload.h"
+#include "core/sign.h"
 
 /* Where a packer puts finished entries, in order; manifest last. */
 struct dcr_pack_out {
@@ -30,6 +31,15 @@ struct dcr_pack_opts {
 	enum dcr_payload_digest_alg digest; /* payload trailers (default BLAKE3) */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
+	/* the version the pack reaches and its policy, named in the manifest
+	 * (flag 8) for a signature to vouch for; policy may be NULL */
+	int have_version;
+	uint64_t version;
+	const char *policy;
+	/* sign the manifest: DCR_MANIFEST_SIG_NAME goes out just before it
+	 * (needs have_version); sign_pub names the public key in its comment */
+	const struct dcr_seckey *sign;
+	const char *sign_pub;
 };
 
 struct dcr_pack_stats {

@@ -195,12 +195,18 @@ struct dcr_pack_in {
 	char *name;
 };
 
+/* Payloads in index order, then the signature, then the manifest: last. */
+static int entry_rank(const char *s)
+{
+	return !strcmp(s, DCR_MANIFEST_NAME) ? 2 : !strcmp(s, DCR_MANIFEST_SIG_NAME);
+}
+
 static int cmp_entry(const void *a, const void *b)
 {
 	const char *x = *(char *const *)a, *y = *(char *const *)b;
-	int mx = !strcmp(x, DCR_MANIFEST_NAME), my = !strcmp(y, DCR_MANIFEST_NAME);
-	if (mx != my)
-		return mx - my; /* manifest last */
+	int rx = entry_rank(x), ry = entry_rank(y);
+	if (rx != ry)
+		return rx - ry;
 	return strcmp(x, y);
 }
 
@@ -222,7 +228,7 @@ int dcr_pack_in_open_dir(const char *dir, struct dcr_pack_in **out, struct dcr_e
 	int r = 0;
 	while ((de = readdir(d))) {
 		uint32_t idx;
-		if (!dcr_payload_name_parse(de->d_name, &idx) && strcmp(de->d_name, DCR_MANIFEST_NAME))
+		if (!dcr_payload_name_parse(de->d_name, &idx) && !entry_rank(de->d_name))
 			continue;
 		if (in->n == cap) {
 			cap = cap ? 2 * cap : 64;
