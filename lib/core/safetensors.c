@@ -6,6 +6,7 @@
  * count is its element count times its dtype size (no overflow, whole bytes),
  * offsets are contiguous from 0 with no hole or overlap, the last offset is
  * the data size, names are unique, and __metadata__ maps strings to strings.
+ * The header's JSON is read in place with bounded memory (see below).
  */
 #include "config.h"
 
@@ -17,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <jansson.h>
+#include <jansson.h> /* the writer builds headers with it */
 
 #include "core/bytes.h"
 #include "core/file.h"
@@ -62,52 +63,374 @@ static int cmp_by_begin(const void *a, const void *b)
 	return 0;
 }
 
-static int get_u64(json_t *v, uint64_t *out)
+/* ---- the header's JSON ----
+ * A reader for exactly what a safetensors header may hold, over the mapped
+ * bytes: no tree is built, every string is checked and copied only where it
+ * is kept (names and metadata), arrays longer than a shape may be are
+ * refused as they are read, unknown values are skipped at bounded depth. So
+ * memory follows what the header really describes, never the JSON's shape
+ * (a 100 MB header of nested arrays costs nothing), and past
+ * DCR_ST_MAX_TENSORS tensors a file is refused. */
+
+#define JSON_MAX_DEPTH 64
+
+struct jp {
+	const uint8_t *p, *end, *start;
+	const char *what;
+	struct dcr_err *e;
+};
+
+static int jbad(struct jp *j, const char *why)
 {
-	if (!json_is_integer(v) || json_integer_value(v) < 0)
-		return -1;
-	*out = (uint64_t)json_integer_value(v);
+	return dcr_err_set(j->e, DCR_EFORMAT, "%s: header is not valid JSON: %s (at byte %llu)",
+			   j->what, why, (unsigned long long)(j->p - j->start));
+}
+
+static void jws(struct jp *j)
+{
+	while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
+		j->p++;
+}
+
+static int jlit(struct jp *j, char c)
+{
+	jws(j);
+	if (j->p < j->end && *j->p == c) {
+		j->p++;
+		return 1;
+	}
 	return 0;
 }
 
-/* Parse one tensor entry; `what` names the file for messages. */
-static int parse_tensor(const char *what, const char *name, json_t *v,
-			struct dcr_tensor_info *t, struct dcr_err *e)
+static int hex4(const uint8_t *p, unsigned *v)
 {
-	if (!json_is_object(v))
+	*v = 0;
+	for (int i = 0; i < 4; i++) {
+		int c = p[i], d = c >= '0' && c <= '9' ? c - '0'
+			       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+			       : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+		if (d < 0)
+			return -1;
+		*v = *v << 4 | (unsigned)d;
+	}
+	return 0;
+}
+
+/* Length of a valid UTF-8 sequence at p (1-4), or 0 (overlong forms,
+ * surrogates and code points above U+10FFFF are invalid, as in Rust). */
+static int utf8_len(const uint8_t *p, const uint8_t *end)
+{
+	uint8_t c = p[0];
+	if (c < 0x80)
+		return 1;
+	int n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+	if (!n || end - p < n)
+		return 0;
+	for (int i = 1; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) || (c == 0xf0 && p[1] < 0x90) ||
+	    (c == 0xf4 && p[1] > 0x8f))
+		return 0;
+	return n;
+}
+
+static size_t put_utf8(uint8_t *o, unsigned cp)
+{
+	if (cp < 0x80) {
+		o[0] = (uint8_t)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = (uint8_t)(0xc0 | cp >> 6);
+		o[1] = (uint8_t)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		o[0] = (uint8_t)(0xe0 | cp >> 12);
+		o[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+		o[2] = (uint8_t)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	o[0] = (uint8_t)(0xf0 | cp >> 18);
+	o[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3f));
+	o[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+	o[3] = (uint8_t)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/* A string: *out (malloc'd, NUL-terminated) unless out is NULL. A decoded
+ * string is never longer than its JSON form, so that bounds the copy. NUL
+ * (\u0000) is refused: names and metadata are C strings. */
+static int jstring(struct jp *j, char **out)
+{
+	jws(j);
+	if (j->p >= j->end || *j->p != '"')
+		return jbad(j, "a string was expected");
+	const uint8_t *s = ++j->p, *q = s;
+	while (q < j->end && *q != '"')
+		q += *q == '\\' && q + 1 < j->end ? 2 : 1;
+	if (q >= j->end)
+		return jbad(j, "unterminated string");
+	uint8_t *o = out ? malloc((size_t)(q - s) + 1) : NULL;
+	size_t n = 0;
+	if (out && !o)
+		return dcr_err_sys(j->e, ENOMEM, "%s", j->what);
+	while (j->p < q) {
+		uint8_t c = *j->p;
+		uint8_t buf[4];
+		size_t k;
+		if (c < 0x20) {
+			free(o);
+			return jbad(j, "control character in a string");
+		}
+		if (c != '\\') {
+			int l = utf8_len(j->p, j->end);
+			if (!l) {
+				free(o);
+				return jbad(j, "invalid UTF-8");
+			}
+			if (o)
+				memcpy(o + n, j->p, (size_t)l);
+			n += o ? (size_t)l : 0;
+			j->p += l;
+			continue;
+		}
+		c = j->p[1];
+		j->p += 2;
+		unsigned cp;
+		switch (c) {
+		case '"': case '\\': case '/': cp = c; break;
+		case 'b': cp = '\b'; break;
+		case 'f': cp = '\f'; break;
+		case 'n': cp = '\n'; break;
+		case 'r': cp = '\r'; break;
+		case 't': cp = '\t'; break;
+		case 'u':
+			if (q - j->p < 4 || hex4(j->p, &cp)) {
+				free(o);
+				return jbad(j, "bad \\u escape");
+			}
+			j->p += 4;
+			if (cp >= 0xd800 && cp <= 0xdbff) {
+				unsigned lo;
+				if (q - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' ||
+				    hex4(j->p + 2, &lo) || lo < 0xdc00 || lo > 0xdfff) {
+					free(o);
+					return jbad(j, "unpaired surrogate");
+				}
+				j->p += 6;
+				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+			} else if (cp >= 0xdc00 && cp <= 0xdfff) {
+				free(o);
+				return jbad(j, "unpaired surrogate");
+			}
+			break;
+		default:
+			free(o);
+			return jbad(j, "bad escape");
+		}
+		if (cp == 0) {
+			free(o);
+			return jbad(j, "\\u0000 in a string");
+		}
+		k = put_utf8(buf, cp);
+		if (o)
+			memcpy(o + n, buf, k);
+		n += o ? k : 0;
+	}
+	j->p = q + 1;
+	if (o) {
+		o[n] = '\0';
+		*out = (char *)o;
+	}
+	return 0;
+}
+
+/* A non-negative integer that fits 64 bits: no sign, fraction or exponent
+ * (the reference reads usize). 1 when the value is a number but not such
+ * an integer, so the caller can say what it expected. */
+static int juint(struct jp *j, uint64_t *v)
+{
+	jws(j);
+	const uint8_t *p = j->p;
+	if (p < j->end && *p == '-')
+		p++;
+	if (p >= j->end || *p < '0' || *p > '9')
+		return -1;
+	uint64_t x = 0;
+	int ovf = 0, lead0 = *p == '0';
+	const uint8_t *d = p;
+	for (; p < j->end && *p >= '0' && *p <= '9'; p++)
+		ovf |= mul_ovf(x, 10, &x) || add_ovf(x, (uint64_t)(*p - '0'), &x);
+	int frac = p < j->end && (*p == '.' || *p == 'e' || *p == 'E');
+	if (lead0 && p - d > 1)
+		return -1; /* leading zeros are not JSON */
+	while (p < j->end && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' ||
+			      *p == '+' || *p == '-'))
+		p++;
+	int neg = *j->p == '-';
+	j->p = p;
+	if (neg || frac || ovf)
+		return 1;
+	*v = x;
+	return 0;
+}
+
+/* Skip any value, at most JSON_MAX_DEPTH deep. */
+static int jskip(struct jp *j, int depth)
+{
+	jws(j);
+	if (j->p >= j->end)
+		return jbad(j, "a value was expected");
+	if (depth > JSON_MAX_DEPTH)
+		return jbad(j, "nested too deeply");
+	uint8_t c = *j->p;
+	if (c == '"')
+		return jstring(j, NULL);
+	if (c == '{' || c == '[') {
+		char close = c == '{' ? '}' : ']';
+		j->p++;
+		if (jlit(j, close))
+			return 0;
+		do {
+			int r;
+			if (c == '{' && ((r = jstring(j, NULL)) || (!jlit(j, ':') && jbad(j, "':' expected"))))
+				return r ? r : DCR_EFORMAT;
+			if ((r = jskip(j, depth + 1)))
+				return r;
+		} while (jlit(j, ','));
+		return jlit(j, close) ? 0 : jbad(j, "',' or a closing bracket expected");
+	}
+	uint64_t v;
+	if (juint(j, &v) >= 0)
+		return 0;
+	static const char *const words[] = {"true", "false", "null"};
+	for (int i = 0; i < 3; i++) {
+		size_t n = strlen(words[i]);
+		if ((size_t)(j->end - j->p) >= n && !memcmp(j->p, words[i], n)) {
+			j->p += n;
+			return 0;
+		}
+	}
+	return jbad(j, "unexpected character");
+}
+
+/* An array of at most max non-negative integers into v; *n its length. */
+static int juint_array(struct jp *j, uint64_t *v, size_t max, size_t *n, const char *name,
+		       const char *field)
+{
+	*n = 0;
+	if (!jlit(j, '['))
+		return dcr_err_set(j->e, DCR_EFORMAT, "%s: tensor '%s': '%s' is not an array",
+				   j->what, name, field);
+	if (jlit(j, ']'))
+		return 0;
+	do {
+		uint64_t x;
+		int r = juint(j, &x);
+		if (r)
+			return dcr_err_set(j->e, DCR_EFORMAT,
+					   "%s: tensor '%s': %s must hold non-negative integers",
+					   j->what, name, field);
+		if (*n == max)
+			return dcr_err_set(j->e, DCR_EFORMAT,
+					   "%s: tensor '%s': '%s' has more than %zu entries", j->what,
+					   name, field, max);
+		v[(*n)++] = x;
+	} while (jlit(j, ','));
+	return jlit(j, ']') ? 0 : jbad(j, "',' or ']' expected");
+}
+
+/* One tensor entry: {"dtype": S, "shape": [..], "data_offsets": [a, b], ...}. */
+static int parse_tensor(struct jp *j, const char *name, struct dcr_tensor_info *t)
+{
+	const char *what = j->what;
+	struct dcr_err *e = j->e;
+	int have_dt = 0, have_shape = 0, have_offs = 0, r;
+	uint64_t offs[2];
+	size_t noffs = 0, nd = 0;
+	if (!jlit(j, '{'))
 		return dcr_err_set(e, DCR_EFORMAT, "%s: tensor '%s': entry is not an object", what, name);
-	json_t *dt = json_object_get(v, "dtype");
-	json_t *shape = json_object_get(v, "shape");
-	json_t *offs = json_object_get(v, "data_offsets");
-	if (!json_is_string(dt) || !json_is_array(shape) || !json_is_array(offs))
-		return dcr_err_set(e, DCR_EFORMAT,
-				   "%s: tensor '%s': needs string 'dtype', array 'shape' and array 'data_offsets'",
-				   what, name);
-	t->dtype = dcr_dtype_parse(json_string_value(dt));
-	if (t->dtype < 0)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: tensor '%s': unknown dtype '%s'", what,
-				   name, json_string_value(dt));
-	size_t nd = json_array_size(shape);
-	if (nd > DCR_MAX_NDIM)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: tensor '%s': %zu dimensions (at most %d)",
-				   what, name, nd, DCR_MAX_NDIM);
+	if (!jlit(j, '}')) {
+		do {
+			char *key = NULL;
+			if ((r = jstring(j, &key)))
+				return r;
+			if (!jlit(j, ':')) {
+				free(key);
+				return jbad(j, "':' expected");
+			}
+			int dup = 0;
+			if (!strcmp(key, "dtype")) {
+				dup = have_dt++;
+				char *dt = NULL;
+				jws(j);
+				if (!dup && (j->p >= j->end || *j->p != '"')) {
+					free(key);
+					goto need;
+				}
+				if (!dup && (r = jstring(j, &dt))) {
+					free(key);
+					return r;
+				}
+				if (!dup) {
+					t->dtype = dcr_dtype_parse(dt);
+					if (t->dtype < 0) {
+						r = dcr_err_set(e, DCR_EFORMAT,
+								"%s: tensor '%s': unknown dtype '%s'", what,
+								name, dt);
+						free(dt);
+						free(key);
+						return r;
+					}
+					free(dt);
+				}
+			} else if (!strcmp(key, "shape")) {
+				dup = have_shape++;
+				if (!dup && (r = juint_array(j, t->shape, DCR_MAX_NDIM, &nd, name, "shape"))) {
+					if (strstr(e->msg, "more than"))
+						dcr_err_set(e, DCR_EFORMAT,
+							    "%s: tensor '%s': more than %d dimensions", what,
+							    name, DCR_MAX_NDIM);
+					free(key);
+					return r;
+				}
+			} else if (!strcmp(key, "data_offsets")) {
+				dup = have_offs++;
+				if (!dup && (r = juint_array(j, offs, 2, &noffs, name, "data_offsets"))) {
+					free(key);
+					return dcr_err_set(e, DCR_EFORMAT,
+							   "%s: tensor '%s': data_offsets must be two non-negative integers",
+							   what, name);
+				}
+			} else if ((r = jskip(j, 2))) {
+				free(key);
+				return r;
+			}
+			free(key);
+			if (dup)
+				return dcr_err_set(e, DCR_EFORMAT, "%s: tensor '%s': duplicate key", what,
+						   name);
+		} while (jlit(j, ','));
+		if (!jlit(j, '}'))
+			return jbad(j, "',' or '}' expected");
+	}
+	if (!have_dt || !have_shape || !have_offs)
+		goto need;
 	t->ndim = (unsigned)nd;
 	uint64_t nelem = 1;
-	for (size_t k = 0; k < nd; k++) {
-		if (get_u64(json_array_get(shape, k), &t->shape[k]))
-			return dcr_err_set(e, DCR_EFORMAT,
-					   "%s: tensor '%s': shape must hold non-negative integers",
-					   what, name);
+	for (size_t k = 0; k < nd; k++)
 		if (mul_ovf(nelem, t->shape[k], &nelem))
 			return dcr_err_set(e, DCR_EFORMAT, "%s: tensor '%s': element count overflows",
 					   what, name);
-	}
 	t->nelem = nelem;
-	if (json_array_size(offs) != 2 || get_u64(json_array_get(offs, 0), &t->begin) ||
-	    get_u64(json_array_get(offs, 1), &t->end))
+	if (noffs != 2)
 		return dcr_err_set(e, DCR_EFORMAT,
 				   "%s: tensor '%s': data_offsets must be two non-negative integers",
 				   what, name);
+	t->begin = offs[0];
+	t->end = offs[1];
 	uint64_t nbits;
 	if (mul_ovf(nelem, dcr_dtype_bits(t->dtype), &nbits))
 		return dcr_err_set(e, DCR_EFORMAT, "%s: tensor '%s': byte count overflows", what, name);
@@ -117,11 +440,77 @@ static int parse_tensor(const char *what, const char *name, json_t *v,
 				   what, name, dcr_dtype_name(t->dtype), (unsigned long long)nelem);
 	if (t->end < t->begin || t->end - t->begin != nbits / 8)
 		return dcr_err_set(e, DCR_EFORMAT,
-				   "%s: tensor '%s': data_offsets [%llu, %llu] do not hold %llu bytes of %s%s",
+				   "%s: tensor '%s': data_offsets [%llu, %llu] do not hold %llu bytes of %s",
 				   what, name, (unsigned long long)t->begin,
 				   (unsigned long long)t->end, (unsigned long long)(nbits / 8),
-				   dcr_dtype_name(t->dtype), "");
+				   dcr_dtype_name(t->dtype));
 	return 0;
+need:
+	return dcr_err_set(e, DCR_EFORMAT,
+			   "%s: tensor '%s': needs string 'dtype', array 'shape' and array 'data_offsets'",
+			   what, name);
+}
+
+/* __metadata__: an object of strings. */
+static int parse_meta(struct jp *j, struct dcr_st *st)
+{
+	size_t cap = 0;
+	if (!jlit(j, '{'))
+		return dcr_err_set(j->e, DCR_EFORMAT, "%s: __metadata__ is not an object", j->what);
+	if (jlit(j, '}'))
+		return 0;
+	do {
+		char *k = NULL, *v = NULL;
+		int r = jstring(j, &k);
+		if (r)
+			return r;
+		if (!jlit(j, ':')) {
+			free(k);
+			return jbad(j, "':' expected");
+		}
+		jws(j);
+		if (j->p >= j->end || *j->p != '"') {
+			r = dcr_err_set(j->e, DCR_EFORMAT, "%s: __metadata__ value of '%s' is not a string",
+					j->what, k);
+			free(k);
+			return r;
+		}
+		if ((r = jstring(j, &v))) {
+			free(k);
+			return r;
+		}
+		for (size_t i = 0; i < st->nmeta; i++)
+			if (!strcmp(st->meta_keys[i], k)) {
+				free(k);
+				free(v);
+				return dcr_err_set(j->e, DCR_EFORMAT, "%s: duplicate __metadata__ key",
+						   j->what);
+			}
+		if (st->nmeta == cap) {
+			cap = cap ? 2 * cap : 16;
+			char **nk = realloc(st->meta_keys, cap * sizeof(char *));
+			if (nk)
+				st->meta_keys = nk;
+			char **nv = nk ? realloc(st->meta_vals, cap * sizeof(char *)) : NULL;
+			if (nv)
+				st->meta_vals = nv;
+			if (!nk || !nv) {
+				free(k);
+				free(v);
+				return dcr_err_sys(j->e, ENOMEM, "%s", j->what);
+			}
+		}
+		st->meta_keys[st->nmeta] = k;
+		st->meta_vals[st->nmeta++] = v;
+	} while (jlit(j, ','));
+	return jlit(j, '}') ? 0 : jbad(j, "',' or '}' expected");
+}
+
+static int cmp_name_ptr(const void *a, const void *b)
+{
+	const struct dcr_tensor_info *x = *(const struct dcr_tensor_info *const *)a;
+	const struct dcr_tensor_info *y = *(const struct dcr_tensor_info *const *)b;
+	return strcmp(x->name, y->name);
 }
 
 static int parse_header(struct dcr_st *st, const uint8_t *buf, uint64_t size,
@@ -144,77 +533,71 @@ static int parse_header(struct dcr_st *st, const uint8_t *buf, uint64_t size,
 	st->data_off = 8 + n;
 	uint64_t data_size = size - st->data_off;
 
-	json_error_t jerr;
-	/* jansson checks UTF-8, rejects NUL in strings and duplicate keys. */
-	json_t *root = json_loadb((const char *)buf + 8, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
-	if (!root)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: header is not valid JSON: %s (at byte %d)",
-				   what, jerr.text, jerr.position);
-	int r = 0;
-	if (!json_is_object(root)) {
-		r = dcr_err_set(e, DCR_EFORMAT, "%s: header is not a JSON object", what);
-		goto out;
-	}
-	size_t count = json_object_size(root);
-	st->tensors = dcr_calloc(count, sizeof(*st->tensors));
-	if (!st->tensors) {
-		r = dcr_err_sys(e, ENOMEM, "%s", what);
-		goto out;
-	}
-	const char *key;
-	json_t *val;
-	json_object_foreach(root, key, val) {
-		if (!strcmp(key, "__metadata__")) {
-			if (!json_is_object(val)) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s: __metadata__ is not an object", what);
-				goto out;
+	struct jp j = {.p = buf + 8, .end = buf + 8 + n, .start = buf + 8, .what = what, .e = e};
+	int r = 0, have_meta = 0;
+	size_t cap = 0;
+	j.p++;
+	if (!jlit(&j, '}')) {
+		do {
+			char *key = NULL;
+			if ((r = jstring(&j, &key)))
+				return r;
+			if (!jlit(&j, ':')) {
+				free(key);
+				return jbad(&j, "':' expected");
 			}
-			size_t m = json_object_size(val);
-			st->meta_keys = dcr_calloc(m, sizeof(char *));
-			st->meta_vals = dcr_calloc(m, sizeof(char *));
-			if (!st->meta_keys || !st->meta_vals) {
-				r = dcr_err_sys(e, ENOMEM, "%s", what);
-				goto out;
+			if (!strcmp(key, "__metadata__")) {
+				free(key);
+				if (have_meta++)
+					return dcr_err_set(e, DCR_EFORMAT, "%s: duplicate __metadata__", what);
+				if ((r = parse_meta(&j, st)))
+					return r;
+				continue;
 			}
-			const char *mk;
-			json_t *mv;
-			json_object_foreach(val, mk, mv) {
-				if (!json_is_string(mv)) {
-					r = dcr_err_set(e, DCR_EFORMAT,
-							"%s: __metadata__ value of '%s' is not a string",
-							what, mk);
-					goto out;
+			if (st->ntensors == DCR_ST_MAX_TENSORS) {
+				free(key);
+				return dcr_err_set(e, DCR_EFORMAT, "%s: more than %d tensors in one file",
+						   what, DCR_ST_MAX_TENSORS);
+			}
+			if (st->ntensors == cap) {
+				cap = cap ? 2 * cap : 64;
+				struct dcr_tensor_info *v = realloc(st->tensors, cap * sizeof(*v));
+				if (!v) {
+					free(key);
+					return dcr_err_sys(e, ENOMEM, "%s", what);
 				}
-				st->meta_keys[st->nmeta] = dcr_strdup(mk);
-				st->meta_vals[st->nmeta] = dcr_strdup(json_string_value(mv));
-				st->nmeta++;
-				if (!st->meta_keys[st->nmeta - 1] || !st->meta_vals[st->nmeta - 1]) {
-					r = dcr_err_sys(e, ENOMEM, "%s", what);
-					goto out;
-				}
+				st->tensors = v;
 			}
-			continue;
-		}
-		struct dcr_tensor_info *t = &st->tensors[st->ntensors];
-		r = parse_tensor(what, key, val, t, e);
-		if (r)
-			goto out;
-		t->name = dcr_strdup(key);
-		if (!t->name) {
-			r = dcr_err_sys(e, ENOMEM, "%s", what);
-			goto out;
-		}
-		st->ntensors++;
+			struct dcr_tensor_info *t = &st->tensors[st->ntensors];
+			memset(t, 0, sizeof(*t));
+			t->name = key;
+			st->ntensors++;
+			if ((r = parse_tensor(&j, key, t)))
+				return r;
+		} while (jlit(&j, ','));
+		if (!jlit(&j, '}'))
+			return jbad(&j, "',' or '}' expected");
 	}
+	jws(&j);
+	if (j.p != j.end)
+		return jbad(&j, "end of text expected");
 
-	/* Offsets: contiguous from 0, no holes, no overlaps, ending at the data size. */
+	/* Names are unique. */
 	struct dcr_tensor_info **ord = dcr_calloc(st->ntensors, sizeof(*ord));
-	if (!ord) {
-		r = dcr_err_sys(e, ENOMEM, "%s", what);
-		goto out;
-	}
+	if (!ord)
+		return dcr_err_sys(e, ENOMEM, "%s", what);
 	for (size_t i = 0; i < st->ntensors; i++)
 		ord[i] = &st->tensors[i];
+	qsort(ord, st->ntensors, sizeof(*ord), cmp_name_ptr);
+	for (size_t i = 1; i < st->ntensors && !r; i++)
+		if (!strcmp(ord[i - 1]->name, ord[i]->name))
+			r = dcr_err_set(e, DCR_EFORMAT, "%s: header is not valid JSON: duplicate object key",
+					what);
+	if (r) {
+		free(ord);
+		return r;
+	}
+	/* Offsets: contiguous from 0, no holes, no overlaps, ending at the data size. */
 	qsort(ord, st->ntensors, sizeof(*ord), cmp_by_begin);
 	uint64_t pos = 0;
 	for (size_t i = 0; i < st->ntensors && !r; i++) {
@@ -231,8 +614,6 @@ static int parse_header(struct dcr_st *st, const uint8_t *buf, uint64_t size,
 		r = dcr_err_set(e, DCR_EFORMAT,
 				"%s: tensors cover %llu data bytes but the file holds %llu",
 				what, (unsigned long long)pos, (unsigned long long)data_size);
-out:
-	json_decref(root);
 	return r;
 }
 

@@ -11,6 +11,7 @@
 
 #define DCR_MAX_NDIM 16
 #define DCR_ST_MAX_HEADER 100000000ULL
+#define DCR_ST_MAX_TENSORS 1000000 /* per file: a sane bound on what a header may declare */
 
 struct dcr_tensor_info {
 	char *name;
