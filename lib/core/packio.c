@@ -19,6 +19,7 @@
 #include "core/util.h"
 
 #define PAYLOAD_FILE_MAX (2ull << 30)
+#define TAR_STEP ((size_t)DCR_DEFAULT_PAYLOAD_SIZE + (1u << 20))
 
 /* ---- pack outputs ---- */
 
@@ -333,12 +334,24 @@ int dcr_pack_in_next(struct dcr_pack_in *in, const char **name, const uint8_t **
 	free(in->name);
 	in->name = dcr_strdup(nm);
 	in->data.len = 0;
-	if (!in->name || dcr_buf_reserve(&in->data, (size_t)size + 1))
+	if (!in->name)
 		return dcr_err_sys(e, ENOMEM, "pack stream");
-	dcr_prefault(in->data.p, (size_t)size);
+	/* the buffer grows with the bytes that really arrive: a header may
+	 * declare any size up to the limit, but only TAR_STEP is reserved on
+	 * its word (every payload of the default size fits in one step) */
 	while (in->data.len < (size_t)size) {
+		if (in->data.len == in->data.cap) {
+			size_t want = (size_t)size - in->data.len;
+			size_t step = in->data.cap > TAR_STEP ? in->data.cap : TAR_STEP;
+			size_t grow = want < step ? want : step;
+			if (dcr_buf_reserve(&in->data, grow + 1))
+				return dcr_err_sys(e, ENOMEM, "pack stream");
+			dcr_prefault(in->data.p + in->data.len, grow);
+		}
+		size_t room = in->data.cap - in->data.len;
+		size_t want = (size_t)size - in->data.len;
 		la_ssize_t n = archive_read_data(in->a, in->data.p + in->data.len,
-						 (size_t)size - in->data.len);
+						 want < room ? want : room);
 		if (n < 0)
 			return dcr_err_set(e, DCR_EFORMAT, "pack stream: entry '%s': %s", in->name,
 					   archive_error_string(in->a));
