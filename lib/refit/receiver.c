@@ -44,16 +44,27 @@ int dcr_receiver_open(const char *dir, int lock, struct dcr_receiver **out, stru
 		r = dcr_err_sys(e, ENOMEM, "%s", dir);
 		goto fail;
 	}
+	if (lock && mkdir(rc->sdir, 0777) && errno != EEXIST) {
+		r = dcr_err_sys(e, errno, "cannot create '%s'", rc->sdir);
+		goto fail;
+	}
+	/* receiver state never goes through a link: a .dcr that is one would
+	 * send the journal, the lock and the log elsewhere */
+	if (!lstat(rc->sdir, &sb) && !S_ISDIR(sb.st_mode)) {
+		r = dcr_err_set(e, DCR_EFORMAT, "'%s' is %s, not the receiver's state directory: remove it",
+				rc->sdir, S_ISLNK(sb.st_mode) ? "a symbolic link" : "not a directory");
+		goto fail;
+	}
 	if (lock) {
-		if (mkdir(rc->sdir, 0777) && errno != EEXIST) {
-			r = dcr_err_sys(e, errno, "cannot create '%s'", rc->sdir);
-			goto fail;
-		}
 		char *lp = dcr_receiver_path(rc, "lock");
-		rc->lock_fd = lp ? open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+		rc->lock_fd = lp ? open(lp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644) : -1;
 		free(lp);
 		if (rc->lock_fd < 0) {
-			r = dcr_err_sys(e, errno, "cannot open the lock in '%s'", rc->sdir);
+			r = errno == ELOOP ? dcr_err_set(e, DCR_EFORMAT,
+							 "'%s/lock' is a symbolic link: remove it",
+							 rc->sdir)
+					   : dcr_err_sys(e, errno, "cannot open the lock in '%s'",
+							 rc->sdir);
 			goto fail;
 		}
 		if (flock(rc->lock_fd, LOCK_EX | LOCK_NB)) {
@@ -86,10 +97,10 @@ void dcr_receiver_close(struct dcr_receiver *rc)
 void dcr_receiver_log(struct dcr_receiver *rc, const char *fmt, ...)
 {
 	char *lp = dcr_receiver_path(rc, "log");
-	int fd = lp ? open(lp, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : -1;
+	int fd = lp ? open(lp, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644) : -1;
 	free(lp);
 	if (fd < 0)
-		return;
+		return; /* best effort: a planted link is not followed */
 	char line[1400];
 	time_t now = time(NULL);
 	struct tm tm;

@@ -3,6 +3,7 @@
  * (see apply.c for the whole protocol). */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -146,18 +147,87 @@ static int build_stage_index(struct ctx *x, const struct plan *p, struct dcr_err
 	return r;
 }
 
-static void clear_stage(struct dcr_receiver *rc)
+/* Empty .dcr/stage/: what an earlier apply left there before its journal
+ * was committed (a committed one has been replayed by now) is of no use. */
+void ap_clear_stage(struct dcr_receiver *rc)
 {
 	char *sd = dcr_receiver_path(rc, "stage");
 	if (!sd)
 		return;
-	mkdir(sd, 0777);
+	if (mkdir(sd, 0777) && errno == EEXIST) {
+		DIR *d = opendir(sd);
+		struct dirent *de;
+		while (d && (de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+				unlinkat(dirfd(d), de->d_name, 0);
+		if (d)
+			closedir(d);
+	}
 	free(sd);
+}
+
+/* Is the receiver's file a symbolic link, or a hard link shared with
+ * another name? Then it is not the receiver's to write in place (a Hugging
+ * Face cache snapshot links into blobs/ shared by every snapshot): it is
+ * rebuilt under .dcr/stage/ and renamed over the link, which leaves the
+ * shared file as it was. */
+static int file_linked(const char *dir, const char *file)
+{
+	struct stat sb;
+	char *p = dcr_path_join(dir, file);
+	int r = p && !lstat(p, &sb) && (S_ISLNK(sb.st_mode) || (S_ISREG(sb.st_mode) && sb.st_nlink > 1));
+	free(p);
+	return r;
 }
 
 static int cmp_name(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Stage the files whose tensor set changes (or that are links), list the
+ * files to remove, and stage the index when the file set changes. */
+static int stage_files(struct ctx *x, struct plan *p, struct dcr_ckpt *c, struct dcr_err *e)
+{
+	struct dcr_receiver *rc = x->rc;
+	int r;
+	/* the target's distinct files, once each (a model may have tens of
+	 * thousands of tensors but few files) */
+	const char **files = dcr_calloc(p->n, sizeof(char *));
+	if (!files)
+		return dcr_err_sys(e, ENOMEM, "apply");
+	for (size_t i = 0; i < p->n; i++)
+		files[i] = p->t[i].t.file;
+	if (p->n)
+		qsort(files, p->n, sizeof(char *), cmp_name);
+	size_t target_files = 0;
+	for (size_t i = 0; i < p->n; i++)
+		if (!target_files || strcmp(files[target_files - 1], files[i]))
+			files[target_files++] = files[i];
+	r = 0;
+	for (size_t i = 0; i < target_files && !r; i++)
+		if (file_changes(p, c, files[i]) || file_linked(rc->dir, files[i])) {
+			if (ap_push_str(&p->renames, &p->nrenames, dcr_strdup(files[i])))
+				r = dcr_err_sys(e, ENOMEM, "apply");
+			else
+				r = build_stage_file(x, p, c, files[i], e);
+		}
+	for (size_t i = 0; i < c->nfiles && !r; i++) {
+		const char *f = c->file_names[i];
+		if (!bsearch(&f, files, target_files, sizeof(char *), cmp_name) &&
+		    ap_push_str(&p->unlinks, &p->nunlinks, dcr_strdup(f)))
+			r = dcr_err_sys(e, ENOMEM, "apply");
+	}
+	free(files);
+	if (r)
+		return r;
+	if ((p->nrenames || p->nunlinks) && (c->has_index || target_files > 1)) {
+		if ((r = build_stage_index(x, p, e)))
+			return r;
+		if (ap_push_str(&p->renames, &p->nrenames, dcr_strdup("model.safetensors.index.json")))
+			return dcr_err_sys(e, ENOMEM, "apply");
+	}
+	return 0;
 }
 
 /* Everything after the base check: the plan's tensors are matched with the
@@ -188,45 +258,18 @@ int ap_commit_plan(struct ctx *x, struct plan *p, struct dcr_ckpt *c, const dcr_
 		if (!dcr_ckpt_find(c, p->removed[i]))
 			return ap_explain_base(p, c, rc->dir, cur, e);
 
-	clear_stage(rc);
-	/* the target's distinct files, once each (a model may have tens of
-	 * thousands of tensors but few files) */
-	const char **files = dcr_calloc(p->n, sizeof(char *));
-	if (!files)
-		return dcr_err_sys(e, ENOMEM, "apply");
-	for (size_t i = 0; i < p->n; i++)
-		files[i] = p->t[i].t.file;
-	if (p->n)
-		qsort(files, p->n, sizeof(char *), cmp_name);
-	size_t target_files = 0;
-	for (size_t i = 0; i < p->n; i++)
-		if (!target_files || strcmp(files[target_files - 1], files[i]))
-			files[target_files++] = files[i];
-	r = 0;
-	for (size_t i = 0; i < target_files && !r; i++)
-		if (file_changes(p, c, files[i])) {
-			if (ap_push_str(&p->renames, &p->nrenames, dcr_strdup(files[i])))
-				r = dcr_err_sys(e, ENOMEM, "apply");
-			else
-				r = build_stage_file(x, p, c, files[i], e);
-		}
-	for (size_t i = 0; i < c->nfiles && !r; i++) {
-		const char *f = c->file_names[i];
-		if (!bsearch(&f, files, target_files, sizeof(char *), cmp_name) &&
-		    ap_push_str(&p->unlinks, &p->nunlinks, dcr_strdup(f)))
-			r = dcr_err_sys(e, ENOMEM, "apply");
-	}
-	free(files);
-	if (r)
+	ap_clear_stage(rc);
+	if (!(r = stage_files(x, p, c, e)))
+		r = ap_write_journal(x, p, src, e);
+	if (r) {
+		/* nothing was written; what was staged is of no use unless the
+		 * journal made it in before the failure */
+		char *jp = dcr_receiver_path(rc, "journal");
+		if (jp && access(jp, F_OK))
+			ap_clear_stage(rc);
+		free(jp);
 		return r;
-	if ((p->nrenames || p->nunlinks) && (c->has_index || target_files > 1)) {
-		if ((r = build_stage_index(x, p, e)))
-			return r;
-		if (ap_push_str(&p->renames, &p->nrenames, dcr_strdup("model.safetensors.index.json")))
-			return dcr_err_sys(e, ENOMEM, "apply");
 	}
-	if ((r = ap_write_journal(x, p, src, e)))
-		return r;
 	return ap_replay(x, res, e);
 }
 

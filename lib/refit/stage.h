@@ -12,4 +12,7 @@ int ap_commit_plan(struct ctx *x, struct plan *p, struct dcr_ckpt *c, const dcr_
 		   const dcr_digest *cur_dg, struct item_src src, struct dcr_apply_result *res,
 		   struct dcr_err *e);
 
+/* Empty .dcr/stage/ (nothing there is needed once no journal is pending). */
+void ap_clear_stage(struct dcr_receiver *rc);
+
 #endif
