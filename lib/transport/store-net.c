@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +33,24 @@
 #include "transport/sigv4.h"
 #include "transport/store-net.h"
 
+struct net_store {
+	int s3;
+	char *base;     /* URL that object paths are appended to: http base, or
+			   s3 endpoint origin (scheme://host[:port]) */
+	char *epath;    /* s3: the endpoint's own path ("" or "/x"), then
+			   "/bucket" */
+	char *hostport; /* s3: Host header value */
+	char *bucket, *prefix; /* s3; prefix without trailing '/' ("" if none) */
+	char *akid, *secret, *token, *region;
+	pthread_mutex_t curl_mu;
+	void **idle;    /* CURL handles kept for connection reuse */
+	size_t nidle, cap_idle;
+	pthread_mutex_t cas_mu;
+	int cas_state;  /* 0 unknown, 1 honoured, -1 ignored */
+};
+
+static struct net_store *ns(struct dcr_store *s) { return s->impl; }
+
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 #define MAX_SMALL_BODY (64u << 20) /* listings, XML answers */
 #define MAX_ERR_BODY (64u << 10)
@@ -46,10 +65,10 @@ static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAUL
 static CURL *handle_get(struct dcr_store *s)
 {
 	CURL *c = NULL;
-	pthread_mutex_lock(&s->curl_mu);
-	if (s->nidle)
-		c = s->idle[--s->nidle];
-	pthread_mutex_unlock(&s->curl_mu);
+	pthread_mutex_lock(&ns(s)->curl_mu);
+	if (ns(s)->nidle)
+		c = ns(s)->idle[--ns(s)->nidle];
+	pthread_mutex_unlock(&ns(s)->curl_mu);
 	if (c)
 		curl_easy_reset(c); /* keeps the connection cache */
 	else
@@ -59,20 +78,20 @@ static CURL *handle_get(struct dcr_store *s)
 
 static void handle_put(struct dcr_store *s, CURL *c)
 {
-	pthread_mutex_lock(&s->curl_mu);
-	if (s->nidle == s->cap_idle) {
-		size_t cap = s->cap_idle ? 2 * s->cap_idle : 16;
-		void **v = realloc(s->idle, cap * sizeof(*v));
+	pthread_mutex_lock(&ns(s)->curl_mu);
+	if (ns(s)->nidle == ns(s)->cap_idle) {
+		size_t cap = ns(s)->cap_idle ? 2 * ns(s)->cap_idle : 16;
+		void **v = realloc(ns(s)->idle, cap * sizeof(*v));
 		if (v) {
-			s->idle = v;
-			s->cap_idle = cap;
+			ns(s)->idle = v;
+			ns(s)->cap_idle = cap;
 		}
 	}
-	if (s->nidle < s->cap_idle) {
-		s->idle[s->nidle++] = c;
+	if (ns(s)->nidle < ns(s)->cap_idle) {
+		ns(s)->idle[ns(s)->nidle++] = c;
 		c = NULL;
 	}
-	pthread_mutex_unlock(&s->curl_mu);
+	pthread_mutex_unlock(&ns(s)->curl_mu);
 	if (c)
 		curl_easy_cleanup(c);
 }
@@ -472,23 +491,23 @@ static int build_headers(struct dcr_store *s, struct req *q, struct curl_slist *
 	if (q->pin[0] && (q->got || q->ranged))
 		h[nh++] = (struct dcr_sigv4_header){"If-Match", q->pin};
 	struct curl_slist *l = NULL;
-	if (s->kind == STORE_S3) {
+	if (ns(s)->s3) {
 		time_t now = time(NULL);
 		struct tm tm;
 		gmtime_r(&now, &tm);
 		strftime(amz_date, sizeof(amz_date), "%Y%m%dT%H%M%SZ", &tm);
-		h[nh++] = (struct dcr_sigv4_header){"Host", s->hostport};
+		h[nh++] = (struct dcr_sigv4_header){"Host", ns(s)->hostport};
 		h[nh++] = (struct dcr_sigv4_header){"x-amz-content-sha256",
 						     q->body_sha ? q->body_sha : EMPTY_SHA256};
 		h[nh++] = (struct dcr_sigv4_header){"x-amz-date", amz_date};
-		if (s->token)
-			h[nh++] = (struct dcr_sigv4_header){"x-amz-security-token", s->token};
+		if (ns(s)->token)
+			h[nh++] = (struct dcr_sigv4_header){"x-amz-security-token", ns(s)->token};
 		struct dcr_sigv4 sg = {
 			.method = q->method, .uri = q->path, .query = q->query,
 			.headers = h, .nheaders = nh,
 			.payload_hash = q->body_sha ? q->body_sha : EMPTY_SHA256,
-			.amz_date = amz_date, .region = s->region, .service = "s3",
-			.access_key = s->akid, .secret_key = s->secret,
+			.amz_date = amz_date, .region = ns(s)->region, .service = "s3",
+			.access_key = ns(s)->akid, .secret_key = ns(s)->secret,
 		};
 		struct dcr_sigv4_out so;
 		if (dcr_sigv4_sign(&sg, &so))
@@ -515,8 +534,8 @@ static int perform(struct dcr_store *s, struct req *q, struct dcr_err *e)
 	char *url = NULL;
 	const char *m = q->method;
 	int attempts = 0, r = -EIO;
-	if (s->kind == STORE_S3)
-		url = dcr_asprintf("%s%s%s%s", s->base, q->path, q->query ? "?" : "",
+	if (ns(s)->s3)
+		url = dcr_asprintf("%s%s%s%s", ns(s)->base, q->path, q->query ? "?" : "",
 				   q->query ? q->query : "");
 	else
 		url = dcr_asprintf("%s%s%s", q->path, q->query ? "?" : "", q->query ? q->query : "");
@@ -675,7 +694,7 @@ static void req_free(struct req *q)
 /* The full key of an object (S3) with the store prefix. */
 static char *s3_key(struct dcr_store *s, const char *name)
 {
-	return s->prefix[0] ? dcr_asprintf("%s/%s", s->prefix, name) : dcr_strdup(name);
+	return ns(s)->prefix[0] ? dcr_asprintf("%s/%s", ns(s)->prefix, name) : dcr_strdup(name);
 }
 
 /* Path (s3, encoded) or URL (http) of an object, and its display name. */
@@ -684,15 +703,15 @@ static int obj_req(struct dcr_store *s, const char *name, struct req *q,
 {
 	memset(q, 0, sizeof(*q));
 	q->body_fd = -1;
-	char *key = s->kind == STORE_S3 ? s3_key(s, name) : dcr_strdup(name);
+	char *key = ns(s)->s3 ? s3_key(s, name) : dcr_strdup(name);
 	char *enc = key ? dcr_uri_encode(key, strlen(key), 1) : NULL;
 	if (enc) {
-		if (s->kind == STORE_S3) {
-			q->path = dcr_asprintf("%s/%s", s->epath, enc);
-			*what = dcr_asprintf("s3://%s/%s", s->bucket, key);
+		if (ns(s)->s3) {
+			q->path = dcr_asprintf("%s/%s", ns(s)->epath, enc);
+			*what = dcr_asprintf("s3://%s/%s", ns(s)->bucket, key);
 		} else {
-			q->path = dcr_asprintf("%s/%s", s->base, enc);
-			*what = dcr_asprintf("%s/%s", s->base, name);
+			q->path = dcr_asprintf("%s/%s", ns(s)->base, enc);
+			*what = dcr_asprintf("%s/%s", ns(s)->base, name);
 		}
 	}
 	free(key);
@@ -732,14 +751,19 @@ static int split_url(const char *url, char **origin, char **path)
 	return *origin && *path ? 0 : -ENOMEM;
 }
 
-int dcr_net_open(struct dcr_store *s, const char *url, struct dcr_err *e)
+static int net_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 {
+	struct net_store *n = dcr_calloc(1, sizeof(*n));
+	if (!n)
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+	pthread_mutex_init(&n->curl_mu, NULL);
+	pthread_mutex_init(&n->cas_mu, NULL);
+	s->impl = n;
 	pthread_once(&curl_once, curl_init);
 	if (curl_init_rc != CURLE_OK)
 		return dcr_err_set(e, -EIO, "cannot open store '%s': libcurl initialisation failed: %s",
 				   url, curl_easy_strerror(curl_init_rc));
 	if (strncmp(url, "s3://", 5)) {
-		s->kind = STORE_HTTP;
 		size_t n = strlen(url);
 		while (n && url[n - 1] == '/')
 			n--;
@@ -748,10 +772,10 @@ int dcr_net_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 			return dcr_err_set(e, -EINVAL, "cannot open store '%s': no host", url);
 		if (strchr(url, '?') || strchr(url, '#'))
 			return dcr_err_set(e, -EINVAL, "cannot open store '%s': a query or fragment is not allowed", url);
-		s->base = strndup(url, n);
-		return s->base ? 0 : dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+		ns(s)->base = strndup(url, n);
+		return ns(s)->base ? 0 : dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
 	}
-	s->kind = STORE_S3;
+	n->s3 = 1;
 	const char *b = url + 5, *slash = strchr(b, '/');
 	size_t bl = slash ? (size_t)(slash - b) : strlen(b);
 	if (!bl)
@@ -763,28 +787,28 @@ int dcr_net_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 			return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid bucket name '%.*s'",
 					   url, (int)bl, b);
 	}
-	s->bucket = strndup(b, bl);
+	ns(s)->bucket = strndup(b, bl);
 	const char *pfx = slash ? slash + 1 : "";
 	size_t pl = strlen(pfx);
 	while (pl && pfx[pl - 1] == '/')
 		pl--;
-	s->prefix = strndup(pfx, pl);
-	if (!s->bucket || !s->prefix)
+	ns(s)->prefix = strndup(pfx, pl);
+	if (!ns(s)->bucket || !ns(s)->prefix)
 		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
 	if (pl) {
-		if (dcr_store_check_name(s->prefix, NULL))
+		if (dcr_store_check_name(ns(s)->prefix, NULL))
 			return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid key prefix '%s'",
-					   url, s->prefix);
+					   url, ns(s)->prefix);
 	}
-	s->akid = env("AWS_ACCESS_KEY_ID");
-	s->secret = env("AWS_SECRET_ACCESS_KEY");
-	s->token = env("AWS_SESSION_TOKEN");
-	s->region = env("AWS_REGION");
-	if (!s->region)
-		s->region = env("AWS_DEFAULT_REGION");
-	if (!s->region)
-		s->region = dcr_strdup("us-east-1");
-	if (!s->akid || !s->secret)
+	ns(s)->akid = env("AWS_ACCESS_KEY_ID");
+	ns(s)->secret = env("AWS_SECRET_ACCESS_KEY");
+	ns(s)->token = env("AWS_SESSION_TOKEN");
+	ns(s)->region = env("AWS_REGION");
+	if (!ns(s)->region)
+		ns(s)->region = env("AWS_DEFAULT_REGION");
+	if (!ns(s)->region)
+		ns(s)->region = dcr_strdup("us-east-1");
+	if (!ns(s)->akid || !ns(s)->secret)
 		return dcr_err_set(e, -EINVAL,
 				   "cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set",
 				   url);
@@ -796,58 +820,63 @@ int dcr_net_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	char *addr = env("DCR_S3_ADDRESSING");
 	int vhost = addr ? !strcmp(addr, "virtual") : !ep;
 	free(addr);
-	if (strchr(s->bucket, '.'))
+	if (strchr(ns(s)->bucket, '.'))
 		vhost = 0;
 	if (!ep)
-		ep = vhost ? dcr_asprintf("https://%s.s3.%s.amazonaws.com", s->bucket, s->region)
-			   : dcr_asprintf("https://s3.%s.amazonaws.com", s->region);
+		ep = vhost ? dcr_asprintf("https://%s.s3.%s.amazonaws.com", ns(s)->bucket, ns(s)->region)
+			   : dcr_asprintf("https://s3.%s.amazonaws.com", ns(s)->region);
 	else if (vhost && strstr(ep, "://")) {
 		/* put the bucket first in the endpoint's host, unless it is there */
 		char *sep = strstr(ep, "://");
-		size_t bl = strlen(s->bucket);
-		if (strncmp(sep + 3, s->bucket, bl) || sep[3 + bl] != '.') {
-			char *v = dcr_asprintf("%.*s://%s.%s", (int)(sep - ep), ep, s->bucket,
+		size_t bl = strlen(ns(s)->bucket);
+		if (strncmp(sep + 3, ns(s)->bucket, bl) || sep[3 + bl] != '.') {
+			char *v = dcr_asprintf("%.*s://%s.%s", (int)(sep - ep), ep, ns(s)->bucket,
 					       sep + 3);
 			free(ep);
 			ep = v;
 		}
 	}
 	char *epath = NULL;
-	int r = ep ? split_url(ep, &s->base, &epath) : -ENOMEM;
+	int r = ep ? split_url(ep, &ns(s)->base, &epath) : -ENOMEM;
 	free(ep);
 	if (!r) {
-		s->epath = vhost ? dcr_strdup(epath) : dcr_asprintf("%s/%s", epath, s->bucket);
-		s->hostport = dcr_strdup(strstr(s->base, "://") + 3);
-		if (!s->epath || !s->hostport)
+		ns(s)->epath = vhost ? dcr_strdup(epath) : dcr_asprintf("%s/%s", epath, ns(s)->bucket);
+		ns(s)->hostport = dcr_strdup(strstr(ns(s)->base, "://") + 3);
+		if (!ns(s)->epath || !ns(s)->hostport)
 			r = -ENOMEM;
-		for (char *p = s->hostport; p && *p; p++)
+		for (char *p = ns(s)->hostport; p && *p; p++)
 			if (*p >= 'A' && *p <= 'Z')
 				*p = (char)(*p - 'A' + 'a');
 	}
 	free(epath);
 	if (r)
 		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
-	if (!s->hostport[0])
+	if (!ns(s)->hostport[0])
 		return dcr_err_set(e, -EINVAL, "cannot open store '%s': endpoint has no host", url);
 	return 0;
 }
 
-void dcr_net_close(struct dcr_store *s)
+static void net_close(struct dcr_store *s)
 {
-	for (size_t i = 0; i < s->nidle; i++)
-		curl_easy_cleanup(s->idle[i]);
-	free(s->idle);
-	free(s->base);
-	free(s->epath);
-	free(s->hostport);
-	free(s->bucket);
-	free(s->prefix);
-	if (s->secret)
-		OPENSSL_cleanse(s->secret, strlen(s->secret));
-	free(s->akid);
-	free(s->secret);
-	free(s->token);
-	free(s->region);
+	if (!ns(s))
+		return;
+	for (size_t i = 0; i < ns(s)->nidle; i++)
+		curl_easy_cleanup(ns(s)->idle[i]);
+	free(ns(s)->idle);
+	free(ns(s)->base);
+	free(ns(s)->epath);
+	free(ns(s)->hostport);
+	free(ns(s)->bucket);
+	free(ns(s)->prefix);
+	if (ns(s)->secret)
+		OPENSSL_cleanse(ns(s)->secret, strlen(ns(s)->secret));
+	free(ns(s)->akid);
+	free(ns(s)->secret);
+	free(ns(s)->token);
+	free(ns(s)->region);
+	pthread_mutex_destroy(&ns(s)->curl_mu);
+	pthread_mutex_destroy(&ns(s)->cas_mu);
+	free(ns(s));
 }
 
 /* ---- uploads --------------------------------------------------------- */
@@ -883,7 +912,7 @@ static int put_once(struct dcr_store *s, const char *name, const char *query,
 	q.cond_put = if_absent;
 	if (if_absent)
 		q.xh[q.nxh++] = (struct dcr_sigv4_header){"If-None-Match", "*"};
-	if (s->kind == STORE_S3) {
+	if (ns(s)->s3) {
 		/* SigV4 signs the body's hash: a file is read twice (the
 		 * second time from the page cache), never held whole. */
 		if (buf)
@@ -1014,7 +1043,7 @@ static int s3_multipart(struct dcr_store *s, const char *name, const uint8_t *bu
 	}
 	m.nparts = (unsigned)((size + m.psize - 1) / m.psize);
 	char *key = s3_key(s, name);
-	what = key ? dcr_asprintf("s3://%s/%s", s->bucket, key) : NULL;
+	what = key ? dcr_asprintf("s3://%s/%s", ns(s)->bucket, key) : NULL;
 	free(key);
 	if (!what)
 		return dcr_err_sys(e, ENOMEM, "cannot upload '%s'", name);
@@ -1121,12 +1150,14 @@ out:
 	return r;
 }
 
+static int net_delete(struct dcr_store *s, const char *name, struct dcr_err *e);
+
 /* Check once per store that the server honours "If-None-Match: *". */
 static int cas_check(struct dcr_store *s, struct dcr_err *e)
 {
-	pthread_mutex_lock(&s->cas_mu);
+	pthread_mutex_lock(&ns(s)->cas_mu);
 	int r = 0;
-	if (s->cas_state == 0) {
+	if (ns(s)->cas_state == 0) {
 		uint8_t rnd[8];
 		char hex[17], name[64];
 		RAND_bytes(rnd, sizeof(rnd));
@@ -1138,48 +1169,78 @@ static int cas_check(struct dcr_store *s, struct dcr_err *e)
 			struct dcr_err e2;
 			int c = put_once(s, name, NULL, body, -1, 0, sizeof(body) - 1, 1, NULL, NULL, 0, &e2);
 			if (c == DCR_ECONFLICT)
-				s->cas_state = 1;
+				ns(s)->cas_state = 1;
 			else if (c == 0)
-				s->cas_state = -1;
+				ns(s)->cas_state = -1;
 			else {
 				r = c;
 				if (e)
 					*e = e2;
 			}
 			struct dcr_err ign;
-			dcr_net_delete(s, name, &ign);
+			net_delete(s, name, &ign);
 		}
 	}
-	pthread_mutex_unlock(&s->cas_mu);
+	pthread_mutex_unlock(&ns(s)->cas_mu);
 	return r;
 }
 
-int dcr_net_put(struct dcr_store *s, const char *name, const void *buf,
-		size_t len, int fd, uint64_t flen, int if_absent, struct dcr_err *e)
+static int net_send(struct dcr_store *s, const char *name, const void *buf,
+		    size_t len, int fd, uint64_t flen, int if_absent, struct dcr_err *e)
 {
 	uint64_t size = fd >= 0 ? flen : len;
 	if (if_absent) {
 		int r = cas_check(s, e);
 		if (r)
 			return r;
-		if (s->cas_state < 0) {
-			char *key = s->kind == STORE_S3 ? s3_key(s, name) : NULL;
-			char *w = key ? dcr_asprintf("s3://%s/%s", s->bucket, key)
-				      : dcr_asprintf("%s/%s", s->base, name);
+		if (ns(s)->cas_state < 0) {
+			char *key = ns(s)->s3 ? s3_key(s, name) : NULL;
+			char *w = key ? dcr_asprintf("s3://%s/%s", ns(s)->bucket, key)
+				      : dcr_asprintf("%s/%s", ns(s)->base, name);
 			r = dcr_err_set(e, DCR_EREMOTE,
 					"cannot create '%s' only if absent: the server at '%s' ignores "
 					"If-None-Match (a conditional PUT overwrote a probe object), so "
-					"compare-and-set is not safe there", w ? w : name, s->base);
+					"compare-and-set is not safe there", w ? w : name, ns(s)->base);
 			free(key);
 			free(w);
 			return r;
 		}
 	}
-	if (s->kind == STORE_HTTP)
+	if (!ns(s)->s3)
 		return put_once(s, name, NULL, buf, fd, 0, size, if_absent, NULL, NULL, 0, e);
 	if (!if_absent && size > s->o.multipart_threshold)
 		return s3_multipart(s, name, buf, fd, size, e);
 	return put_once(s, name, NULL, buf, fd, 0, size, if_absent, NULL, NULL, 0, e);
+}
+
+static int net_put(struct dcr_store *s, const char *name, const void *buf,
+		   size_t len, struct dcr_err *e)
+{
+	return net_send(s, name, buf, len, -1, 0, 0, e);
+}
+
+static int net_put_if_absent(struct dcr_store *s, const char *name,
+			     const void *buf, size_t len, struct dcr_err *e)
+{
+	return net_send(s, name, buf, len, -1, 0, 1, e);
+}
+
+static int net_put_file(struct dcr_store *s, const char *name, const char *path,
+			struct dcr_err *e)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0)
+		return dcr_err_sys(e, errno, "cannot open '%s'", path);
+	int r;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		r = dcr_err_sys(e, errno ? errno : EINVAL, "cannot upload '%s': not a regular file", path);
+		close(fd);
+		return r;
+	}
+	r = net_send(s, name, NULL, 0, fd, (uint64_t)st.st_size, 0, e);
+	close(fd);
+	return r;
 }
 
 /* ---- downloads ------------------------------------------------------- */
@@ -1259,8 +1320,8 @@ static int sink_mem_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, ui
 	return r;
 }
 
-int dcr_net_get_buf(struct dcr_store *s, const char *name, struct dcr_buf *b,
-		    size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
+static int net_get(struct dcr_store *s, const char *name, struct dcr_buf *b,
+		   size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
 {
 	b->len = 0;
 	if (!h)
@@ -1272,21 +1333,19 @@ int dcr_net_get_buf(struct dcr_store *s, const char *name, struct dcr_buf *b,
 	return r;
 }
 
-int dcr_net_get(struct dcr_store *s, const char *name, uint8_t **buf,
-		size_t *len, struct dcr_err *e)
+/* into the heap buffer b may bring, grown as needed: a recycled buffer
+ * costs no page faults */
+static int net_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
+			size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
 {
-	struct dcr_buf b = {0};
-	int r = dcr_net_get_buf(s, name, &b, 0, NULL, e);
-	if (!r && dcr_buf_reserve(&b, 1))
-		r = dcr_err_sys(e, ENOMEM, "cannot GET '%s'", name);
-	if (r) {
-		dcr_buf_free(&b);
-		return r;
-	}
-	b.p[b.len] = 0;
-	*buf = b.p;
-	*len = b.len;
-	return 0;
+	if (b->map)
+		dcr_blob_free(b);
+	struct dcr_buf buf = {b->p, 0, b->cap};
+	int r = net_get(s, name, &buf, tail, h, e);
+	b->p = buf.p;
+	b->len = buf.len;
+	b->cap = buf.cap;
+	return r;
 }
 
 static int sink_range(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
@@ -1313,9 +1372,12 @@ static int sink_range_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, 
 	return 0;
 }
 
-int dcr_net_get_range(struct dcr_store *s, const char *name, uint64_t off,
-		      size_t len, uint8_t *buf, const struct dcr_hasher *h, struct dcr_err *e)
+static int net_get_range(struct dcr_store *s, const char *name, uint64_t off,
+			 size_t len, uint8_t *buf, const struct dcr_hasher *h,
+			 struct dcr_err *e)
 {
+	if (!len)
+		return 0;
 	if (!h)
 		return get_stream(s, name, 1, off, len, sink_range, buf, NULL, NULL, e);
 	struct sink_range_hash sh = {.buf = buf, .h = h};
@@ -1332,7 +1394,7 @@ static int sink_fd(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t
 	return dcr_write_full(*(int *)arg, p, n);
 }
 
-int dcr_net_get_to_fd(struct dcr_store *s, const char *name, int fd,
+static int net_get_to_fd(struct dcr_store *s, const char *name, int fd,
 		      uint64_t *size, struct dcr_err *e)
 {
 	uint64_t got = 0;
@@ -1342,7 +1404,7 @@ int dcr_net_get_to_fd(struct dcr_store *s, const char *name, int fd,
 	return r;
 }
 
-int dcr_net_stat(struct dcr_store *s, const char *name, uint64_t *size,
+static int net_stat(struct dcr_store *s, const char *name, uint64_t *size,
 		 struct dcr_err *e)
 {
 	struct req q;
@@ -1362,7 +1424,7 @@ int dcr_net_stat(struct dcr_store *s, const char *name, uint64_t *size,
 	return r;
 }
 
-int dcr_net_delete(struct dcr_store *s, const char *name, struct dcr_err *e)
+static int net_delete(struct dcr_store *s, const char *name, struct dcr_err *e)
 {
 	struct req q;
 	char *what = NULL;
@@ -1388,11 +1450,11 @@ static int is_probe(const char *name)
 static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 		   struct dcr_err *e)
 {
-	char *full = s->prefix[0] ? dcr_asprintf("%s/%s", s->prefix, prefix) : dcr_strdup(prefix);
+	char *full = ns(s)->prefix[0] ? dcr_asprintf("%s/%s", ns(s)->prefix, prefix) : dcr_strdup(prefix);
 	char *efull = full ? dcr_uri_encode(full, strlen(full), 0) : NULL;
-	char *what = full ? dcr_asprintf("s3://%s/%s", s->bucket, full) : NULL;
+	char *what = full ? dcr_asprintf("s3://%s/%s", ns(s)->bucket, full) : NULL;
 	char *token = NULL;
-	size_t strip = s->prefix[0] ? strlen(s->prefix) + 1 : 0;
+	size_t strip = ns(s)->prefix[0] ? strlen(ns(s)->prefix) + 1 : 0;
 	int r = 0;
 	if (!efull || !what) {
 		r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", prefix);
@@ -1409,7 +1471,7 @@ static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 		q.body_fd = -1;
 		q.method = "GET";
 		q.what = what;
-		q.path = dcr_strdup(s->epath[0] ? s->epath : "/");
+		q.path = dcr_strdup(ns(s)->epath[0] ? ns(s)->epath : "/");
 		q.query = query;
 		q.keep_body = 1;
 		if (!query || !q.path) {
@@ -1440,7 +1502,7 @@ static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 			}
 			char *rel = dcr_strdup(k + strip);
 			free(k);
-			if (!rel || dcr_names_add(l, rel)) {
+			if (!rel || store_names_add(l, rel)) {
 				free(rel);
 				req_free(&q);
 				r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
@@ -1478,8 +1540,8 @@ static int http_list(struct dcr_store *s, const char *prefix, struct dcr_names *
 	q.body_fd = -1;
 	char *ep = dcr_uri_encode(prefix, strlen(prefix), 0);
 	char *query = ep ? dcr_asprintf("prefix=%s", ep) : NULL;
-	char *what = dcr_asprintf("%s/%s", s->base, prefix);
-	q.path = dcr_asprintf("%s/", s->base);
+	char *what = dcr_asprintf("%s/%s", ns(s)->base, prefix);
+	q.path = dcr_asprintf("%s/", ns(s)->base);
 	int r = 0;
 	if (!query || !what || !q.path) {
 		r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", prefix);
@@ -1495,7 +1557,7 @@ static int http_list(struct dcr_store *s, const char *prefix, struct dcr_names *
 			r = dcr_err_set(e, DCR_EREMOTE,
 					"cannot list '%s': the server does not list (GET %s/?prefix=... answered %ld); "
 					"see store.h for the convention",
-					what, s->base, q.status);
+					what, ns(s)->base, q.status);
 		goto out;
 	}
 	const char *p = (const char *)q.resp.p, *end = p + q.resp.len;
@@ -1523,7 +1585,7 @@ static int http_list(struct dcr_store *s, const char *prefix, struct dcr_names *
 			free(name);
 			continue;
 		}
-		if (dcr_names_add(l, name)) {
+		if (store_names_add(l, name)) {
 			free(name);
 			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
 			goto out;
@@ -1537,25 +1599,38 @@ out:
 	return r;
 }
 
-int dcr_net_list(struct dcr_store *s, const char *prefix, char ***names,
-		 size_t *n, struct dcr_err *e)
+static int net_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
+		    struct dcr_err *e)
 {
-	struct dcr_names l = {0};
-	int r = s->kind == STORE_S3 ? s3_list(s, prefix, &l, e) : http_list(s, prefix, &l, e);
-	if (r) {
-		dcr_store_names_free(l.v, l.n);
-		return r;
-	}
-	dcr_names_sort(&l);
-	/* Drop duplicates (a server listing twice across pages). */
-	size_t w = 0;
-	for (size_t i = 0; i < l.n; i++) {
-		if (w && !strcmp(l.v[w - 1], l.v[i]))
-			free(l.v[i]);
-		else
-			l.v[w++] = l.v[i];
-	}
-	*names = l.v;
-	*n = w;
-	return 0;
+	return ns(s)->s3 ? s3_list(s, prefix, l, e) : http_list(s, prefix, l, e);
 }
+
+const struct dcr_store_ops store_http_ops = {
+	.open = net_open,
+	.close = net_close,
+	.put = net_put,
+	.put_file = net_put_file,
+	.put_if_absent = net_put_if_absent,
+	.get = net_get,
+	.get_blob = net_get_blob,
+	.get_range = net_get_range,
+	.get_to_fd = net_get_to_fd,
+	.stat = net_stat,
+	.list = net_list,
+	.delete = net_delete,
+};
+
+const struct dcr_store_ops store_s3_ops = {
+	.open = net_open,
+	.close = net_close,
+	.put = net_put,
+	.put_file = net_put_file,
+	.put_if_absent = net_put_if_absent,
+	.get = net_get,
+	.get_blob = net_get_blob,
+	.get_range = net_get_range,
+	.get_to_fd = net_get_to_fd,
+	.stat = net_stat,
+	.list = net_list,
+	.delete = net_delete,
+};
