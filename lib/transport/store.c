@@ -11,7 +11,8 @@
 #include "core/file.h"
 #include "core/util.h"
 #include "transport/store-dir.h"
-#include "transport/store-net.h"
+#include "transport/store-http.h"
+#include "transport/store-s3.h"
 
 /* ---- names ---------------------------------------------------------- */
 
