@@ -1,5 +1,6 @@
 /* sigv4.c - AWS Signature Version 4: canonical request, string to sign,
- * signing key and Authorization header, for S3 requests built in store.c.
+ * signing key and Authorization header, for the S3 store's requests
+ * (store-s3.c).
  * libcurl's CURLOPT_AWS_SIGV4 (7.88) signs the query string as written and
  * omits x-amz-content-sha256, so dcr canonicalizes and signs by itself. */
 #include "config.h"

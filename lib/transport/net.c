@@ -1,0 +1,1005 @@
+/* net.c - what the HTTP(S) and S3 stores share over libcurl.
+ *
+ * One request path for both: net_perform() sends a request, retries it with
+ * exponential backoff while the failure is transient (5xx, 408, 429, S3
+ * RequestTimeout, timeouts, resets, truncated bodies), resumes downloads with
+ * Range + If-Match at the first byte not yet delivered, and turns the final
+ * answer into a one-line error naming the object and the cause. The kind's
+ * hooks (net.h) say where an object is and sign each attempt (S3: SigV4).
+ * Bodies are streamed: an upload is read from the caller's buffer or file as
+ * curl asks for it, a download is handed to a sink (memory, the caller's
+ * buffer, an fd) as it arrives. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <openssl/rand.h>
+
+#include "core/file.h"
+#include "core/util.h"
+#include "transport/net.h"
+#include "transport/sigv4.h"
+
+#define MAX_SMALL_BODY (64u << 20) /* listings, XML answers */
+#define MAX_ERR_BODY (64u << 10)
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+/* ---- handles --------------------------------------------------------- */
+
+static CURL *handle_get(struct dcr_store *s)
+{
+	struct net *n = net_of(s);
+	CURL *c = NULL;
+	pthread_mutex_lock(&n->curl_mu);
+	if (n->nidle)
+		c = n->idle[--n->nidle];
+	pthread_mutex_unlock(&n->curl_mu);
+	if (c)
+		curl_easy_reset(c); /* keeps the connection cache */
+	else
+		c = curl_easy_init();
+	return c;
+}
+
+static void handle_put(struct dcr_store *s, CURL *c)
+{
+	struct net *n = net_of(s);
+	pthread_mutex_lock(&n->curl_mu);
+	if (n->nidle == n->cap_idle) {
+		size_t cap = n->cap_idle ? 2 * n->cap_idle : 16;
+		void **v = realloc(n->idle, cap * sizeof(*v));
+		if (v) {
+			n->idle = v;
+			n->cap_idle = cap;
+		}
+	}
+	if (n->nidle < n->cap_idle) {
+		n->idle[n->nidle++] = c;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&n->curl_mu);
+	if (c)
+		curl_easy_cleanup(c);
+}
+
+/* ---- small helpers --------------------------------------------------- */
+
+void net_sha256_hex(const void *p, size_t n, char out[65])
+{
+	dcr_digest d;
+	dcr_sha256(p, n, &d);
+	dcr_hex(d.b, 32, out);
+}
+
+static int file_sha256_hex(int fd, uint64_t off, uint64_t len, char out[65])
+{
+	size_t cap = 1u << 20;
+	uint8_t *b = malloc(cap);
+	struct dcr_sha *h = dcr_sha_new();
+	int r = b && h ? 0 : -ENOMEM;
+	while (!r && len) {
+		size_t n = len < cap ? (size_t)len : cap;
+		r = dcr_pread_full(fd, b, n, off);
+		if (r == -EPIPE)
+			r = -EIO; /* the file shrank */
+		if (!r)
+			dcr_sha_update(h, b, n);
+		off += n;
+		len -= n;
+	}
+	if (!r) {
+		dcr_digest d;
+		dcr_sha_final(h, &d);
+		dcr_hex(d.b, 32, out);
+	}
+	dcr_sha_free(h);
+	free(b);
+	return r;
+}
+
+/* Text of the first <tag>...</tag> in xml[0..n), entities decoded, or NULL. */
+char *net_xml_text(const char *xml, size_t n, const char *tag, const char **after)
+{
+	char open[64], close[64];
+	snprintf(open, sizeof(open), "<%s>", tag);
+	snprintf(close, sizeof(close), "</%s>", tag);
+	const char *a = memmem(xml, n, open, strlen(open));
+	if (!a)
+		return NULL;
+	a += strlen(open);
+	const char *b = memmem(a, n - (size_t)(a - xml), close, strlen(close));
+	if (!b)
+		return NULL;
+	if (after)
+		*after = b + strlen(close);
+	char *out = malloc((size_t)(b - a) + 1), *o = out;
+	if (!out)
+		return NULL;
+	for (const char *p = a; p < b;) {
+		static const struct { const char *ent; char c; } ents[] = {
+			{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''},
+		};
+		int done = 0;
+		if (*p == '&') {
+			for (size_t i = 0; i < sizeof(ents) / sizeof(ents[0]); i++) {
+				size_t l = strlen(ents[i].ent);
+				if ((size_t)(b - p) >= l && !memcmp(p, ents[i].ent, l)) {
+					*o++ = ents[i].c;
+					p += l;
+					done = 1;
+					break;
+				}
+			}
+			if (!done && p + 2 < b && p[1] == '#') {
+				char *end;
+				unsigned long v = p[2] == 'x' ? strtoul(p + 3, &end, 16)
+							      : strtoul(p + 2, &end, 10);
+				if (end < b && *end == ';' && v > 0 && v < 0x110000) {
+					/* UTF-8 encode */
+					if (v < 0x80) {
+						*o++ = (char)v;
+					} else if (v < 0x800) {
+						*o++ = (char)(0xc0 | v >> 6);
+						*o++ = (char)(0x80 | (v & 0x3f));
+					} else if (v < 0x10000) {
+						*o++ = (char)(0xe0 | v >> 12);
+						*o++ = (char)(0x80 | ((v >> 6) & 0x3f));
+						*o++ = (char)(0x80 | (v & 0x3f));
+					} else {
+						*o++ = (char)(0xf0 | v >> 18);
+						*o++ = (char)(0x80 | ((v >> 12) & 0x3f));
+						*o++ = (char)(0x80 | ((v >> 6) & 0x3f));
+						*o++ = (char)(0x80 | (v & 0x3f));
+					}
+					p = end + 1;
+					done = 1;
+				}
+			}
+		}
+		if (!done)
+			*o++ = *p++;
+	}
+	*o = '\0';
+	return out;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+static long backoff(const struct dcr_store *s, int attempt)
+{
+	long d = s->o.backoff_ms;
+	for (int i = 0; i < attempt && d < 10000; i++)
+		d *= 2;
+	if (d > 10000)
+		d = 10000;
+	unsigned r = 0;
+	RAND_bytes((unsigned char *)&r, sizeof(r));
+	return d / 2 + (long)(r % (unsigned)(d / 2 + 1));
+}
+
+void net_backoff(const struct dcr_store *s, int attempt)
+{
+	sleep_ms(backoff(s, attempt));
+}
+
+/* ---- one request, with retries -------------------------------------- */
+
+#define SINK_BADRANGE 1
+
+static size_t on_header(char *p, size_t sz, size_t nm, void *arg)
+{
+	struct net_req *q = arg;
+	size_t n = sz * nm, l = n;
+	while (l && (p[l - 1] == '\r' || p[l - 1] == '\n'))
+		l--;
+	if (l > 5 && !memcmp(p, "HTTP/", 5)) {
+		/* A new response (after a 100 Continue, or a new attempt). */
+		q->etag[0] = '\0';
+		q->have_clen = q->have_cr = 0;
+		q->reason[0] = '\0';
+		const char *sp = memchr(p, ' ', l);
+		if (sp) {
+			q->status = strtol(sp + 1, NULL, 10);
+			const char *sp2 = memchr(sp + 1, ' ', l - (size_t)(sp + 1 - p));
+			if (sp2) {
+				size_t rl = l - (size_t)(sp2 + 1 - p);
+				if (rl >= sizeof(q->reason))
+					rl = sizeof(q->reason) - 1;
+				memcpy(q->reason, sp2 + 1, rl);
+				q->reason[rl] = '\0';
+			}
+		}
+		return n;
+	}
+	const char *colon = memchr(p, ':', l);
+	if (!colon)
+		return n;
+	size_t kl = (size_t)(colon - p);
+	const char *v = colon + 1;
+	while (v < p + l && (*v == ' ' || *v == '\t'))
+		v++;
+	size_t vl = (size_t)(p + l - v);
+	char val[256];
+	if (vl >= sizeof(val))
+		vl = sizeof(val) - 1;
+	memcpy(val, v, vl);
+	val[vl] = '\0';
+	if (kl == 4 && !strncasecmp(p, "etag", 4)) {
+		memcpy(q->etag, val, vl + 1);
+	} else if (kl == 14 && !strncasecmp(p, "content-length", 14)) {
+		q->clen = strtoull(val, NULL, 10);
+		q->have_clen = 1;
+	} else if (kl == 13 && !strncasecmp(p, "content-range", 13)) {
+		unsigned long long a, b, t;
+		if (sscanf(val, "bytes %llu-%llu/%llu", &a, &b, &t) == 3) {
+			q->cr_start = a;
+			q->cr_total = t;
+			q->have_cr = 1;
+		}
+	}
+	return n;
+}
+
+static size_t on_data(char *p, size_t sz, size_t nm, void *arg)
+{
+	struct net_req *q = arg;
+	size_t n = sz * nm;
+	if (!q->started) {
+		q->started = 1;
+		q->deliver = q->sink && (q->status == 200 || q->status == 206);
+		if (q->deliver) {
+			uint64_t want = q->r_start + q->got;
+			if (q->status == 206) {
+				if (!q->have_cr || q->cr_start != want) {
+					q->sink_rc = SINK_BADRANGE;
+					return 0;
+				}
+				q->skip = 0;
+				q->total = q->cr_total;
+				q->have_total = 1;
+			} else {
+				q->skip = want; /* the server ignored Range */
+				if (q->have_clen) {
+					q->total = q->clen;
+					q->have_total = 1;
+				}
+			}
+		}
+	}
+	if (!q->deliver) {
+		size_t cap = q->status >= 200 && q->status < 300 ? MAX_SMALL_BODY : MAX_ERR_BODY;
+		size_t room = q->resp.len < cap ? cap - q->resp.len : 0;
+		if (q->status >= 200 && q->status < 300 && n > room) {
+			q->sink_rc = -EFBIG;
+			return 0;
+		}
+		if (room && dcr_buf_add(&q->resp, p, n < room ? n : room)) {
+			q->sink_rc = -ENOMEM;
+			return 0;
+		}
+		return n;
+	}
+	size_t used = 0;
+	if (q->skip) {
+		used = q->skip < n ? (size_t)q->skip : n;
+		q->skip -= used;
+	}
+	size_t m = n - used;
+	if (q->ranged && m > q->r_len - q->got)
+		m = (size_t)(q->r_len - q->got);
+	if (m) {
+		int r = q->sink(q->sink_arg, q->got, (const uint8_t *)p + used, m,
+				q->have_total ? q->total : 0);
+		if (r) {
+			q->sink_rc = r;
+			return 0;
+		}
+		q->got += m;
+	}
+	return n;
+}
+
+static size_t on_read(char *buf, size_t sz, size_t nm, void *arg)
+{
+	struct net_req *q = arg;
+	size_t n = sz * nm;
+	uint64_t left = q->body_len - q->up_pos;
+	if (n > left)
+		n = (size_t)left;
+	if (!n)
+		return 0;
+	if (q->body) {
+		memcpy(buf, q->body + q->up_pos, n);
+	} else {
+		int r = dcr_pread_full(q->body_fd, buf, n, q->body_off + q->up_pos);
+		if (r) {
+			q->read_rc = r == -EPIPE ? -EIO : r;
+			return CURL_READFUNC_ABORT;
+		}
+	}
+	q->up_pos += n;
+	return n;
+}
+
+static int on_seek(void *arg, curl_off_t off, int origin)
+{
+	struct net_req *q = arg;
+	if (origin != SEEK_SET || off < 0 || (uint64_t)off > q->body_len)
+		return CURL_SEEKFUNC_CANTSEEK;
+	q->up_pos = (uint64_t)off;
+	return CURL_SEEKFUNC_OK;
+}
+
+static int curl_retryable(CURLcode c)
+{
+	switch (c) {
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+	case CURLE_WEIRD_SERVER_REPLY:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* The cause of a non-2xx answer: "403 SignatureDoesNotMatch: The ..." from
+ * an S3 XML error body, else the status, reason and the body's first line. */
+static void http_cause(const struct net_req *q, char *out, size_t n, char **codep)
+{
+	const char *body = (const char *)q->resp.p;
+	size_t bl = q->resp.len;
+	char *code = bl ? net_xml_text(body, bl, "Code", NULL) : NULL;
+	char *msg = bl ? net_xml_text(body, bl, "Message", NULL) : NULL;
+	if (code) {
+		snprintf(out, n, "%ld %s%s%s", q->status, code, msg ? ": " : "", msg ? msg : "");
+	} else {
+		char line[200] = "";
+		size_t l = 0;
+		while (l < bl && l < sizeof(line) - 1 && body[l] != '\n' && body[l] != '\r' &&
+		       (unsigned char)body[l] >= 0x20)
+			l++;
+		if (l)
+			memcpy(line, body, l);
+		line[l] = '\0';
+		snprintf(out, n, "%ld%s%s%s%s", q->status, q->reason[0] ? " " : "", q->reason,
+			 l ? ": " : "", line);
+	}
+	free(msg);
+	if (codep)
+		*codep = code;
+	else
+		free(code);
+}
+
+static struct curl_slist *add_hdr(struct curl_slist *l, const char *k, const char *v, int *bad)
+{
+	char *h = dcr_asprintf("%s: %s", k, v);
+	struct curl_slist *n = h ? curl_slist_append(l, h) : NULL;
+	free(h);
+	if (!n) {
+		*bad = 1;
+		return l;
+	}
+	return n;
+}
+
+/* Build the header list for one attempt (signed by the kind's hook). */
+static int build_headers(struct dcr_store *s, struct net_req *q, struct curl_slist **out)
+{
+	struct dcr_sigv4_header h[NET_MAX_HEADERS];
+	size_t nh = 0;
+	char range[80], *auth = NULL;
+	int bad = 0;
+	for (size_t i = 0; i < q->nxh; i++)
+		h[nh++] = q->xh[i];
+	if (q->ranged || q->got) {
+		uint64_t a = q->r_start + q->got;
+		if (q->ranged)
+			snprintf(range, sizeof(range), "bytes=%llu-%llu", (unsigned long long)a,
+				 (unsigned long long)(q->r_start + q->r_len - 1));
+		else
+			snprintf(range, sizeof(range), "bytes=%llu-", (unsigned long long)a);
+		h[nh++] = (struct dcr_sigv4_header){"Range", range};
+	}
+	if (q->pin[0] && (q->got || q->ranged))
+		h[nh++] = (struct dcr_sigv4_header){"If-Match", q->pin};
+	if (net_of(s)->k->sign && net_of(s)->k->sign(s, q, h, &nh, &auth))
+		return -ENOMEM;
+	struct curl_slist *l = NULL;
+	if (auth)
+		l = add_hdr(l, "Authorization", auth, &bad);
+	free(auth);
+	for (size_t i = 0; i < nh; i++)
+		l = add_hdr(l, h[i].name, h[i].value, &bad);
+	l = add_hdr(l, "Expect", "", &bad); /* "Expect:" removes it */
+	if (bad) {
+		curl_slist_free_all(l);
+		return -ENOMEM;
+	}
+	*out = l;
+	return 0;
+}
+
+/* Run q until it succeeds, fails for good, or retries run out. 0 on a 2xx;
+ * else a negative code with e filled. The final status is in q->status. */
+int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
+{
+	char cause[700] = "", errbuf[CURL_ERROR_SIZE];
+	char *url = NULL;
+	const char *m = q->method;
+	int attempts = 0, r = -EIO;
+	url = dcr_asprintf("%s%s%s%s", net_of(s)->base, q->path, q->query ? "?" : "",
+			   q->query ? q->query : "");
+	CURL *c = handle_get(s);
+	if (!url || !c) {
+		free(url);
+		if (c)
+			curl_easy_cleanup(c);
+		return dcr_err_sys(e, ENOMEM, "cannot %s '%s'", m, q->what);
+	}
+	for (;; attempts++) {
+		if (attempts) {
+			if (attempts > (q->no_retry ? 0 : s->o.retries)) {
+				r = dcr_err_set(e, -EIO, "cannot %s '%s': %s (gave up after %d attempts)",
+						m, q->what, cause, attempts);
+				break;
+			}
+			net_backoff(s, attempts - 1);
+			curl_easy_reset(c);
+		}
+		if (!q->ranged && q->have_total && q->got == q->total && q->got) {
+			r = 0; /* everything arrived before the connection broke */
+			break;
+		}
+		struct curl_slist *hl = NULL;
+		if (build_headers(s, q, &hl)) {
+			r = dcr_err_sys(e, ENOMEM, "cannot %s '%s'", m, q->what);
+			break;
+		}
+		q->up_pos = 0;
+		q->sink_rc = q->read_rc = 0;
+		q->status = 0;
+		q->started = q->deliver = 0;
+		q->skip = 0;
+		q->resp.len = 0;
+		errbuf[0] = '\0';
+		curl_easy_setopt(c, CURLOPT_URL, url);
+		curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
+		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+		curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+		curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+		curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
+		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
+		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)s->o.timeout_s);
+		curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+		curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)s->o.timeout_s);
+		curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+		curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+		if (s->o.cacert)
+			curl_easy_setopt(c, CURLOPT_CAINFO, s->o.cacert);
+		curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
+		curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
+		curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+		curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+		if (q->has_body) {
+			curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+			curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
+			curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+			curl_easy_setopt(c, CURLOPT_READDATA, q);
+			curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+			curl_easy_setopt(c, CURLOPT_SEEKDATA, q);
+			if (strcmp(m, "PUT"))
+				curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
+		} else if (!strcmp(m, "HEAD")) {
+			curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+		} else if (strcmp(m, "GET")) {
+			curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
+		}
+		CURLcode cc = curl_easy_perform(c);
+		curl_slist_free_all(hl);
+		long st = 0;
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+		if (st)
+			q->status = st;
+		if (q->sink_rc == SINK_BADRANGE) {
+			r = dcr_err_set(e, DCR_EREMOTE,
+					"cannot %s '%s': the server answered a range request with the wrong range",
+					m, q->what);
+			break;
+		}
+		if (q->sink_rc) {
+			r = q->sink_rc == -EFBIG
+				? dcr_err_set(e, DCR_EFORMAT, "cannot %s '%s': the answer is larger than %u bytes",
+					      m, q->what, MAX_SMALL_BODY)
+				: dcr_err_sys(e, q->sink_rc, "cannot %s '%s': cannot store what arrived",
+					      m, q->what);
+			break;
+		}
+		if (q->read_rc) {
+			r = dcr_err_sys(e, q->read_rc, "cannot %s '%s': cannot read the upload", m, q->what);
+			break;
+		}
+		if (cc != CURLE_OK) {
+			snprintf(cause, sizeof(cause), "%s", errbuf[0] ? errbuf : curl_easy_strerror(cc));
+			if (curl_retryable(cc))
+				continue;
+			r = dcr_err_set(e, -EIO, "cannot %s '%s': %s", m, q->what, cause);
+			break;
+		}
+		if (q->status >= 200 && q->status < 300) {
+			if (!q->pin[0] && q->etag[0] && q->sink)
+				snprintf(q->pin, sizeof(q->pin), "%s", q->etag);
+			if (!q->started && q->sink && q->have_clen && q->status == 200 && !q->got) {
+				q->total = q->clen; /* empty object */
+				q->have_total = 1;
+			}
+			r = 0;
+			break;
+		}
+		char *code = NULL;
+		http_cause(q, cause, sizeof(cause), &code);
+		int retry = q->status >= 500 || q->status == 408 || q->status == 429 ||
+			    (code && (!strcmp(code, "RequestTimeout") || !strcmp(code, "SlowDown") ||
+				      !strcmp(code, "ConditionalRequestConflict") ||
+				      !strcmp(code, "OperationAborted")));
+		if (retry) {
+			free(code);
+			continue;
+		}
+		if (q->status == 404 && !q->has_body && !(code && !strcmp(code, "NoSuchBucket")))
+			r = dcr_err_set(e, DCR_ENOTFOUND, "cannot %s '%s': %s", m, q->what, cause);
+		else if (q->status == 403 && !strcmp(m, "HEAD") && !q->resp.len)
+			r = dcr_err_set(e, DCR_EREMOTE,
+					"cannot HEAD '%s': %s (a HEAD answer has no error body: wrong credentials or no access?)",
+					q->what, cause);
+		else if (q->status == 412 && q->cond_put)
+			r = dcr_err_set(e, DCR_ECONFLICT, "cannot create '%s': it already exists (%s)",
+					q->what, cause);
+		else if ((q->status == 412 || q->status == 304) && q->pin[0])
+			r = dcr_err_set(e, -ESTALE,
+					"cannot %s '%s': the object changed during the download (ETag %s no longer matches)",
+					m, q->what, q->pin);
+		else if (q->status == 416)
+			r = dcr_err_set(e, DCR_EFORMAT, "cannot %s '%s': %s (the object is shorter than the range)",
+					m, q->what, cause);
+		else
+			r = dcr_err_set(e, DCR_EREMOTE, "cannot %s '%s': %s", m, q->what, cause);
+		free(code);
+		break;
+	}
+	handle_put(s, c);
+	free(url);
+	return r;
+}
+
+void net_req_free(struct net_req *q)
+{
+	free(q->path);
+	dcr_buf_free(&q->resp);
+}
+
+/* ---- objects ------------------------------------------------------- */
+
+int net_obj_req(struct dcr_store *s, const char *name, struct net_req *q,
+		char **what, struct dcr_err *e)
+{
+	memset(q, 0, sizeof(*q));
+	q->body_fd = -1;
+	*what = NULL;
+	if (net_of(s)->k->locate(s, name, &q->path, what)) {
+		free(q->path);
+		free(*what);
+		q->path = *what = NULL;
+		return dcr_err_sys(e, ENOMEM, "cannot reach '%s'", name);
+	}
+	q->what = *what;
+	return 0;
+}
+
+/* ---- open/close ------------------------------------------------------ */
+
+int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
+	     const char *url, struct dcr_err *e)
+{
+	struct net *n = dcr_calloc(1, size);
+	if (!n)
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+	n->k = k;
+	pthread_mutex_init(&n->curl_mu, NULL);
+	pthread_mutex_init(&n->cas_mu, NULL);
+	s->impl = n;
+	pthread_once(&curl_once, curl_init);
+	if (curl_init_rc != CURLE_OK)
+		return dcr_err_set(e, -EIO, "cannot open store '%s': libcurl initialisation failed: %s",
+				   url, curl_easy_strerror(curl_init_rc));
+	return 0;
+}
+
+void net_close(struct dcr_store *s)
+{
+	struct net *n = net_of(s);
+	if (!n)
+		return;
+	for (size_t i = 0; i < n->nidle; i++)
+		curl_easy_cleanup(n->idle[i]);
+	free(n->idle);
+	free(n->base);
+	pthread_mutex_destroy(&n->curl_mu);
+	pthread_mutex_destroy(&n->cas_mu);
+	free(n);
+	s->impl = NULL;
+}
+
+/* ---- uploads --------------------------------------------------------- */
+
+/* One PUT (or POST) of a body in memory or in a file region. */
+int net_put_once(struct dcr_store *s, const char *name, const char *query,
+		 const uint8_t *buf, int fd, uint64_t off, uint64_t len,
+		 int if_absent, const char *what_suffix, char *etag_out,
+		 size_t etag_cap, struct dcr_err *e)
+{
+	struct net_req q;
+	char *what = NULL, sha[65];
+	int r = net_obj_req(s, name, &q, &what, e);
+	if (r)
+		return r;
+	if (what_suffix) {
+		char *w = dcr_asprintf("%s%s", what, what_suffix);
+		if (!w) {
+			net_req_free(&q);
+			free(what);
+			return dcr_err_sys(e, ENOMEM, "cannot PUT '%s'", name);
+		}
+		free(what);
+		q.what = what = w;
+	}
+	q.method = "PUT";
+	q.query = query;
+	q.has_body = 1;
+	q.body = buf;
+	q.body_fd = fd;
+	q.body_off = off;
+	q.body_len = len;
+	q.cond_put = if_absent;
+	if (if_absent)
+		q.xh[q.nxh++] = (struct dcr_sigv4_header){"If-None-Match", "*"};
+	if (net_of(s)->k->sign) {
+		/* a signature covers the body's hash: a file is read twice
+		 * (the second time from the page cache), never held whole */
+		if (buf)
+			net_sha256_hex(buf, (size_t)len, sha);
+		else if ((r = file_sha256_hex(fd, off, len, sha)))
+			r = dcr_err_sys(e, r, "cannot read the file to upload as '%s'", q.what);
+		q.body_sha = sha;
+	}
+	if (!r)
+		r = net_perform(s, &q, e);
+	if (!r && etag_out) {
+		if (!q.etag[0])
+			r = dcr_err_set(e, DCR_EREMOTE, "cannot PUT '%s': the server sent no ETag", q.what);
+		else
+			snprintf(etag_out, etag_cap, "%s", q.etag);
+	}
+	net_req_free(&q);
+	free(what);
+	return r;
+}
+
+/* Check once per store that the server honours "If-None-Match: *". */
+static int cas_check(struct dcr_store *s, struct dcr_err *e)
+{
+	struct net *n = net_of(s);
+	pthread_mutex_lock(&n->cas_mu);
+	int r = 0;
+	if (n->cas_state == 0) {
+		uint8_t rnd[8];
+		char hex[17], name[64];
+		RAND_bytes(rnd, sizeof(rnd));
+		dcr_hex(rnd, sizeof(rnd), hex);
+		snprintf(name, sizeof(name), DCR_CAS_PROBE "%s", hex);
+		static const uint8_t body[] = "dcr probe: does this server honour If-None-Match?\n";
+		r = net_put_once(s, name, NULL, body, -1, 0, sizeof(body) - 1, 0, NULL, NULL, 0, e);
+		if (!r) {
+			struct dcr_err e2;
+			int c = net_put_once(s, name, NULL, body, -1, 0, sizeof(body) - 1, 1, NULL, NULL, 0, &e2);
+			if (c == DCR_ECONFLICT)
+				n->cas_state = 1;
+			else if (c == 0)
+				n->cas_state = -1;
+			else {
+				r = c;
+				if (e)
+					*e = e2;
+			}
+			struct dcr_err ign;
+			net_delete(s, name, &ign);
+		}
+	}
+	pthread_mutex_unlock(&n->cas_mu);
+	return r;
+}
+
+/* The whole object from buf, or len bytes of fd from its start. */
+static int upload(struct dcr_store *s, const char *name, const uint8_t *buf,
+		  int fd, uint64_t len, struct dcr_err *e)
+{
+	if (net_of(s)->k->upload)
+		return net_of(s)->k->upload(s, name, buf, fd, len, e);
+	return net_put_once(s, name, NULL, buf, fd, 0, len, 0, NULL, NULL, 0, e);
+}
+
+int net_put(struct dcr_store *s, const char *name, const void *buf,
+	    size_t len, struct dcr_err *e)
+{
+	return upload(s, name, buf, -1, len, e);
+}
+
+int net_put_file(struct dcr_store *s, const char *name, const char *path,
+		 struct dcr_err *e)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0)
+		return dcr_err_sys(e, errno, "cannot open '%s'", path);
+	int r;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		r = dcr_err_sys(e, errno ? errno : EINVAL, "cannot upload '%s': not a regular file", path);
+		close(fd);
+		return r;
+	}
+	r = upload(s, name, NULL, fd, (uint64_t)st.st_size, e);
+	close(fd);
+	return r;
+}
+
+int net_put_if_absent(struct dcr_store *s, const char *name, const void *buf,
+		      size_t len, struct dcr_err *e)
+{
+	int r = cas_check(s, e);
+	if (r)
+		return r;
+	if (net_of(s)->cas_state < 0) {
+		char *path = NULL, *w = NULL;
+		net_of(s)->k->locate(s, name, &path, &w);
+		r = dcr_err_set(e, DCR_EREMOTE,
+				"cannot create '%s' only if absent: the server at '%s' ignores "
+				"If-None-Match (a conditional PUT overwrote a probe object), so "
+				"compare-and-set is not safe there", w ? w : name, net_of(s)->base);
+		free(path);
+		free(w);
+		return r;
+	}
+	return net_put_once(s, name, NULL, buf, -1, 0, len, 1, NULL, NULL, 0, e);
+}
+
+/* ---- downloads ------------------------------------------------------- */
+
+static int get_stream(struct dcr_store *s, const char *name, int ranged,
+		      uint64_t off, uint64_t len, sink_fn sink, void *arg,
+		      uint64_t *got, uint64_t *total, struct dcr_err *e)
+{
+	struct net_req q;
+	char *what = NULL;
+	int r = net_obj_req(s, name, &q, &what, e);
+	if (r)
+		return r;
+	q.method = "GET";
+	q.sink = sink;
+	q.sink_arg = arg;
+	q.ranged = ranged;
+	q.r_start = off;
+	q.r_len = len;
+	r = net_perform(s, &q, e);
+	if (!r && ranged && q.got != len)
+		r = dcr_err_set(e, DCR_EFORMAT,
+				"cannot GET %llu bytes at %llu of '%s': only %llu arrived (the object is shorter)",
+				(unsigned long long)len, (unsigned long long)off, q.what,
+				(unsigned long long)q.got);
+	if (!r && !ranged && q.have_total && q.got != q.total)
+		r = dcr_err_set(e, -EIO, "cannot GET '%s': %llu of %llu bytes arrived", q.what,
+				(unsigned long long)q.got, (unsigned long long)q.total);
+	if (got)
+		*got = q.got;
+	if (total)
+		*total = q.have_total ? q.total : q.got;
+	net_req_free(&q);
+	free(what);
+	return r;
+}
+
+static int sink_mem(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
+{
+	struct dcr_buf *b = arg;
+	(void)off;
+	if (!b->len && total && total < SIZE_MAX) {
+		if (dcr_buf_reserve(b, (size_t)total + 1))
+			return -ENOMEM;
+		dcr_prefault(b->p, (size_t)total);
+	}
+	return dcr_buf_add(b, p, n) ? -ENOMEM : 0;
+}
+
+/* Feed h the bytes of p from *fed up to have, while they are in cache: in
+ * whole 64 KiB steps (which BLAKE3 hashes eight chunks at a time), or
+ * with last, all of them. */
+#define HASH_STEP (64u << 10)
+static void feed_hasher(const struct dcr_hasher *h, const uint8_t *p, size_t *fed, size_t have,
+			int last)
+{
+	if (have <= *fed || (!last && have - *fed < HASH_STEP))
+		return;
+	size_t k = last ? have - *fed : (have - *fed) / HASH_STEP * HASH_STEP;
+	h->update(h->ctx, p + *fed, k);
+	*fed += k;
+}
+
+/* sink_mem, hashing all but the last tail bytes */
+struct sink_hash {
+	struct dcr_buf *b;
+	const struct dcr_hasher *h;
+	size_t tail, fed;
+};
+
+static int sink_mem_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
+{
+	struct sink_hash *sh = arg;
+	int r = sink_mem(sh->b, off, p, n, total);
+	if (!r && sh->b->len > sh->tail)
+		feed_hasher(sh->h, sh->b->p, &sh->fed, sh->b->len - sh->tail, 0);
+	return r;
+}
+
+int net_get(struct dcr_store *s, const char *name, struct dcr_buf *b,
+	    size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
+{
+	b->len = 0;
+	if (!h)
+		return get_stream(s, name, 0, 0, 0, sink_mem, b, NULL, NULL, e);
+	struct sink_hash sh = {.b = b, .h = h, .tail = tail};
+	int r = get_stream(s, name, 0, 0, 0, sink_mem_hash, &sh, NULL, NULL, e);
+	if (!r && b->len > tail)
+		feed_hasher(h, b->p, &sh.fed, b->len - tail, 1);
+	return r;
+}
+
+/* into the heap buffer b may bring, grown as needed: a recycled buffer
+ * costs no page faults */
+int net_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
+		 size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
+{
+	if (b->map)
+		dcr_blob_free(b);
+	struct dcr_buf buf = {b->p, 0, b->cap};
+	int r = net_get(s, name, &buf, tail, h, e);
+	b->p = buf.p;
+	b->len = buf.len;
+	b->cap = buf.cap;
+	return r;
+}
+
+static int sink_range(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
+{
+	(void)total;
+	memcpy((uint8_t *)arg + off, p, n);
+	return 0;
+}
+
+/* sink_range, feeding h the bytes that have come in order (a retry may
+ * send bytes again) */
+struct sink_range_hash {
+	uint8_t *buf;
+	size_t fed;
+	const struct dcr_hasher *h;
+};
+
+static int sink_range_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
+{
+	struct sink_range_hash *sh = arg;
+	sink_range(sh->buf, off, p, n, total);
+	if (off <= sh->fed)
+		feed_hasher(sh->h, sh->buf, &sh->fed, (size_t)off + n, 0);
+	return 0;
+}
+
+int net_get_range(struct dcr_store *s, const char *name, uint64_t off,
+		  size_t len, uint8_t *buf, const struct dcr_hasher *h,
+		  struct dcr_err *e)
+{
+	if (!len)
+		return 0;
+	if (!h)
+		return get_stream(s, name, 1, off, len, sink_range, buf, NULL, NULL, e);
+	struct sink_range_hash sh = {.buf = buf, .h = h};
+	int r = get_stream(s, name, 1, off, len, sink_range_hash, &sh, NULL, NULL, e);
+	if (!r)
+		feed_hasher(h, buf, &sh.fed, len, 1);
+	return r;
+}
+
+static int sink_fd(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
+{
+	(void)off;
+	(void)total;
+	return dcr_write_full(*(int *)arg, p, n);
+}
+
+int net_get_to_fd(struct dcr_store *s, const char *name, int fd,
+		  uint64_t *size, struct dcr_err *e)
+{
+	uint64_t got = 0;
+	int r = get_stream(s, name, 0, 0, 0, sink_fd, &fd, &got, NULL, e);
+	if (!r && size)
+		*size = got;
+	return r;
+}
+
+int net_stat(struct dcr_store *s, const char *name, uint64_t *size,
+	     struct dcr_err *e)
+{
+	struct net_req q;
+	char *what = NULL;
+	int r = net_obj_req(s, name, &q, &what, e);
+	if (r)
+		return r;
+	q.method = "HEAD";
+	r = net_perform(s, &q, e);
+	if (!r && !q.have_clen)
+		r = dcr_err_set(e, DCR_EREMOTE, "cannot HEAD '%s': the answer has no Content-Length",
+				q.what);
+	if (!r)
+		*size = q.clen;
+	net_req_free(&q);
+	free(what);
+	return r;
+}
+
+int net_delete(struct dcr_store *s, const char *name, struct dcr_err *e)
+{
+	struct net_req q;
+	char *what = NULL;
+	int r = net_obj_req(s, name, &q, &what, e);
+	if (r)
+		return r;
+	q.method = "DELETE";
+	r = net_perform(s, &q, e);
+	net_req_free(&q);
+	free(what);
+	return r;
+}
+
+/* ---- listing --------------------------------------------------------- */
+
+int net_is_probe(const char *name)
+{
+	const char *b = strrchr(name, '/');
+	b = b ? b + 1 : name;
+	return !strncmp(b, DCR_CAS_PROBE, strlen(DCR_CAS_PROBE));
+}
+

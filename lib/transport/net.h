@@ -1,0 +1,159 @@
+/* net.h - what the HTTP(S) and S3 stores share (net.c): requests over
+ * libcurl with retries, backoff and resumed downloads, a pool of handles
+ * for connection reuse, and the store operations that are the same for
+ * both once the kind has said where an object lives. Not part of the API. */
+#ifndef DCR_TRANSPORT_NET_H
+#define DCR_TRANSPORT_NET_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include "core/buf.h"
+#include "transport/sigv4.h"
+#include "transport/store-impl.h"
+
+/* Name of the probe objects put_if_absent writes on remote stores; lists
+ * skip them (net_is_probe). */
+#define DCR_CAS_PROBE ".dcr-cas-probe-"
+
+/* Headers one request may carry, the signer's included. */
+#define NET_MAX_HEADERS 12
+
+/* Receives a download's bytes in order; off counts from the requested
+ * start; total is the object size when known, else 0. 0 or -errno. */
+typedef int (*sink_fn)(void *arg, uint64_t off, const uint8_t *p, size_t n,
+		       uint64_t total);
+
+/* One request. Zero it (net_obj_req does, for an object), fill the part
+ * above "per attempt", net_perform it, read status, etag and resp, then
+ * net_req_free it. */
+struct net_req {
+	const char *method;
+	const char *what;          /* the object, for messages */
+	char *path;                /* %-encoded, appended to the store's base
+				      (and signed) */
+	const char *query;         /* %-encoded, or NULL */
+	struct dcr_sigv4_header xh[4];
+	size_t nxh;
+	int has_body;
+	const uint8_t *body;       /* or body_fd at body_off */
+	int body_fd;
+	uint64_t body_off, body_len;
+	const char *body_sha;      /* hex SHA-256 of the body, for a signer */
+	sink_fn sink;
+	void *sink_arg;
+	int ranged;
+	uint64_t r_start, r_len;
+	int keep_body;             /* collect a 2xx body into resp */
+	int cond_put;              /* 412 means "exists" */
+
+	/* per attempt */
+	uint64_t up_pos;
+	int sink_rc, read_rc;
+	long status;
+	char reason[128];
+	char etag[256];
+	uint64_t clen, cr_start, cr_total;
+	int have_clen, have_cr;
+	int started, deliver;
+	uint64_t skip;
+	struct dcr_buf resp;
+	char stamp[32];            /* the signer's: this attempt's date */
+
+	int no_retry;              /* one attempt only */
+
+	/* across attempts */
+	uint64_t got;
+	char pin[256];
+	uint64_t total;
+	int have_total;
+};
+
+/* What differs between the kinds that use net.c. */
+struct net_hooks {
+	/* The path of object name (%-encoded, appended to the base) and the
+	 * name messages give it, both malloc'd; 0, or -ENOMEM with either
+	 * possibly set. */
+	int (*locate)(struct dcr_store *s, const char *name, char **path,
+		      char **what);
+	/* Add the headers that sign one attempt of q to h (*nh used, room
+	 * for NET_MAX_HEADERS) and set *auth to a malloc'd Authorization
+	 * value; 0 or -ENOMEM. NULL: requests go unsigned. Uploads to a
+	 * store that signs carry the body's hash in q->body_sha. */
+	int (*sign)(struct dcr_store *s, struct net_req *q,
+		    struct dcr_sigv4_header *h, size_t *nh, char **auth);
+	/* Send a whole object: buf, or len bytes of fd from its start.
+	 * NULL: one PUT (net_put_once). */
+	int (*upload)(struct dcr_store *s, const char *name, const uint8_t *buf,
+		      int fd, uint64_t len, struct dcr_err *e);
+};
+
+/* The start of an HTTP or S3 store's state: s->impl points to a struct
+ * whose first member is this. */
+struct net {
+	const struct net_hooks *k;
+	char *base;     /* URL that object paths are appended to: the http base,
+			   or the s3 endpoint's origin (scheme://host[:port]) */
+	pthread_mutex_t curl_mu;
+	void **idle;    /* CURL handles kept for connection reuse */
+	size_t nidle, cap_idle;
+	pthread_mutex_t cas_mu;
+	int cas_state;  /* 0 unknown, 1 honoured, -1 ignored */
+};
+
+static inline struct net *net_of(struct dcr_store *s) { return s->impl; }
+
+/* Allocate size zeroed bytes (the kind's state, starting with a struct
+ * net) as s->impl, with hooks k, and start libcurl. The kind sets base. */
+int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
+	     const char *url, struct dcr_err *e);
+/* Free the handles, base and s->impl; the kind frees its own fields first. */
+void net_close(struct dcr_store *s);
+
+/* Run q until it succeeds, fails for good, or retries run out. 0 on a 2xx;
+ * else a negative code with e filled. The final status is in q->status. */
+int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e);
+/* Zero q and point it at object name (path and what, *what malloc'd: free
+ * it after net_req_free). */
+int net_obj_req(struct dcr_store *s, const char *name, struct net_req *q,
+		char **what, struct dcr_err *e);
+void net_req_free(struct net_req *q);
+/* One PUT of buf, or len bytes of fd at off, as name (query appended:
+ * a multipart part); if_absent makes it conditional; what_suffix is added
+ * to the name in messages; the answer's ETag goes to etag_out if given. */
+int net_put_once(struct dcr_store *s, const char *name, const char *query,
+		 const uint8_t *buf, int fd, uint64_t off, uint64_t len,
+		 int if_absent, const char *what_suffix, char *etag_out,
+		 size_t etag_cap, struct dcr_err *e);
+/* Sleep before retry attempt+1: opts.backoff_ms doubled per attempt,
+ * capped at 10 s, jittered. */
+void net_backoff(const struct dcr_store *s, int attempt);
+/* Text of the first <tag>...</tag> in xml[0..n), entities decoded
+ * (malloc'd), or NULL; *after (may be NULL) gets the end of the match. */
+char *net_xml_text(const char *xml, size_t n, const char *tag, const char **after);
+void net_sha256_hex(const void *p, size_t n, char out[65]);
+/* Is the last component of name a CAS probe object? */
+int net_is_probe(const char *name);
+
+/* Store operations (store-impl.h) for a kind that has set its hooks. */
+int net_put(struct dcr_store *s, const char *name, const void *buf,
+	    size_t len, struct dcr_err *e);
+int net_put_file(struct dcr_store *s, const char *name, const char *path,
+		 struct dcr_err *e);
+/* Checks first, once per store, that the server honours If-None-Match. */
+int net_put_if_absent(struct dcr_store *s, const char *name, const void *buf,
+		      size_t len, struct dcr_err *e);
+int net_get(struct dcr_store *s, const char *name, struct dcr_buf *b,
+	    size_t tail, const struct dcr_hasher *h, struct dcr_err *e);
+/* Into the heap buffer b may bring, grown as needed. */
+int net_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
+		 size_t tail, const struct dcr_hasher *h, struct dcr_err *e);
+int net_get_range(struct dcr_store *s, const char *name, uint64_t off,
+		  size_t len, uint8_t *buf, const struct dcr_hasher *h,
+		  struct dcr_err *e);
+int net_get_to_fd(struct dcr_store *s, const char *name, int fd,
+		  uint64_t *size, struct dcr_err *e);
+int net_stat(struct dcr_store *s, const char *name, uint64_t *size,
+	     struct dcr_err *e);
+int net_delete(struct dcr_store *s, const char *name, struct dcr_err *e);
+
+#endif

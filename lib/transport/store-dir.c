@@ -1,0 +1,443 @@
+/* store-dir.c - the directory store: an object is a file under the root,
+ * written to a temp file in its directory, fsync'd and renamed (link(2)
+ * for put_if_absent), the directory fsync'd. Reads map or pread the file. */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/digest.h"
+#include "core/file.h"
+#include "core/util.h"
+#include "transport/store-dir.h"
+
+struct dir {
+	char *root;
+};
+
+static struct dir *dir_of(struct dcr_store *s) { return s->impl; }
+
+static int dir_open(struct dcr_store *s, const char *url, struct dcr_err *e)
+{
+	const char *p = !strncmp(url, "file://", 7) ? url + 7 : url;
+	size_t n = strlen(p);
+	while (n > 1 && p[n - 1] == '/')
+		n--;
+	if (!*p)
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': empty path", url);
+	struct dir *d = dcr_calloc(1, sizeof(*d));
+	if (!d || !(d->root = strndup(p, n))) {
+		free(d);
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+	}
+	s->impl = d;
+	return 0;
+}
+
+static void dir_close(struct dcr_store *s)
+{
+	struct dir *d = dir_of(s);
+	if (d)
+		free(d->root);
+	free(d);
+}
+
+static char *dir_path(struct dcr_store *s, const char *name, struct dcr_err *e)
+{
+	char *p = dcr_path_join(dir_of(s)->root, name);
+	if (!p)
+		dcr_err_sys(e, ENOMEM, "cannot store '%s'", name);
+	return p;
+}
+
+static int dir_parent(const char *path, struct dcr_err *e)
+{
+	char *d = dcr_dirname(path);
+	if (!d)
+		return dcr_err_sys(e, ENOMEM, "cannot create the directory of '%s'", path);
+	int r = dcr_mkdir_p(d, e);
+	free(d);
+	return r;
+}
+
+static int copy_fd(int in, int out, const char *src, const char *dst,
+		   uint64_t *copied, struct dcr_err *e)
+{
+	uint64_t total = 0;
+	int use_sendfile = 1;
+	uint8_t *buf = NULL;
+	for (;;) {
+		ssize_t n;
+		if (use_sendfile) {
+			n = sendfile(out, in, NULL, 1 << 30);
+			if (n < 0 && (errno == EINVAL || errno == ENOSYS) && total == 0) {
+				use_sendfile = 0;
+				continue;
+			}
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0) {
+				int err = errno;
+				free(buf);
+				return dcr_err_sys(e, err, "cannot copy '%s' to '%s'", src, dst);
+			}
+		} else {
+			if (!buf && !(buf = malloc(1 << 20)))
+				return dcr_err_sys(e, ENOMEM, "cannot copy '%s'", src);
+			n = read(in, buf, 1 << 20);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0) {
+				int err = errno;
+				free(buf);
+				return dcr_err_sys(e, err, "cannot read '%s'", src);
+			}
+			int r = n ? dcr_write_full(out, buf, (size_t)n) : 0;
+			if (r) {
+				free(buf);
+				return dcr_err_sys(e, r, "cannot write '%s'", dst);
+			}
+		}
+		if (n == 0)
+			break;
+		total += (uint64_t)n;
+	}
+	free(buf);
+	if (copied)
+		*copied = total;
+	return 0;
+}
+
+/* buf[0..len), or the file src, as name; with if_absent, only if name is
+ * not there (DCR_ECONFLICT). */
+static int dir_write(struct dcr_store *s, const char *name, const void *buf,
+		     size_t len, const char *src, int if_absent, struct dcr_err *e)
+{
+	char *path = dir_path(s, name, e);
+	if (!path)
+		return -ENOMEM;
+	struct dcr_atomic a;
+	int r = dir_parent(path, e);
+	if (!r)
+		r = dcr_atomic_open(&a, path, e);
+	if (r) {
+		free(path);
+		return r;
+	}
+	if (src) {
+		int in = open(src, O_RDONLY | O_CLOEXEC);
+		if (in < 0)
+			r = dcr_err_sys(e, errno, "cannot open '%s'", src);
+		else {
+			r = copy_fd(in, a.fd, src, path, NULL, e);
+			close(in);
+		}
+	} else {
+		r = dcr_write_full(a.fd, buf, len);
+		if (r)
+			dcr_err_sys(e, r, "cannot write '%s'", path);
+	}
+	if (r) {
+		dcr_atomic_abort(&a);
+	} else if (!if_absent) {
+		r = dcr_atomic_commit(&a, e);
+	} else {
+		/* The temp file is complete and durable before it gets the
+		 * final name; link(2) fails if that name exists. */
+		if (fsync(a.fd))
+			r = dcr_err_sys(e, errno, "cannot fsync '%s'", a.tmp);
+		else if (link(a.tmp, path))
+			r = errno == EEXIST
+				? dcr_err_set(e, DCR_ECONFLICT, "cannot create '%s': it already exists", path)
+				: dcr_err_sys(e, errno, "cannot link '%s' to '%s'", a.tmp, path);
+		dcr_atomic_abort(&a);
+		if (!r)
+			r = dcr_fsync_parent(path, e);
+	}
+	free(path);
+	return r;
+}
+
+static int dir_put(struct dcr_store *s, const char *name, const void *buf,
+		   size_t len, struct dcr_err *e)
+{
+	return dir_write(s, name, buf, len, NULL, 0, e);
+}
+
+static int dir_put_file(struct dcr_store *s, const char *name, const char *path,
+			struct dcr_err *e)
+{
+	return dir_write(s, name, NULL, 0, path, 0, e);
+}
+
+static int dir_put_if_absent(struct dcr_store *s, const char *name,
+			     const void *buf, size_t len, struct dcr_err *e)
+{
+	return dir_write(s, name, buf, len, NULL, 1, e);
+}
+
+static int dir_open_obj(struct dcr_store *s, const char *name, char **pathp,
+			uint64_t *size, struct dcr_err *e)
+{
+	char *path = dir_path(s, name, e);
+	if (!path)
+		return -ENOMEM;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0) {
+		int r = errno == ENOENT || errno == ENOTDIR
+			? dcr_err_set(e, DCR_ENOTFOUND, "cannot open '%s': no such object", path)
+			: dcr_err_sys(e, errno, "cannot open '%s'", path);
+		free(path);
+		return r;
+	}
+	int r = 0;
+	if (fstat(fd, &st))
+		r = dcr_err_sys(e, errno, "cannot stat '%s'", path);
+	else if (S_ISDIR(st.st_mode))
+		r = dcr_err_set(e, DCR_ENOTFOUND, "cannot open '%s': no such object (a directory)", path);
+	else if (!S_ISREG(st.st_mode))
+		r = dcr_err_set(e, DCR_EFORMAT, "cannot open '%s': not a regular file", path);
+	if (r) {
+		close(fd);
+		free(path);
+		return r;
+	}
+	*size = (uint64_t)st.st_size;
+	*pathp = path;
+	return fd;
+}
+
+/* Into b, with room for a NUL after it (dcr_store_get adds one). */
+static int dir_get(struct dcr_store *s, const char *name, struct dcr_buf *b,
+		   size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
+{
+	char *path;
+	uint64_t size;
+	b->len = 0;
+	int fd = dir_open_obj(s, name, &path, &size, e);
+	if (fd < 0)
+		return fd;
+	int r = 0;
+	if (size >= SIZE_MAX) {
+		r = -ENOMEM;
+	} else if (b->cap < (size_t)size + 1) {
+		uint8_t *p = realloc(b->p, (size_t)size + 1); /* exactly: no doubling */
+		if (p) {
+			b->p = p;
+			b->cap = (size_t)size + 1;
+		} else {
+			r = -ENOMEM;
+		}
+	}
+	if (r)
+		r = dcr_err_sys(e, ENOMEM, "cannot read '%s' (%llu bytes)", path,
+				(unsigned long long)size);
+	else if ((r = dcr_pread_full(fd, b->p, (size_t)size, 0)))
+		r = dcr_err_sys(e, r == -EPIPE ? EIO : -r, "cannot read '%s'", path);
+	close(fd);
+	free(path);
+	if (r)
+		return r;
+	b->len = (size_t)size;
+	if (h)
+		h->update(h->ctx, b->p, b->len > tail ? b->len - tail : 0);
+	return 0;
+}
+
+/* A read-only mapping, no copy: objects are replaced by rename, never
+ * rewritten in place, so a mapping stays what it was when opened. */
+static int dir_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
+			size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
+{
+	dcr_blob_free(b);
+	char *path;
+	uint64_t size;
+	int fd = dir_open_obj(s, name, &path, &size, e);
+	if (fd < 0)
+		return fd;
+	int r = dcr_blob_map_fd(b, fd, path, SIZE_MAX, e);
+	close(fd);
+	free(path);
+	if (!r && h)
+		h->update(h->ctx, b->p, b->len > tail ? b->len - tail : 0);
+	return r;
+}
+
+static int dir_get_range(struct dcr_store *s, const char *name, uint64_t off,
+			 size_t len, uint8_t *buf, const struct dcr_hasher *h,
+			 struct dcr_err *e)
+{
+	char *path;
+	uint64_t size;
+	int fd = dir_open_obj(s, name, &path, &size, e);
+	if (fd < 0)
+		return fd;
+	int r = 0;
+	if (off > size || len > size - off)
+		r = dcr_err_set(e, DCR_EFORMAT,
+				"cannot read %zu bytes at %llu of '%s': the object has only %llu bytes",
+				len, (unsigned long long)off, path, (unsigned long long)size);
+	else if ((r = dcr_pread_full(fd, buf, len, off)))
+		r = dcr_err_sys(e, r == -EPIPE ? EIO : -r, "cannot read '%s'", path);
+	close(fd);
+	free(path);
+	if (!r && h)
+		h->update(h->ctx, buf, len);
+	return r;
+}
+
+static int dir_get_to_fd(struct dcr_store *s, const char *name, int out,
+			 uint64_t *size, struct dcr_err *e)
+{
+	char *path;
+	uint64_t sz, copied = 0;
+	int fd = dir_open_obj(s, name, &path, &sz, e);
+	if (fd < 0)
+		return fd;
+	int r = copy_fd(fd, out, path, "the output", &copied, e);
+	if (!r && copied != sz)
+		r = dcr_err_set(e, -EIO, "cannot read '%s': it changed size while read (%llu, then %llu bytes)",
+				path, (unsigned long long)sz, (unsigned long long)copied);
+	if (!r && size)
+		*size = copied;
+	close(fd);
+	free(path);
+	return r;
+}
+
+static int dir_stat(struct dcr_store *s, const char *name, uint64_t *size,
+		    struct dcr_err *e)
+{
+	char *path;
+	int fd = dir_open_obj(s, name, &path, size, e);
+	if (fd < 0)
+		return fd;
+	close(fd);
+	free(path);
+	return 0;
+}
+
+static int dir_delete(struct dcr_store *s, const char *name, struct dcr_err *e)
+{
+	char *path = dir_path(s, name, e);
+	if (!path)
+		return -ENOMEM;
+	int r = 0;
+	if (unlink(path))
+		r = errno == ENOENT || errno == ENOTDIR
+			? dcr_err_set(e, DCR_ENOTFOUND, "cannot delete '%s': no such object", path)
+			: dcr_err_sys(e, errno, "cannot delete '%s'", path);
+	else
+		r = dcr_fsync_parent(path, e);
+	free(path);
+	return r;
+}
+
+static int names_add(struct dcr_names *l, const char *s, size_t len)
+{
+	char *c = strndup(s, len);
+	if (!c || store_names_add(l, c)) {
+		free(c);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int is_temp(const char *base)
+{
+	return base[0] == '.' && strstr(base, ".tmp-");
+}
+
+/* Walk dir (root/rel), adding regular files whose relative name starts with
+ * prefix. */
+static int dir_walk(const char *root, struct dcr_buf *rel, const char *prefix,
+		    struct dcr_names *l, struct dcr_err *e)
+{
+	char *path = rel->len ? dcr_asprintf("%s/%.*s", root, (int)rel->len, (char *)rel->p)
+			      : dcr_strdup(root);
+	if (!path)
+		return dcr_err_sys(e, ENOMEM, "cannot list '%s'", root);
+	DIR *d = opendir(path);
+	if (!d) {
+		int r = errno == ENOENT || errno == ENOTDIR
+			? 0 : dcr_err_sys(e, errno, "cannot list '%s'", path);
+		free(path);
+		return r;
+	}
+	int r = 0;
+	size_t plen = strlen(prefix), keep = rel->len;
+	struct dirent *de;
+	while (!r && (errno = 0, de = readdir(d))) {
+		const char *b = de->d_name;
+		if (!strcmp(b, ".") || !strcmp(b, "..") || is_temp(b))
+			continue;
+		rel->len = keep;
+		if ((keep && dcr_buf_add(rel, "/", 1)) || dcr_buf_add(rel, b, strlen(b))) {
+			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", path);
+			break;
+		}
+		size_t cmp = rel->len < plen ? rel->len : plen;
+		if (memcmp(rel->p, prefix, cmp))
+			continue; /* cannot match below either */
+		int type = de->d_type;
+		if (type == DT_UNKNOWN || type == DT_LNK) {
+			struct stat st;
+			char *full = dcr_asprintf("%s/%s", path, b);
+			type = full && !stat(full, &st)
+				? (S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN)
+				: DT_UNKNOWN;
+			free(full);
+		}
+		if (type == DT_DIR)
+			r = dir_walk(root, rel, prefix, l, e);
+		else if (type == DT_REG && rel->len >= plen &&
+			 names_add(l, (char *)rel->p, rel->len))
+			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", path);
+	}
+	if (!r && errno)
+		r = dcr_err_sys(e, errno, "cannot list '%s'", path);
+	rel->len = keep;
+	closedir(d);
+	free(path);
+	return r;
+}
+
+static int dir_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
+		    struct dcr_err *e)
+{
+	struct dcr_buf rel = {0};
+	/* Start at the deepest directory the prefix names. */
+	const char *slash = strrchr(prefix, '/');
+	int r = 0;
+	if (slash && dcr_buf_add(&rel, prefix, (size_t)(slash - prefix)))
+		r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", dir_of(s)->root);
+	if (!r)
+		r = dir_walk(dir_of(s)->root, &rel, prefix, l, e);
+	dcr_buf_free(&rel);
+	return r;
+}
+
+const struct dcr_store_ops store_dir_ops = {
+	.local = 1,
+	.open = dir_open,
+	.close = dir_close,
+	.put = dir_put,
+	.put_file = dir_put_file,
+	.put_if_absent = dir_put_if_absent,
+	.get = dir_get,
+	.get_blob = dir_get_blob,
+	.get_range = dir_get_range,
+	.get_to_fd = dir_get_to_fd,
+	.stat = dir_stat,
+	.list = dir_list,
+	.delete = dir_delete,
+};
+

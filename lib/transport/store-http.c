@@ -1,0 +1,127 @@
+/* store-http.c - the HTTP(S) store: objects are BASE/NAME on any server
+ * that takes PUT, GET, HEAD and DELETE; listing by the GET BASE/?prefix=
+ * convention of store.h. Requests, retries and the object operations are
+ * net.c's; this file says where an object is, and lists. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "transport/net.h"
+#include "transport/sigv4.h"
+#include "transport/store-http.h"
+
+static int http_locate(struct dcr_store *s, const char *name, char **path, char **what)
+{
+	char *enc = dcr_uri_encode(name, strlen(name), 1);
+	*path = enc ? dcr_asprintf("/%s", enc) : NULL;
+	*what = dcr_asprintf("%s/%s", net_of(s)->base, name);
+	free(enc);
+	return *path && *what ? 0 : -ENOMEM;
+}
+
+static const struct net_hooks http_hooks = {
+	.locate = http_locate,
+};
+
+static int http_open(struct dcr_store *s, const char *url, struct dcr_err *e)
+{
+	int r = net_open(s, sizeof(struct net), &http_hooks, url, e);
+	if (r)
+		return r;
+	size_t n = strlen(url);
+	while (n && url[n - 1] == '/')
+		n--;
+	const char *h = strstr(url, "://") + 3;
+	if (!*h || *h == '/')
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no host", url);
+	if (strchr(url, '?') || strchr(url, '#'))
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': a query or fragment is not allowed", url);
+	net_of(s)->base = strndup(url, n);
+	return net_of(s)->base ? 0 : dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+}
+
+static int http_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
+		     struct dcr_err *e)
+{
+	struct net_req q;
+	memset(&q, 0, sizeof(q));
+	q.body_fd = -1;
+	char *ep = dcr_uri_encode(prefix, strlen(prefix), 0);
+	char *query = ep ? dcr_asprintf("prefix=%s", ep) : NULL;
+	char *what = dcr_asprintf("%s/%s", net_of(s)->base, prefix);
+	q.path = dcr_strdup("/");
+	int r = 0;
+	if (!query || !what || !q.path) {
+		r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", prefix);
+		goto out;
+	}
+	q.method = "GET";
+	q.what = what;
+	q.query = query;
+	q.keep_body = 1;
+	r = net_perform(s, &q, e);
+	if (r) {
+		if (r == DCR_ENOTFOUND || r == DCR_EREMOTE)
+			r = dcr_err_set(e, DCR_EREMOTE,
+					"cannot list '%s': the server does not list (GET %s/?prefix=... answered %ld); "
+					"see store.h for the convention",
+					what, net_of(s)->base, q.status);
+		goto out;
+	}
+	const char *p = (const char *)q.resp.p, *end = p + q.resp.len;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+		if (n && p[n - 1] == '\r')
+			n--;
+		char *name = n ? strndup(p, n) : NULL;
+		p = nl ? nl + 1 : end;
+		if (!n)
+			continue;
+		if (!name) {
+			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
+			goto out;
+		}
+		struct dcr_err ne;
+		if (dcr_store_check_name(name, &ne)) {
+			r = dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': the server listed a bad name: %s",
+					what, ne.msg);
+			free(name);
+			goto out;
+		}
+		if (strncmp(name, prefix, strlen(prefix)) || net_is_probe(name)) {
+			free(name);
+			continue;
+		}
+		if (store_names_add(l, name)) {
+			free(name);
+			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
+			goto out;
+		}
+	}
+out:
+	net_req_free(&q);
+	free(query);
+	free(ep);
+	free(what);
+	return r;
+}
+
+
+const struct dcr_store_ops store_http_ops = {
+	.open = http_open,
+	.close = net_close,
+	.put = net_put,
+	.put_file = net_put_file,
+	.put_if_absent = net_put_if_absent,
+	.get = net_get,
+	.get_blob = net_get_blob,
+	.get_range = net_get_range,
+	.get_to_fd = net_get_to_fd,
+	.stat = net_stat,
+	.list = http_list,
+	.delete = net_delete,
+};

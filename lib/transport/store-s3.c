@@ -1,0 +1,544 @@
+/* store-s3.c - the S3 store: path-style or virtual-hosted requests to an
+ * endpoint, each attempt signed with SigV4 (sigv4.c), multipart uploads
+ * above opts.multipart_threshold with parts in parallel, ListObjectsV2.
+ * Requests, retries and the operations it shares with HTTP are net.c's. */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/crypto.h>
+
+#include "core/file.h"
+#include "core/util.h"
+#include "transport/net.h"
+#include "transport/sigv4.h"
+#include "transport/store-s3.h"
+
+#define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#define MAX_PARTS 10000
+
+struct s3 {
+	struct net net;  /* net.base: the endpoint's origin */
+	char *epath;     /* the endpoint's own path ("" or "/x"), then "/bucket" */
+	char *hostport;  /* Host header value */
+	char *bucket, *prefix; /* prefix without trailing '/' ("" if none) */
+	char *akid, *secret, *token, *region;
+};
+
+static struct s3 *s3_of(struct dcr_store *s) { return s->impl; }
+
+/* The full key of an object with the store prefix. */
+static char *s3_key(struct dcr_store *s, const char *name)
+{
+	const char *pfx = s3_of(s)->prefix;
+	return pfx[0] ? dcr_asprintf("%s/%s", pfx, name) : dcr_strdup(name);
+}
+
+static int s3_locate(struct dcr_store *s, const char *name, char **path, char **what)
+{
+	char *key = s3_key(s, name);
+	char *enc = key ? dcr_uri_encode(key, strlen(key), 1) : NULL;
+	*path = *what = NULL;
+	if (enc) {
+		*path = dcr_asprintf("%s/%s", s3_of(s)->epath, enc);
+		*what = dcr_asprintf("s3://%s/%s", s3_of(s)->bucket, key);
+	}
+	free(key);
+	free(enc);
+	return *path && *what ? 0 : -ENOMEM;
+}
+
+static int s3_sign(struct dcr_store *s, struct net_req *q, struct dcr_sigv4_header *h,
+		   size_t *nh, char **auth)
+{
+	struct s3 *s3 = s3_of(s);
+	time_t now = time(NULL);
+	struct tm tm;
+	gmtime_r(&now, &tm);
+	strftime(q->stamp, sizeof(q->stamp), "%Y%m%dT%H%M%SZ", &tm);
+	h[(*nh)++] = (struct dcr_sigv4_header){"Host", s3->hostport};
+	h[(*nh)++] = (struct dcr_sigv4_header){"x-amz-content-sha256",
+					       q->body_sha ? q->body_sha : EMPTY_SHA256};
+	h[(*nh)++] = (struct dcr_sigv4_header){"x-amz-date", q->stamp};
+	if (s3->token)
+		h[(*nh)++] = (struct dcr_sigv4_header){"x-amz-security-token", s3->token};
+	struct dcr_sigv4 sg = {
+		.method = q->method, .uri = q->path, .query = q->query,
+		.headers = h, .nheaders = *nh,
+		.payload_hash = q->body_sha ? q->body_sha : EMPTY_SHA256,
+		.amz_date = q->stamp, .region = s3->region, .service = "s3",
+		.access_key = s3->akid, .secret_key = s3->secret,
+	};
+	struct dcr_sigv4_out so;
+	if (dcr_sigv4_sign(&sg, &so))
+		return -ENOMEM;
+	*auth = dcr_strdup(so.authorization);
+	dcr_sigv4_out_free(&so);
+	return *auth ? 0 : -ENOMEM;
+}
+
+/* ---- multipart uploads ----------------------------------------------- */
+
+struct mp {
+	struct dcr_store *s;
+	const char *name;
+	const uint8_t *buf;
+	int fd;
+	uint64_t size, psize;
+	unsigned nparts;
+	char *query_id; /* "uploadId=..." encoded */
+	char (*etags)[256];
+	pthread_mutex_t mu;
+	unsigned next;
+	int rc;
+	struct dcr_err err;
+};
+
+static void *mp_worker(void *arg)
+{
+	struct mp *m = arg;
+	uint8_t *pb = NULL;
+	struct dcr_err le;
+	for (;;) {
+		pthread_mutex_lock(&m->mu);
+		if (m->rc || m->next >= m->nparts) {
+			pthread_mutex_unlock(&m->mu);
+			break;
+		}
+		unsigned idx = m->next++;
+		pthread_mutex_unlock(&m->mu);
+		uint64_t off = (uint64_t)idx * m->psize;
+		uint64_t n = m->size - off < m->psize ? m->size - off : m->psize;
+		const uint8_t *data = m->buf ? m->buf + off : NULL;
+		int r = 0;
+		if (!data) {
+			if (!pb && !(pb = malloc((size_t)m->psize)))
+				r = dcr_err_sys(&le, ENOMEM, "cannot upload '%s'", m->name);
+			else if ((r = dcr_pread_full(m->fd, pb, (size_t)n, off)))
+				r = dcr_err_sys(&le, r == -EPIPE ? EIO : -r,
+						"cannot read part %u of the upload of '%s'", idx + 1, m->name);
+			data = pb;
+		}
+		char *query = r ? NULL : dcr_asprintf("partNumber=%u&%s", idx + 1, m->query_id);
+		char *sfx = r ? NULL : dcr_asprintf(" (part %u of %u)", idx + 1, m->nparts);
+		if (!r && (!query || !sfx))
+			r = dcr_err_sys(&le, ENOMEM, "cannot upload '%s'", m->name);
+		if (!r)
+			r = net_put_once(m->s, m->name, query, data, -1, 0, n, 0, sfx,
+					 m->etags[idx], sizeof(m->etags[idx]), &le);
+		free(query);
+		free(sfx);
+		if (r) {
+			pthread_mutex_lock(&m->mu);
+			if (!m->rc) {
+				m->rc = r;
+				m->err = le;
+			}
+			pthread_mutex_unlock(&m->mu);
+			break;
+		}
+	}
+	free(pb);
+	return NULL;
+}
+
+/* A POST with an optional XML body; the 2xx answer is kept in q->resp. */
+static int s3_post(struct dcr_store *s, const char *name, const char *query,
+		   const char *body, struct dcr_buf *answer, struct dcr_err *e)
+{
+	struct net_req q;
+	char *what = NULL, sha[65];
+	int r = net_obj_req(s, name, &q, &what, e);
+	if (r)
+		return r;
+	size_t bl = body ? strlen(body) : 0;
+	q.method = "POST";
+	q.query = query;
+	q.has_body = 1;
+	q.body = (const uint8_t *)(body ? body : "");
+	q.body_len = bl;
+	q.keep_body = 1;
+	net_sha256_hex(q.body, bl, sha);
+	q.body_sha = sha;
+	if (body)
+		q.xh[q.nxh++] = (struct dcr_sigv4_header){"Content-Type", "application/xml"};
+	r = net_perform(s, &q, e);
+	if (!r) {
+		*answer = q.resp;
+		q.resp = (struct dcr_buf){0};
+	}
+	net_req_free(&q);
+	free(what);
+	return r;
+}
+
+static int s3_multipart(struct dcr_store *s, const char *name, const uint8_t *buf,
+			int fd, uint64_t size, struct dcr_err *e)
+{
+	struct mp m = {.s = s, .name = name, .buf = buf, .fd = fd, .size = size};
+	struct dcr_buf ans = {0};
+	char *id = NULL, *what = NULL, *xml_s = NULL;
+	int r;
+	m.psize = s->o.part_size;
+	if (m.psize < 1)
+		m.psize = 1;
+	if ((size + m.psize - 1) / m.psize > MAX_PARTS) {
+		m.psize = (size + MAX_PARTS - 1) / MAX_PARTS;
+		m.psize = (m.psize + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
+	}
+	m.nparts = (unsigned)((size + m.psize - 1) / m.psize);
+	char *key = s3_key(s, name);
+	what = key ? dcr_asprintf("s3://%s/%s", s3_of(s)->bucket, key) : NULL;
+	free(key);
+	if (!what)
+		return dcr_err_sys(e, ENOMEM, "cannot upload '%s'", name);
+
+	/* 1. initiate */
+	r = s3_post(s, name, "uploads=", NULL, &ans, e);
+	if (r)
+		goto out;
+	id = net_xml_text((char *)ans.p, ans.len, "UploadId", NULL);
+	if (!id) {
+		r = dcr_err_set(e, DCR_EREMOTE,
+				"cannot start a multipart upload of '%s': the answer has no UploadId", what);
+		goto out;
+	}
+	char *eid = dcr_uri_encode(id, strlen(id), 0);
+	m.query_id = eid ? dcr_asprintf("uploadId=%s", eid) : NULL;
+	free(eid);
+	m.etags = dcr_calloc(m.nparts, sizeof(*m.etags));
+	if (!m.query_id || !m.etags) {
+		r = dcr_err_sys(e, ENOMEM, "cannot upload '%s'", what);
+		goto abort;
+	}
+
+	/* 2. parts, in parallel: this thread and up to parallel-1 more */
+	pthread_mutex_init(&m.mu, NULL);
+	unsigned nt = (unsigned)s->o.parallel < m.nparts ? (unsigned)s->o.parallel : m.nparts;
+	pthread_t *th = dcr_calloc(nt, sizeof(*th));
+	unsigned started = 0;
+	for (unsigned i = 1; th && i < nt; i++, started++)
+		if (pthread_create(&th[started], NULL, mp_worker, &m))
+			break;
+	mp_worker(&m);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	free(th);
+	pthread_mutex_destroy(&m.mu);
+	if (m.rc) {
+		r = m.rc;
+		if (e)
+			*e = m.err;
+		goto abort;
+	}
+
+	/* 3. complete */
+	struct dcr_buf x = {0};
+	int bad = dcr_buf_add(&x, "<CompleteMultipartUpload>", 25);
+	for (unsigned i = 0; !bad && i < m.nparts; i++) {
+		char part[400];
+		int l = snprintf(part, sizeof(part),
+				 "<Part><PartNumber>%u</PartNumber><ETag>%s</ETag></Part>",
+				 i + 1, m.etags[i]);
+		bad = dcr_buf_add(&x, part, (size_t)l);
+	}
+	if (bad || dcr_buf_add(&x, "</CompleteMultipartUpload>", 27)) { /* with NUL */
+		dcr_buf_free(&x);
+		r = dcr_err_sys(e, ENOMEM, "cannot upload '%s'", what);
+		goto abort;
+	}
+	xml_s = (char *)x.p;
+	/* S3 may answer 200 and still report an error in the body. */
+	for (int attempt = 0;; attempt++) {
+		dcr_buf_free(&ans);
+		r = s3_post(s, name, m.query_id, xml_s, &ans, e);
+		if (r)
+			goto abort;
+		if (ans.len && memmem(ans.p, ans.len, "<CompleteMultipartUploadResult", 30))
+			break;
+		char *code = net_xml_text((char *)ans.p, ans.len, "Code", NULL);
+		char *msg = net_xml_text((char *)ans.p, ans.len, "Message", NULL);
+		int retry = code && (!strcmp(code, "InternalError") || !strcmp(code, "SlowDown")) &&
+			    attempt < s->o.retries;
+		if (!retry)
+			r = dcr_err_set(e, DCR_EREMOTE, "cannot complete the multipart upload of '%s': %s%s%s",
+					what, code ? code : "unexpected answer", msg ? ": " : "",
+					msg ? msg : "");
+		free(code);
+		free(msg);
+		if (!retry)
+			goto abort;
+		net_backoff(s, attempt);
+	}
+	goto out;
+abort: {
+		/* Best effort: free the parts; the error already says why. */
+		struct net_req q;
+		char *w2 = NULL;
+		struct dcr_err ign;
+		if (m.query_id && !net_obj_req(s, name, &q, &w2, &ign)) {
+			q.method = "DELETE";
+			q.query = m.query_id;
+			q.no_retry = 1; /* never sleep on the way out */
+			net_perform(s, &q, &ign);
+			net_req_free(&q);
+			free(w2);
+		}
+	}
+out:
+	dcr_buf_free(&ans);
+	free(id);
+	free(what);
+	free(xml_s);
+	free(m.query_id);
+	free(m.etags);
+	return r;
+}
+
+static int s3_upload(struct dcr_store *s, const char *name, const uint8_t *buf,
+		     int fd, uint64_t len, struct dcr_err *e)
+{
+	if (len > s->o.multipart_threshold)
+		return s3_multipart(s, name, buf, fd, len, e);
+	return net_put_once(s, name, NULL, buf, fd, 0, len, 0, NULL, NULL, 0, e);
+}
+
+/* ---- open/close ------------------------------------------------------ */
+
+static const struct net_hooks s3_hooks = {
+	.locate = s3_locate,
+	.sign = s3_sign,
+	.upload = s3_upload,
+};
+
+static char *env(const char *k)
+{
+	const char *v = getenv(k);
+	return v && *v ? dcr_strdup(v) : NULL;
+}
+
+/* Split "scheme://host[:port][/path]" into origin and path (no trailing
+ * '/'). */
+static int split_url(const char *url, char **origin, char **path)
+{
+	const char *p = strstr(url, "://");
+	const char *h = p ? p + 3 : url;
+	const char *slash = strchr(h, '/');
+	size_t ol = slash ? (size_t)(slash - url) : strlen(url);
+	*origin = p ? strndup(url, ol) : dcr_asprintf("https://%.*s", (int)ol, url);
+	const char *pp = slash ? slash : "";
+	size_t pl = strlen(pp);
+	while (pl && pp[pl - 1] == '/')
+		pl--;
+	*path = strndup(pp, pl);
+	return *origin && *path ? 0 : -ENOMEM;
+}
+
+static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
+{
+	int r = net_open(s, sizeof(struct s3), &s3_hooks, url, e);
+	if (r)
+		return r;
+	struct s3 *s3 = s3_of(s);
+	const char *b = url + 5, *slash = strchr(b, '/');
+	size_t bl = slash ? (size_t)(slash - b) : strlen(b);
+	if (!bl)
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no bucket", url);
+	for (size_t i = 0; i < bl; i++) {
+		char c = b[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+		      c == '_' || (c >= 'A' && c <= 'Z')))
+			return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid bucket name '%.*s'",
+					   url, (int)bl, b);
+	}
+	s3->bucket = strndup(b, bl);
+	const char *pfx = slash ? slash + 1 : "";
+	size_t pl = strlen(pfx);
+	while (pl && pfx[pl - 1] == '/')
+		pl--;
+	s3->prefix = strndup(pfx, pl);
+	if (!s3->bucket || !s3->prefix)
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+	if (pl && dcr_store_check_name(s3->prefix, NULL))
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid key prefix '%s'",
+				   url, s3->prefix);
+	s3->akid = env("AWS_ACCESS_KEY_ID");
+	s3->secret = env("AWS_SECRET_ACCESS_KEY");
+	s3->token = env("AWS_SESSION_TOKEN");
+	s3->region = env("AWS_REGION");
+	if (!s3->region)
+		s3->region = env("AWS_DEFAULT_REGION");
+	if (!s3->region)
+		s3->region = dcr_strdup("us-east-1");
+	if (!s3->akid || !s3->secret)
+		return dcr_err_set(e, -EINVAL,
+				   "cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set",
+				   url);
+	char *ep = s->o.endpoint ? dcr_strdup(s->o.endpoint) : env("DCR_S3_ENDPOINT");
+	/* AWS itself wants virtual-hosted requests (BUCKET.s3.REGION...; path
+	 * style is refused for new buckets); S3-compatible servers at an
+	 * endpoint get path style. DCR_S3_ADDRESSING=path|virtual overrides,
+	 * and a bucket name with a dot (no valid TLS name) stays path style. */
+	char *addr = env("DCR_S3_ADDRESSING");
+	int vhost = addr ? !strcmp(addr, "virtual") : !ep;
+	free(addr);
+	if (strchr(s3->bucket, '.'))
+		vhost = 0;
+	if (!ep)
+		ep = vhost ? dcr_asprintf("https://%s.s3.%s.amazonaws.com", s3->bucket, s3->region)
+			   : dcr_asprintf("https://s3.%s.amazonaws.com", s3->region);
+	else if (vhost && strstr(ep, "://")) {
+		/* put the bucket first in the endpoint's host, unless it is there */
+		char *sep = strstr(ep, "://");
+		size_t bl = strlen(s3->bucket);
+		if (strncmp(sep + 3, s3->bucket, bl) || sep[3 + bl] != '.') {
+			char *v = dcr_asprintf("%.*s://%s.%s", (int)(sep - ep), ep, s3->bucket,
+					       sep + 3);
+			free(ep);
+			ep = v;
+		}
+	}
+	char *epath = NULL;
+	r = ep ? split_url(ep, &s3->net.base, &epath) : -ENOMEM;
+	free(ep);
+	if (!r) {
+		s3->epath = vhost ? dcr_strdup(epath) : dcr_asprintf("%s/%s", epath, s3->bucket);
+		s3->hostport = dcr_strdup(strstr(s3->net.base, "://") + 3);
+		if (!s3->epath || !s3->hostport)
+			r = -ENOMEM;
+		for (char *p = s3->hostport; p && *p; p++)
+			if (*p >= 'A' && *p <= 'Z')
+				*p = (char)(*p - 'A' + 'a');
+	}
+	free(epath);
+	if (r)
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+	if (!s3->hostport[0])
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': endpoint has no host", url);
+	return 0;
+}
+
+static void s3_close(struct dcr_store *s)
+{
+	struct s3 *s3 = s3_of(s);
+	if (!s3)
+		return;
+	free(s3->epath);
+	free(s3->hostport);
+	free(s3->bucket);
+	free(s3->prefix);
+	if (s3->secret)
+		OPENSSL_cleanse(s3->secret, strlen(s3->secret));
+	free(s3->akid);
+	free(s3->secret);
+	free(s3->token);
+	free(s3->region);
+	net_close(s);
+}
+
+/* ---- listing --------------------------------------------------------- */
+
+static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
+		   struct dcr_err *e)
+{
+	struct s3 *s3 = s3_of(s);
+	char *full = s3->prefix[0] ? dcr_asprintf("%s/%s", s3->prefix, prefix) : dcr_strdup(prefix);
+	char *efull = full ? dcr_uri_encode(full, strlen(full), 0) : NULL;
+	char *what = full ? dcr_asprintf("s3://%s/%s", s3->bucket, full) : NULL;
+	char *token = NULL;
+	size_t strip = s3->prefix[0] ? strlen(s3->prefix) + 1 : 0;
+	int r = 0;
+	if (!efull || !what) {
+		r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", prefix);
+		goto out;
+	}
+	for (int page = 0;; page++) {
+		char *etok = token ? dcr_uri_encode(token, strlen(token), 0) : NULL;
+		char *query = dcr_asprintf("list-type=2&max-keys=%d&prefix=%s%s%s", s->o.list_page,
+					   efull, etok ? "&continuation-token=" : "",
+					   etok ? etok : "");
+		free(etok);
+		struct net_req q;
+		memset(&q, 0, sizeof(q));
+		q.body_fd = -1;
+		q.method = "GET";
+		q.what = what;
+		q.path = dcr_strdup(s3->epath[0] ? s3->epath : "/");
+		q.query = query;
+		q.keep_body = 1;
+		if (!query || !q.path) {
+			free(query);
+			net_req_free(&q);
+			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
+			goto out;
+		}
+		r = net_perform(s, &q, e);
+		free(query);
+		if (r) {
+			if (r == DCR_ENOTFOUND) { /* no such bucket: not "no object" */
+				r = DCR_EREMOTE;
+				if (e)
+					e->code = r;
+			}
+			net_req_free(&q);
+			goto out;
+		}
+		const char *x = (const char *)q.resp.p, *end = x + q.resp.len;
+		const char *after;
+		char *k;
+		while (x < end && (k = net_xml_text(x, (size_t)(end - x), "Key", &after))) {
+			x = after;
+			if (strlen(k) < strip || strncmp(k, full, strlen(full)) || net_is_probe(k + strip)) {
+				free(k);
+				continue;
+			}
+			char *rel = dcr_strdup(k + strip);
+			free(k);
+			if (!rel || store_names_add(l, rel)) {
+				free(rel);
+				net_req_free(&q);
+				r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
+				goto out;
+			}
+		}
+		char *trunc = net_xml_text((char *)q.resp.p, q.resp.len, "IsTruncated", NULL);
+		free(token);
+		token = trunc && !strcmp(trunc, "true")
+			? net_xml_text((char *)q.resp.p, q.resp.len, "NextContinuationToken", NULL) : NULL;
+		int more = trunc && !strcmp(trunc, "true");
+		free(trunc);
+		net_req_free(&q);
+		if (!more)
+			break;
+		if (!token) {
+			r = dcr_err_set(e, DCR_EREMOTE,
+					"cannot list '%s': a truncated page has no NextContinuationToken", what);
+			goto out;
+		}
+	}
+out:
+	free(full);
+	free(efull);
+	free(what);
+	free(token);
+	return r;
+}
+
+const struct dcr_store_ops store_s3_ops = {
+	.open = s3_open,
+	.close = s3_close,
+	.put = net_put,
+	.put_file = net_put_file,
+	.put_if_absent = net_put_if_absent,
+	.get = net_get,
+	.get_blob = net_get_blob,
+	.get_range = net_get_range,
+	.get_to_fd = net_get_to_fd,
+	.stat = net_stat,
+	.list = s3_list,
+	.delete = net_delete,
+};
