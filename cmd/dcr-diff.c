@@ -38,6 +38,8 @@ static const char usage[] =
 	"  -q, --quiet          no progress, no summary\n"
 	"  -h, --help           show this help\n"
 	"\n"
+	"Exit status: 0 done, 128 error, 129 usage error.\n"
+	"\n"
 	"Layouts: dcr-diff --layout MAP --rank R BASE NEW (a training rank's shards),\n"
 	"dcr-diff --merge DELTA... (the ranks' deltas); 'dcr-diff --layout -h' tells more.\n";
 
@@ -71,7 +73,7 @@ int main(int argc, char **argv)
 	int stats = 0, porcelain = 0, overwrite = 0, c;
 	const char **also = dcr_calloc((size_t)argc + 1, sizeof(char *));
 	size_t nalso = 0;
-	while ((c = getopt_long(argc, argv, "o:qh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":o:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': output = optarg; break;
 		case 'B':
@@ -79,14 +81,7 @@ int main(int argc, char **argv)
 				cmd_usage_error(usage, "--base-id wants 64 hex digits, not '%s'", optarg);
 			o.base_id = &base_id;
 			break;
-		case 'C': {
-			char *end;
-			unsigned long long v = strtoull(optarg, &end, 10);
-			if (*end || !v || v > (1u << 26))
-				cmd_usage_error(usage, "--chunk wants 1..67108864, not '%s'", optarg);
-			o.chunk_elems = v;
-			break;
-		}
+		case 'C': o.chunk_elems = cmd_parse_u64(usage, "--chunk", optarg, 1, 1u << 26); break;
 		case 'W': overwrite = 1; break;
 		case 'A': also[nalso++] = optarg; break;
 		case 'D': o.dense = 1; break;
@@ -102,11 +97,7 @@ int main(int argc, char **argv)
 			else
 				cmd_usage_error(usage, "--codec wants auto, plain or delta, not '%s'", optarg);
 			break;
-		case 'T':
-			o.threads = atoi(optarg);
-			if (o.threads < 1 || o.threads > 64)
-				cmd_usage_error(usage, "--threads wants 1..64");
-			break;
+		case 'T': o.threads = (int)cmd_parse_u64(usage, "--threads", optarg, 1, 64); break;
 		case 'P': porcelain = 1; break;
 		default: cmd_common_option(c, usage); break;
 		}

@@ -47,8 +47,10 @@ static int list_pack(const char *path, int porcelain, char eol)
 	const uint8_t *buf;
 	size_t len;
 	int r, bad = 0;
+	size_t entries = 0;
 	char h1[65], h2[65];
 	while ((r = dcr_pack_in_next(in, &name, &buf, &len, &e)) == 1) {
+		entries++;
 		if (!strcmp(name, DCR_MANIFEST_NAME)) {
 			struct dcr_manifest m;
 			if (dcr_manifest_parse(buf, len, name, &m, &e)) {
@@ -96,37 +98,31 @@ static int list_pack(const char *path, int porcelain, char eol)
 			bad = 1;
 			continue;
 		}
-		uint64_t items = 0, changes = 0, tensors = 0;
-		struct dcr_rd rd;
-		dcr_rd_init(&rd, pl.raw, pl.raw_len);
-		while (dcr_rd_left(&rd) && !rd.bad) {
-			struct dcr_delta_rec rec = {.type = dcr_rd_le32(&rd)};
-			dcr_rd_le32(&rd);
-			rec.len = dcr_rd_le64(&rd);
-			rec.body = dcr_rd_bytes(&rd, rec.len);
-			if (!rec.body)
-				break;
-			struct dcr_item it;
-			if (rec.type == DCR_REC_ITEM && !dcr_delta_parse_item(&rec, &it, &e)) {
-				items++;
-				changes += it.n;
-			}
-			tensors += rec.type == DCR_REC_TENSOR;
+		struct dcr_payload_summary sum;
+		if (dcr_payload_summary(&pl, name, &sum, &e)) {
+			cmd_error("%s", e.msg);
+			dcr_payload_release(&pl);
+			bad = 1;
+			continue;
 		}
 		dcr_digest_hex(&pl.digest, h1);
 		const char *alg = pl.flags & DCR_PAYLOAD_BLAKE3 ? "blake3" : "sha256";
 		if (porcelain)
 			printf("payload\t%u\t%zu\t%s\t%llu\t%llu\t%llu\t%llu\t%s%c", pl.index, len, h1,
-			       (unsigned long long)pl.raw_len, (unsigned long long)tensors,
-			       (unsigned long long)items, (unsigned long long)changes, alg, eol);
+			       (unsigned long long)pl.raw_len, (unsigned long long)sum.tensors,
+			       (unsigned long long)sum.items, (unsigned long long)sum.changes, alg, eol);
 		else
 			printf("%-24s %12zu  %llu tensors, %llu items, %llu changes, raw %llu, %s %.16s\n",
-			       name, len, (unsigned long long)tensors, (unsigned long long)items,
-			       (unsigned long long)changes, (unsigned long long)pl.raw_len, alg, h1);
+			       name, len, (unsigned long long)sum.tensors, (unsigned long long)sum.items,
+			       (unsigned long long)sum.changes, (unsigned long long)pl.raw_len, alg, h1);
 		dcr_payload_release(&pl);
 	}
 	if (r < 0) {
 		cmd_error("%s", e.msg);
+		bad = 1;
+	} else if (!entries) {
+		cmd_error("'%s' is not a pack: no manifest and no payloads",
+			  strcmp(path, "-") ? path : "standard input");
 		bad = 1;
 	}
 	dcr_pack_in_close(in);
@@ -160,7 +156,7 @@ int main(int argc, char **argv)
 	struct dcr_pack_opts o = {0};
 	int list = 0, porcelain = 0, squash = 0, delta_out = 0, c;
 	char eol = '\n';
-	while ((c = getopt_long(argc, argv, "o:s:lzqh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":o:s:lzqh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': output = optarg; break;
 		case 's':
