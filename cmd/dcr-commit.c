@@ -129,14 +129,6 @@ static struct dcr_store *open_store(const char *url, const struct dcr_store_opts
 	return s;
 }
 
-static int check_policy(const char *policy)
-{
-	struct dcr_err e = {0};
-	if (!policy[0] || strchr(policy, '/') || dcr_store_check_name(policy, &e))
-		return -1;
-	return 0;
-}
-
 /* What the command line asked for. */
 struct args {
 	struct dcr_commit_opts co;
@@ -203,7 +195,8 @@ static void parse_args(int argc, char **argv, struct args *a)
 	a->ckpt = argc - optind == 1 ? argv[optind] : NULL;
 	if ((a->store != NULL) != (a->policy != NULL))
 		cmd_usage_error(usage, "--store and --policy go together");
-	if (a->policy && check_policy(a->policy))
+	struct dcr_err e = {0};
+	if (a->policy && dcr_policy_check_name(a->policy, &e))
 		cmd_usage_error(usage, "--policy wants one name component, not '%s'", a->policy);
 	if (!a->ckpt && !a->store)
 		cmd_usage_error(usage, "need CKPT, or --store and --policy");

@@ -43,6 +43,28 @@ static const char usage[] =
 	"Layouts: dcr-diff --layout MAP --rank R BASE NEW (a training rank's shards),\n"
 	"dcr-diff --merge DELTA... (the ranks' deltas); 'dcr-diff --layout -h' tells more.\n";
 
+/* --stats: the summary on stderr, as key=value lines with --porcelain. */
+static void print_stats(const struct dcr_diff_stats *st, int porcelain)
+{
+	char b[65], t[65];
+	dcr_digest_hex(&st->base, b);
+	dcr_digest_hex(&st->target, t);
+	double share = st->dense_bytes ? 100.0 * (double)st->bytes_out / (double)st->dense_bytes : 0;
+	if (porcelain)
+		fprintf(stderr,
+			"base=%s\ntarget=%s\ntensors=%llu\nitems=%llu\nchanged=%llu\ndelta_bytes=%llu\ndense_bytes=%llu\n",
+			b, t, (unsigned long long)st->tensors, (unsigned long long)st->items,
+			(unsigned long long)st->changed, (unsigned long long)st->bytes_out,
+			(unsigned long long)st->dense_bytes);
+	else
+		fprintf(stderr,
+			"dcr-diff: %llu tensors, %llu changed values in %llu items; delta %llu bytes = %.3f%% of %llu dense bytes\n"
+			"dcr-diff: base %s\ndcr-diff: target %s\n",
+			(unsigned long long)st->tensors, (unsigned long long)st->changed,
+			(unsigned long long)st->items, (unsigned long long)st->bytes_out, share,
+			(unsigned long long)st->dense_bytes, b, t);
+}
+
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-diff", argc, argv);
@@ -156,24 +178,7 @@ int main(int argc, char **argv)
 	cmd_progress_end();
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);
-	if (stats && !cmd_quiet) {
-		char b[65], t[65];
-		dcr_digest_hex(&st.base, b);
-		dcr_digest_hex(&st.target, t);
-		double share = st.dense_bytes ? 100.0 * (double)st.bytes_out / (double)st.dense_bytes : 0;
-		if (porcelain)
-			fprintf(stderr,
-				"base=%s\ntarget=%s\ntensors=%llu\nitems=%llu\nchanged=%llu\ndelta_bytes=%llu\ndense_bytes=%llu\n",
-				b, t, (unsigned long long)st.tensors, (unsigned long long)st.items,
-				(unsigned long long)st.changed, (unsigned long long)st.bytes_out,
-				(unsigned long long)st.dense_bytes);
-		else
-			fprintf(stderr,
-				"dcr-diff: %llu tensors, %llu changed values in %llu items; delta %llu bytes = %.3f%% of %llu dense bytes\n"
-				"dcr-diff: base %s\ndcr-diff: target %s\n",
-				(unsigned long long)st.tensors, (unsigned long long)st.changed,
-				(unsigned long long)st.items, (unsigned long long)st.bytes_out, share,
-				(unsigned long long)st.dense_bytes, b, t);
-	}
+	if (stats && !cmd_quiet)
+		print_stats(&st, porcelain);
 	return cmd_finish(EXIT_OK);
 }

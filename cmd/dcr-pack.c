@@ -129,6 +129,49 @@ static int list_pack(const char *path, int porcelain, char eol)
 	return bad ? EXIT_FATAL : EXIT_OK;
 }
 
+/* --squash: compose the chain of delta files. With --delta, write the
+ * composed delta to output and return -1; else return a descriptor of it
+ * (an unlinked temporary file, rewound) for packing. */
+static int squash_chain(const char *const *deltas, int n, const char *output, int delta_out)
+{
+	struct dcr_err e = {0};
+	struct dcr_squash_stats sst = {0};
+	struct dcr_atomic a = {.fd = -1};
+	int fd;
+	if (delta_out && strcmp(output, "-")) {
+		if (dcr_atomic_open(&a, output, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+		fd = a.fd;
+	} else if (delta_out) {
+		fd = cmd_open_output("-");
+	} else {
+		const char *td = getenv("TMPDIR");
+		char *tmpl = dcr_asprintf("%s/dcr-squash.XXXXXX", td && *td ? td : "/tmp");
+		fd = tmpl ? mkstemp(tmpl) : -1;
+		if (fd < 0)
+			cmd_die("cannot create a temporary file: %s", strerror(errno));
+		unlink(tmpl);
+		free(tmpl);
+	}
+	int r = dcr_squash(deltas, (size_t)n, NULL, (struct dcr_sink){dcr_sink_fd_write, &fd},
+			   delta_out ? output : "squashed delta", &sst, &e);
+	if (!r && a.tmp)
+		r = dcr_atomic_commit(&a, &e);
+	else if (a.tmp)
+		dcr_atomic_abort(&a);
+	if (r)
+		cmd_die_err(&e, cmd_exit_code(r));
+	if (!cmd_quiet && cmd_progress_on)
+		fprintf(stderr, "dcr-pack: squashed %d deltas (%llu bytes) into %llu items, %llu changes, %llu bytes\n",
+			n, (unsigned long long)sst.bytes_in, (unsigned long long)sst.items,
+			(unsigned long long)sst.changes, (unsigned long long)sst.bytes_out);
+	if (delta_out)
+		return -1;
+	if (lseek(fd, 0, SEEK_SET))
+		cmd_die("cannot rewind the squashed delta: %s", strerror(errno));
+	return fd;
+}
+
 static void progress(void *ctx, uint64_t done, uint64_t total)
 {
 	(void)total;
@@ -186,45 +229,10 @@ int main(int argc, char **argv)
 	if (squash) {
 		if (argc - optind < 1)
 			cmd_usage_error(usage, "--squash needs the chain's delta files");
-		struct dcr_err e = {0};
-		struct dcr_squash_stats sst = {0};
-		/* the composed delta goes to a file, then (unless --delta) is packed */
-		char *tmpl = NULL;
-		int fd;
-		struct dcr_atomic a = {.fd = -1};
-		if (delta_out && strcmp(output, "-")) {
-			if (dcr_atomic_open(&a, output, &e))
-				cmd_die_err(&e, EXIT_FATAL);
-			fd = a.fd;
-		} else if (delta_out) {
-			fd = cmd_open_output("-");
-		} else {
-			const char *td = getenv("TMPDIR");
-			tmpl = dcr_asprintf("%s/dcr-squash.XXXXXX", td && *td ? td : "/tmp");
-			fd = tmpl ? mkstemp(tmpl) : -1;
-			if (fd < 0)
-				cmd_die("cannot create a temporary file: %s", strerror(errno));
-			unlink(tmpl);
-		}
-		int r = dcr_squash((const char *const *)argv + optind, (size_t)(argc - optind), NULL,
-				   (struct dcr_sink){dcr_sink_fd_write, &fd},
-				   delta_out ? output : "squashed delta", &sst, &e);
-		if (!r && a.tmp)
-			r = dcr_atomic_commit(&a, &e);
-		else if (a.tmp)
-			dcr_atomic_abort(&a);
-		if (r)
-			cmd_die_err(&e, cmd_exit_code(r));
-		if (!cmd_quiet && cmd_progress_on)
-			fprintf(stderr, "dcr-pack: squashed %d deltas (%llu bytes) into %llu items, %llu changes, %llu bytes\n",
-				argc - optind, (unsigned long long)sst.bytes_in,
-				(unsigned long long)sst.items, (unsigned long long)sst.changes,
-				(unsigned long long)sst.bytes_out);
-		if (delta_out)
+		int fd = squash_chain((const char *const *)argv + optind, argc - optind, output,
+				      delta_out);
+		if (fd < 0)
 			return cmd_finish(EXIT_OK);
-		if (lseek(fd, 0, SEEK_SET))
-			cmd_die("cannot rewind the squashed delta: %s", strerror(errno));
-		free(tmpl);
 		dup2(fd, 0);
 		close(fd);
 		optind = argc;

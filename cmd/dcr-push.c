@@ -81,6 +81,8 @@ int main(int argc, char **argv)
 		if (!policy || argc != optind)
 			cmd_usage_error(usage, "--gc STORE needs --policy NAME and nothing else");
 		struct dcr_err e = {0};
+		if (dcr_policy_check_name(policy, &e))
+			cmd_usage_error(usage, "--policy wants one name component, not '%s'", policy);
 		struct dcr_store *s;
 		uint64_t removed;
 		if (dcr_store_open(gc, &so, &s, &e))

@@ -19,6 +19,14 @@
 #include "refit/record.h"
 #include "refit/version.h"
 
+int dcr_policy_check_name(const char *policy, struct dcr_err *e)
+{
+	if (!policy[0] || strchr(policy, '/') || dcr_store_check_name(policy, e))
+		return dcr_err_set(e, DCR_EFORMAT, "policy '%s' must be one name component",
+				   policy);
+	return 0;
+}
+
 static int check_receiver(const char *receiver, struct dcr_err *e)
 {
 	if (!receiver[0] || strchr(receiver, '/'))

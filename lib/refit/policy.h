@@ -15,6 +15,9 @@
 #include "refit/commit.h"
 #include "transport/store.h"
 
+/* 0 if policy is a usable policy name: one object-name component. */
+int dcr_policy_check_name(const char *policy, struct dcr_err *e);
+
 /* Acknowledge: this receiver holds version V with state (plain put, replaced
  * by a later acknowledgement of the same version). */
 int dcr_ack_put(struct dcr_store *s, const char *policy, uint64_t version, const char *receiver,
