@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +19,14 @@ const char *cmd_name = "dcr";
 int cmd_progress_on;
 int cmd_quiet;
 struct dcr_fault cmd_fault;
+static int cmd_argc;
+static char **cmd_argv;
 
 void cmd_init(const char *name, int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
+	cmd_argc = argc;
+	cmd_argv = argv;
+	opterr = 0;
 	cmd_name = name;
 	cmd_progress_on = isatty(2);
 	dcr_fault_from_env(&cmd_fault);
@@ -217,8 +221,33 @@ void cmd_common_option(int c, const char *usage)
 	case 'n': cmd_progress_on = 0; return;
 	case 'q': cmd_quiet = 1; return;
 	case 'h': fputs(usage, stdout); exit(cmd_finish(EXIT_OK));
-	default: fputs(usage, stderr); exit(EXIT_USAGE);
+	default: cmd_bad_option(c, usage);
 	}
+}
+
+void cmd_bad_option(int c, const char *usage)
+{
+	/* getopt leaves optind past the word it complained about, except in
+	 * the middle of a cluster of short options ("-xq"), where optopt
+	 * names the letter */
+	const char *w = optind > 0 && optind <= cmd_argc ? cmd_argv[optind - 1] : NULL;
+	int is_long = w && !strncmp(w, "--", 2) && w[2] &&
+		      (c == ':' || !optopt || strchr(w, '='));
+	int n = 0;
+	if (is_long)
+		n = (int)strcspn(w, "=");
+	if (c == ':') {
+		if (is_long)
+			cmd_usage_error(usage, "option '%.*s' needs an argument", n, w);
+		cmd_usage_error(usage, "option '-%c' needs an argument", optopt);
+	}
+	if (is_long && optopt)
+		cmd_usage_error(usage, "option '%.*s' takes no argument", n, w);
+	if (is_long)
+		cmd_usage_error(usage, "unknown option '%.*s'", n, w);
+	if (optopt > ' ' && optopt < 127)
+		cmd_usage_error(usage, "unknown option '-%c'", optopt);
+	cmd_usage_error(usage, "unknown option '%s'", w ? w : "?");
 }
 
 int cmd_store_option(int c, const char *arg, struct dcr_store_opts *so, int *parallel,
@@ -228,13 +257,11 @@ int cmd_store_option(int c, const char *arg, struct dcr_store_opts *so, int *par
 	case 'E': so->endpoint = arg; return 1;
 	case 'C': so->cacert = arg; return 1;
 	case 'j':
-		*parallel = atoi(arg);
-		if (*parallel < 1 || *parallel > 256)
-			cmd_usage_error(usage, "--parallel wants 1..256, not '%s'", arg);
+		*parallel = (int)cmd_parse_u64(usage, "--parallel", arg, 1, 256);
 		so->parallel = *parallel;
 		return 1;
 	case 'R':
-		so->retries = atoi(arg);
+		so->retries = (int)cmd_parse_u64(usage, "--retries", arg, 0, 100);
 		if (!so->retries)
 			so->retries = -1; /* 0: no retries */
 		return 1;
@@ -246,6 +273,8 @@ int cmd_store_option(int c, const char *arg, struct dcr_store_opts *so, int *par
 uint64_t cmd_parse_size(const char *s)
 {
 	char *end;
+	if (*s < '0' || *s > '9')
+		return 0;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
 	uint64_t mul = 1;
@@ -258,4 +287,58 @@ uint64_t cmd_parse_size(const char *s)
 	if (errno || *end || !v || v > (4ull << 30) / mul)
 		return 0;
 	return v * mul;
+}
+
+/* The digits of s: 0 and *v, or -1 when s is empty, has anything but
+ * digits, or overflows. */
+static int parse_digits(const char *s, uint64_t *v)
+{
+	uint64_t x = 0;
+	if (!*s)
+		return -1;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -1;
+		uint64_t d = (uint64_t)(*s - '0');
+		if (x > (UINT64_MAX - d) / 10)
+			return -1;
+		x = x * 10 + d;
+	}
+	*v = x;
+	return 0;
+}
+
+uint64_t cmd_parse_u64(const char *usage, const char *opt, const char *arg, uint64_t min,
+		       uint64_t max)
+{
+	uint64_t v;
+	if (parse_digits(arg, &v))
+		cmd_usage_error(usage, "'%s' is not a number for %s", arg, opt);
+	if (v < min || v > max)
+		cmd_usage_error(usage, "%s wants %llu..%llu, not '%s'", opt, (unsigned long long)min,
+				(unsigned long long)max, arg);
+	return v;
+}
+
+double cmd_parse_seconds(const char *usage, const char *opt, const char *arg)
+{
+	const char *dot = strchr(arg, '.');
+	size_t ni = dot ? (size_t)(dot - arg) : strlen(arg);
+	int ok = ni > 0 || (dot && dot[1]);
+	for (const char *p = arg; ok && *p; p++)
+		ok = (*p >= '0' && *p <= '9') || p == dot;
+	if (!ok)
+		cmd_usage_error(usage, "'%s' is not a number of seconds for %s", arg, opt);
+	double v = strtod(arg, NULL);
+	if (v > 365.0 * 86400)
+		cmd_usage_error(usage, "%s wants at most a year (31536000 s), not '%s'", opt, arg);
+	return v;
+}
+
+uint64_t cmd_parse_version(const char *usage, const char *opt, const char *arg)
+{
+	uint64_t v;
+	if (parse_digits(arg[0] == 'v' ? arg + 1 : arg, &v))
+		cmd_usage_error(usage, "%s wants a version (42 or v42), not '%s'", opt, arg);
+	return v;
 }

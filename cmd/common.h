@@ -15,6 +15,8 @@ extern const char *cmd_name;
 /* Fault points of this run, armed from $DCR_FAULT_AT by cmd_init. */
 extern struct dcr_fault cmd_fault;
 
+/* Name the command, arm the fault points, and quiet getopt (opterr = 0):
+ * its complaints go through cmd_bad_option, as usage errors. */
 void cmd_init(const char *name, int argc, char **argv);
 void cmd_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cmd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -58,9 +60,14 @@ int cmd_store_option(int c, const char *arg, struct dcr_store_opts *so, int *par
 		     const char *usage);
 /* The options the pipeline commands share, for the default of their option
  * switch: -p/--progress, -n/--no-progress, -q/--quiet return; -h/--help
- * prints usage and exits 0; anything else prints usage to stderr and exits
- * EXIT_USAGE. */
+ * prints usage and exits 0; anything else is cmd_bad_option. Option
+ * strings start with ':' so that getopt tells a missing argument (':')
+ * from an unknown option ('?'). */
 void cmd_common_option(int c, const char *usage);
+/* What getopt_long returned for an option it could not take (c: '?' or
+ * ':'): "error: unknown option '--foo'", "error: option '--store' needs an
+ * argument", then usage on stderr, exit EXIT_USAGE. */
+__attribute__((noreturn)) void cmd_bad_option(int c, const char *usage);
 #define CMD_STORE_LONGOPTS \
 	{"endpoint", required_argument, NULL, 'E'}, {"cacert", required_argument, NULL, 'C'}, \
 	{"parallel", required_argument, NULL, 'j'}, {"retries", required_argument, NULL, 'R'}
@@ -71,5 +78,15 @@ int cmd_finish(int code);
 /* A size: digits and an optional K, M or G (powers of 1024), 1 to 4 GiB;
  * 0 when malformed. */
 uint64_t cmd_parse_size(const char *s);
+
+/* Strict numbers for option opt (its name as typed: "--retries"): decimal
+ * digits only, no sign, no space, no suffix, min <= value <= max; anything
+ * else is a usage error naming opt. */
+uint64_t cmd_parse_u64(const char *usage, const char *opt, const char *arg, uint64_t min,
+		       uint64_t max);
+/* Seconds: digits with an optional fraction ("0.5", "30"), at most a year. */
+double cmd_parse_seconds(const char *usage, const char *opt, const char *arg);
+/* A policy version: "42" or "v42". */
+uint64_t cmd_parse_version(const char *usage, const char *opt, const char *arg);
 
 #endif

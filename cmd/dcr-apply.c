@@ -1,7 +1,6 @@
 /* dcr-apply - apply a delta to a receiver checkpoint in place. */
 #include "config.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +28,8 @@ static const char usage[] =
 	"  -h, --help           show this help\n"
 	"\n"
 	"Exit status: 0 applied (or already at the target), 1 the receiver is not at\n"
-	"the delta's base (nothing written), 128 any other error.\n"
+	"the delta's base (nothing written), 128 any other error (a busy receiver\n"
+	"too), 129 usage error.\n"
 	"\n"
 	"Layouts: dcr-apply --layout MAP --rank R DIR [DELTA] places a canonical\n"
 	"delta into a serving rank's files; 'dcr-apply --layout -h' tells more.\n";
@@ -57,19 +57,13 @@ int main(int argc, char **argv)
 	};
 	int recover_only = 0, have_version = 0, c;
 	uint64_t version = 0;
-	while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'R': recover_only = 1; break;
-		case 'V': {
-			char *end;
-			const char *v = optarg[0] == 'v' ? optarg + 1 : optarg;
-			errno = 0;
-			version = strtoull(v, &end, 10);
-			if (errno || *end || !*v || *v == '-')
-				cmd_usage_error(usage, "--version wants a number, not '%s'", optarg);
+		case 'V':
+			version = cmd_parse_version(usage, "--version", optarg);
 			have_version = 1;
 			break;
-		}
 		default: cmd_common_option(c, usage); break;
 		}
 	}
@@ -85,8 +79,8 @@ int main(int argc, char **argv)
 	if (r)
 		cmd_die_err(&e, cmd_exit_code(r));
 	struct dcr_head head;
-	if (dcr_head_read(rc, &head, &e))
-		cmd_die_err(&e, EXIT_FATAL);
+	if ((r = dcr_head_read(rc, &head, &e)))
+		cmd_die_err(&e, cmd_exit_code(r));
 	if (head.have)
 		o.head = &head.state;
 	if (recover_only) {

@@ -1,9 +1,7 @@
 /* dcr-commit - bind a version to a state id: on a receiver, or in a store. */
 #include "config.h"
 
-#include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +24,8 @@ static const char usage[] =
 	"V-1 is committed and V is not), and print the state id the next dcr-diff must\n"
 	"use as --base-id.\n"
 	"\n"
-	"      --version V      the version (receiver: default what dcr-apply recorded)\n"
+	"      --version V      the version (receiver: default what dcr-apply recorded,\n"
+	"                       else HEAD + 1)\n"
 	"      --full           re-hash every tensor instead of trusting the state cache\n"
 	"      --store URL      the store (a directory, s3://..., http(s)://...)\n"
 	"      --policy NAME    the policy's name in the store\n"
@@ -59,44 +58,38 @@ static int receiver_status(const char *ckpt, int porcelain)
 {
 	struct dcr_err e = {0};
 	struct dcr_receiver *rc;
-	struct dcr_head h;
-	struct dcr_applied a;
-	if (dcr_receiver_open(ckpt, 0, &rc, &e) || dcr_head_read(rc, &h, &e) ||
-	    dcr_applied_read(rc, &a, &e))
+	struct dcr_commit_status st;
+	if (dcr_receiver_open(ckpt, 0, &rc, &e) || dcr_commit_status(rc, &st, &e))
 		cmd_die_err(&e, EXIT_FATAL);
-	char *jp = dcr_receiver_path(rc, "journal");
-	int pending = jp && !access(jp, F_OK);
-	free(jp);
+	const struct dcr_head *h = &st.head;
+	const struct dcr_applied *a = &st.applied;
 	char hs[65] = "-", as[65] = "-";
-	if (h.have)
-		dcr_digest_hex(&h.state, hs);
-	if (a.have)
-		dcr_digest_hex(&a.target, as);
-	int clean = a.have && h.have && !memcmp(a.target.b, h.state.b, 32);
+	if (h->have)
+		dcr_digest_hex(&h->state, hs);
+	if (a->have)
+		dcr_digest_hex(&a->target, as);
 	if (porcelain) {
-		if (h.have)
-			printf("head\t%llu\t%s\n", (unsigned long long)h.version, hs);
+		if (h->have)
+			printf("head\t%llu\t%s\n", (unsigned long long)h->version, hs);
 		else
 			printf("head\t-\t-\n");
-		if (a.have && a.have_version)
-			printf("applied\t%llu\t%s\n", (unsigned long long)a.version, as);
+		if (a->have && a->have_version)
+			printf("applied\t%llu\t%s\n", (unsigned long long)a->version, as);
 		else
 			printf("applied\t-\t%s\n", as);
-		printf("pending\t%s\n", pending ? "journal" : clean || !a.have ? "none" : "commit");
+		printf("pending\t%s\n", st.journal ? "journal" : st.uncommitted ? "commit" : "none");
 	} else {
-		if (h.have)
-			printf("version %llu, state %s\n", (unsigned long long)h.version, hs);
+		if (h->have)
+			printf("version %llu, state %s\n", (unsigned long long)h->version, hs);
 		else
 			printf("no committed version\n");
-		if (pending)
+		if (st.journal)
 			printf("an interrupted apply is pending: run dcr-apply --recover\n");
-		else if (a.have && !clean) {
-			if (a.have_version)
-				printf("applied version %llu, state %s, not committed\n",
-				       (unsigned long long)a.version, as);
-			else
-				printf("applied state %s, not committed (no version known)\n", as);
-		}
+		else if (st.uncommitted && a->have_version)
+			printf("applied version %llu, state %s, not committed\n",
+			       (unsigned long long)a->version, as);
+		else if (st.uncommitted)
+			printf("applied state %s, not committed (no version known)\n", as);
 	}
 	dcr_receiver_close(rc);
 	return cmd_finish(EXIT_OK);
@@ -136,17 +129,20 @@ static struct dcr_store *open_store(const char *url, const struct dcr_store_opts
 	return s;
 }
 
-static int check_policy(const char *policy)
-{
-	struct dcr_err e = {0};
-	if (!policy[0] || strchr(policy, '/') || dcr_store_check_name(policy, &e))
-		return -1;
-	return 0;
-}
+/* What the command line asked for. */
+struct args {
+	struct dcr_commit_opts co;
+	struct dcr_store_opts so;
+	const char *store, *policy, *receiver, *ckpt;
+	long long expect; /* -1: not given */
+	double timeout;
+	dcr_digest state;
+	int have_state, status, log, porcelain;
+	char eol;
+};
 
-int main(int argc, char **argv)
+static void parse_args(int argc, char **argv, struct args *a)
 {
-	cmd_init("dcr-commit", argc, argv);
 	static const struct option longopts[] = {
 		{"version", required_argument, NULL, 'V'},
 		{"full", no_argument, NULL, 'F'},
@@ -165,168 +161,146 @@ int main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	struct dcr_commit_opts co = {0};
-	struct dcr_store_opts so = {0};
-	const char *store = NULL, *policy = NULL, *receiver = NULL;
-	long expect = -1;
-	double timeout = 0;
-	dcr_digest state;
-	int have_state = 0, status = 0, log = 0, porcelain = 0, c;
-	char eol = '\n';
-	while ((c = getopt_long(argc, argv, "zqh", longopts, NULL)) != -1) {
-		char *end;
+	int c;
+	*a = (struct args){.expect = -1, .eol = '\n'};
+	while ((c = getopt_long(argc, argv, ":zqh", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'V': {
-			const char *s = optarg[0] == 'v' ? optarg + 1 : optarg;
-			errno = 0;
-			unsigned long long v = strtoull(s, &end, 10);
-			if (errno || *end || !*s || *s == '-')
-				cmd_usage_error(usage, "--version wants a number, not '%s'", optarg);
-			co.have_version = 1;
-			co.version = v;
+		case 'V':
+			a->co.version = cmd_parse_version(usage, "--version", optarg);
+			a->co.have_version = 1;
 			break;
-		}
-		case 'F': co.full = 1; break;
-		case 'S': store = optarg; break;
-		case 'P': policy = optarg; break;
-		case 'r': receiver = optarg; break;
-		case 'x':
-			expect = strtol(optarg, &end, 10);
-			if (*end || expect < 0 || expect > 1000000)
-				cmd_usage_error(usage, "--expect wants a count, not '%s'", optarg);
-			break;
-		case 't':
-			timeout = strtod(optarg, &end);
-			if (*end || timeout < 0)
-				cmd_usage_error(usage, "--timeout wants seconds, not '%s'", optarg);
-			break;
+		case 'F': a->co.full = 1; break;
+		case 'S': a->store = optarg; break;
+		case 'P': a->policy = optarg; break;
+		case 'r': a->receiver = optarg; break;
+		case 'x': a->expect = (long long)cmd_parse_u64(usage, "--expect", optarg, 0, 1000000); break;
+		case 't': a->timeout = cmd_parse_seconds(usage, "--timeout", optarg); break;
 		case 's':
-			if (dcr_digest_parse_hex(optarg, &state))
+			if (dcr_digest_parse_hex(optarg, &a->state))
 				cmd_usage_error(usage, "--state wants 64 hex digits, not '%s'", optarg);
-			have_state = 1;
+			a->have_state = 1;
 			break;
-		case 'T': status = 1; break;
-		case 'L': log = 1; break;
-		case 'O': porcelain = 1; break;
-		case 'E': so.endpoint = optarg; break;
-		case 'C': so.cacert = optarg; break;
-		case 'z': eol = '\0'; break;
-		case 'q': cmd_quiet = 1; break;
-		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
-		default: fputs(usage, stderr); return EXIT_USAGE;
+		case 'T': a->status = 1; break;
+		case 'L': a->log = 1; break;
+		case 'O': a->porcelain = 1; break;
+		case 'E': a->so.endpoint = optarg; break;
+		case 'C': a->so.cacert = optarg; break;
+		case 'z': a->eol = '\0'; break;
+		default: cmd_common_option(c, usage); break;
 		}
 	}
-	co.fault = &cmd_fault;
-	int nargs = argc - optind;
-	if (nargs > 1)
+	a->co.fault = &cmd_fault;
+	if (argc - optind > 1)
 		cmd_usage_error(usage, "at most one CKPT");
-	if ((store != NULL) != (policy != NULL))
+	a->ckpt = argc - optind == 1 ? argv[optind] : NULL;
+	if ((a->store != NULL) != (a->policy != NULL))
 		cmd_usage_error(usage, "--store and --policy go together");
-	if (policy && check_policy(policy))
-		cmd_usage_error(usage, "--policy wants one name component, not '%s'", policy);
 	struct dcr_err e = {0};
+	if (a->policy && dcr_policy_check_name(a->policy, &e))
+		cmd_usage_error(usage, "--policy wants one name component, not '%s'", a->policy);
+	if (!a->ckpt && !a->store)
+		cmd_usage_error(usage, "need CKPT, or --store and --policy");
+}
 
-	if (nargs == 0) {
-		/* the store side */
-		if (!store)
-			cmd_usage_error(usage, "need CKPT, or --store and --policy");
-		struct dcr_store *s = open_store(store, &so);
-		if (status) {
-			struct dcr_head h;
-			if (dcr_policy_head(s, policy, &h, &e))
-				cmd_die_err(&e, EXIT_FATAL);
-			char hs[65];
-			if (h.have)
-				dcr_digest_hex(&h.state, hs);
-			if (porcelain && h.have)
-				printf("head\t%llu\t%s\n", (unsigned long long)h.version, hs);
-			else if (porcelain)
-				printf("head\t-\t-\n");
-			else {
-				if (h.have)
-					printf("policy %s: version %llu, state %s\n", policy,
-					       (unsigned long long)h.version, hs);
-				else
-					printf("policy %s: nothing committed\n", policy);
-			}
-			dcr_store_close(s);
-			return cmd_finish(EXIT_OK);
-		}
-		if (!co.have_version || expect < 0)
-			cmd_usage_error(usage, "the trainer side needs --version and --expect");
-		if (receiver || log || co.full)
-			cmd_usage_error(usage, "--receiver, --log and --full need CKPT");
-		if (!have_state) {
-			char *mn = dcr_asprintf("%s/v%llu/%s", policy, (unsigned long long)co.version,
-						DCR_MANIFEST_NAME);
-			uint8_t *buf;
-			size_t len;
-			struct dcr_manifest m;
-			if (!mn)
-				cmd_die("out of memory");
-			int r = dcr_store_get(s, mn, &buf, &len, &e);
-			if (r == DCR_ENOTFOUND)
-				cmd_die("no pack '%s' in '%s' to take the target state from; give --state",
-					mn, store);
-			if (r || dcr_manifest_parse(buf, len, mn, &m, &e))
-				cmd_die_err(&e, EXIT_FATAL);
-			state = m.target;
-			dcr_manifest_release(&m);
-			free(buf);
-			free(mn);
-		}
-		struct dcr_policy_commit_opts po = {.version = co.version, .state = state,
-						    .expect = (unsigned)expect, .timeout_s = timeout,
-						    .fault = &cmd_fault};
-		unsigned seen = 0;
-		int r = dcr_policy_commit(s, policy, &po, &seen, &e);
-		dcr_store_close(s);
-		if (r)
-			cmd_die_err(&e, exit_for(r));
-		char hex[65];
-		dcr_digest_hex(&state, hex);
-		printf("%s\n", hex);
-		if (!cmd_quiet)
-			fprintf(stderr, "dcr-commit: policy %s: committed version %llu (%u acknowledgements)\n",
-				policy, (unsigned long long)co.version, seen);
-		return cmd_finish(EXIT_OK);
-	}
+/* The store's committed head of the policy. */
+static int store_status(const struct args *a)
+{
+	struct dcr_err e = {0};
+	struct dcr_store *s = open_store(a->store, &a->so);
+	struct dcr_head h;
+	if (dcr_policy_head(s, a->policy, &h, &e))
+		cmd_die_err(&e, EXIT_FATAL);
+	char hs[65];
+	if (h.have)
+		dcr_digest_hex(&h.state, hs);
+	if (a->porcelain && h.have)
+		printf("head\t%llu\t%s\n", (unsigned long long)h.version, hs);
+	else if (a->porcelain)
+		printf("head\t-\t-\n");
+	else if (h.have)
+		printf("policy %s: version %llu, state %s\n", a->policy,
+		       (unsigned long long)h.version, hs);
+	else
+		printf("policy %s: nothing committed\n", a->policy);
+	dcr_store_close(s);
+	return cmd_finish(EXIT_OK);
+}
 
-	const char *ckpt = argv[optind];
-	if (status && log)
-		cmd_usage_error(usage, "--status or --log, not both");
-	if (status)
-		return receiver_status(ckpt, porcelain);
-	if (log)
-		return receiver_log(ckpt, porcelain, eol);
-	if (expect >= 0 || have_state)
+/* The trainer: wait for the acknowledgements, commit V in the store, print
+ * the state id the next diff starts from. */
+static int trainer_commit(struct args *a)
+{
+	struct dcr_err e = {0};
+	if (!a->co.have_version || a->expect < 0)
+		cmd_usage_error(usage, "the trainer side needs --version and --expect");
+	if (a->receiver || a->log || a->co.full)
+		cmd_usage_error(usage, "--receiver, --log and --full need CKPT");
+	struct dcr_store *s = open_store(a->store, &a->so);
+	if (!a->have_state && dcr_policy_target(s, a->policy, a->co.version, &a->state, &e))
+		cmd_die_err(&e, EXIT_FATAL);
+	struct dcr_policy_commit_opts po = {.version = a->co.version, .state = a->state,
+					    .expect = (unsigned)a->expect,
+					    .timeout_s = a->timeout, .fault = &cmd_fault};
+	unsigned seen = 0;
+	int r = dcr_policy_commit(s, a->policy, &po, &seen, &e);
+	dcr_store_close(s);
+	if (r)
+		cmd_die_err(&e, exit_for(r));
+	char hex[65];
+	dcr_digest_hex(&a->state, hex);
+	printf("%s\n", hex);
+	if (!cmd_quiet)
+		fprintf(stderr, "dcr-commit: policy %s: committed version %llu (%u acknowledgements)\n",
+			a->policy, (unsigned long long)a->co.version, seen);
+	return cmd_finish(EXIT_OK);
+}
+
+/* A receiver: advance HEAD, and with --store acknowledge it. */
+static int receiver_commit(const struct args *a)
+{
+	struct dcr_err e = {0};
+	if (a->expect >= 0 || a->have_state)
 		cmd_usage_error(usage, "--expect and --state are for the trainer side (no CKPT)");
-	if (store && !receiver)
+	if (a->store && !a->receiver)
 		cmd_usage_error(usage, "--store on a receiver needs --receiver ID");
-	if (receiver && !store)
+	if (a->receiver && !a->store)
 		cmd_usage_error(usage, "--receiver needs --store and --policy");
-	struct dcr_store *s = store ? open_store(store, &so) : NULL;
+	struct dcr_store *s = a->store ? open_store(a->store, &a->so) : NULL;
 	struct dcr_receiver *rc;
-	int r = dcr_receiver_open(ckpt, 1, &rc, &e);
+	int r = dcr_receiver_open(a->ckpt, 1, &rc, &e);
 	if (r)
 		cmd_die_err(&e, cmd_exit_code(r));
 	struct dcr_commit_result res;
-	r = dcr_commit_local(rc, &co, &res, &e);
+	r = dcr_commit_receiver(rc, s, a->policy, a->receiver, &a->co, &res, &e);
 	if (r)
 		cmd_die_err(&e, exit_for(r));
-	if (s) {
-		dcr_fault_point(&cmd_fault);
-		if ((r = dcr_ack_put(s, policy, res.version, receiver, &res.state, &e)))
-			cmd_die_err(&e, EXIT_FATAL);
-		dcr_store_close(s);
-	}
+	dcr_store_close(s);
 	dcr_receiver_close(rc);
 	if (!cmd_quiet) {
 		char hex[65];
 		dcr_digest_hex(&res.state, hex);
+		if (res.from_head && !res.already)
+			fprintf(stderr, "dcr-commit: no version recorded: committing HEAD + 1 = %llu\n",
+				(unsigned long long)res.version);
 		fprintf(stderr, "dcr-commit: %s version %llu, state %.12s%s\n",
 			res.already ? "already at" : "committed", (unsigned long long)res.version, hex,
-			store ? " (acknowledged)" : "");
+			a->store ? " (acknowledged)" : "");
 	}
 	return cmd_finish(EXIT_OK);
+}
+
+int main(int argc, char **argv)
+{
+	cmd_init("dcr-commit", argc, argv);
+	struct args a;
+	parse_args(argc, argv, &a);
+	if (!a.ckpt)
+		return a.status ? store_status(&a) : trainer_commit(&a);
+	if (a.status && a.log)
+		cmd_usage_error(usage, "--status or --log, not both");
+	if (a.status)
+		return receiver_status(a.ckpt, a.porcelain);
+	if (a.log)
+		return receiver_log(a.ckpt, a.porcelain, a.eol);
+	return receiver_commit(&a);
 }

@@ -38,8 +38,32 @@ static const char usage[] =
 	"  -q, --quiet          no progress, no summary\n"
 	"  -h, --help           show this help\n"
 	"\n"
+	"Exit status: 0 done, 128 error, 129 usage error.\n"
+	"\n"
 	"Layouts: dcr-diff --layout MAP --rank R BASE NEW (a training rank's shards),\n"
 	"dcr-diff --merge DELTA... (the ranks' deltas); 'dcr-diff --layout -h' tells more.\n";
+
+/* --stats: the summary on stderr, as key=value lines with --porcelain. */
+static void print_stats(const struct dcr_diff_stats *st, int porcelain)
+{
+	char b[65], t[65];
+	dcr_digest_hex(&st->base, b);
+	dcr_digest_hex(&st->target, t);
+	double share = st->dense_bytes ? 100.0 * (double)st->bytes_out / (double)st->dense_bytes : 0;
+	if (porcelain)
+		fprintf(stderr,
+			"base=%s\ntarget=%s\ntensors=%llu\nitems=%llu\nchanged=%llu\ndelta_bytes=%llu\ndense_bytes=%llu\n",
+			b, t, (unsigned long long)st->tensors, (unsigned long long)st->items,
+			(unsigned long long)st->changed, (unsigned long long)st->bytes_out,
+			(unsigned long long)st->dense_bytes);
+	else
+		fprintf(stderr,
+			"dcr-diff: %llu tensors, %llu changed values in %llu items; delta %llu bytes = %.3f%% of %llu dense bytes\n"
+			"dcr-diff: base %s\ndcr-diff: target %s\n",
+			(unsigned long long)st->tensors, (unsigned long long)st->changed,
+			(unsigned long long)st->items, (unsigned long long)st->bytes_out, share,
+			(unsigned long long)st->dense_bytes, b, t);
+}
 
 int main(int argc, char **argv)
 {
@@ -71,7 +95,7 @@ int main(int argc, char **argv)
 	int stats = 0, porcelain = 0, overwrite = 0, c;
 	const char **also = dcr_calloc((size_t)argc + 1, sizeof(char *));
 	size_t nalso = 0;
-	while ((c = getopt_long(argc, argv, "o:qh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":o:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': output = optarg; break;
 		case 'B':
@@ -79,14 +103,7 @@ int main(int argc, char **argv)
 				cmd_usage_error(usage, "--base-id wants 64 hex digits, not '%s'", optarg);
 			o.base_id = &base_id;
 			break;
-		case 'C': {
-			char *end;
-			unsigned long long v = strtoull(optarg, &end, 10);
-			if (*end || !v || v > (1u << 26))
-				cmd_usage_error(usage, "--chunk wants 1..67108864, not '%s'", optarg);
-			o.chunk_elems = v;
-			break;
-		}
+		case 'C': o.chunk_elems = cmd_parse_u64(usage, "--chunk", optarg, 1, 1u << 26); break;
 		case 'W': overwrite = 1; break;
 		case 'A': also[nalso++] = optarg; break;
 		case 'D': o.dense = 1; break;
@@ -102,11 +119,7 @@ int main(int argc, char **argv)
 			else
 				cmd_usage_error(usage, "--codec wants auto, plain or delta, not '%s'", optarg);
 			break;
-		case 'T':
-			o.threads = atoi(optarg);
-			if (o.threads < 1 || o.threads > 64)
-				cmd_usage_error(usage, "--threads wants 1..64");
-			break;
+		case 'T': o.threads = (int)cmd_parse_u64(usage, "--threads", optarg, 1, 64); break;
 		case 'P': porcelain = 1; break;
 		default: cmd_common_option(c, usage); break;
 		}
@@ -165,24 +178,7 @@ int main(int argc, char **argv)
 	cmd_progress_end();
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);
-	if (stats && !cmd_quiet) {
-		char b[65], t[65];
-		dcr_digest_hex(&st.base, b);
-		dcr_digest_hex(&st.target, t);
-		double share = st.dense_bytes ? 100.0 * (double)st.bytes_out / (double)st.dense_bytes : 0;
-		if (porcelain)
-			fprintf(stderr,
-				"base=%s\ntarget=%s\ntensors=%llu\nitems=%llu\nchanged=%llu\ndelta_bytes=%llu\ndense_bytes=%llu\n",
-				b, t, (unsigned long long)st.tensors, (unsigned long long)st.items,
-				(unsigned long long)st.changed, (unsigned long long)st.bytes_out,
-				(unsigned long long)st.dense_bytes);
-		else
-			fprintf(stderr,
-				"dcr-diff: %llu tensors, %llu changed values in %llu items; delta %llu bytes = %.3f%% of %llu dense bytes\n"
-				"dcr-diff: base %s\ndcr-diff: target %s\n",
-				(unsigned long long)st.tensors, (unsigned long long)st.changed,
-				(unsigned long long)st.items, (unsigned long long)st.bytes_out, share,
-				(unsigned long long)st.dense_bytes, b, t);
-	}
+	if (stats && !cmd_quiet)
+		print_stats(&st, porcelain);
 	return cmd_finish(EXIT_OK);
 }

@@ -37,7 +37,7 @@ int main(int argc, char **argv)
 	};
 	const char *pub = NULL, *sec = NULL;
 	int c;
-	while ((c = getopt_long(argc, argv, "p:s:qh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":p:s:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 		case 'P': pub = optarg; break;

@@ -1,7 +1,6 @@
 /* dcr-layout - generate, check, show and materialize layout maps. */
 #include "config.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "dcr.h"
 
 static const char usage_text[] =
@@ -21,38 +21,18 @@ static const char usage_text[] =
 	"\n"
 	"Layout maps relate a layout's stored tensors (training shards, serving\n"
 	"parameters) to canonical Hugging Face coordinates; see dcr-layout(1) and\n"
-	"dcr-format-layout(5).\n";
+	"dcr-format-layout(5).\n"
+	"\n"
+	"Exit status: 0 done, 1 check found a problem, 128 error, 129 usage error.\n";
 
-static int usage(int code)
+/* -h/--help to stdout, anything getopt could not take a usage error. */
+static void other_option(int c)
 {
-	fputs(usage_text, code ? stderr : stdout);
-	return code;
-}
-
-static int fatal(const struct dcr_err *e)
-{
-	fprintf(stderr, "dcr-layout: error: %s\n", e->msg);
-	return 128;
-}
-
-static int finish_stdout(void)
-{
-	if (fflush(stdout) || ferror(stdout)) {
-		fprintf(stderr, "dcr-layout: error: write to stdout failed\n");
-		return 128;
+	if (c == 'h') {
+		fputs(usage_text, stdout);
+		exit(cmd_finish(EXIT_OK));
 	}
-	return 0;
-}
-
-static int parse_u32(const char *s, uint32_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (!*s || *end || errno || v > UINT32_MAX || *s == '-')
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
+	cmd_bad_option(c, usage_text);
 }
 
 static int cmd_generate(int argc, char **argv)
@@ -72,71 +52,52 @@ static int cmd_generate(int argc, char **argv)
 		{0}};
 	struct dcr_layout_gen g = {.rank = -1, .stored_dtype = -1};
 	const char *config = NULL, *out = NULL;
-	uint32_t v;
 	int c, have_rank = 0, all = 0;
-	while ((c = getopt_long(argc, argv, "+o:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:o:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': config = optarg; break;
 		case 'f': g.framework = optarg; break;
-		case 't':
-		case 'E':
-		case 'r':
+		case 't': g.tp = (uint32_t)cmd_parse_u64(usage_text, "--tp", optarg, 0, UINT32_MAX); break;
+		case 'E': g.ep = (uint32_t)cmd_parse_u64(usage_text, "--ep", optarg, 0, UINT32_MAX); break;
 		case 'V':
-			if (parse_u32(optarg, &v) < 0) {
-				fprintf(stderr, "dcr-layout: error: '%s' is not a number\n", optarg);
-				return 129;
-			}
-			if (c == 't')
-				g.tp = v;
-			else if (c == 'E')
-				g.ep = v;
-			else if (c == 'V')
-				g.vocab_multiple = v;
-			else {
-				g.rank = v;
-				have_rank = 1;
-			}
+			g.vocab_multiple = (uint32_t)cmd_parse_u64(usage_text, "--vocab-multiple", optarg,
+								   0, UINT32_MAX);
+			break;
+		case 'r':
+			g.rank = (int64_t)cmd_parse_u64(usage_text, "--rank", optarg, 0, UINT32_MAX);
+			have_rank = 1;
 			break;
 		case 'a': all = 1; break;
 		case 'D':
-			if ((g.stored_dtype = dcr_dtype_parse(optarg)) < 0) {
-				fprintf(stderr, "dcr-layout: error: unknown dtype '%s'\n", optarg);
-				return 129;
-			}
+			if ((g.stored_dtype = dcr_dtype_parse(optarg)) < 0)
+				cmd_usage_error(usage_text, "unknown dtype '%s'", optarg);
 			break;
 		case 'Z': g.zero_centered_gamma = 1; break;
 		case 'o': out = optarg; break;
-		case 'h': return usage(0);
-		default: return usage(129);
+		default: other_option(c); break;
 		}
 	}
-	if (optind != argc || !config || !g.framework || !g.tp || !out) {
-		fprintf(stderr, "dcr-layout: error: generate needs --config, --framework, --tp and -o\n");
-		return usage(129);
-	}
-	if (have_rank && all) {
-		fprintf(stderr, "dcr-layout: error: --rank and --all are exclusive\n");
-		return 129;
-	}
-	if (!strcmp(out, "-") && isatty(1)) {
-		fprintf(stderr, "dcr-layout: error: refusing to write a map to a terminal\n");
-		return 129;
-	}
+	if (optind != argc || !config || !g.framework || !g.tp || !out)
+		cmd_usage_error(usage_text, "generate needs --config, --framework, --tp and -o");
+	if (have_rank && all)
+		cmd_usage_error(usage_text, "--rank and --all are exclusive");
+	if (!strcmp(out, "-") && isatty(1))
+		cmd_usage_error(usage_text, "refusing to write a map to a terminal");
 	struct dcr_err e = {0};
 	uint8_t *text;
 	size_t len;
 	struct dcr_layout *L;
 	if (dcr_read_file(config, 1 << 24, &text, &len, &e) < 0)
-		return fatal(&e);
+		cmd_die_err(&e, EXIT_FATAL);
 	int rc = dcr_layout_generate((const char *)text, len, &g, &L, &e);
 	free(text);
 	if (rc < 0)
-		return fatal(&e);
+		cmd_die_err(&e, EXIT_FATAL);
 	rc = dcr_layout_save(L, out, &e);
 	dcr_layout_free(L);
 	if (rc < 0)
-		return fatal(&e);
-	return finish_stdout();
+		cmd_die_err(&e, EXIT_FATAL);
+	return cmd_finish(EXIT_OK);
 }
 
 static int cmd_check(int argc, char **argv)
@@ -146,29 +107,26 @@ static int cmd_check(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0}};
 	int c, quiet = 0;
-	while ((c = getopt_long(argc, argv, "+qh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:qh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'q': quiet = 1; break;
-		case 'h': return usage(0);
-		default: return usage(129);
+		default: other_option(c); break;
 		}
 	}
 	if (optind + 1 != argc)
-		return usage(129);
+		cmd_usage_error(usage_text, "check needs one MAP");
 	struct dcr_err e = {0};
 	struct dcr_layout *L;
 	struct dcr_layout_report r;
 	if (dcr_layout_load(argv[optind], &L, &e) < 0)
-		return fatal(&e);
+		cmd_die_err(&e, EXIT_FATAL);
 	int rc = dcr_layout_check(L, &r, &e);
-	if (rc < 0) {
-		dcr_layout_free(L);
-		return fatal(&e);
-	}
+	if (rc < 0)
+		cmd_die_err(&e, EXIT_FATAL);
 	if (rc == 1) {
 		fprintf(stderr, "dcr-layout: %s: %s\n", argv[optind], r.problem);
 		dcr_layout_free(L);
-		return 1;
+		return cmd_finish(EXIT_NEGATIVE);
 	}
 	if (!quiet) {
 		printf("tensors %zu\npieces %zu\nranks %u\ncomplete %s\n",
@@ -181,7 +139,7 @@ static int cmd_check(int argc, char **argv)
 		       r.canon_elems, r.canon_uncovered, r.canon_replicated, r.replica_copies);
 	}
 	dcr_layout_free(L);
-	return finish_stdout();
+	return cmd_finish(EXIT_OK);
 }
 
 static const char *kinds[] = {"affine", "residual", "padding"};
@@ -193,19 +151,18 @@ static int cmd_show(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0}};
 	int c, porcelain = 0;
-	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': porcelain = 1; break;
-		case 'h': return usage(0);
-		default: return usage(129);
+		default: other_option(c); break;
 		}
 	}
 	if (optind + 1 != argc)
-		return usage(129);
+		cmd_usage_error(usage_text, "show needs one MAP");
 	struct dcr_err e = {0};
 	struct dcr_layout *L;
 	if (dcr_layout_load(argv[optind], &L, &e) < 0)
-		return fatal(&e);
+		cmd_die_err(&e, EXIT_FATAL);
 	if (!porcelain)
 		printf("# %s %s tp=%u ep=%u world=%u complete=%s canonical=%zu stored=%zu\n",
 		       L->framework ? L->framework : "-", L->model_type ? L->model_type : "-",
@@ -240,7 +197,7 @@ static int cmd_show(int argc, char **argv)
 		}
 	}
 	dcr_layout_free(L);
-	return finish_stdout();
+	return cmd_finish(EXIT_OK);
 }
 
 static int cmd_materialize(int argc, char **argv)
@@ -253,55 +210,48 @@ static int cmd_materialize(int argc, char **argv)
 		{0}};
 	const char *map = NULL, *ckpt = NULL, *out = NULL;
 	int c;
-	while ((c = getopt_long(argc, argv, "+o:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:o:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm': map = optarg; break;
 		case 'c': ckpt = optarg; break;
 		case 'o': out = optarg; break;
-		case 'h': return usage(0);
-		default: return usage(129);
+		default: other_option(c); break;
 		}
 	}
-	if (optind != argc || !map || !ckpt || !out) {
-		fprintf(stderr, "dcr-layout: error: materialize needs --map, --canonical and -o\n");
-		return usage(129);
-	}
+	if (optind != argc || !map || !ckpt || !out)
+		cmd_usage_error(usage_text, "materialize needs --map, --canonical and -o");
 	struct dcr_err e = {0};
 	struct dcr_layout *L;
 	struct dcr_layout_report r;
 	struct dcr_ckpt *ck;
 	if (dcr_layout_load(map, &L, &e) < 0)
-		return fatal(&e);
+		cmd_die_err(&e, EXIT_FATAL);
 	int rc = dcr_layout_check(L, &r, &e);
-	if (rc != 0) {
-		if (rc > 0)
-			fprintf(stderr, "dcr-layout: error: '%s' is not an exact cover: %s\n",
-				map, r.problem);
-		else
-			fatal(&e);
-		dcr_layout_free(L);
-		return 128;
-	}
-	if (dcr_ckpt_open(ckpt, &ck, &e) < 0) {
-		dcr_layout_free(L);
-		return fatal(&e);
-	}
+	if (rc < 0)
+		cmd_die_err(&e, EXIT_FATAL);
+	if (rc > 0)
+		cmd_die("'%s' is not an exact cover: %s", map, r.problem);
+	if (dcr_ckpt_open(ckpt, &ck, &e) < 0)
+		cmd_die_err(&e, EXIT_FATAL);
 	rc = dcr_layout_materialize(L, ck, out, &e);
 	dcr_ckpt_close(ck);
 	dcr_layout_free(L);
-	return rc < 0 ? fatal(&e) : 0;
+	if (rc < 0)
+		cmd_die_err(&e, EXIT_FATAL);
+	return cmd_finish(EXIT_OK);
 }
 
 int main(int argc, char **argv)
 {
+	cmd_init("dcr-layout", argc, argv);
 	if (argc < 2)
-		return usage(129);
+		cmd_usage_error(usage_text, "need a subcommand");
 	const char *sub = argv[1];
-	if (!strcmp(sub, "-h") || !strcmp(sub, "--help"))
-		return usage(0);
-	argc--;
-	argv++;
-	optind = 1;
+	if (!strcmp(sub, "-h") || !strcmp(sub, "--help")) {
+		fputs(usage_text, stdout);
+		return cmd_finish(EXIT_OK);
+	}
+	optind = 2; /* the subcommand's options follow it */
 	if (!strcmp(sub, "generate"))
 		return cmd_generate(argc, argv);
 	if (!strcmp(sub, "check"))
@@ -310,6 +260,5 @@ int main(int argc, char **argv)
 		return cmd_show(argc, argv);
 	if (!strcmp(sub, "materialize"))
 		return cmd_materialize(argc, argv);
-	fprintf(stderr, "dcr-layout: error: unknown subcommand '%s'\n", sub);
-	return usage(129);
+	cmd_usage_error(usage_text, "unknown subcommand '%s'", sub);
 }

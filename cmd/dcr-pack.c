@@ -47,8 +47,10 @@ static int list_pack(const char *path, int porcelain, char eol)
 	const uint8_t *buf;
 	size_t len;
 	int r, bad = 0;
+	size_t entries = 0;
 	char h1[65], h2[65];
 	while ((r = dcr_pack_in_next(in, &name, &buf, &len, &e)) == 1) {
+		entries++;
 		if (!strcmp(name, DCR_MANIFEST_NAME)) {
 			struct dcr_manifest m;
 			if (dcr_manifest_parse(buf, len, name, &m, &e)) {
@@ -96,41 +98,78 @@ static int list_pack(const char *path, int porcelain, char eol)
 			bad = 1;
 			continue;
 		}
-		uint64_t items = 0, changes = 0, tensors = 0;
-		struct dcr_rd rd;
-		dcr_rd_init(&rd, pl.raw, pl.raw_len);
-		while (dcr_rd_left(&rd) && !rd.bad) {
-			struct dcr_delta_rec rec = {.type = dcr_rd_le32(&rd)};
-			dcr_rd_le32(&rd);
-			rec.len = dcr_rd_le64(&rd);
-			rec.body = dcr_rd_bytes(&rd, rec.len);
-			if (!rec.body)
-				break;
-			struct dcr_item it;
-			if (rec.type == DCR_REC_ITEM && !dcr_delta_parse_item(&rec, &it, &e)) {
-				items++;
-				changes += it.n;
-			}
-			tensors += rec.type == DCR_REC_TENSOR;
+		struct dcr_payload_summary sum;
+		if (dcr_payload_summary(&pl, name, &sum, &e)) {
+			cmd_error("%s", e.msg);
+			dcr_payload_release(&pl);
+			bad = 1;
+			continue;
 		}
 		dcr_digest_hex(&pl.digest, h1);
 		const char *alg = pl.flags & DCR_PAYLOAD_BLAKE3 ? "blake3" : "sha256";
 		if (porcelain)
 			printf("payload\t%u\t%zu\t%s\t%llu\t%llu\t%llu\t%llu\t%s%c", pl.index, len, h1,
-			       (unsigned long long)pl.raw_len, (unsigned long long)tensors,
-			       (unsigned long long)items, (unsigned long long)changes, alg, eol);
+			       (unsigned long long)pl.raw_len, (unsigned long long)sum.tensors,
+			       (unsigned long long)sum.items, (unsigned long long)sum.changes, alg, eol);
 		else
 			printf("%-24s %12zu  %llu tensors, %llu items, %llu changes, raw %llu, %s %.16s\n",
-			       name, len, (unsigned long long)tensors, (unsigned long long)items,
-			       (unsigned long long)changes, (unsigned long long)pl.raw_len, alg, h1);
+			       name, len, (unsigned long long)sum.tensors, (unsigned long long)sum.items,
+			       (unsigned long long)sum.changes, (unsigned long long)pl.raw_len, alg, h1);
 		dcr_payload_release(&pl);
 	}
 	if (r < 0) {
 		cmd_error("%s", e.msg);
 		bad = 1;
+	} else if (!entries) {
+		cmd_error("'%s' is not a pack: no manifest and no payloads",
+			  strcmp(path, "-") ? path : "standard input");
+		bad = 1;
 	}
 	dcr_pack_in_close(in);
 	return bad ? EXIT_FATAL : EXIT_OK;
+}
+
+/* --squash: compose the chain of delta files. With --delta, write the
+ * composed delta to output and return -1; else return a descriptor of it
+ * (an unlinked temporary file, rewound) for packing. */
+static int squash_chain(const char *const *deltas, int n, const char *output, int delta_out)
+{
+	struct dcr_err e = {0};
+	struct dcr_squash_stats sst = {0};
+	struct dcr_atomic a = {.fd = -1};
+	int fd;
+	if (delta_out && strcmp(output, "-")) {
+		if (dcr_atomic_open(&a, output, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+		fd = a.fd;
+	} else if (delta_out) {
+		fd = cmd_open_output("-");
+	} else {
+		const char *td = getenv("TMPDIR");
+		char *tmpl = dcr_asprintf("%s/dcr-squash.XXXXXX", td && *td ? td : "/tmp");
+		fd = tmpl ? mkstemp(tmpl) : -1;
+		if (fd < 0)
+			cmd_die("cannot create a temporary file: %s", strerror(errno));
+		unlink(tmpl);
+		free(tmpl);
+	}
+	int r = dcr_squash(deltas, (size_t)n, NULL, (struct dcr_sink){dcr_sink_fd_write, &fd},
+			   delta_out ? output : "squashed delta", &sst, &e);
+	if (!r && a.tmp)
+		r = dcr_atomic_commit(&a, &e);
+	else if (a.tmp)
+		dcr_atomic_abort(&a);
+	if (r)
+		cmd_die_err(&e, cmd_exit_code(r));
+	if (!cmd_quiet && cmd_progress_on)
+		fprintf(stderr, "dcr-pack: squashed %d deltas (%llu bytes) into %llu items, %llu changes, %llu bytes\n",
+			n, (unsigned long long)sst.bytes_in, (unsigned long long)sst.items,
+			(unsigned long long)sst.changes, (unsigned long long)sst.bytes_out);
+	if (delta_out)
+		return -1;
+	if (lseek(fd, 0, SEEK_SET))
+		cmd_die("cannot rewind the squashed delta: %s", strerror(errno));
+	return fd;
 }
 
 static void progress(void *ctx, uint64_t done, uint64_t total)
@@ -160,7 +199,7 @@ int main(int argc, char **argv)
 	struct dcr_pack_opts o = {0};
 	int list = 0, porcelain = 0, squash = 0, delta_out = 0, c;
 	char eol = '\n';
-	while ((c = getopt_long(argc, argv, "o:s:lzqh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":o:s:lzqh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': output = optarg; break;
 		case 's':
@@ -190,45 +229,10 @@ int main(int argc, char **argv)
 	if (squash) {
 		if (argc - optind < 1)
 			cmd_usage_error(usage, "--squash needs the chain's delta files");
-		struct dcr_err e = {0};
-		struct dcr_squash_stats sst = {0};
-		/* the composed delta goes to a file, then (unless --delta) is packed */
-		char *tmpl = NULL;
-		int fd;
-		struct dcr_atomic a = {.fd = -1};
-		if (delta_out && strcmp(output, "-")) {
-			if (dcr_atomic_open(&a, output, &e))
-				cmd_die_err(&e, EXIT_FATAL);
-			fd = a.fd;
-		} else if (delta_out) {
-			fd = cmd_open_output("-");
-		} else {
-			const char *td = getenv("TMPDIR");
-			tmpl = dcr_asprintf("%s/dcr-squash.XXXXXX", td && *td ? td : "/tmp");
-			fd = tmpl ? mkstemp(tmpl) : -1;
-			if (fd < 0)
-				cmd_die("cannot create a temporary file: %s", strerror(errno));
-			unlink(tmpl);
-		}
-		int r = dcr_squash((const char *const *)argv + optind, (size_t)(argc - optind), NULL,
-				   (struct dcr_sink){dcr_sink_fd_write, &fd},
-				   delta_out ? output : "squashed delta", &sst, &e);
-		if (!r && a.tmp)
-			r = dcr_atomic_commit(&a, &e);
-		else if (a.tmp)
-			dcr_atomic_abort(&a);
-		if (r)
-			cmd_die_err(&e, cmd_exit_code(r));
-		if (!cmd_quiet && cmd_progress_on)
-			fprintf(stderr, "dcr-pack: squashed %d deltas (%llu bytes) into %llu items, %llu changes, %llu bytes\n",
-				argc - optind, (unsigned long long)sst.bytes_in,
-				(unsigned long long)sst.items, (unsigned long long)sst.changes,
-				(unsigned long long)sst.bytes_out);
-		if (delta_out)
+		int fd = squash_chain((const char *const *)argv + optind, argc - optind, output,
+				      delta_out);
+		if (fd < 0)
 			return cmd_finish(EXIT_OK);
-		if (lseek(fd, 0, SEEK_SET))
-			cmd_die("cannot rewind the squashed delta: %s", strerror(errno));
-		free(tmpl);
 		dup2(fd, 0);
 		close(fd);
 		optind = argc;

@@ -79,16 +79,10 @@ int main(int argc, char **argv)
 	struct dcr_xfer_opts xo = {0};
 	const char *output = "-";
 	int c;
-	while ((c = getopt_long(argc, argv, "o:j:qh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":o:j:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': output = optarg; break;
-		case 'W': {
-			char *end;
-			xo.wait_s = strtod(optarg, &end);
-			if (*end || xo.wait_s < 0)
-				cmd_usage_error(usage, "--wait wants seconds, not '%s'", optarg);
-			break;
-		}
+		case 'W': xo.wait_s = cmd_parse_seconds(usage, "--wait", optarg); break;
 		case 'D': xo.dense = 1; break;
 		case 'P':
 			if (!(xo.part_size = cmd_parse_size(optarg)))

@@ -64,19 +64,13 @@ int main(int argc, char **argv)
 	struct dcr_xfer_opts xo = {0};
 	int c, dry = 0;
 	const char *gc = NULL, *policy = NULL;
-	unsigned long long keep = 1;
-	while ((c = getopt_long(argc, argv, "j:qh", longopts, NULL)) != -1) {
+	uint64_t keep = 1;
+	while ((c = getopt_long(argc, argv, ":j:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'G': gc = optarg; break;
 		case 'P': policy = optarg; break;
 		case 'D': dry = 1; break;
-		case 'K': {
-			char *end;
-			keep = strtoull(optarg, &end, 10);
-			if (*end || !*optarg || *optarg == '-')
-				cmd_usage_error(usage, "--keep wants a count, not '%s'", optarg);
-			break;
-		}
+		case 'K': keep = cmd_parse_u64(usage, "--keep", optarg, 0, UINT64_MAX); break;
 		default:
 			if (!cmd_store_option(c, optarg, &so, &xo.parallel, usage))
 				cmd_common_option(c, usage);
@@ -87,6 +81,8 @@ int main(int argc, char **argv)
 		if (!policy || argc != optind)
 			cmd_usage_error(usage, "--gc STORE needs --policy NAME and nothing else");
 		struct dcr_err e = {0};
+		if (dcr_policy_check_name(policy, &e))
+			cmd_usage_error(usage, "--policy wants one name component, not '%s'", policy);
 		struct dcr_store *s;
 		uint64_t removed;
 		if (dcr_store_open(gc, &so, &s, &e))

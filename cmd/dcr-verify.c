@@ -24,7 +24,7 @@ static const char usage[] =
 	"  -q, --quiet          print nothing; only the exit status tells\n"
 	"  -h, --help           show this help\n"
 	"\n"
-	"Exit status: 0 identical, 1 differences found, 128 error.\n";
+	"Exit status: 0 identical, 1 differences found, 128 error, 129 usage error.\n";
 
 static const char *vname[] = {"ok", "differ", "layout", "missing", "extra"};
 
@@ -75,7 +75,7 @@ int main(int argc, char **argv)
 	const char *against = NULL, *only = NULL;
 	int tensors = 0, c;
 	struct out o = {.eol = '\n'};
-	while ((c = getopt_long(argc, argv, "zqh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":zqh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'a': against = optarg; break;
 		case 't': only = optarg; break;
@@ -84,7 +84,7 @@ int main(int argc, char **argv)
 		case 'z': o.eol = '\0'; break;
 		case 'q': o.quiet = 1; break;
 		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
-		default: fputs(usage, stderr); return EXIT_USAGE;
+		default: cmd_bad_option(c, usage);
 		}
 	}
 	if (argc - optind != 1)

@@ -21,7 +21,9 @@ static const char usage[] =
 	"  verify   print a state id, or compare checkpoints exactly\n"
 	"  layout   generate and check layout maps\n"
 	"\n"
-	"See dcr(7) for the concepts.\n";
+	"See dcr(7) for the concepts.\n"
+	"\n"
+	"Exit status: the command's; 129 usage error (no such command).\n";
 
 int main(int argc, char **argv)
 {

@@ -36,12 +36,7 @@ static int wants_help(int argc, char **argv)
 
 static uint32_t parse_rank(const char *usage, const char *s)
 {
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (!*s || *end || errno || *s == '-' || v >= UINT32_MAX)
-		cmd_usage_error(usage, "--rank wants a number, not '%s'", s);
-	return (uint32_t)v;
+	return (uint32_t)cmd_parse_u64(usage, "--rank", s, 0, UINT32_MAX - 1);
 }
 
 static const char diff_usage[] =
@@ -95,7 +90,7 @@ int cmd_layout_diff(int argc, char **argv)
 		fputs(diff_usage, stdout);
 		return cmd_finish(EXIT_OK);
 	}
-	while ((c = getopt_long(argc, argv, "o:qh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":o:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': output = optarg; break;
 		case 'L': map = optarg; break;
@@ -108,18 +103,10 @@ int cmd_layout_diff(int argc, char **argv)
 				cmd_usage_error(diff_usage, "--base-id wants 64 hex digits, not '%s'", optarg);
 			have_base = 1;
 			break;
-		case 'C': {
-			char *end;
-			unsigned long long v = strtoull(optarg, &end, 10);
-			if (*end || !v || v > (1u << 26))
-				cmd_usage_error(diff_usage, "--chunk wants 1..67108864, not '%s'", optarg);
-			chunk = v;
-			break;
-		}
+		case 'C': chunk = cmd_parse_u64(diff_usage, "--chunk", optarg, 1, 1u << 26); break;
 		case 'S': stats = 1; break;
 		case 'q': cmd_quiet = 1; break;
-		case 'h': fputs(diff_usage, stdout); return cmd_finish(EXIT_OK);
-		default: fputs(diff_usage, stderr); return EXIT_USAGE;
+		default: cmd_common_option(c, diff_usage); break;
 		}
 	}
 	if (merge && map)
@@ -216,7 +203,8 @@ static const char apply_usage[] =
 	"  -h, --help           show this help\n"
 	"\n"
 	"Exit status: 0 placed (or placed before), 1 the receiver holds another\n"
-	"canonical state than the delta's base, 128 any other error.\n";
+	"canonical state than the delta's base, 128 any other error (a busy\n"
+	"receiver too), 129 usage error.\n";
 
 int cmd_layout_apply(int argc, char **argv)
 {
@@ -235,14 +223,11 @@ int cmd_layout_apply(int argc, char **argv)
 		fputs(apply_usage, stdout);
 		return cmd_finish(EXIT_OK);
 	}
-	while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'L': map = optarg; break;
 		case 'r': rank = parse_rank(apply_usage, optarg); have_rank = 1; break;
-		case 'q': cmd_quiet = 1; break;
-		case 'n': break;
-		case 'h': fputs(apply_usage, stdout); return cmd_finish(EXIT_OK);
-		default: fputs(apply_usage, stderr); return EXIT_USAGE;
+		default: cmd_common_option(c, apply_usage); break;
 		}
 	}
 	if (!map || !have_rank)
@@ -259,12 +244,13 @@ int cmd_layout_apply(int argc, char **argv)
 	if (strcmp(input, "-") && (fd = open(input, O_RDONLY | O_CLOEXEC)) < 0)
 		cmd_die("cannot open '%s': %s", input, strerror(errno));
 	struct dcr_receiver *rc;
-	if (dcr_receiver_open(dir, 1, &rc, &e))
-		cmd_die_err(&e, EXIT_FATAL);
+	int r = dcr_receiver_open(dir, 1, &rc, &e);
+	if (r)
+		cmd_die_err(&e, cmd_exit_code(r));
 	struct dcr_apply_opts o = {.what = strcmp(input, "-") ? input : "standard input",
 				   .fault = &cmd_fault};
 	struct dcr_place_result res;
-	int r = dcr_place(rc, L, rank, (struct dcr_source){dcr_source_fd_read, &fd}, NULL, 0, &o,
+	r = dcr_place(rc, L, rank, (struct dcr_source){dcr_source_fd_read, &fd}, NULL, 0, &o,
 			  &res, &e);
 	dcr_layout_free(L);
 	if (r)

@@ -210,31 +210,63 @@ int dcr_read_file(const char *path, size_t max, uint8_t **out, size_t *len,
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return dcr_err_sys(e, errno, "cannot open '%s'", path);
-	struct stat st;
-	if (fstat(fd, &st)) {
-		int r = dcr_err_sys(e, errno, "cannot stat '%s'", path);
-		close(fd);
-		return r;
-	}
-	if ((uint64_t)st.st_size > max) {
-		close(fd);
-		return dcr_err_set(e, DCR_EFORMAT, "'%s' is too large (%lld bytes, at most %zu)",
-				   path, (long long)st.st_size, max);
-	}
-	uint8_t *p = malloc((size_t)st.st_size + 1);
-	if (!p) {
-		close(fd);
-		return dcr_err_sys(e, ENOMEM, "cannot read '%s'", path);
-	}
-	int r = dcr_read_full(fd, p, (size_t)st.st_size);
+	int r = dcr_read_fd(fd, path, max, out, len, e);
 	close(fd);
-	if (r) {
-		free(p);
-		return dcr_err_sys(e, r == -EPIPE ? EIO : -r, "cannot read '%s'", path);
+	return r;
+}
+
+int dcr_read_fd(int fd, const char *what, size_t max, uint8_t **out, size_t *len,
+		struct dcr_err *e)
+{
+	/* room for one byte past max (to tell "too large") and the NUL */
+	size_t limit = max < SIZE_MAX - 1 ? max + 2 : SIZE_MAX;
+	size_t cap = 64 << 10, n = 0;
+	struct stat st;
+	/* a regular file's size sizes the buffer; the bytes that arrive count */
+	if (!fstat(fd, &st) && S_ISREG(st.st_mode)) {
+		if ((uint64_t)st.st_size > max)
+			return dcr_err_set(e, DCR_EFORMAT, "'%s' is too large (%lld bytes, at most %zu)",
+					   what, (long long)st.st_size, max);
+		cap = (size_t)st.st_size + 2;
 	}
-	p[st.st_size] = '\0';
+	if (cap > limit)
+		cap = limit;
+	uint8_t *p = malloc(cap);
+	if (!p)
+		return dcr_err_sys(e, ENOMEM, "cannot read '%s'", what);
+	for (;;) {
+		if (n + 1 == cap) {
+			size_t nc = cap < limit / 2 ? cap * 2 : limit;
+			uint8_t *np = nc > cap ? realloc(p, nc) : NULL;
+			if (!np) {
+				free(p);
+				return nc > cap ? dcr_err_sys(e, ENOMEM, "cannot read '%s'", what)
+						: dcr_err_set(e, DCR_EFORMAT, "'%s' is too large (at most %zu bytes)",
+							      what, max);
+			}
+			p = np;
+			cap = nc;
+		}
+		ssize_t k = read(fd, p + n, cap - 1 - n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0) {
+			int err = errno;
+			free(p);
+			return dcr_err_sys(e, err, "cannot read '%s'", what);
+		}
+		if (k == 0)
+			break;
+		n += (size_t)k;
+		if (n > max) {
+			free(p);
+			return dcr_err_set(e, DCR_EFORMAT, "'%s' is too large (more than %zu bytes)",
+					   what, max);
+		}
+	}
+	p[n] = '\0';
 	*out = p;
-	*len = (size_t)st.st_size;
+	*len = n;
 	return 0;
 }
 

@@ -35,9 +35,16 @@ void dcr_atomic_abort(struct dcr_atomic *a);
 /* Write a whole small file atomically. */
 int dcr_write_file_atomic(const char *path, const void *buf, size_t n,
 			  struct dcr_err *e);
-/* Read a whole file (at most max bytes) into malloc'd memory, NUL added. */
+/* Read a whole file (at most max bytes) into malloc'd memory, NUL added:
+ * read as a stream until its end, so a pipe, a FIFO or a process
+ * substitution (/dev/fd/N) reads as well as a regular file, whose size is
+ * only a first guess of the buffer's. More than max bytes: DCR_EFORMAT. */
 int dcr_read_file(const char *path, size_t max, uint8_t **out, size_t *len,
 		  struct dcr_err *e);
+/* The same from an open descriptor (read to its end, left open); what
+ * names it in messages. */
+int dcr_read_fd(int fd, const char *what, size_t max, uint8_t **out, size_t *len,
+		struct dcr_err *e);
 
 /* Fault in n bytes at p about to be written, in one call and with huge
  * pages where the kernel allows: touching fresh memory page by page costs

@@ -13,6 +13,7 @@
 
 #include "core/blake3.h"
 #include "core/bytes.h"
+#include "core/delta.h"
 #include "core/payload.h"
 #include "core/util.h"
 
@@ -262,5 +263,35 @@ void dcr_payload_release(struct dcr_payload *p)
 {
 	free(p->raw);
 	p->raw = NULL;
+}
+
+int dcr_payload_summary(const struct dcr_payload *p, const char *what,
+			struct dcr_payload_summary *s, struct dcr_err *e)
+{
+	struct dcr_rd rd;
+	memset(s, 0, sizeof(*s));
+	if (!p->raw && p->raw_len)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: payload not opened", what);
+	dcr_rd_init(&rd, p->raw, p->raw_len);
+	while (dcr_rd_left(&rd)) {
+		struct dcr_delta_rec rec;
+		rec.type = dcr_rd_le32(&rd);
+		rec.flags = dcr_rd_le32(&rd);
+		rec.len = dcr_rd_le64(&rd);
+		rec.body = rd.bad || rec.len > dcr_rd_left(&rd) ? NULL : dcr_rd_bytes(&rd, rec.len);
+		if (!rec.body || rec.flags)
+			return dcr_err_set(e, DCR_EFORMAT, "%s: malformed record", what);
+		if (rec.type == DCR_REC_ITEM) {
+			struct dcr_item it;
+			int r = dcr_delta_parse_item(&rec, &it, e);
+			if (r)
+				return r;
+			s->items++;
+			s->changes += it.n;
+		}
+		s->tensors += rec.type == DCR_REC_TENSOR;
+		s->removed += rec.type == DCR_REC_REMOVE;
+	}
+	return 0;
 }
 

@@ -60,6 +60,17 @@ int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
 int dcr_payload_check_head(const uint8_t *buf, size_t avail, uint64_t len, const char *what,
 			   struct dcr_payload *p, struct dcr_err *e);
 void dcr_payload_release(struct dcr_payload *p);
+/* What an opened payload's records hold, for listings (dcr-pack --list). */
+struct dcr_payload_summary {
+	uint64_t tensors; /* TENSOR records */
+	uint64_t items;   /* ITEM records */
+	uint64_t changes; /* values the items change */
+	uint64_t removed; /* REMOVE records */
+};
+/* Walk p's records (p opened with dcr_payload_open): DCR_EFORMAT when
+ * their framing or an item is malformed. */
+int dcr_payload_summary(const struct dcr_payload *p, const char *what,
+			struct dcr_payload_summary *s, struct dcr_err *e);
 /* Build a payload image from raw records, its trailer by alg; with
  * BLAKE3 and pieces, the CVs of its 2^DCR_PIECE_LOG2-byte pieces are
  * appended to pieces (SHA-256 payloads have none). */

@@ -196,23 +196,38 @@ static int log_commit(struct dcr_receiver *rc, const struct dcr_commit_result *c
 	return r;
 }
 
+int dcr_commit_status(struct dcr_receiver *rc, struct dcr_commit_status *st, struct dcr_err *e)
+{
+	memset(st, 0, sizeof(*st));
+	int r = dcr_head_read(rc, &st->head, e);
+	if (r || (r = dcr_applied_read(rc, &st->applied, e)))
+		return r;
+	char *jp = dcr_receiver_path(rc, "journal");
+	if (!jp)
+		return dcr_err_sys(e, ENOMEM, "journal");
+	st->journal = !access(jp, F_OK);
+	free(jp);
+	st->uncommitted = st->applied.have &&
+			  (!st->head.have ||
+			   memcmp(st->applied.target.b, st->head.state.b, 32));
+	return 0;
+}
+
 int dcr_commit_local(struct dcr_receiver *rc, const struct dcr_commit_opts *o,
 		     struct dcr_commit_result *res, struct dcr_err *e)
 {
 	struct dcr_fault *st = o ? o->fault : NULL;
-	struct dcr_head h;
-	struct dcr_applied a;
+	struct dcr_commit_status cs;
 	struct dcr_ckpt *c = NULL;
 	dcr_digest cur;
 	char ch[65], want[65];
 	memset(res, 0, sizeof(*res));
-	int r = dcr_head_read(rc, &h, e);
-	if (r || (r = dcr_applied_read(rc, &a, e)))
+	int r = dcr_commit_status(rc, &cs, e);
+	if (r)
 		return r;
-	char *jp = dcr_receiver_path(rc, "journal");
-	int pending = jp && !access(jp, F_OK);
-	free(jp);
-	if (pending)
+	const struct dcr_head h = cs.head;
+	const struct dcr_applied a = cs.applied;
+	if (cs.journal)
 		return dcr_err_set(e, DCR_EBASE,
 				   "receiver '%s' has an interrupted apply; run dcr-apply --recover first",
 				   rc->dir);
@@ -231,9 +246,16 @@ int dcr_commit_local(struct dcr_receiver *rc, const struct dcr_commit_opts *o,
 	} else if (a.have_version) {
 		version = a.version;
 	} else {
-		return dcr_err_set(e, DCR_EBASE,
-				   "receiver '%s': the applied delta names no version; give --version",
-				   rc->dir);
+		/* nothing names the version: the next one after HEAD, unless HEAD
+		 * holds the applied state already (a rerun, or one cut by a crash) */
+		res->from_head = 1;
+		if (h.have && !memcmp(h.state.b, a.target.b, 32))
+			version = h.version;
+		else if (h.have && h.version == UINT64_MAX)
+			return dcr_err_set(e, DCR_EBASE, "receiver '%s': HEAD is at the last version",
+					   rc->dir);
+		else
+			version = h.have ? h.version + 1 : 1;
 	}
 	dcr_digest_hex(&a.target, want);
 	res->version = version;

@@ -48,7 +48,8 @@ int dcr_applied_record(struct dcr_receiver *rc, const struct dcr_apply_result *r
 
 struct dcr_commit_opts {
 	struct dcr_fault *fault; /* fault points (core/fault.h) */
-	int have_version; /* commit this version (else the one dcr-apply recorded) */
+	int have_version; /* commit this version (else the one dcr-apply recorded,
+			     else HEAD's + 1) */
 	uint64_t version;
 	int full;         /* re-hash every tensor instead of trusting the state cache */
 };
@@ -58,14 +59,29 @@ struct dcr_commit_result {
 	dcr_digest state;
 	uint8_t attempt[16];
 	int already; /* HEAD already named this version and state */
+	int from_head; /* no version was named or recorded: HEAD's + 1 (1 with
+			  no HEAD), or HEAD's when HEAD already holds the state */
 };
 
 /* Advance HEAD to the applied target, only if the files hold exactly that
  * state now. DCR_EBASE (and nothing changed) when they do not, or when the
  * version would not move forward: it must exceed HEAD's, or equal it when the
- * applied delta started from HEAD's state (a new attempt of that version). */
+ * applied delta started from HEAD's state (a new attempt of that version).
+ * The version is o's, else the one the apply recorded (from the delta's or
+ * pack's name), else HEAD's + 1 (1 on a receiver with no HEAD) and
+ * res->from_head says so; a HEAD that already names the applied state is
+ * then kept (a rerun commits nothing new). */
 int dcr_commit_local(struct dcr_receiver *rc, const struct dcr_commit_opts *o,
 		     struct dcr_commit_result *res, struct dcr_err *e);
+
+/* Where a receiver stands: HEAD, the last apply, and what waits. */
+struct dcr_commit_status {
+	struct dcr_head head;
+	struct dcr_applied applied;
+	int journal;     /* an interrupted apply waits for dcr_apply_recover */
+	int uncommitted; /* an applied state HEAD does not name yet */
+};
+int dcr_commit_status(struct dcr_receiver *rc, struct dcr_commit_status *st, struct dcr_err *e);
 
 /* One line of .dcr/commits, parsed. */
 struct dcr_commit_entry {

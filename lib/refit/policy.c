@@ -13,28 +13,57 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/manifest.h"
 #include "core/util.h"
 #include "refit/policy.h"
 #include "refit/record.h"
 #include "refit/version.h"
 
-int dcr_ack_put(struct dcr_store *s, const char *policy, uint64_t version, const char *receiver,
-		const dcr_digest *state, struct dcr_err *e)
+int dcr_policy_check_name(const char *policy, struct dcr_err *e)
+{
+	if (!policy[0] || strchr(policy, '/') || dcr_store_check_name(policy, e))
+		return dcr_err_set(e, DCR_EFORMAT, "policy '%s' must be one name component",
+				   policy);
+	return 0;
+}
+
+static int check_receiver(const char *receiver, struct dcr_err *e)
 {
 	if (!receiver[0] || strchr(receiver, '/'))
 		return dcr_err_set(e, DCR_EFORMAT, "receiver id '%s' must be one name component",
 				   receiver);
+	return 0;
+}
+
+int dcr_ack_put(struct dcr_store *s, const char *policy, uint64_t version, const char *receiver,
+		const dcr_digest *state, struct dcr_err *e)
+{
+	int r = check_receiver(receiver, e);
+	if (r)
+		return r;
 	char hex[65];
 	dcr_digest_hex(state, hex);
 	char *name = dcr_asprintf("%s/acks/v%llu/%s", policy, (unsigned long long)version, receiver);
 	char *text = dcr_asprintf("dcr-ack 1\nversion %llu\nstate %s\nreceiver %s\n",
 				  (unsigned long long)version, hex, receiver);
-	int r = !name || !text ? dcr_err_sys(e, ENOMEM, "ack") : dcr_store_check_name(name, e);
+	r = !name || !text ? dcr_err_sys(e, ENOMEM, "ack") : dcr_store_check_name(name, e);
 	if (!r)
 		r = dcr_store_put(s, name, text, strlen(text), e);
 	free(name);
 	free(text);
 	return r;
+}
+
+int dcr_commit_receiver(struct dcr_receiver *rc, struct dcr_store *s, const char *policy,
+			const char *receiver, const struct dcr_commit_opts *o,
+			struct dcr_commit_result *res, struct dcr_err *e)
+{
+	int r = s ? check_receiver(receiver, e) : 0;
+	if (r || (r = dcr_commit_local(rc, o, res, e)) || !s)
+		return r;
+	/* the acknowledgement's fault point follows the local commit's */
+	dcr_fault_point(o ? o->fault : NULL);
+	return dcr_ack_put(s, policy, res->version, receiver, &res->state, e);
 }
 
 void dcr_acks_free(struct dcr_ack *v, size_t n)
@@ -145,6 +174,28 @@ int dcr_policy_head(struct dcr_store *s, const char *policy, struct dcr_head *h,
 	free(pfx);
 	if (!r && h->have)
 		r = dcr_policy_ref(s, policy, h->version, &h->state, e);
+	return r;
+}
+
+int dcr_policy_target(struct dcr_store *s, const char *policy, uint64_t version,
+		      dcr_digest *state, struct dcr_err *e)
+{
+	char *name = dcr_asprintf("%s/v%llu/%s", policy, (unsigned long long)version,
+				  DCR_MANIFEST_NAME);
+	uint8_t *buf = NULL;
+	size_t len;
+	struct dcr_manifest m;
+	int r = name ? dcr_store_get(s, name, &buf, &len, e) : dcr_err_sys(e, ENOMEM, "manifest");
+	if (r == DCR_ENOTFOUND)
+		r = dcr_err_set(e, DCR_ENOTFOUND,
+				"no pack '%s' in '%s' to take the target state from; give --state",
+				name, dcr_store_url(s));
+	else if (!r && !(r = dcr_manifest_parse(buf, len, name, &m, e))) {
+		*state = m.target;
+		dcr_manifest_release(&m);
+	}
+	free(buf);
+	free(name);
 	return r;
 }
 

@@ -15,6 +15,9 @@
 #include "refit/commit.h"
 #include "transport/store.h"
 
+/* 0 if policy is a usable policy name: one object-name component. */
+int dcr_policy_check_name(const char *policy, struct dcr_err *e);
+
 /* Acknowledge: this receiver holds version V with state (plain put, replaced
  * by a later acknowledgement of the same version). */
 int dcr_ack_put(struct dcr_store *s, const char *policy, uint64_t version, const char *receiver,
@@ -50,6 +53,21 @@ struct dcr_policy_commit_opts {
 int dcr_policy_commit(struct dcr_store *s, const char *policy,
 		      const struct dcr_policy_commit_opts *o, unsigned *acks_seen,
 		      struct dcr_err *e);
+
+/* The state the pack NAME/vV in the store reaches: its manifest's target.
+ * DCR_ENOTFOUND (e says so, and that --state would do) when the store has
+ * no such pack. */
+int dcr_policy_target(struct dcr_store *s, const char *policy, uint64_t version,
+		      dcr_digest *state, struct dcr_err *e);
+
+/* A receiver's whole side of the commit: dcr_commit_local, then (a fault
+ * point) the acknowledgement of the committed version and state in s as
+ * receiver ID. With s NULL, the local commit alone. The receiver ID is
+ * checked before anything changes. Errors as dcr_commit_local's, and the
+ * store's. */
+int dcr_commit_receiver(struct dcr_receiver *rc, struct dcr_store *s, const char *policy,
+			const char *receiver, const struct dcr_commit_opts *o,
+			struct dcr_commit_result *res, struct dcr_err *e);
 
 /* Remove packs NAME/vX/ with X <= every receiver's latest acknowledged
  * version and X <= head - keep, and acknowledgements older than those.

@@ -1,0 +1,65 @@
+#!/bin/sh
+# A receiver commit where nothing names the version (dcr-diff A B |
+# dcr-apply R, then a bare dcr-commit R) commits HEAD + 1, or 1 on a
+# receiver with no HEAD, and says so; a rerun commits nothing new; a version
+# named by the delta's file name or by --version still wins, and a first
+# commit may be version 0 when it is named.
+. "$DCR_SRC/tests/lib-dcr.sh"
+for c in dcr-commit gen-checkpoint; do
+	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
+done
+run 0 gen-checkpoint -q --size 256K --steps 5 "$T/g"
+G=$T/g
+
+# head_is R VERSION STATE: R's HEAD names VERSION and STATE
+head_is() {
+	run 0 dcr-commit --status --porcelain "$1"
+	grep -q "^head	$2	$3$" "$T/out" || fail "HEAD of $1 is not $2 $3: $(head -1 "$T/out")"
+}
+# bare A B R: apply the delta A -> B to R through a pipe, naming no version
+bare() {
+	run 0 sh -c 'dcr-diff "$1" "$2" | dcr-apply -q "$3"' sh "$1" "$2" "$3"
+}
+
+cp -r "$G/v0" "$T/r"
+rm -rf "$T/r/.dcr"
+bare "$G/v0" "$G/v1" "$T/r"
+run 0 dcr-commit "$T/r"
+grep -q "^dcr-commit: no version recorded: committing HEAD + 1 = 1$" "$T/err" ||
+	fail "no HEAD + 1 message: $(cat "$T/err")"
+head_is "$T/r" 1 "$(state_id "$G/v1")"
+# a rerun finds HEAD at the applied state: nothing new
+run 0 dcr-commit "$T/r"
+grep -q "already at version 1" "$T/err" || fail "rerun: $(cat "$T/err")"
+head_is "$T/r" 1 "$(state_id "$G/v1")"
+
+bare "$G/v1" "$G/v2" "$T/r"
+run 0 dcr-commit "$T/r"
+grep -q "HEAD + 1 = 2" "$T/err" || fail "second bare commit: $(cat "$T/err")"
+head_is "$T/r" 2 "$(state_id "$G/v2")"
+
+# the delta's file name names the version: it wins, and nothing is said
+run 0 dcr-diff "$G/v2" "$G/v3" -o "$T/v5.delta"
+run 0 dcr-apply -q "$T/r" "$T/v5.delta"
+run 0 dcr-commit "$T/r"
+grep -q "HEAD + 1" "$T/err" && fail "a named delta was committed as HEAD + 1"
+head_is "$T/r" 5 "$(state_id "$G/v3")"
+
+# --version wins over HEAD + 1
+bare "$G/v3" "$G/v4" "$T/r"
+run 0 dcr-commit --version 7 "$T/r"
+head_is "$T/r" 7 "$(state_id "$G/v4")"
+run 0 dcr-commit --log --porcelain "$T/r"
+[ "$(cut -f1 "$T/out" | tr '\n' ' ')" = "1 2 5 7 " ] || fail "log: $(cat "$T/out")"
+
+# a receiver's first commit may be version 0 when named; then HEAD + 1 = 1
+cp -r "$G/v0" "$T/z"
+rm -rf "$T/z/.dcr"
+bare "$G/v0" "$G/v1" "$T/z"
+run 0 dcr-commit --version 0 "$T/z"
+head_is "$T/z" 0 "$(state_id "$G/v1")"
+bare "$G/v1" "$G/v2" "$T/z"
+run 0 dcr-commit -q "$T/z"
+[ ! -s "$T/err" ] || fail "-q printed: $(cat "$T/err")"
+head_is "$T/z" 1 "$(state_id "$G/v2")"
+say "ok: a bare commit is HEAD + 1; named versions win"
