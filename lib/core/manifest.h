@@ -8,10 +8,13 @@
  *            string, digest[32]), le32 nremoved, nremoved x name,
  *            le64 nitems, le64 nchanges,
  *            [flags & 1: le32 nalt, nalt x alternative base id[32]]
+ *            [flags & 4: le32 log2, every payload's piece CVs[32]]
  *            trailer SHA-256 of all before.
  *   Manifest flag 1 (DCR_MANIFEST_BASES): the delta is overwrite-only and
  *   also applies to receivers at the alternative bases (see
- *   dcr-format-delta(5), BASES); readers that do not know it refuse.
+ *   dcr-format-delta(5), BASES); flag 2 (DCR_MANIFEST_DENSE): a dense
+ *   copy; flag 4 (DCR_MANIFEST_PIECES): the piece table. Readers refuse
+ *   flags they do not know.
  */
 #ifndef DCR_CORE_MANIFEST_H
 #define DCR_CORE_MANIFEST_H
