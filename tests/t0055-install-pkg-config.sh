@@ -38,10 +38,11 @@ done
 printf '%s\n' $libs | grep -qx -- "-L$libdir" || fail "pkg-config --libs ($libs) does not name $libdir"
 
 # build the example in a directory of its own: only the installed copy is
-# in reach
+# in reach (a sanitized build's libdcr needs its runtime linked first, so
+# the sanitizer flags of the build come along)
 mkdir "$T/b"
 cp "$src" "$T/b/refit.c"
-(cd "$T/b" && $CC -std=c11 -o refit refit.c $cflags $libs) >"$T/cc.log" 2>&1 ||
+(cd "$T/b" && $CC -std=c11 ${DCR_SAN_CFLAGS:-} -o refit refit.c $cflags $libs) >"$T/cc.log" 2>&1 ||
 	{ cat "$T/cc.log" >&2; fail "the example does not build with pkg-config --cflags --libs dcr"; }
 [ ! -s "$T/cc.log" ] || { cat "$T/cc.log" >&2; fail "the example built with warnings"; }
 if command -v ldd >/dev/null 2>&1; then
