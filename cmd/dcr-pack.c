@@ -25,7 +25,7 @@ static const char usage[] =
 	"  -o, --output DIR|-      where the pack goes (default: '-', a tar stream)\n"
 	"  -s, --payload-size SIZE raw bytes per payload: 64M by default (K, M, G)\n"
 	"      --digest ALG        payload checksums: blake3 (default) or sha256, which\n"
-	"                          receivers older than dcr 0.2 need\n"
+	"                          receivers built before BLAKE3 payloads need\n"
 	"  -l, --list              list the contents of PACK (a directory or a tar file)\n"
 	"      --squash            compose the chain of delta files DELTA1 (v1->v2),\n"
 	"                          DELTA2 (v2->v3), ... into one delta v1->vk and pack it\n"

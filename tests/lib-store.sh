@@ -6,6 +6,9 @@ set -eu
 : "${DCR_BUILD:?run through make check}"
 TOOL="$DCR_BUILD/tests/store-tool"
 NODE_DIR="$DCR_SRC/tests/node"
+# The npm modules: tests/node/node_modules, or $DCR_NODE_MODULES (make
+# distcheck's copy of the tree has none; configure DCR_NODE_MODULES=DIR).
+NODE_MODULES=${DCR_NODE_MODULES:-$NODE_DIR/node_modules}
 T=$(mktemp -d "${TMPDIR:-/tmp}/dcr-t03.XXXXXX")
 PIDS=""
 cleanup() {
@@ -23,8 +26,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 need_node() {
 	command -v node >/dev/null 2>&1 || skip "node not found (scripts/install-deps installs it)"
 	for m in "$@"; do
-		[ -d "$NODE_DIR/node_modules/$m" ] ||
-			skip "npm module '$m' missing in tests/node (scripts/install-deps installs it)"
+		[ -d "$NODE_MODULES/$m" ] ||
+			skip "npm module '$m' missing in $NODE_MODULES (scripts/install-deps installs it)"
 	done
 }
 
@@ -34,7 +37,7 @@ start_server() {
 	name=$1 script=$2
 	shift 2
 	rm -f "$T/$name.port"
-	node "$NODE_DIR/$script" --port-file "$T/$name.port" "$@" >"$T/$name.out" 2>&1 &
+	NODE_PATH=$NODE_MODULES node "$NODE_DIR/$script" --port-file "$T/$name.port" "$@" >"$T/$name.out" 2>&1 &
 	pid=$!
 	PIDS="$PIDS $pid"
 	i=0

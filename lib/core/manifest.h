@@ -13,8 +13,10 @@
  *            trailer SHA-256 of all before.
  *   Manifest flag 1 (DCR_MANIFEST_BASES): the delta is overwrite-only and
  *   also applies to receivers at the alternative bases (see
- *   dcr-format-delta(5), BASES); flag 2: a dense copy; flag 4: the piece
- *   table; flag 8: the version and policy. Readers refuse unknown flags.
+ *   dcr-format-delta(5), BASES); flag 2 (DCR_MANIFEST_DENSE): a dense
+ *   copy; flag 4 (DCR_MANIFEST_PIECES): the piece table; flag 8
+ *   (DCR_MANIFEST_VERSION): the version and policy. Readers refuse flags
+ *   they do not know.
  */
 #ifndef DCR_CORE_MANIFEST_H
 #define DCR_CORE_MANIFEST_H

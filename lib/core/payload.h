@@ -4,11 +4,12 @@
  * payload  = header body trailer
  *   header = magic[8] "\x89DCRP\r\n\x1a", le32 version, le32 flags,
  *            base_id[32], attempt[16], le32 index, le32 codec,
- *            le64 raw_len, le64 body_len                      (96 bytes)
+ *            le64 raw_len, le64 body_len, le64 reserved 0     (96 bytes)
  *   body   = codec 1: one zstd frame of raw_len bytes of delta records
  *            (TENSOR, ITEM, REMOVE); item tensor numbers refer to the
  *            TENSOR records of the same payload
- *   trailer= SHA-256 of header and body
+ *   trailer= digest of header and body: BLAKE3 with flag 1
+ *            (DCR_PAYLOAD_BLAKE3), else SHA-256
  * Entry names: payload-NNNNNN.dcrp (index in decimal, 6+ digits).
  */
 #ifndef DCR_CORE_PAYLOAD_H

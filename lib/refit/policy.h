@@ -6,7 +6,10 @@
  *   NAME/refs/vV           "dcr-ref 1\nversion V\nstate HEX\ncommitter NONCE\n", created
  *                          once with put_if_absent, only when refs/v(V-1)
  *                          exists (or V = 0): the committed chain.
- *   NAME/dense/...         dense copies (dcr-push --dense), see transfer.h
+ *   NAME/vV.dense/...      a dense copy of version V, beside its delta: pushed as
+ *                          the pack STORE/NAME/vV.dense (dcr-diff --dense NEW |
+ *                          dcr-pack | dcr-push - STORE/NAME/vV.dense), fetched by
+ *                          dcr-pull --dense STORE/NAME/vV; dcr_policy_gc leaves it
  */
 #ifndef DCR_REFIT_POLICY_H
 #define DCR_REFIT_POLICY_H
