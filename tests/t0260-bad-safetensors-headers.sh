@@ -59,8 +59,9 @@ import struct, sys
 with open(sys.argv[1], 'wb') as f:
     f.write(struct.pack('<Q', 100000001) + b'{')
     f.truncate(8 + 100000001 + 16)" "$H/hlen-huge-sparse.safetensors"
-for f in "$DCR_SRC"/../shared/testdata/safetensors/invalid/*.safetensors; do
-	[ -e "$f" ] && cp "$f" "$H/shared-$(basename "$f")"
+for f in "$DCR_SRC"/tests/data/safetensors/invalid/*.safetensors; do
+	[ -e "$f" ] || fail "no invalid corpus in tests/data/safetensors"
+	cp "$f" "$H/shared-$(basename "$f")"
 done
 
 $MKST new "$T/good" t:BF16:2x2 u:U8:4
@@ -99,7 +100,7 @@ grep -qi 'large\|100000000\|100,000,000' "$T/err" || { cat "$T/err"; fail "no 't
 say "ok: $n hostile files refused by dcr-verify, dcr-diff and dcr-apply"
 
 # the valid corpus still reads (a sanity check of the reader, not of refusals)
-for f in "$DCR_SRC"/../shared/testdata/safetensors/valid/*.safetensors; do
-	[ -e "$f" ] || continue
+for f in "$DCR_SRC"/tests/data/safetensors/valid/*.safetensors; do
+	[ -e "$f" ] || fail "no valid corpus in tests/data/safetensors"
 	run 0 dcr-verify "$f"
 done

@@ -2,7 +2,7 @@
  * exactly the tensors its headers declare, the invalid/ corpus and crafted
  * hostile headers are refused with a message, and dcr_st_writer round-trips.
  *
- * The corpus is found through $DCR_SRC/../shared/testdata; without it those
+ * The corpus is found through $DCR_SRC/tests/data; without it those
  * tests skip (Criterion has no skip status, so they pass with a note). */
 #include "config.h"
 
@@ -25,7 +25,7 @@ static char *corpus(const char *sub)
 	const char *src = getenv("DCR_SRC");
 	if (!src)
 		return NULL;
-	char *p = dcr_asprintf("%s/../shared/testdata/safetensors/%s", src, sub);
+	char *p = dcr_asprintf("%s/tests/data/safetensors/%s", src, sub);
 	struct stat sb;
 	if (p && stat(p, &sb)) {
 		free(p);
@@ -128,7 +128,7 @@ Test(safetensors, valid_corpus_reads_with_declared_tensors)
 {
 	char *dir = corpus("valid");
 	if (!dir) {
-		cr_skip_test("no shared testdata (DCR_SRC unset or ../shared missing)");
+		cr_skip_test("no test corpus (DCR_SRC unset or tests/data missing)");
 	}
 	DIR *d = opendir(dir);
 	cr_assert(d);
@@ -169,7 +169,7 @@ Test(safetensors, invalid_corpus_is_refused_with_a_message)
 {
 	char *dir = corpus("invalid");
 	if (!dir) {
-		cr_skip_test("no shared testdata (DCR_SRC unset or ../shared missing)");
+		cr_skip_test("no test corpus (DCR_SRC unset or tests/data missing)");
 	}
 	DIR *d = opendir(dir);
 	cr_assert(d);
