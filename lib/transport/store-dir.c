@@ -344,7 +344,7 @@ static int dir_delete(struct dcr_store *s, const char *name, struct dcr_err *e)
 static int names_add(struct dcr_names *l, const char *s, size_t len)
 {
 	char *c = strndup(s, len);
-	if (!c || store_names_add(l, c)) {
+	if (!c || dcr_names_add(l, c)) {
 		free(c);
 		return -ENOMEM;
 	}

@@ -96,7 +96,7 @@ static int http_list(struct dcr_store *s, const char *prefix, struct dcr_names *
 			free(name);
 			continue;
 		}
-		if (store_names_add(l, name)) {
+		if (dcr_names_add(l, name)) {
 			free(name);
 			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
 			goto out;

@@ -11,7 +11,7 @@
 
 struct dcr_blob;
 struct dcr_hasher;
-struct dcr_names;
+#include "transport/names.h"
 
 /* One store kind. store.c checks names and prefixes before it calls an
  * operation; each returns 0 or a negative code with e filled (store.h). */
@@ -66,13 +66,5 @@ struct dcr_store {
 	int stop;
 };
 
-/* A growing list of names the list operations hand out (each malloc'd).
- * store_names_add takes str on success; on failure the caller still owns
- * it. */
-struct dcr_names {
-	char **v;
-	size_t n, cap;
-};
-int store_names_add(struct dcr_names *l, char *str);
 
 #endif

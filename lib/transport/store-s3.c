@@ -498,7 +498,7 @@ static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 			}
 			char *rel = dcr_strdup(k + strip);
 			free(k);
-			if (!rel || store_names_add(l, rel)) {
+			if (!rel || dcr_names_add(l, rel)) {
 				free(rel);
 				net_req_free(&q);
 				r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);

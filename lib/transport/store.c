@@ -14,87 +14,6 @@
 #include "transport/store-http.h"
 #include "transport/store-s3.h"
 
-/* ---- names ---------------------------------------------------------- */
-
-static int check_path(const char *what, const char *name, int allow_partial,
-		      struct dcr_err *e)
-{
-	if (!name)
-		return dcr_err_set(e, DCR_EFORMAT, "invalid %s: none given", what);
-	size_t n = strlen(name);
-	if (n > 1024)
-		return dcr_err_set(e, DCR_EFORMAT, "invalid %s '%.64s...': longer than 1024 bytes",
-				   what, name);
-	if (!allow_partial && !n)
-		return dcr_err_set(e, DCR_EFORMAT, "invalid %s: empty", what);
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)name[i];
-		if (c < 0x20 || c == 0x7f)
-			return dcr_err_set(e, DCR_EFORMAT,
-					   "invalid %s: control character 0x%02x at byte %zu",
-					   what, c, i);
-	}
-	if (name[0] == '/')
-		return dcr_err_set(e, DCR_EFORMAT, "invalid %s '%s': starts with '/'", what, name);
-	if (!allow_partial && name[n - 1] == '/')
-		return dcr_err_set(e, DCR_EFORMAT, "invalid %s '%s': ends with '/'", what, name);
-	/* Components: none empty, ".", or ".." (the last one of a prefix may
-	 * be partial, but not "." or ".."). */
-	const char *p = name;
-	while (*p) {
-		const char *end = strchr(p, '/');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		if ((len == 0 && end) || (len == 1 && p[0] == '.') ||
-		    (len == 2 && p[0] == '.' && p[1] == '.'))
-			return dcr_err_set(e, DCR_EFORMAT,
-					   "invalid %s '%s': empty, '.' or '..' path component",
-					   what, name);
-		if (!end)
-			break;
-		p = end + 1;
-	}
-	return 0;
-}
-
-int dcr_store_check_name(const char *name, struct dcr_err *e)
-{
-	return check_path("object name", name, 0, e);
-}
-
-void dcr_store_names_free(char **names, size_t n)
-{
-	for (size_t i = 0; names && i < n; i++)
-		free(names[i]);
-	free(names);
-}
-
-/* ---- the name list ------------------------------------------------- */
-
-int store_names_add(struct dcr_names *l, char *str)
-{
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		char **v = realloc(l->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n++] = str;
-	return 0;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static void names_sort(struct dcr_names *l)
-{
-	if (l->n)
-		qsort(l->v, l->n, sizeof(*l->v), cmp_str);
-}
-
 /* ---- open/close and dispatch --------------------------------------- */
 
 static const struct {
@@ -319,7 +238,7 @@ int dcr_store_list(struct dcr_store *s, const char *prefix, char ***names,
 	*n = 0;
 	if (!prefix)
 		prefix = "";
-	int r = check_path("prefix", prefix, 1, e);
+	int r = dcr_store_check_prefix(prefix, e);
 	if (r)
 		return r;
 	struct dcr_names l = {0};
@@ -328,7 +247,7 @@ int dcr_store_list(struct dcr_store *s, const char *prefix, char ***names,
 		dcr_store_names_free(l.v, l.n);
 		return r;
 	}
-	names_sort(&l);
+	dcr_names_sort(&l);
 	/* Drop duplicates (a server listing twice across pages). */
 	size_t w = 0;
 	for (size_t i = 0; i < l.n; i++) {

@@ -50,6 +50,7 @@
 #include "core/digest.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "transport/names.h"
 
 struct dcr_store;
 
@@ -140,12 +141,9 @@ int dcr_store_stat(struct dcr_store *s, const char *name, uint64_t *size,
  * dcr_store_names_free. Directory stores skip their own temp files. */
 int dcr_store_list(struct dcr_store *s, const char *prefix, char ***names,
 		   size_t *n, struct dcr_err *e);
-void dcr_store_names_free(char **names, size_t n);
+
 /* Remove an object; DCR_ENOTFOUND if absent (S3 cannot tell: always 0). */
 int dcr_store_delete(struct dcr_store *s, const char *name, struct dcr_err *e);
-
-/* 0 if name is an acceptable object name, else DCR_EFORMAT with a message. */
-int dcr_store_check_name(const char *name, struct dcr_err *e);
 
 /* ---- parallel transfers --------------------------------------------- */
 

@@ -1,0 +1,31 @@
+/* names.h - object names: what a store accepts as one, and the growing
+ * lists of names that listings hand out.
+ *
+ * A name is rejected when it is empty, longer than 1024 bytes, starts or
+ * ends with '/', has an empty, "." or ".." component, or holds a control
+ * character (DCR_EFORMAT). */
+#ifndef DCR_TRANSPORT_NAMES_H
+#define DCR_TRANSPORT_NAMES_H
+
+#include <stddef.h>
+
+#include "core/error.h"
+
+/* 0 if name is an acceptable object name, else DCR_EFORMAT with a message. */
+int dcr_store_check_name(const char *name, struct dcr_err *e);
+/* The same for a listing's prefix, whose last component may be partial
+ * ("v4" lists v4/..., v42/...) or empty. */
+int dcr_store_check_prefix(const char *prefix, struct dcr_err *e);
+/* Free a list dcr_store_list handed out. */
+void dcr_store_names_free(char **names, size_t n);
+
+/* A growing list of names (each malloc'd). dcr_names_add takes str on
+ * success; on failure the caller still owns it. */
+struct dcr_names {
+	char **v;
+	size_t n, cap;
+};
+int dcr_names_add(struct dcr_names *l, char *str);
+void dcr_names_sort(struct dcr_names *l); /* by strcmp */
+
+#endif
