@@ -39,94 +39,100 @@ static const char usage[] =
 	"\n"
 	"Exit status: 0 success, 128 error, 129 usage error.\n";
 
+struct lister {
+	int porcelain, bad;
+	char eol;
+};
+
+static void list_manifest(const struct lister *l, const struct dcr_pack_entry *en)
+{
+	const struct dcr_manifest *m = en->manifest;
+	char h1[65], h2[65], at[33];
+	dcr_digest_hex(&m->base, h1);
+	dcr_digest_hex(&m->target, h2);
+	dcr_hex(m->attempt, sizeof(m->attempt), at);
+	if (l->porcelain)
+		printf("manifest\t%zu\t%s\t%s\t%s\t%u\t%u\t%u\t%llu\t%llu%c", en->len, h1, h2, at,
+		       m->npayloads, m->ntensors, m->nremoved, (unsigned long long)m->nitems,
+		       (unsigned long long)m->nchanges, l->eol);
+	else
+		printf("%-24s %12zu  manifest: %u payloads, %u tensors, %u removed, %llu items, %llu changes\n"
+		       "  base   %s\n  target %s\n  attempt %s\n",
+		       en->name, en->len, m->npayloads, m->ntensors, m->nremoved,
+		       (unsigned long long)m->nitems, (unsigned long long)m->nchanges, h1, h2, at);
+	if (m->have_version && !l->porcelain)
+		printf("  version %llu%s%s\n", (unsigned long long)m->version,
+		       m->policy && *m->policy ? ", policy " : "", m->policy ? m->policy : "");
+	for (uint32_t i = 0; i < m->ntensors && l->porcelain; i++) {
+		const struct dcr_delta_tensor *t = &m->tensors[i];
+		char shape[512] = "";
+		size_t o = 0;
+		for (unsigned k = 0; k < t->ndim && o < sizeof(shape) - 24; k++)
+			o += (size_t)snprintf(shape + o, sizeof(shape) - o, "%s%llu", k ? "," : "",
+					      (unsigned long long)t->shape[k]);
+		dcr_digest_hex(&t->digest, h1);
+		printf("tensor\t%s\t%s\t%s\t%s\t%s\t%s%c", t->name, dcr_dtype_name(t->dtype), shape,
+		       t->file, h1, (t->flags & DCR_TENSOR_NEW) ? "new" : "base", l->eol);
+	}
+	for (uint32_t i = 0; i < m->nremoved; i++)
+		if (l->porcelain)
+			printf("removed\t%s%c", m->removed[i], l->eol);
+		else
+			printf("  removed %s\n", m->removed[i]);
+}
+
+static int list_entry(void *ctx, const struct dcr_pack_entry *en)
+{
+	struct lister *l = ctx;
+	if (en->rc) {
+		cmd_error("%s", en->err.msg);
+		l->bad = 1;
+		return 0;
+	}
+	if (en->kind == DCR_ENTRY_MANIFEST) {
+		list_manifest(l, en);
+		return 0;
+	}
+	if (en->kind == DCR_ENTRY_SIGNATURE) {
+		if (l->porcelain)
+			printf("signature\t%zu%c", en->len, l->eol);
+		else
+			printf("%-24s %12zu  signature of the manifest\n", en->name, en->len);
+		return 0;
+	}
+	const struct dcr_payload *pl = en->payload;
+	const struct dcr_payload_summary *sum = en->summary;
+	char h1[65];
+	dcr_digest_hex(&pl->digest, h1);
+	const char *alg = pl->flags & DCR_PAYLOAD_BLAKE3 ? "blake3" : "sha256";
+	if (l->porcelain)
+		printf("payload\t%u\t%zu\t%s\t%llu\t%llu\t%llu\t%llu\t%s%c", pl->index, en->len, h1,
+		       (unsigned long long)pl->raw_len, (unsigned long long)sum->tensors,
+		       (unsigned long long)sum->items, (unsigned long long)sum->changes, alg, l->eol);
+	else
+		printf("%-24s %12zu  %llu tensors, %llu items, %llu changes, raw %llu, %s %.16s\n",
+		       en->name, en->len, (unsigned long long)sum->tensors,
+		       (unsigned long long)sum->items, (unsigned long long)sum->changes,
+		       (unsigned long long)pl->raw_len, alg, h1);
+	return 0;
+}
+
 static int list_pack(const char *path, int porcelain, char eol)
 {
 	struct dcr_err e = {0};
 	struct dcr_pack_in *in = cmd_open_pack_input(path);
-	const char *name;
-	const uint8_t *buf;
-	size_t len;
-	int r, bad = 0;
-	size_t entries = 0;
-	char h1[65], h2[65];
-	while ((r = dcr_pack_in_next(in, &name, &buf, &len, &e)) == 1) {
-		entries++;
-		if (!strcmp(name, DCR_MANIFEST_NAME)) {
-			struct dcr_manifest m;
-			if (dcr_manifest_parse(buf, len, name, &m, &e)) {
-				cmd_error("%s", e.msg);
-				bad = 1;
-				continue;
-			}
-			dcr_digest_hex(&m.base, h1);
-			dcr_digest_hex(&m.target, h2);
-			char at[33];
-			dcr_hex(m.attempt, sizeof(m.attempt), at);
-			if (porcelain)
-				printf("manifest\t%zu\t%s\t%s\t%s\t%u\t%u\t%u\t%llu\t%llu%c", len, h1, h2, at,
-				       m.npayloads, m.ntensors, m.nremoved,
-				       (unsigned long long)m.nitems, (unsigned long long)m.nchanges, eol);
-			else
-				printf("%-24s %12zu  manifest: %u payloads, %u tensors, %u removed, %llu items, %llu changes\n"
-				       "  base   %s\n  target %s\n  attempt %s\n",
-				       name, len, m.npayloads, m.ntensors, m.nremoved,
-				       (unsigned long long)m.nitems, (unsigned long long)m.nchanges, h1, h2, at);
-			for (uint32_t i = 0; i < m.ntensors; i++) {
-				const struct dcr_delta_tensor *t = &m.tensors[i];
-				char shape[512] = "";
-				size_t o = 0;
-				for (unsigned k = 0; k < t->ndim && o < sizeof(shape) - 24; k++)
-					o += (size_t)snprintf(shape + o, sizeof(shape) - o, "%s%llu",
-							      k ? "," : "", (unsigned long long)t->shape[k]);
-				dcr_digest_hex(&t->digest, h1);
-				if (porcelain)
-					printf("tensor\t%s\t%s\t%s\t%s\t%s\t%s%c", t->name,
-					       dcr_dtype_name(t->dtype), shape, t->file, h1,
-					       (t->flags & DCR_TENSOR_NEW) ? "new" : "base", eol);
-			}
-			for (uint32_t i = 0; i < m.nremoved; i++)
-				if (porcelain)
-					printf("removed\t%s%c", m.removed[i], eol);
-				else
-					printf("  removed %s\n", m.removed[i]);
-			dcr_manifest_release(&m);
-			continue;
-		}
-		struct dcr_payload pl;
-		if (dcr_payload_open(buf, len, name, &pl, &e)) {
-			cmd_error("%s", e.msg);
-			bad = 1;
-			continue;
-		}
-		struct dcr_payload_summary sum;
-		if (dcr_payload_summary(&pl, name, &sum, &e)) {
-			cmd_error("%s", e.msg);
-			dcr_payload_release(&pl);
-			bad = 1;
-			continue;
-		}
-		dcr_digest_hex(&pl.digest, h1);
-		const char *alg = pl.flags & DCR_PAYLOAD_BLAKE3 ? "blake3" : "sha256";
-		if (porcelain)
-			printf("payload\t%u\t%zu\t%s\t%llu\t%llu\t%llu\t%llu\t%s%c", pl.index, len, h1,
-			       (unsigned long long)pl.raw_len, (unsigned long long)sum.tensors,
-			       (unsigned long long)sum.items, (unsigned long long)sum.changes, alg, eol);
-		else
-			printf("%-24s %12zu  %llu tensors, %llu items, %llu changes, raw %llu, %s %.16s\n",
-			       name, len, (unsigned long long)sum.tensors, (unsigned long long)sum.items,
-			       (unsigned long long)sum.changes, (unsigned long long)pl.raw_len, alg, h1);
-		dcr_payload_release(&pl);
-	}
-	if (r < 0) {
+	struct lister l = {.porcelain = porcelain, .eol = eol};
+	int n = dcr_pack_walk(in, list_entry, &l, &e);
+	if (n < 0) {
 		cmd_error("%s", e.msg);
-		bad = 1;
-	} else if (!entries) {
+		l.bad = 1;
+	} else if (!n) {
 		cmd_error("'%s' is not a pack: no manifest and no payloads",
 			  strcmp(path, "-") ? path : "standard input");
-		bad = 1;
+		l.bad = 1;
 	}
 	dcr_pack_in_close(in);
-	return bad ? EXIT_FATAL : EXIT_OK;
+	return l.bad ? EXIT_FATAL : EXIT_OK;
 }
 
 /* --squash: compose the chain of delta files. With --delta, write the

@@ -395,3 +395,50 @@ void dcr_pack_in_close(struct dcr_pack_in *in)
 	dcr_buf_free(&in->data);
 	free(in);
 }
+
+int dcr_pack_walk(struct dcr_pack_in *in, int (*fn)(void *ctx, const struct dcr_pack_entry *en),
+		  void *ctx, struct dcr_err *e)
+{
+	const char *name;
+	const uint8_t *buf;
+	size_t len;
+	int r, n = 0;
+	while ((r = dcr_pack_in_next(in, &name, &buf, &len, e)) == 1) {
+		struct dcr_pack_entry en = {.name = name, .len = len, .bytes = buf};
+		struct dcr_manifest m;
+		struct dcr_payload pl;
+		struct dcr_payload_summary sum;
+		uint32_t idx;
+		n++;
+		if (!strcmp(name, DCR_MANIFEST_NAME)) {
+			en.kind = DCR_ENTRY_MANIFEST;
+			if (!(en.rc = dcr_manifest_parse(buf, len, name, &m, &en.err)))
+				en.manifest = &m;
+		} else if (!strcmp(name, DCR_MANIFEST_SIG_NAME)) {
+			en.kind = DCR_ENTRY_SIGNATURE;
+		} else if (dcr_payload_name_parse(name, &idx)) {
+			en.kind = DCR_ENTRY_PAYLOAD;
+			if (!(en.rc = dcr_payload_open(buf, len, name, &pl, &en.err))) {
+				if (pl.index != idx)
+					en.rc = dcr_err_set(&en.err, DCR_EFORMAT, "%s holds payload %u",
+							    name, pl.index);
+				else if (!(en.rc = dcr_payload_summary(&pl, name, &sum, &en.err))) {
+					en.payload = &pl;
+					en.summary = &sum;
+				}
+				if (en.rc)
+					dcr_payload_release(&pl);
+			}
+		} else {
+			return dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", name);
+		}
+		int stop = fn(ctx, &en);
+		if (en.manifest)
+			dcr_manifest_release(&m);
+		if (en.payload)
+			dcr_payload_release(&pl);
+		if (stop)
+			break;
+	}
+	return r < 0 ? r : n;
+}

@@ -39,4 +39,30 @@ int dcr_pack_in_next(struct dcr_pack_in *in, const char **name, const uint8_t **
 void dcr_pack_in_take(struct dcr_pack_in *in, struct dcr_blob *b);
 void dcr_pack_in_close(struct dcr_pack_in *in);
 
+/* Inspecting a pack (dcr-pack --list): every entry read, told apart by
+ * its name, parsed and checked, and handed to a callback. */
+enum dcr_pack_entry_kind {
+	DCR_ENTRY_PAYLOAD,
+	DCR_ENTRY_MANIFEST,
+	DCR_ENTRY_SIGNATURE,
+};
+struct dcr_pack_entry {
+	const char *name;
+	size_t len;
+	int kind;
+	int rc;             /* < 0: the entry did not check out, err says why */
+	struct dcr_err err;
+	const struct dcr_manifest *manifest;       /* MANIFEST, when rc == 0 */
+	const struct dcr_payload *payload;         /* PAYLOAD, when rc == 0 */
+	const struct dcr_payload_summary *summary; /* PAYLOAD, when rc == 0 */
+	const uint8_t *bytes;                      /* the entry's bytes */
+};
+/* Walk in, calling fn for each entry in stream order (fn returns nonzero to
+ * stop). Returns the number of entries, or a negative code when the stream
+ * itself fails (a bad entry is reported to fn, and the walk goes on). An
+ * entry that is neither a payload, the manifest nor its signature is a
+ * stream error. */
+int dcr_pack_walk(struct dcr_pack_in *in, int (*fn)(void *ctx, const struct dcr_pack_entry *en),
+		  void *ctx, struct dcr_err *e);
+
 #endif
