@@ -1193,6 +1193,29 @@ value_vals(const unsigned unit, size_t n, const uint64_t *op,
 	return smax >= vnsym ? -1 : 0;
 }
 
+/* The values section's head: the value map, the pivot and the number of
+ * contexts, each checked against the unit. */
+static int values_head(struct dcr_rd *r, unsigned unit, struct vmap *vm,
+		       unsigned *pivot, unsigned *nctx, struct dcr_err *e)
+{
+	vm->flags = dcr_rd_u8(r);
+	vm->mshift = dcr_rd_u8(r);
+	vm->ebits = dcr_rd_u8(r);
+	*pivot = dcr_rd_u8(r);
+	*nctx = dcr_rd_u8(r);
+	if (r->bad)
+		return bad(e, "delta", "truncated values header");
+	if (vm->flags & ~VF_KNOWN)
+		return bad(e, "delta", "unknown value flags");
+	if ((vm->flags & VF_FOLD) && !(vm->flags & VF_FLOAT))
+		return bad(e, "delta", "sign folding without the float map");
+	if (vm->ebits > 11 || vm->mshift + vm->ebits > 8 * unit)
+		return bad(e, "delta", "exponent field outside the unit");
+	if (*nctx < 1 || *nctx > MAXCTX || (!vm->ebits && *nctx != 1))
+		return bad(e, "delta", "bad number of value contexts");
+	return 0;
+}
+
 static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
 			       uint64_t range_len, size_t n,
 			       const uint64_t *oldv, uint64_t *newv,
@@ -1207,20 +1230,10 @@ static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
 	struct dcr_rd r;
 	dcr_rd_init(&r, vs, vn);
 	struct vmap vm;
-	vm.flags = dcr_rd_u8(&r);
-	vm.mshift = dcr_rd_u8(&r);
-	vm.ebits = dcr_rd_u8(&r);
-	unsigned pivot = dcr_rd_u8(&r), nctx = dcr_rd_u8(&r);
-	if (r.bad)
-		return bad(e, "delta", "truncated values header");
-	if (vm.flags & ~VF_KNOWN)
-		return bad(e, "delta", "unknown value flags");
-	if ((vm.flags & VF_FOLD) && !(vm.flags & VF_FLOAT))
-		return bad(e, "delta", "sign folding without the float map");
-	if (vm.ebits > 11 || vm.mshift + vm.ebits > 8 * unit)
-		return bad(e, "delta", "exponent field outside the unit");
-	if (nctx < 1 || nctx > MAXCTX || (!vm.ebits && nctx != 1))
-		return bad(e, "delta", "bad number of value contexts");
+	unsigned pivot, nctx;
+	rc = values_head(&r, unit, &vm, &pivot, &nctx, e);
+	if (rc < 0)
+		return rc;
 	size_t nfield = (size_t)1 << vm.ebits;
 	/* the loops' tables (VT_*), the dent tables as read, the context of
 	 * each exponent field value; the symbols; zeros when there are no
