@@ -134,7 +134,7 @@ static int load_digests(const char *path, struct digests *g, struct dcr_err *e)
 
 static void digests_free(struct digests *g)
 {
-	for (size_t i = 0; i < g->n; i++)
+	for (size_t i = 0; g->name && i < g->n; i++) /* no names when loading failed early */
 		free(g->name[i]);
 	free(g->name);
 	free(g->d);
