@@ -35,7 +35,7 @@ static const char usage[] =
 	"      --cache-size SIZE   bytes of finished objects kept, oldest packs\n"
 	"                          dropped first (default 16G; K, M, G, T)\n"
 	"  -j, --parallel N        objects fetched from the parents at once (default 4)\n"
-	"      --window SIZE       bytes per ranged GET to a parent (default 16M)\n"
+	"      --window SIZE       bytes per ranged GET to a parent (default 1M)\n"
 	"      --no-prefetch       fetch payloads only when a child asks, not the\n"
 	"                          whole pack once its manifest is asked for\n"
 	"      --threads N         server threads (default 4)\n"

@@ -2114,7 +2114,10 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 		return dcr_err_sys(e, ENOMEM, "relay");
 	r->o = *o;
 	r->cache_size = o->cache_size ? o->cache_size : 16ull << 30;
-	r->window = o->window ? o->window : DCR_PART_SIZE;
+	/* one piece per GET by default: the store feeds a ranged GET's
+	 * hasher as bytes arrive only in some cases (see dcr-relay(1)), and a
+	 * piece goes out once it is hashed */
+	r->window = o->window ? o->window : (1u << DCR_PIECE_LOG2);
 	if (r->window < (1u << DCR_PIECE_LOG2))
 		r->window = 1u << DCR_PIECE_LOG2;
 	pthread_mutex_init(&r->mu, NULL);

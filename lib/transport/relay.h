@@ -54,7 +54,7 @@ struct dcr_relay_opts {
 	uint64_t cache_size;         /* bytes of finished objects kept; 0: 16 GiB */
 	int parallel;                /* objects fetched at once; 0: 4 */
 	uint64_t window;             /* bytes per ranged GET to a parent, whole
-					pieces; 0: DCR_PART_SIZE */
+					pieces; 0: one piece (1 MiB) */
 	int threads;                 /* server threads; 0: 4 */
 	unsigned max_connections;    /* 0: 4096 */
 	unsigned idle_timeout_s;     /* close a connection idle this long; 0: 60 */
