@@ -104,6 +104,7 @@ struct rreq {
 	int kind, head, reject, started, responding;
 	char *name;   /* object name, or the listed directory ("" or "a/b/") */
 	char *prefix; /* listing: the whole prefix asked for */
+	char *range, *if_match; /* the request's headers (or NULL) */
 	struct robj *o;
 	uint64_t start, len, sent;
 	int status;
@@ -1223,7 +1224,7 @@ static enum MHD_Result answer_err(struct rreq *q, int rc, const struct dcr_err *
  * q->start and q->len, or 416. */
 static int parse_range(struct rreq *q, uint64_t size)
 {
-	const char *h = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Range");
+	const char *h = q->range;
 	q->start = 0;
 	q->len = size;
 	if (!h || strncmp(h, "bytes=", 6) || strchr(h, ','))
@@ -1342,7 +1343,7 @@ static enum MHD_Result answer_obj(struct rreq *q)
 		strcat(etag, "\"");
 	}
 	pthread_mutex_unlock(&r->mu);
-	const char *im = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "If-Match");
+	const char *im = q->if_match;
 	if (im && etag[0] && strcmp(im, "*") && strcmp(im, etag))
 		return answer_text(q, MHD_HTTP_PRECONDITION_FAILED,
 				   "precondition failed: '%s' has ETag %s", o->name, etag);
@@ -1464,8 +1465,15 @@ static enum MHD_Result serve_obj(struct rreq *q)
 		return answer_err(q, e.code, &e);
 	}
 	if (o->have_size && (o->idx >= 0 || o->state == O_DONE)) {
-		pthread_mutex_unlock(&r->mu);
-		return answer_obj(q);
+		/* a GET is answered once the first byte it asks for is here
+		 * (there is nothing to send before), so that a fetch that fails
+		 * first is an error status, not a cut body */
+		int st = q->head ? 0 : parse_range(q, o->size);
+		if (q->head || o->state == O_DONE || o->ready > q->start ||
+		    st == MHD_HTTP_RANGE_NOT_SATISFIABLE) {
+			pthread_mutex_unlock(&r->mu);
+			return answer_obj(q);
+		}
 	}
 	enqueue_fetch(r, o, 1);
 	park(r, q, o);
@@ -1581,6 +1589,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		q->tfd = -1;
 		q->head = !strcmp(method, MHD_HTTP_METHOD_HEAD);
 		q->reject = !q->head && strcmp(method, MHD_HTTP_METHOD_GET);
+		const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Range");
+		if (h && !(q->range = dcr_strdup(h)))
+			q->reject = 1;
+		h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Match");
+		if (h && !(q->if_match = dcr_strdup(h)))
+			q->reject = 1;
 		*con_cls = q;
 		pthread_mutex_lock(&r->mu);
 		r->requests++;
@@ -1648,6 +1662,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		close(q->tfd);
 	free(q->name);
 	free(q->prefix);
+	free(q->range);
+	free(q->if_match);
 	free(q->body);
 	free(q);
 	if (have_line)
