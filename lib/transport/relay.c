@@ -126,7 +126,7 @@ struct dcr_relay {
 	struct dcr_relay_opts o;
 	struct parent *parents;
 	size_t np;
-	int good; /* the parent that served last: fetches start there */
+	size_t good; /* the parent that served last: fetches start there */
 	char *spool; /* cache directory or our temporary one */
 	int spool_temp;
 	uint64_t cache_size, cache_bytes, window;
@@ -172,6 +172,22 @@ static void say(struct dcr_relay *r, const char *fmt, ...)
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
 	r->o.log(r->o.log_ctx, line);
+}
+
+/* The parent fetches start at: the last that served (atomic: read
+ * without the lock). */
+static size_t good(struct dcr_relay *r)
+{
+	return __atomic_load_n(&r->good, __ATOMIC_RELAXED);
+}
+
+/* o came whole from parent i: the next fetches start there too. */
+static void came_from(struct dcr_relay *r, struct robj *o, size_t i)
+{
+	pthread_mutex_lock(&r->mu);
+	o->src = (int)i;
+	pthread_mutex_unlock(&r->mu);
+	__atomic_store_n(&r->good, i, __ATOMIC_RELAXED);
 }
 
 /* ---- parking: requests that wait without a thread ---- */
@@ -564,7 +580,7 @@ static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e
 	for (size_t t = 0; t < r->np * ROUNDS; t++) {
 		if (t == r->np && !failed)
 			break; /* every parent said "absent" */
-		size_t i = (r->good + t) % r->np;
+		size_t i = (good(r) + t) % r->np;
 		struct parent *pa = &r->parents[i];
 		uint8_t *buf = NULL;
 		size_t len = 0;
@@ -618,7 +634,7 @@ static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e
 		o->src = (int)i;
 		pa->bytes += len;
 		r->fetched += len;
-		r->good = (int)i;
+		__atomic_store_n(&r->good, i, __ATOMIC_RELAXED);
 		count_obj(r, o);
 		if (fresh)
 			manifest_loaded(r, p);
@@ -744,7 +760,7 @@ static int fetch_pieces(struct dcr_relay *r, struct robj *o, const struct dcr_ma
 	uint64_t size = o->size, end = size - 32;
 	uint64_t piece = (uint64_t)1 << m->piece_log2;
 	uint64_t w = r->window < piece ? piece : r->window / piece * piece;
-	size_t i = (size_t)r->good, t = 0;
+	size_t i = good(r), t = 0;
 	for (;;) {
 		struct parent *pa = &r->parents[i];
 		int rc = 0;
@@ -787,8 +803,7 @@ static int fetch_pieces(struct dcr_relay *r, struct robj *o, const struct dcr_ma
 			}
 		}
 		if (!rc) {
-			o->src = (int)i;
-			r->good = (int)i;
+			came_from(r, o, i);
 			return 0;
 		}
 		if (!failover(r, o, &i, &t, e))
@@ -840,8 +855,8 @@ static int whole_size(struct dcr_relay *r, struct robj *o, size_t *i, size_t *t,
 	}
 }
 
-static int whole_check(struct robj *o, const struct dcr_manifest *m,
-		       struct wcheck *c, const char *url, struct dcr_err *e)
+static int whole_check(struct robj *o, const struct dcr_manifest *m, struct wcheck *c,
+		       const char *url, dcr_digest *digest, struct dcr_err *e)
 {
 	dcr_digest sum;
 	uint8_t tr[32], head[DCR_PAYLOAD_HDR_LEN];
@@ -861,15 +876,14 @@ static int whole_check(struct robj *o, const struct dcr_manifest *m,
 		return dcr_err_set(e, DCR_EDIGEST, "'%s' is corrupt: checksum mismatch", url);
 	if (m && (o->size != m->psize[o->idx] || memcmp(sum.b, m->pdigest[o->idx].b, 32)))
 		return dcr_err_set(e, DCR_EDIGEST, "'%s' does not match the manifest's digest", url);
-	o->digest = sum;
-	o->have_digest = 1;
+	*digest = sum;
 	return 0;
 }
 
 static int fetch_whole(struct dcr_relay *r, struct robj *o, const struct dcr_manifest *m,
 		       uint8_t *buf, struct dcr_err *e)
 {
-	size_t i = (size_t)r->good, t = 0;
+	size_t i = good(r), t = 0;
 	int rc;
 	if (!o->have_size && (rc = whole_size(r, o, &i, &t, e)))
 		return rc;
@@ -910,11 +924,15 @@ static int fetch_whole(struct dcr_relay *r, struct robj *o, const struct dcr_man
 			}
 		}
 		if (!rc) {
-			rc = whole_check(o, m, &c, url, e);
+			dcr_digest sum;
+			rc = whole_check(o, m, &c, url, &sum, e);
 			if (!rc) {
+				pthread_mutex_lock(&r->mu);
+				o->digest = sum;
+				o->have_digest = 1;
+				pthread_mutex_unlock(&r->mu);
 				free(url);
-				o->src = (int)i;
-				r->good = (int)i;
+				came_from(r, o, i);
 				publish(r, o, o->size, 0);
 				return 0;
 			}
@@ -1084,7 +1102,7 @@ static void run_list(struct dcr_relay *r, struct rreq *q)
 {
 	size_t dl = strlen(q->name);
 	for (size_t t = 0; t < r->np; t++) {
-		size_t i = (r->good + t) % r->np;
+		size_t i = (good(r) + t) % r->np;
 		char **names = NULL;
 		size_t n = 0;
 		q->trc = dcr_store_list(r->parents[i].s, q->prefix, &names, &n, &q->terr);
@@ -1107,7 +1125,7 @@ static void run_pass(struct dcr_relay *r, struct rreq *q)
 {
 	int absent = 0;
 	for (size_t t = 0; t < r->np; t++) {
-		size_t i = (r->good + t) % r->np;
+		size_t i = (good(r) + t) % r->np;
 		struct dcr_store *s = r->parents[i].s;
 		if (q->head) {
 			q->trc = dcr_store_stat(s, q->name, &q->tsize, &q->terr);
