@@ -2,10 +2,11 @@
 # Bad input and faults each end that request alone, and the relay keeps
 # serving: a payload outside its pack's manifest (404, asked before and
 # after the relay holds the manifest), paths and listing prefixes with
-# "..", plain or %-encoded (400), other methods (405), a child that hangs
-# up mid-body, 1,000 idle connections (a refit still goes through while
+# "..", plain or %-encoded (400), other methods (405), 1,000 idle
+# connections (a refit still goes through while
 # they are open, the relay's threads and memory stay small, and they are
-# closed after --idle-timeout), and a parent that dies mid-object: with
+# closed after --idle-timeout), a child that hangs up mid-body, and a
+# parent that dies mid-object: with
 # no other parent the child gets an error, with another the relay falls
 # over to it and the child's refit is exact.
 . "$DCR_SRC/tests/lib-relay.sh"
@@ -35,26 +36,6 @@ done
 [ "$(http_code "$A/?prefix=v1/../..")" = 400 ] || fail "a listing of v1/../.. is not 400"
 [ "$(http_code -X PUT --data x "$A/v1/manifest.dcrm")" = 405 ] || fail "PUT is not 405"
 [ "$(http_code -X DELETE "$A/v1/manifest.dcrm")" = 405 ] || fail "DELETE is not 405"
-
-# a child that hangs up mid-body
-pyrun '
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-s.sendall(b"GET /v1/payload-000000.dcrp HTTP/1.1\r\nHost: x\r\n\r\n")
-got = 0
-while got < 100000:
-    b = s.recv(65536)
-    if not b:
-        sys.exit("the relay closed first")
-    got += len(b)
-s.close()' "${A##*:}"
-i=0
-until [ "$(status "$A" "d['cut']")" -ge 1 ]; do
-	i=$((i + 1))
-	[ $i -lt 100 ] || fail "the relay did not see the child hang up: $(cat "$T/status.json")"
-	sleep 0.05
-done
-refit r2 "$A/v1"
 
 # 1,000 idle connections
 pyrun '
@@ -91,6 +72,26 @@ until [ "$(status "$A" "d['connections']")" -lt 10 ]; do
 done
 touch "$T/idle.done"
 wait "$IDLE" || fail "the idle connections' helper failed"
+
+# a child that hangs up mid-body (the relay still fetching what it reads)
+start_server hang http-store.js --rate 512K
+run_ok dcr-push -q "$T/p" "http://127.0.0.1:$PORT/store/v1"
+start_relay h --no-prefetch "http://127.0.0.1:$PORT/store"
+H=$RURL
+pyrun '
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"GET /v1/payload-000000.dcrp HTTP/1.1\r\nHost: x\r\n\r\n")
+if not s.recv(1000):
+    sys.exit("the relay closed first")
+s.close()' "${H##*:}"
+i=0
+until [ "$(status "$H" "d['cut']")" -ge 1 ]; do
+	i=$((i + 1))
+	[ $i -lt 400 ] || fail "the relay did not see the child hang up: $(cat "$T/status.json")"
+	sleep 0.05
+done
+[ "$(http_code "$H/v1/manifest.dcrm")" = 200 ] || fail "the relay stopped serving after a hang-up"
 
 # a parent that dies mid-object: the only one
 start_server slow http-store.js --rate 256K
