@@ -7,6 +7,10 @@
 command -v dcr-relay >/dev/null 2>&1 || skip "dcr-relay is not on PATH"
 command -v curl >/dev/null 2>&1 || skip "curl is missing"
 RELAY_TREE="$DCR_SRC/scripts/relay-tree"
+# relays' temporary spools inside the scratch directory, gone with it even
+# when a test kills a relay with SIGKILL
+TMPDIR=$T
+export TMPDIR
 
 # A tree started by tree_start is stopped (and waited for) before the
 # scratch directory goes.
