@@ -40,51 +40,6 @@ static const char usage[] =
 	"With -o DIR, payloads already in DIR that check out are not fetched again\n"
 	"(resume). Exit status: 0 pulled, 128 error, 129 usage error.\n";
 
-static int dir_have(void *ctx, uint32_t index, dcr_digest *digest)
-{
-	const char *dir = ctx;
-	char *en = dcr_payload_name(index);
-	char *path = en ? dcr_path_join(dir, en) : NULL;
-	uint8_t *buf = NULL;
-	size_t len;
-	struct dcr_err e;
-	int ok = 0;
-	if (path && !dcr_read_file(path, 2ull << 30, &buf, &len, &e)) {
-		struct dcr_payload pl;
-		if (!dcr_payload_open(buf, len, path, &pl, &e)) {
-			ok = pl.index == index;
-			*digest = pl.digest;
-			dcr_payload_release(&pl);
-		}
-	}
-	free(buf);
-	free(path);
-	free(en);
-	return ok;
-}
-
-/* Open the store of one STORE/NAME argument (NAME.dense with --dense). */
-static void open_source(const char *arg, int dense, const struct dcr_store_opts *so,
-			struct dcr_pull_source *src)
-{
-	struct dcr_err e = {0};
-	char *surl, *name;
-	if (dcr_split_store_url(arg, &surl, &name, &e))
-		cmd_usage_error(usage, "%s", e.msg);
-	if (dense) {
-		/* dense copies live beside the deltas, as NAME.dense */
-		char *dn = dcr_asprintf("%s.dense", name);
-		if (!dn)
-			cmd_die("out of memory");
-		free(name);
-		name = dn;
-	}
-	if (dcr_store_open(surl, so, &src->s, &e))
-		cmd_die_err(&e, EXIT_FATAL);
-	src->name = name;
-	free(surl);
-}
-
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-pull", argc, argv);
@@ -126,8 +81,13 @@ int main(int argc, char **argv)
 	struct dcr_pull_source *src = dcr_calloc(nsrc, sizeof(*src));
 	if (!src)
 		cmd_die("out of memory");
-	for (size_t i = 0; i < nsrc; i++)
-		open_source(argv[optind + (int)i], xo.dense, &so, &src[i]);
+	for (size_t i = 0; i < nsrc; i++) {
+		int r = dcr_pull_source_open(argv[optind + (int)i], xo.dense, &so, &src[i], &e);
+		if (r == -EINVAL)
+			cmd_usage_error(usage, "%s", e.msg);
+		if (r)
+			cmd_die_err(&e, EXIT_FATAL);
+	}
 	struct dcr_pack_out out;
 	struct dcr_tar_out *tar;
 	int to_dir = strcmp(output, "-") != 0;
@@ -136,13 +96,11 @@ int main(int argc, char **argv)
 	xo.progress_ctx = "pull";
 	struct dcr_xfer_stats st = {0};
 	xo.fault = &cmd_fault;
-	int r = dcr_pull_from(src, nsrc, out, to_dir ? dir_have : NULL, (void *)output, &xo, &st,
+	int r = dcr_pull_from(src, nsrc, out, to_dir ? dcr_pack_dir_have : NULL, (void *)output, &xo, &st,
 			      &e);
 	r = cmd_pack_output_close(tar, r, &e);
-	for (size_t i = 0; i < nsrc; i++) {
-		dcr_store_close(src[i].s);
-		free((char *)src[i].name);
-	}
+	for (size_t i = 0; i < nsrc; i++)
+		dcr_pull_source_close(&src[i]);
 	free(src);
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);

@@ -877,3 +877,34 @@ out:
 		dcr_manifest_release(&m);
 	return r;
 }
+
+int dcr_pull_source_open(const char *arg, int dense, const struct dcr_store_opts *so,
+			 struct dcr_pull_source *src, struct dcr_err *e)
+{
+	char *surl, *name;
+	memset(src, 0, sizeof(*src));
+	int r = dcr_split_store_url(arg, &surl, &name, e);
+	if (r)
+		return -EINVAL; /* e says what is wrong with it */
+	if (dense) {
+		char *dn = dcr_asprintf("%s.dense", name);
+		free(name);
+		if (!(name = dn)) {
+			free(surl);
+			return dcr_err_sys(e, ENOMEM, "%s", arg);
+		}
+	}
+	if ((r = dcr_store_open(surl, so, &src->s, e)))
+		free(name);
+	else
+		src->name = name;
+	free(surl);
+	return r;
+}
+
+void dcr_pull_source_close(struct dcr_pull_source *src)
+{
+	dcr_store_close(src->s);
+	free((char *)src->name);
+	memset(src, 0, sizeof(*src));
+}
