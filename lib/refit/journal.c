@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/cuda.h"
 #include "core/file.h"
 #include "core/state.h"
 #include "core/util.h"
@@ -256,6 +257,7 @@ int ap_replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e)
 	struct wfile *wf = NULL;
 	struct dcr_changes ch = {0};
 	struct dcr_delta_reader rd = {0};
+	struct dcr_cuda_ctx *gpu = NULL;
 	dcr_digest *dg = NULL;
 	int fd = -1, r;
 	if (!jp)
@@ -368,7 +370,16 @@ int ap_replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e)
 			if (r)
 				break;
 		}
-		dcr_scatter(f->map + ct->file_off + it.start * unit, unit, ch.pos, ch.val, ch.n, 0);
+		uint8_t *dst = f->map + ct->file_off + it.start * unit;
+		if (x->o && x->o->device == DCR_DEVICE_CUDA) {
+			/* the same overwrites, scattered on the device */
+			if ((!gpu && (r = dcr_cuda_ctx_new(&gpu, e))) ||
+			    (r = dcr_cuda_scatter_host(gpu, dst, (size_t)(it.len * unit), unit, ch.pos,
+						       ch.val, ch.n, 0, e)))
+				break;
+		} else {
+			dcr_scatter(dst, unit, ch.pos, ch.val, ch.n, 0);
+		}
 		p.t[it.tensor].touched = 1;
 		nitems++;
 		if (x->o && x->o->progress)
@@ -451,6 +462,7 @@ out:
 		}
 	free(wf);
 	free(dg);
+	dcr_cuda_ctx_free(gpu);
 	dcr_delta_reader_release(&rd);
 	dcr_changes_free(&ch);
 	dcr_ckpt_close(c);
@@ -464,6 +476,12 @@ out:
 int ap_recover(struct dcr_receiver *rc, const struct dcr_apply_opts *o,
 		      struct dcr_err *e)
 {
+	/* a device that is not there is said before anything is touched */
+	if (o && o->device == DCR_DEVICE_CUDA) {
+		int r = dcr_cuda_probe(e);
+		if (r)
+			return r;
+	}
 	char *jp = dcr_receiver_path(rc, "journal");
 	int have = jp && access(jp, F_OK) == 0;
 	free(jp);
