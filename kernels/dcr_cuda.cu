@@ -6,6 +6,7 @@
 // the position and value arrays: the data is read once, and the order is
 // CUB's stable order, increasing positions.
 #include <cstdint>
+#include <cstdio>
 
 #include <cuda_runtime.h>
 
@@ -137,6 +138,19 @@ int dk_device_count(int *n)
 {
 	*n = 0;
 	return cudaGetDeviceCount(n);
+}
+
+int dk_device_name(char *out, size_t n)
+{
+	int dev = 0;
+	cudaDeviceProp p;
+	cudaError_t r = cudaGetDevice(&dev);
+	if (r == cudaSuccess)
+		r = cudaGetDeviceProperties(&p, dev);
+	if (r == cudaSuccess)
+		snprintf(out, n, "%s, sm_%d%d, %.0f GiB", p.name, p.major, p.minor,
+			 (double)p.totalGlobalMem / (1 << 30));
+	return r;
 }
 
 int dk_malloc(void **d_p, size_t n) { return cudaMalloc(d_p, n ? n : 1); }

@@ -32,6 +32,8 @@ int dk_err_out_of_memory(int err);
 int dk_err_invalid_value(int err);
 
 int dk_device_count(int *n);
+/* "NAME, sm_XY, G GiB" of the current device */
+int dk_device_name(char *out, size_t n);
 int dk_malloc(void **d_p, size_t n);
 int dk_free(void *d_p);
 int dk_host_alloc(void **h_p, size_t n); /* page-locked */

@@ -14,6 +14,7 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +64,12 @@ int dk_device_count(int *n)
 }
 
 /* Is [p, p + n) inside one allocation? */
+int dk_device_name(char *out, size_t n)
+{
+	snprintf(out, n, "emulated on the host (tests/cuda-emu.c)");
+	return OK;
+}
+
 static int inside(const void *p, size_t n)
 {
 	const uint8_t *q = p;

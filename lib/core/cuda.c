@@ -67,6 +67,13 @@ int dcr_cuda_probe(struct dcr_err *e)
 	return 0;
 }
 
+int dcr_cuda_device_name(char *out, size_t n, struct dcr_err *e)
+{
+	if (n)
+		out[0] = '\0';
+	return cu(e, dk_device_name(out, n), "device properties");
+}
+
 int dcr_cuda_malloc(void **d_p, size_t n, struct dcr_err *e)
 {
 	*d_p = NULL;
@@ -358,6 +365,12 @@ static int none(struct dcr_err *e)
 
 int dcr_cuda_built(void) { return 0; }
 int dcr_cuda_probe(struct dcr_err *e) { return none(e); }
+int dcr_cuda_device_name(char *out, size_t n, struct dcr_err *e)
+{
+	if (n)
+		out[0] = '\0';
+	return none(e);
+}
 int dcr_cuda_malloc(void **d_p, size_t n, struct dcr_err *e)
 {
 	(void)n;

@@ -43,6 +43,9 @@ int dcr_cuda_built(void);
  * message that says which. */
 int dcr_cuda_probe(struct dcr_err *e);
 
+/* The current device, as "NAME, sm_XY, G GiB", into out[0..n). */
+int dcr_cuda_device_name(char *out, size_t n, struct dcr_err *e);
+
 /* Device and page-locked host memory, freed with the matching call (free
  * functions accept NULL). */
 int dcr_cuda_malloc(void **d_p, size_t n, struct dcr_err *e);
