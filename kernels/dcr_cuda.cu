@@ -1,10 +1,12 @@
 // dcr_cuda.cu - diff, scatter and the positions scan on device memory, for
 // units of 1, 2, 4 and 8 bytes (see dcr_cuda.h). Selection and scan are
-// CUB's (the CUDA Toolkit's CCCL): the diff is one cub::DeviceSelect::If
-// over (position, old, new) triples that a transform iterator reads from
-// the two buffers, whose selected triples an output functor writes into
-// the position and value arrays: the data is read once, and the order is
-// CUB's stable order, increasing positions.
+// CUB's (the CUDA Toolkit's CCCL). The diff is one cub::DeviceSelect::If,
+// in one of two ways (DK_DIFF_*): over the positions themselves, whose
+// predicate loads the two units and whose output functor loads them again
+// for the changed ones (from the cache: the same tile, just read), or over
+// (position, old, new) triples that a transform iterator reads from the two
+// buffers. Either reads the data from memory once, and either keeps CUB's
+// stable order: increasing positions.
 #include <cstdint>
 #include <cstdio>
 
@@ -55,17 +57,50 @@ template <class T> struct store_change {
 	}
 };
 
+// By position: the items are the positions (CUB's tuning for 8-byte
+// primitives: large tiles, striped loads of the items), the predicate
+// compares the units there.
+template <class T> struct differs {
+	const T *__restrict__ a;
+	const T *__restrict__ b;
+	__host__ __device__ bool operator()(long long i) const { return a[i] != b[i]; }
+};
+
+template <class T> struct store_position_change {
+	const T *__restrict__ a;
+	const T *__restrict__ b;
+	uint64_t *pos;
+	T *val;
+	unsigned long long cap;
+	int newv;
+	__host__ __device__ void operator()(ptrdiff_t k, long long i) const
+	{
+		if ((unsigned long long)k >= cap)
+			return;
+		T y = b[i];
+		pos[k] = (uint64_t)i;
+		val[k] = newv ? y : (T)(a[i] ^ y);
+	}
+};
+
 template <class T>
 cudaError_t diff_t(const void *d_a, const void *d_b, uint64_t n, int newv, uint64_t *d_pos,
 		   void *d_val, uint64_t cap, unsigned long long *d_count, void *d_scratch,
-		   size_t *scratch_bytes, cudaStream_t s)
+		   size_t *scratch_bytes, int method, cudaStream_t s)
 {
-	auto in = thrust::make_transform_iterator(thrust::counting_iterator<long long>(0),
-						  load_triple<T>{(const T *)d_a, (const T *)d_b});
+	const T *a = (const T *)d_a, *b = (const T *)d_b;
+	if (method == DK_DIFF_TRIPLES) {
+		auto in = thrust::make_transform_iterator(thrust::counting_iterator<long long>(0),
+							  load_triple<T>{a, b});
+		auto out = thrust::make_tabulate_output_iterator(
+			store_change<T>{d_pos, (T *)d_val, (unsigned long long)cap, newv});
+		return cub::DeviceSelect::If(d_scratch, *scratch_bytes, in, out, d_count, (int64_t)n,
+					     changed<T>{}, s);
+	}
 	auto out = thrust::make_tabulate_output_iterator(
-		store_change<T>{d_pos, (T *)d_val, (unsigned long long)cap, newv});
-	return cub::DeviceSelect::If(d_scratch, *scratch_bytes, in, out, d_count, (int64_t)n,
-				     changed<T>{}, s);
+		store_position_change<T>{a, b, d_pos, (T *)d_val, (unsigned long long)cap, newv});
+	return cub::DeviceSelect::If(d_scratch, *scratch_bytes, thrust::counting_iterator<long long>(0),
+				     out, d_count, (int64_t)n, differs<T>{a, b}, s);
 }
 
 template <class T>
@@ -201,22 +236,24 @@ int dk_is_device(const void *p, int *is_device)
 
 int dk_diff(const void *d_a, const void *d_b, uint64_t n, unsigned unit, int newv,
 	    uint64_t *d_pos, void *d_val, uint64_t cap, unsigned long long *d_count,
-	    void *d_scratch, size_t *scratch_bytes, void *stream)
+	    void *d_scratch, size_t *scratch_bytes, int method, void *stream)
 {
 	cudaStream_t s = (cudaStream_t)stream;
+	if (method != DK_DIFF_POSITIONS && method != DK_DIFF_TRIPLES)
+		return cudaErrorInvalidValue;
 	switch (unit) {
 	case 1:
 		return diff_t<uint8_t>(d_a, d_b, n, newv, d_pos, d_val, cap, d_count, d_scratch,
-				       scratch_bytes, s);
+				       scratch_bytes, method, s);
 	case 2:
 		return diff_t<uint16_t>(d_a, d_b, n, newv, d_pos, d_val, cap, d_count, d_scratch,
-					scratch_bytes, s);
+					scratch_bytes, method, s);
 	case 4:
 		return diff_t<uint32_t>(d_a, d_b, n, newv, d_pos, d_val, cap, d_count, d_scratch,
-					scratch_bytes, s);
+					scratch_bytes, method, s);
 	case 8:
 		return diff_t<unsigned long long>(d_a, d_b, n, newv, d_pos, d_val, cap, d_count,
-						  d_scratch, scratch_bytes, s);
+						  d_scratch, scratch_bytes, method, s);
 	}
 	return cudaErrorInvalidValue;
 }

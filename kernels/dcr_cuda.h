@@ -51,12 +51,17 @@ int dk_is_device(const void *p, int *is_device);
  * positions in increasing order into d_pos and, per newv, d_b's units
  * (newv != 0) or XOR masks d_a ^ d_b (newv == 0) into d_val (unit wide),
  * at most cap of them; *d_count (device) gets the number of changes, which
- * may exceed cap (then only the first cap are written). One pass over the
- * data (cub::DeviceSelect::If). With d_scratch NULL, *scratch_bytes gets
- * the scratch size for n and nothing runs. */
+ * may exceed cap (then only the first cap are written). One
+ * cub::DeviceSelect::If, that reads the data once, by method:
+ * DK_DIFF_POSITIONS (lib/core/cuda.c's) selects positions, the predicate
+ * loading the units; DK_DIFF_TRIPLES selects (position, old, new) items
+ * that a transform iterator loads. The same result; scripts/bench-cuda
+ * times both. With d_scratch NULL, *scratch_bytes gets the scratch size
+ * for n (and method) and nothing runs. */
+enum { DK_DIFF_POSITIONS = 0, DK_DIFF_TRIPLES = 1 };
 int dk_diff(const void *d_a, const void *d_b, uint64_t n, unsigned unit, int newv,
 	    uint64_t *d_pos, void *d_val, uint64_t cap, unsigned long long *d_count,
-	    void *d_scratch, size_t *scratch_bytes, void *stream);
+	    void *d_scratch, size_t *scratch_bytes, int method, void *stream);
 
 /* d_dst[d_pos[k]] = d_val[k], or ^= when xor_, for k < m; positions at or
  * past n are skipped. Positions must be distinct. */
