@@ -49,7 +49,7 @@ if [ $rc -ne 0 ]; then
 	snapshot "$T/r" >"$T/s1"
 	cmp -s "$T/s0" "$T/s1" || fail "a refused dcr-apply --device cuda changed the receiver"
 	[ ! -e "$T/r/.dcr/journal" ] || fail "a refused dcr-apply --device cuda left a journal"
-	say "ok: no CUDA device here: --device cuda is exit 128, one line, nothing written"
+	say "ok: no CUDA here ($(cat "$T/err" | sed "s/^dcr-apply: error: //")): --device cuda is exit 128, one line, nothing written"
 	exit 0
 fi
 
