@@ -103,7 +103,7 @@ int cmd_layout_diff(int argc, char **argv)
 				cmd_usage_error(diff_usage, "--base-id wants 64 hex digits, not '%s'", optarg);
 			have_base = 1;
 			break;
-		case 'C': chunk = cmd_parse_u64(diff_usage, "--chunk", optarg, 1, 1u << 26); break;
+		case 'C': chunk = cmd_parse_u64(diff_usage, "--chunk", optarg, 1, DCR_ITEM_MAX_ELEMS); break;
 		case 'S': stats = 1; break;
 		case 'q': cmd_quiet = 1; break;
 		default: cmd_common_option(c, diff_usage); break;

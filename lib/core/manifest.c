@@ -199,7 +199,7 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	memcpy(m->target.b, dcr_rd_bytes(&rd, 32), 32);
 	memcpy(m->attempt, dcr_rd_bytes(&rd, 16), 16);
 	m->npayloads = dcr_rd_le32(&rd);
-	if (rd.bad || m->npayloads > dcr_rd_left(&rd) / 40)
+	if (rd.bad || m->npayloads > dcr_rd_left(&rd) / 40 || m->npayloads > DCR_PAYLOADS_MAX)
 		goto bad;
 	m->psize = dcr_calloc(m->npayloads, sizeof(uint64_t));
 	m->pdigest = dcr_calloc(m->npayloads, sizeof(dcr_digest));
