@@ -10,12 +10,15 @@
 #include "dcr.h"
 
 static const char usage[] =
-	"usage: dcr-pull [options] STORE/NAME\n"
+	"usage: dcr-pull [options] STORE/NAME [STORE2/NAME2...]\n"
 	"\n"
 	"Download the pack NAME from STORE and write it to standard output as a pack\n"
 	"tar stream (for dcr-apply), or with -o DIR into a pack directory. Payloads\n"
 	"are fetched in parallel and each is checked against its own checksum and\n"
 	"the manifest's digest before it is passed on; the manifest comes last.\n"
+	"Several sources of the same pack (relays, then the store behind them) are\n"
+	"tried in order: when one fails or serves bad bytes, the pull goes on at the\n"
+	"next from where it stopped.\n"
 	"\n"
 	"  -o, --output DIR|-   where the pack goes (default '-': a tar stream)\n"
 	"      --dense          fetch the dense copy of NAME, stored as NAME.dense\n"
@@ -60,6 +63,28 @@ static int dir_have(void *ctx, uint32_t index, dcr_digest *digest)
 	return ok;
 }
 
+/* Open the store of one STORE/NAME argument (NAME.dense with --dense). */
+static void open_source(const char *arg, int dense, const struct dcr_store_opts *so,
+			struct dcr_pull_source *src)
+{
+	struct dcr_err e = {0};
+	char *surl, *name;
+	if (dcr_split_store_url(arg, &surl, &name, &e))
+		cmd_usage_error(usage, "%s", e.msg);
+	if (dense) {
+		/* dense copies live beside the deltas, as NAME.dense */
+		char *dn = dcr_asprintf("%s.dense", name);
+		if (!dn)
+			cmd_die("out of memory");
+		free(name);
+		name = dn;
+	}
+	if (dcr_store_open(surl, so, &src->s, &e))
+		cmd_die_err(&e, EXIT_FATAL);
+	src->name = name;
+	free(surl);
+}
+
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-pull", argc, argv);
@@ -94,23 +119,15 @@ int main(int argc, char **argv)
 			break;
 		}
 	}
-	if (argc - optind != 1)
+	if (argc - optind < 1)
 		cmd_usage_error(usage, "need STORE/NAME");
 	struct dcr_err e = {0};
-	char *surl, *name;
-	if (dcr_split_store_url(argv[optind], &surl, &name, &e))
-		cmd_usage_error(usage, "%s", e.msg);
-	if (xo.dense) {
-		/* dense copies live beside the deltas, as NAME.dense */
-		char *dn = dcr_asprintf("%s.dense", name);
-		if (!dn)
-			cmd_die("out of memory");
-		free(name);
-		name = dn;
-	}
-	struct dcr_store *s;
-	if (dcr_store_open(surl, &so, &s, &e))
-		cmd_die_err(&e, EXIT_FATAL);
+	size_t nsrc = (size_t)(argc - optind);
+	struct dcr_pull_source *src = dcr_calloc(nsrc, sizeof(*src));
+	if (!src)
+		cmd_die("out of memory");
+	for (size_t i = 0; i < nsrc; i++)
+		open_source(argv[optind + (int)i], xo.dense, &so, &src[i]);
 	struct dcr_pack_out out;
 	struct dcr_tar_out *tar;
 	int to_dir = strcmp(output, "-") != 0;
@@ -119,16 +136,19 @@ int main(int argc, char **argv)
 	xo.progress_ctx = "pull";
 	struct dcr_xfer_stats st = {0};
 	xo.fault = &cmd_fault;
-	int r = dcr_pull(s, name, out, to_dir ? dir_have : NULL, (void *)output, &xo, &st, &e);
+	int r = dcr_pull_from(src, nsrc, out, to_dir ? dir_have : NULL, (void *)output, &xo, &st,
+			      &e);
 	r = cmd_pack_output_close(tar, r, &e);
-	dcr_store_close(s);
+	for (size_t i = 0; i < nsrc; i++) {
+		dcr_store_close(src[i].s);
+		free((char *)src[i].name);
+	}
+	free(src);
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);
 	cmd_progress_end();
 	if (!cmd_quiet && cmd_progress_on)
 		fprintf(stderr, "dcr-pull: %u payloads (%d already here), %llu bytes\n", st.payloads,
 			st.skipped, (unsigned long long)st.bytes);
-	free(surl);
-	free(name);
 	return cmd_finish(EXIT_OK);
 }

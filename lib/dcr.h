@@ -41,6 +41,7 @@
 
 #include "transport/store.h"
 #include "transport/transfer.h"
+#include "transport/relay.h"
 
 #include "refit/receiver.h"
 #include "refit/diff.h"

@@ -48,4 +48,20 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 	     int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
 	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e);
 
+/* The same from several sources of one pack (the same pack under each
+ * store and name, e.g. relays and the store behind them), tried in order:
+ * when a source fails (after its store's retries) or serves bytes that do
+ * not check out, the fetch goes on at the next one, and the fetches after
+ * it start there. Payloads already handed on are not fetched again; a
+ * payload streamed in parts resumes after its last piece that checked
+ * out, a payload fetched whole starts again. The manifest comes from the
+ * first source that has one that parses. */
+struct dcr_pull_source {
+	struct dcr_store *s;
+	const char *name;
+};
+int dcr_pull_from(const struct dcr_pull_source *src, size_t nsrc, struct dcr_pack_out out,
+		  int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
+		  const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e);
+
 #endif
