@@ -51,7 +51,7 @@ static int dir_have(void *ctx, uint32_t index, dcr_digest *digest)
 	int ok = 0;
 	if (path && !dcr_read_file(path, 2ull << 30, &buf, &len, &e)) {
 		struct dcr_payload pl;
-		if (!dcr_payload_open(buf, len, path, &pl, &e)) {
+		if (!dcr_payload_check(buf, len, path, &pl, &e)) {
 			ok = pl.index == index;
 			*digest = pl.digest;
 			dcr_payload_release(&pl);

@@ -208,7 +208,9 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	for (uint32_t i = 0; i < m->npayloads; i++) {
 		m->psize[i] = dcr_rd_le64(&rd);
 		const uint8_t *p = dcr_rd_bytes(&rd, 32);
-		if (!p)
+		/* sizes bound what readers set aside for a payload */
+		if (!p || m->psize[i] < DCR_PAYLOAD_HDR_LEN + 32 ||
+		    m->psize[i] > DCR_PAYLOAD_MAX_FILE)
 			goto bad;
 		memcpy(m->pdigest[i].b, p, 32);
 	}

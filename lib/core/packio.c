@@ -422,6 +422,10 @@ int dcr_pack_walk(struct dcr_pack_in *in, int (*fn)(void *ctx, const struct dcr_
 				if (pl.index != idx)
 					en.rc = dcr_err_set(&en.err, DCR_EFORMAT, "%s holds payload %u",
 							    name, pl.index);
+				else if (idx >= DCR_PAYLOADS_MAX)
+					en.rc = dcr_err_set(&en.err, DCR_EFORMAT,
+							    "%s: payload index %u is too large (at most %u)",
+							    name, idx, DCR_PAYLOADS_MAX - 1);
 				else if (!(en.rc = dcr_payload_summary(buf, len, &pl, name, &sum,
 								       &en.err))) {
 					en.payload = &pl;

@@ -236,33 +236,9 @@ int dcr_payload_check_head(const uint8_t *buf, size_t avail, uint64_t len, const
 	return r ? r : check_body(buf, avail, what, p, e);
 }
 
-int dcr_payload_open(const uint8_t *buf, size_t len, const char *what,
-		     struct dcr_payload *p, struct dcr_err *e)
-{
-	int r = dcr_payload_check(buf, len, what, p, e);
-	if (r)
-		return r;
-	const uint8_t *body = buf + DCR_PAYLOAD_HDR_LEN;
-	p->raw = malloc(p->raw_len + 1);
-	if (!p->raw)
-		return dcr_err_sys(e, ENOMEM, "%s", what);
-	if (p->codec == DCR_PAYLOAD_STORED) {
-		memcpy(p->raw, body, p->raw_len);
-	} else {
-		size_t got = ZSTD_decompress(p->raw, p->raw_len, body, p->body_len);
-		if (ZSTD_isError(got) || got != p->raw_len)
-			goto bad;
-	}
-	return 0;
-bad:
-	dcr_payload_release(p);
-	return dcr_err_set(e, DCR_EFORMAT, "%s: body does not decompress to its stated size", what);
-}
-
 void dcr_payload_release(struct dcr_payload *p)
 {
-	free(p->raw);
-	p->raw = NULL;
+	(void)p;
 }
 
 /* ---- records, a window at a time ---- */

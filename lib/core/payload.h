@@ -40,17 +40,12 @@ struct dcr_payload {
 	uint8_t attempt[16];
 	uint64_t raw_len, body_len;
 	dcr_digest digest;  /* of the whole payload file but the trailer (BLAKE3 or SHA-256) */
-	uint8_t *raw;       /* decompressed records (malloc'd), raw_len bytes */
 };
 
-/* Check a payload image (magic, version, sizes, trailer) and decompress its
- * body. `what` names it in messages. */
-int dcr_payload_open(const uint8_t *buf, size_t len, const char *what,
-		     struct dcr_payload *p, struct dcr_err *e);
-/* The same checks without decompressing (p->raw stays NULL): magic,
- * version, flags, sizes, trailer, codec and the zstd frame's stated size.
- * For movers (dcr-push, dcr-pull) that pass the bytes on unchanged;
- * dcr-apply opens each payload in full. */
+/* Check a payload image without decompressing it: magic, version, flags,
+ * sizes, trailer, codec and the zstd frame's stated size. `what` names it
+ * in messages. Movers (dcr-push, dcr-pull) pass the bytes on unchanged;
+ * dcr-apply then reads the records with dcr_payload_records_open. */
 int dcr_payload_check(const uint8_t *buf, size_t len, const char *what,
 		      struct dcr_payload *p, struct dcr_err *e);
 /* The same with the SHA-256 of buf's first len - 32 bytes already known. */
@@ -61,6 +56,8 @@ int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
  * trailer, and the zstd frame's size only when avail holds it. */
 int dcr_payload_check_head(const uint8_t *buf, size_t avail, uint64_t len, const char *what,
 			   struct dcr_payload *p, struct dcr_err *e);
+/* Nothing to free since payloads are read a record at a time; kept for
+ * callers that pair it with dcr_payload_check. */
 void dcr_payload_release(struct dcr_payload *p);
 
 /* A checked payload's records, one at a time: the body is decompressed in

@@ -202,6 +202,7 @@ void net_backoff(const struct dcr_store *s, int attempt)
 /* ---- one request, with retries -------------------------------------- */
 
 #define SINK_BADRANGE 1
+#define SINK_LONG 2
 
 static size_t on_header(char *p, size_t sz, size_t nm, void *arg)
 {
@@ -304,6 +305,10 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *arg)
 	size_t m = n - used;
 	if (q->ranged && m > q->r_len - q->got)
 		m = (size_t)(q->r_len - q->got);
+	if (!q->ranged && q->have_total && m > q->total - q->got) {
+		q->sink_rc = SINK_LONG; /* more than the announced size */
+		return 0;
+	}
 	if (m) {
 		int r = q->sink(q->sink_arg, q->got, (const uint8_t *)p + used, m,
 				q->have_total ? q->total : 0);
@@ -532,6 +537,12 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 			r = dcr_err_set(e, DCR_EREMOTE,
 					"cannot %s '%s': the server answered a range request with the wrong range",
 					m, q->what);
+			break;
+		}
+		if (q->sink_rc == SINK_LONG) {
+			r = dcr_err_set(e, DCR_EREMOTE,
+					"cannot %s '%s': the body is longer than the %llu bytes the server announced",
+					m, q->what, (unsigned long long)q->total);
 			break;
 		}
 		if (q->sink_rc) {
@@ -834,14 +845,20 @@ static int get_stream(struct dcr_store *s, const char *name, int ranged,
 	return r;
 }
 
+/* The size a server announces is a hint, not bytes that arrived: a memory
+ * sink sets aside at most this much ahead of them (a 100-byte answer
+ * claiming 3 GB costs 1 MiB), then grows with the bytes that come. */
+#define NET_RESERVE_AHEAD (1u << 20)
+
 static int sink_mem(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
 {
 	struct dcr_buf *b = arg;
 	(void)off;
-	if (!b->len && total && total < SIZE_MAX) {
-		if (dcr_buf_reserve(b, (size_t)total + 1))
+	if (!b->len && total) {
+		size_t ahead = total < NET_RESERVE_AHEAD ? (size_t)total + 1 : NET_RESERVE_AHEAD;
+		if (dcr_buf_reserve(b, ahead))
 			return -ENOMEM;
-		dcr_prefault(b->p, (size_t)total);
+		dcr_prefault(b->p, ahead);
 	}
 	return dcr_buf_add(b, p, n) ? -ENOMEM : 0;
 }

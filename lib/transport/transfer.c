@@ -12,6 +12,8 @@
 #include "core/file.h"
 #include "core/manifest.h"
 #include "core/packio.h"
+#include "core/pset.h"
+#include "core/sign.h"
 #include "core/util.h"
 #include "transport/transfer.h"
 
@@ -59,16 +61,52 @@ static int finish_slot(struct dcr_store *s, struct slot *sl, struct dcr_err *e)
 	return r;
 }
 
+/* The manifest (and its signature, when the pack is signed) of a pack
+ * being pushed, kept until every payload is up. */
+struct push_tail {
+	uint8_t *man, *sig;
+	size_t man_len, sig_len;
+};
+
+/* Keep a copy of entry buf as *dst. */
+static int keep(uint8_t **dst, size_t *dlen, const uint8_t *buf, size_t len, struct dcr_err *e)
+{
+	if (!(*dst = malloc(len ? len : 1)))
+		return dcr_err_sys(e, ENOMEM, "push");
+	memcpy(*dst, buf, len);
+	*dlen = len;
+	return 0;
+}
+
+/* The manifest against the payloads that went up: each one it lists, with
+ * its size and digest, and no other. */
+static int push_check(const struct push_tail *t, const struct pset *up, struct dcr_err *e)
+{
+	struct dcr_manifest m;
+	int r = dcr_manifest_parse(t->man, t->man_len, DCR_MANIFEST_NAME, &m, e);
+	if (r)
+		return r;
+	for (uint32_t i = 0; i < m.npayloads && !r; i++) {
+		const struct pset_ent *pe = pset_find(up, i);
+		if (!pe)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its manifest", i);
+		else if (memcmp(pe->digest.b, m.pdigest[i].b, 32) || pe->size != m.psize[i])
+			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the manifest", i);
+	}
+	if (!r && !pset_is_range(up, m.npayloads))
+		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %zu payloads, its manifest %u", up->n,
+				m.npayloads);
+	dcr_manifest_release(&m);
+	return r;
+}
+
 int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
 {
 	int par = o && o->parallel > 0 ? o->parallel : 4;
 	struct slot *slots = dcr_calloc((size_t)par, sizeof(*slots));
-	dcr_digest *dig = NULL;
-	uint64_t *sizes = NULL;
-	size_t cap = 0;
-	uint8_t *man = NULL;
-	size_t man_len = 0;
+	struct pset up = {0}; /* payloads going up, by index: no room by index */
+	struct push_tail t = {0};
 	int next = 0, r = 0;
 	uint64_t bytes = 0;
 	uint32_t count = 0;
@@ -78,18 +116,27 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	const uint8_t *buf;
 	size_t len;
 	while ((r = dcr_pack_in_next(in, &ename, &buf, &len, e)) == 1) {
-		if (man) {
+		if (t.man) {
 			r = dcr_err_set(e, DCR_EFORMAT, "pack: entry '%s' after the manifest", ename);
 			break;
 		}
 		if (!strcmp(ename, DCR_MANIFEST_NAME)) {
-			man = malloc(len ? len : 1);
-			if (!man) {
-				r = dcr_err_sys(e, ENOMEM, "push");
+			if ((r = keep(&t.man, &t.man_len, buf, len, e)))
 				break;
-			}
-			memcpy(man, buf, len);
-			man_len = len;
+			continue;
+		}
+		if (!strcmp(ename, DCR_MANIFEST_SIG_NAME)) {
+			/* the signature goes up after the payloads, before the
+			 * manifest: whoever sees the manifest finds it */
+			if (t.sig)
+				r = dcr_err_set(e, DCR_EFORMAT, "pack: two '%s' entries", ename);
+			else if (len > DCR_SIG_MAX)
+				r = dcr_err_set(e, DCR_EFORMAT, "pack: '%s' is %zu bytes, not a signature",
+						ename, len);
+			else
+				r = keep(&t.sig, &t.sig_len, buf, len, e);
+			if (r)
+				break;
 			continue;
 		}
 		uint32_t idx;
@@ -100,39 +147,27 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 		}
 		if ((r = dcr_payload_check(buf, len, ename, &pl, e)))
 			break;
-		dcr_payload_release(&pl);
 		if (pl.index != idx) {
 			r = dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", ename, pl.index);
 			break;
 		}
-		if (idx >= cap) {
-			size_t ncap = idx + 64;
-			dcr_digest *d = realloc(dig, ncap * sizeof(*d));
-			if (d)
-				dig = d;
-			uint64_t *z = realloc(sizes, ncap * sizeof(*z));
-			if (z)
-				sizes = z;
-			if (!d || !z || ncap > (1u << 24)) {
-				r = dcr_err_sys(e, ENOMEM, "push");
-				break;
-			}
-			for (size_t i = cap; i < ncap; i++)
-				sizes[i] = UINT64_MAX;
-			cap = ncap;
+		if (idx >= DCR_PAYLOADS_MAX) {
+			r = dcr_err_set(e, DCR_EFORMAT, "%s: payload index %u is too large (at most %u)",
+					ename, idx, DCR_PAYLOADS_MAX - 1);
+			break;
 		}
-		if (sizes[idx] != UINT64_MAX) {
-			/* a duplicate: the same bytes are already going up (as
-			 * dcr-apply skips them); other bytes are an error */
-			if (sizes[idx] != len || memcmp(dig[idx].b, pl.digest.b, 32)) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents",
-						ename);
-				break;
-			}
+		/* a duplicate: the same bytes are already going up (as dcr-apply
+		 * skips them); other bytes are an error */
+		if ((r = pset_add(&up, idx, len, &pl.digest)) == -EEXIST) {
+			r = dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents", ename);
+			break;
+		}
+		if (r < 0) {
+			r = dcr_err_sys(e, -r, "push");
+			break;
+		}
+		if (!r)
 			continue;
-		}
-		dig[idx] = pl.digest;
-		sizes[idx] = len;
 		/* wait for a free slot, then upload this payload in the background */
 		struct slot *sl = &slots[next];
 		next = (next + 1) % par;
@@ -171,38 +206,33 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	}
 	if (r < 0)
 		goto out;
-	if (!man) {
+	if (!t.man) {
 		r = dcr_err_set(e, DCR_EFORMAT, "pack has no manifest; the manifest was not pushed");
 		goto out;
 	}
-	struct dcr_manifest m;
-	if ((r = dcr_manifest_parse(man, man_len, DCR_MANIFEST_NAME, &m, e)))
+	if ((r = push_check(&t, &up, e)))
 		goto out;
-	for (uint32_t i = 0; i < m.npayloads && !r; i++) {
-		if (i >= cap || sizes[i] == UINT64_MAX)
-			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its manifest", i);
-		else if (memcmp(dig[i].b, m.pdigest[i].b, 32) || sizes[i] != m.psize[i])
-			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the manifest", i);
+	if (t.sig) {
+		char *so = obj(name, DCR_MANIFEST_SIG_NAME);
+		r = so ? dcr_store_put(s, so, t.sig, t.sig_len, e) : dcr_err_sys(e, ENOMEM, "push");
+		free(so);
+		bytes += t.sig_len;
+		if (r)
+			goto out;
 	}
-	if (!r && count != m.npayloads)
-		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %u payloads, its manifest %u", count,
-				m.npayloads);
-	dcr_manifest_release(&m);
-	if (r)
-		goto out;
 	char *mo = obj(name, DCR_MANIFEST_NAME);
-	r = mo ? dcr_store_put(s, mo, man, man_len, e) : dcr_err_sys(e, ENOMEM, "push");
+	r = mo ? dcr_store_put(s, mo, t.man, t.man_len, e) : dcr_err_sys(e, ENOMEM, "push");
 	free(mo);
-	bytes += man_len;
+	bytes += t.man_len;
 	if (st) {
 		st->payloads = count;
 		st->bytes = bytes;
 	}
 out:
 	free(slots);
-	free(dig);
-	free(sizes);
-	free(man);
+	pset_free(&up);
+	free(t.man);
+	free(t.sig);
 	return r;
 }
 

@@ -112,20 +112,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 1: delta(p, n); break;
 	case 2: {
 		struct dcr_payload pl;
-		if (!dcr_payload_open(p, n, "fuzz", &pl, &e)) {
-			struct dcr_rd rd;
-			dcr_rd_init(&rd, pl.raw, pl.raw_len);
-			while (dcr_rd_left(&rd) && !rd.bad) {
-				struct dcr_delta_rec rec = {.type = dcr_rd_le32(&rd)};
-				rec.flags = dcr_rd_le32(&rd);
-				rec.len = dcr_rd_le64(&rd);
-				rec.body = rec.len <= dcr_rd_left(&rd) ? dcr_rd_bytes(&rd, rec.len) : NULL;
-				if (!rec.body)
-					break;
+		struct dcr_payload_records it;
+		struct dcr_delta_rec rec;
+		if (!dcr_payload_check(p, n, "fuzz", &pl, &e) &&
+		    !dcr_payload_records_open(&it, p, n, &pl, "fuzz", &e)) {
+			while (dcr_payload_records_next(&it, &rec, &e) == 1)
 				if (rec.type == DCR_REC_ITEM)
 					items(&rec);
-			}
-			dcr_payload_release(&pl);
+			dcr_payload_records_close(&it);
 		}
 		break;
 	}
