@@ -139,6 +139,12 @@ void cmd_progress_end(void)
 	}
 }
 
+void cmd_refuse_tty_input(const char *what)
+{
+	if (isatty(0))
+		cmd_die("refusing to read %s from a terminal (name a file, or pipe one in)", what);
+}
+
 int cmd_open_output(const char *path)
 {
 	if (!path || !strcmp(path, "-")) {
@@ -173,6 +179,8 @@ struct dcr_pack_in *cmd_open_pack_input(const char *path)
 			cmd_die_err(&e, EXIT_FATAL);
 		return in;
 	}
+	if (!strcmp(path, "-"))
+		cmd_refuse_tty_input("a pack");
 	int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
 	if (fd < 0)
 		cmd_die("cannot open '%s': %s", path, strerror(errno));
@@ -268,6 +276,50 @@ int cmd_store_option(int c, const char *arg, struct dcr_store_opts *so, int *par
 	default:
 		return 0;
 	}
+}
+
+static const char **trust_paths;
+static size_t trust_npaths;
+
+void cmd_trust_key(const char *path)
+{
+	const char **v = realloc(trust_paths, (trust_npaths + 1) * sizeof(*v));
+	if (!v)
+		cmd_die("out of memory");
+	trust_paths = v;
+	v[trust_npaths++] = path;
+}
+
+const struct dcr_trust *cmd_trust(uint64_t min_version)
+{
+	static struct dcr_trust t;
+	static struct dcr_pubkey *keys;
+	static char *env; /* the paths DCR_VERIFY_KEY names point into it */
+	static int loaded;
+	if (loaded) /* once: later calls (other threads) get the same */
+		return t.nkeys ? &t : NULL;
+	loaded = 1;
+	if (!trust_npaths) {
+		const char *v = getenv("DCR_VERIFY_KEY");
+		if (v && *v) {
+			if (!(env = dcr_strdup(v)))
+				cmd_die("out of memory");
+			char *save = NULL;
+			for (char *p = strtok_r(env, ":", &save); p; p = strtok_r(NULL, ":", &save))
+				cmd_trust_key(p);
+		}
+	}
+	if (!trust_npaths)
+		return NULL;
+	if (!(keys = dcr_calloc(trust_npaths, sizeof(*keys))))
+		cmd_die("out of memory");
+	for (size_t i = 0; i < trust_npaths; i++) {
+		struct dcr_err e = {0};
+		if (dcr_pubkey_load(trust_paths[i], &keys[i], &e))
+			cmd_die_err(&e, EXIT_FATAL);
+	}
+	t = (struct dcr_trust){.keys = keys, .nkeys = trust_npaths, .min_version = min_version};
+	return &t;
 }
 
 uint64_t cmd_parse_size(const char *s)

@@ -38,6 +38,9 @@ void cmd_progress_end(void);
 /* For transfers: bytes and payloads moved so far, and the rate. */
 void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads);
 
+/* Binary input from standard input: exit 128 with "refusing to read WHAT
+ * from a terminal" when it is one (a forgotten argument would wait). */
+void cmd_refuse_tty_input(const char *what);
 /* Open an output file, or stdout for "-" (refusing a terminal). */
 int cmd_open_output(const char *path);
 /* Packs: open PATH as a pack directory, or a tar stream ("-": standard
@@ -71,6 +74,15 @@ __attribute__((noreturn)) void cmd_bad_option(int c, const char *usage);
 #define CMD_STORE_LONGOPTS \
 	{"endpoint", required_argument, NULL, 'E'}, {"cacert", required_argument, NULL, 'C'}, \
 	{"parallel", required_argument, NULL, 'j'}, {"retries", required_argument, NULL, 'R'}
+
+/* Trust (dcr(7), TRUST): --verify-key PUB, repeatable, names the public
+ * keys a pack must be signed by; without one, DCR_VERIFY_KEY does (one
+ * path, or several separated by ':'). cmd_trust_key records an option's
+ * path; cmd_trust loads the keys (exiting 128 when one does not load) and
+ * returns the trust, or NULL when no key is named. */
+void cmd_trust_key(const char *path);
+const struct dcr_trust *cmd_trust(uint64_t min_version);
+#define CMD_TRUST_LONGOPT {"verify-key", required_argument, NULL, 'K'}
 
 /* Flush and check stdout; exit 128 on a write error such as ENOSPC. */
 int cmd_finish(int code);

@@ -47,6 +47,11 @@ static const char usage[] =
 	"                          the next is tried (default 2)\n"
 	"      --endpoint URL      S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE       CA certificates for https\n"
+	"      --verify-key PUB    take only manifests signed by PUB (a signify public\n"
+	"                          key; repeatable: any of them; default\n"
+	"                          $DCR_VERIFY_KEY, paths separated by ':'): a parent\n"
+	"                          serving another is passed over, nothing of its\n"
+	"                          pack is served; --apply checks them too\n"
 	"      --pack NAME         fetch the pack NAME at once, not when asked\n"
 	"      --apply CKPT        apply --pack NAME to the receiver CKPT, as\n"
 	"                          dcr-pull | dcr-apply would, while serving\n"
@@ -156,7 +161,7 @@ struct apply {
 static void *apply_thread(void *arg)
 {
 	struct apply *a = arg;
-	struct dcr_apply_opts o = {.fault = &cmd_fault};
+	struct dcr_apply_opts o = {.fault = &cmd_fault, .trust = cmd_trust(0)};
 	struct dcr_head head;
 	if ((a->r = dcr_head_read(a->rc, &head, &a->e)))
 		goto out;
@@ -213,6 +218,7 @@ int main(int argc, char **argv)
 		{"pack", required_argument, NULL, 'P'},
 		{"apply", required_argument, NULL, 'A'},
 		{"wait", required_argument, NULL, 'W'},
+		CMD_TRUST_LONGOPT,
 		CMD_STORE_LONGOPTS,
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
@@ -261,6 +267,7 @@ int main(int argc, char **argv)
 						optarg);
 			so.timeout_s = (int)v;
 			break;
+		case 'K': cmd_trust_key(optarg); break;
 		case 'P': pack = optarg; break;
 		case 'A': ckpt = optarg; break;
 		case 'W': {
@@ -283,6 +290,7 @@ int main(int argc, char **argv)
 		cmd_usage_error(usage, "need a PARENT_URL");
 	if (ckpt && !pack)
 		cmd_usage_error(usage, "--apply needs --pack NAME");
+	ro.trust = cmd_trust(0);
 	ro.parents = (const char *const *)argv + optind;
 	ro.nparents = (size_t)(argc - optind);
 	ro.store = &so;

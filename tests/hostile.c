@@ -14,6 +14,10 @@
  *                                manifest (whose
  *                                target digest is wrong: an apply must fail
  *                                at the check, after staging)
+ *   hostile tamper IN OUT        payload file IN with one record more (an
+ *                                ancillary one) and its trailer made anew:
+ *                                a payload that checks out by itself, and
+ *                                no longer matches its manifest's digest
  *
  * zstd frames are written by hand (raw and RLE blocks), so that gigabytes
  * of zeros cost 4 bytes per 128 KiB. Exit 0, or 128 with a message.
@@ -256,14 +260,50 @@ static int cmd_dense(uint64_t elems, uint64_t items, const char *out)
 	return 0;
 }
 
+static int cmd_tamper(const char *in, const char *out)
+{
+	struct dcr_err e;
+	uint8_t *buf;
+	size_t len;
+	struct dcr_payload pl;
+	struct dcr_payload_records it;
+	struct dcr_delta_rec rec;
+	if (dcr_read_file(in, 1u << 30, &buf, &len, &e) || dcr_payload_check(buf, len, in, &pl, &e) ||
+	    dcr_payload_records_open(&it, buf, len, &pl, in, &e))
+		die(in, &e);
+	struct dcr_buf raw = {0}, img = {0};
+	int r;
+	while ((r = dcr_payload_records_next(&it, &rec, &e)) == 1) {
+		uint8_t h[16];
+		rec_head(h, rec.type, rec.len);
+		add(&raw, h, 16);
+		add(&raw, rec.body, (size_t)rec.len);
+	}
+	if (r)
+		die(in, &e);
+	uint8_t h[16];
+	rec_head(h, DCR_REC_ANCILLARY + 0x200, 5);
+	add(&raw, h, 16);
+	add(&raw, "evil!", 5);
+	dcr_digest dg;
+	if (dcr_payload_build(&pl.base, pl.attempt, pl.index, raw.p, raw.len,
+			      pl.flags & DCR_PAYLOAD_BLAKE3 ? DCR_PDIGEST_BLAKE3 : DCR_PDIGEST_SHA256,
+			      &img, &dg, NULL, &e) ||
+	    dcr_write_file_atomic(out, img.p, img.len, &e))
+		die(out, &e);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 4 && !strcmp(argv[1], "tamper"))
+		return cmd_tamper(argv[2], argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "index"))
 		return cmd_index((uint32_t)strtoul(argv[2], NULL, 10), argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "bomb"))
 		return cmd_bomb(argv[2]);
 	if (argc == 5 && !strcmp(argv[1], "dense"))
 		return cmd_dense(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10), argv[4]);
-	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT\n", stderr);
+	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT | tamper IN OUT\n", stderr);
 	return 129;
 }

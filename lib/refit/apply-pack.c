@@ -13,6 +13,7 @@
 
 #include "core/manifest.h"
 #include "core/pset.h"
+#include "core/trust.h"
 #include "core/util.h"
 #include "refit/apply-pack.h"
 #include "refit/commit.h"
@@ -252,6 +253,10 @@ struct apack {
 	struct dcr_manifest m;
 	int have_manifest, have_base, mismatch;
 	struct pset seen;	/* the payloads that arrived, with their digests */
+	uint8_t *sig;		/* the manifest's signature, when the pack has one */
+	size_t sig_len;
+	int have_version;	/* the version the pack reaches */
+	uint64_t version;
 };
 
 /* An opened payload: its index and delta checked, then spooled unless it
@@ -288,8 +293,41 @@ static int ak_take(struct apack *ak, const char *name, uint32_t idx, const uint8
 	return 1;
 }
 
+/* The manifest on trust, as soon as it is in (nothing is committed yet):
+ * signed by a key o->trust names, at a version above the one the receiver
+ * committed; and the version it names is the one recorded. */
+static int ak_trust(struct apack *ak, const uint8_t *man, size_t len, struct dcr_err *e)
+{
+	const struct dcr_apply_opts *o = ak->x.o;
+	const struct dcr_trust *t = o ? o->trust : NULL;
+	const struct dcr_manifest *m = &ak->m;
+	int r = dcr_trust_check(t, man, len, m, ak->sig, ak->sig_len, DCR_MANIFEST_NAME, e);
+	if (r)
+		return r;
+	if (t && t->nkeys) {
+		struct dcr_head h;
+		if ((r = dcr_head_read(ak->x.rc, &h, e)))
+			return r;
+		if (h.have && m->version <= h.version)
+			return dcr_err_set(e, DCR_ETRUST,
+					   "%s: signed version %llu is not above version %llu, which the receiver has committed (a replay or a rollback)",
+					   DCR_MANIFEST_NAME, (unsigned long long)m->version,
+					   (unsigned long long)h.version);
+	}
+	if (m->have_version) {
+		if (ak->have_version && ak->version != m->version)
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "%s reaches version %llu, not the %llu asked for (by --version or the pack's name)",
+					   DCR_MANIFEST_NAME, (unsigned long long)m->version,
+					   (unsigned long long)ak->version);
+		ak->have_version = 1;
+		ak->version = m->version;
+	}
+	return 0;
+}
+
 /* The pack stream: payloads spooled as they arrive, then the manifest,
- * which must come last. */
+ * which must come last (its signature, if any, before it). */
 static int ak_receive(struct apack *ak, struct dcr_pack_in *in, struct dcr_err *e)
 {
 	const struct dcr_apply_opts *o = ak->x.o;
@@ -306,6 +344,20 @@ static int ak_receive(struct apack *ak, struct dcr_pack_in *in, struct dcr_err *
 			if ((r = dcr_manifest_parse(buf, len, name, &ak->m, e)))
 				return r;
 			ak->have_manifest = 1;
+			if ((r = ak_trust(ak, buf, len, e)))
+				return r;
+			continue;
+		}
+		if (!strcmp(name, DCR_MANIFEST_SIG_NAME)) {
+			if (ak->sig)
+				return dcr_err_set(e, DCR_EFORMAT, "pack: two '%s' entries", name);
+			if (len > DCR_SIG_MAX)
+				return dcr_err_set(e, DCR_EFORMAT, "pack: '%s' is %zu bytes, not a signature",
+						   name, len);
+			if (!(ak->sig = malloc(len ? len : 1)))
+				return dcr_err_sys(e, ENOMEM, "apply");
+			memcpy(ak->sig, buf, len);
+			ak->sig_len = len;
 			continue;
 		}
 		if (!dcr_payload_name_parse(name, &idx))
@@ -402,9 +454,10 @@ static int ak_read_spool(struct apack *ak, struct dcr_err *e)
 
 static int apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 		   const struct dcr_apply_opts *o, struct dcr_apply_result *res,
-		   struct dcr_err *e)
+		   int *have_version, uint64_t *version, struct dcr_err *e)
 {
-	struct apack ak = {.x = {.rc = rc, .o = o}, .s = {.fd = -1}};
+	struct apack ak = {.x = {.rc = rc, .o = o}, .s = {.fd = -1},
+			   .have_version = *have_version, .version = *version};
 	char *sp = dcr_receiver_path(rc, "spool");
 	int r;
 	if (!sp)
@@ -421,6 +474,8 @@ static int apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 	}
 	if ((r = ak_receive(&ak, in, e)))
 		goto out;
+	*have_version = ak.have_version;
+	*version = ak.version;
 	if (res) {
 		res->base = ak.m.base;
 		res->target = ak.m.target;
@@ -446,6 +501,7 @@ out:
 	dcr_buf_free(&ak.s.buf);
 	dcr_changes_free(&ak.s.ch);
 	pset_free(&ak.seen);
+	free(ak.sig);
 	free(ak.cur_dg);
 	dcr_manifest_release(&ak.m);
 	dcr_ckpt_close(ak.c);
@@ -460,9 +516,10 @@ int dcr_apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 	struct dcr_apply_result tmp;
 	if (!res)
 		res = &tmp;
-	int r = apply_pack(rc, in, o, res, e);
+	int have_version = o && o->have_version;
+	uint64_t version = o ? o->version : 0;
+	int r = apply_pack(rc, in, o, res, &have_version, &version, e);
 	if (!r)
-		r = dcr_applied_record(rc, res, o && o->have_version, o ? o->version : 0,
-				       o ? o->fault : NULL, e);
+		r = dcr_applied_record(rc, res, have_version, version, o ? o->fault : NULL, e);
 	return r;
 }

@@ -14,6 +14,7 @@
 #include "core/packio.h"
 #include "core/pset.h"
 #include "core/sign.h"
+#include "core/trust.h"
 #include "core/util.h"
 #include "transport/transfer.h"
 
@@ -742,10 +743,43 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 	return dcr_pull_from(&src, 1, out, have, have_ctx, o, st, e);
 }
 
-/* The manifest from the first source that has one that parses: 0, or
- * DCR_ENOTFOUND when none has one, or the last source's error. */
-static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len,
-			struct dcr_manifest *m, const struct dcr_xfer_opts *o, struct dcr_err *e)
+/* The manifest's signature beside it in source i (NULL and 0 when the
+ * pack is unsigned). */
+static int get_signature(struct sources *ss, size_t i, uint8_t **sig, size_t *sig_len,
+			 struct dcr_err *e)
+{
+	struct dcr_store *s = ss->v[i].s;
+	char *so = obj(ss->v[i].name, DCR_MANIFEST_SIG_NAME);
+	if (!so)
+		return dcr_err_sys(e, ENOMEM, "pull");
+	free(*sig);
+	*sig = NULL;
+	*sig_len = 0;
+	struct dcr_err ge;
+	int r = dcr_store_get(s, so, sig, sig_len, &ge);
+	if (r == DCR_ENOTFOUND)
+		r = 0;
+	else if (r)
+		*e = ge;
+	else if (*sig_len > DCR_SIG_MAX)
+		r = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %zu bytes, not a signature",
+				dcr_store_url(s), so, *sig_len);
+	if (r) {
+		free(*sig);
+		*sig = NULL;
+	}
+	free(so);
+	return r;
+}
+
+/* The manifest (and its signature) from the first source that has one
+ * that parses and, when o->trust asks for it, is signed by a trusted key:
+ * 0, or DCR_ENOTFOUND when none has one, or the last source's error. A
+ * source that serves a manifest the trust refuses is passed over like one
+ * that serves a broken one. */
+static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len, uint8_t **sig,
+			size_t *sig_len, struct dcr_manifest *m, const struct dcr_xfer_opts *o,
+			struct dcr_err *e)
 {
 	int r = DCR_ENOTFOUND, absent = 0;
 	size_t first = src_cur(ss);
@@ -768,6 +802,15 @@ static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len,
 				r = dcr_err_set(e, DCR_EFORMAT,
 						"'%s' is not a dense copy (dcr-diff --dense makes one)", url);
 			}
+			/* the signature: checked before anything of the pack goes
+			 * on; a pack that names no version is never signed
+			 * (dcr-pack --sign needs --version), so none is asked
+			 * for unless a key wants one */
+			int want_sig = m->have_version || (o && o->trust && o->trust->nkeys);
+			if (!r && ((want_sig && (r = get_signature(ss, i, sig, sig_len, e))) ||
+				   (r = dcr_trust_check(o ? o->trust : NULL, *man, *man_len, m, *sig,
+							*sig_len, url, e))))
+				dcr_manifest_release(m);
 		}
 		free(mo);
 		free(url);
@@ -828,8 +871,8 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 	int par = o && o->parallel > 0 ? o->parallel : 4;
 	double deadline = now_s() + (o ? o->wait_s : 0);
 	struct sources ss = {v, nsrc, 0};
-	uint8_t *man = NULL;
-	size_t man_len = 0;
+	uint8_t *man = NULL, *sig = NULL;
+	size_t man_len = 0, sig_len = 0;
 	struct dcr_manifest m = {0};
 	int have_m = 0, r = 0, remote = 1;
 	uint32_t next = 0; /* next payload index to hand on */
@@ -846,7 +889,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 	}
 	for (;;) {
 		if (!have_m) {
-			r = get_manifest(&ss, &man, &man_len, &m, o, e);
+			r = get_manifest(&ss, &man, &man_len, &sig, &sig_len, &m, o, e);
 			if (!r) {
 				have_m = 1;
 			} else if (r != DCR_ENOTFOUND) {
@@ -894,6 +937,12 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 		}
 		usleep(200 * 1000);
 	}
+	if (sig) { /* the signature, then the manifest: as pack directories list them */
+		dcr_fault_point(o ? o->fault : NULL);
+		if ((r = out.entry(out.ctx, DCR_MANIFEST_SIG_NAME, sig, sig_len, e)))
+			goto out;
+		bytes += sig_len;
+	}
 	dcr_fault_point(o ? o->fault : NULL);
 	r = out.entry(out.ctx, DCR_MANIFEST_NAME, man, man_len, e);
 	bytes += man_len;
@@ -903,6 +952,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 	}
 out:
 	free(man);
+	free(sig);
 	if (have_m)
 		dcr_manifest_release(&m);
 	return r;
