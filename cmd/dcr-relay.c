@@ -318,9 +318,12 @@ int main(int argc, char **argv)
 	struct dcr_relay *r;
 	if (dcr_relay_start(&ro, &r, &e))
 		cmd_die_err(&e, EXIT_FATAL);
-	if (!cmd_quiet)
+	if (!cmd_quiet) {
+		char *shown = dcr_url_redact(ro.parents[0]);
 		fprintf(stderr, "dcr-relay: serving on port %u, parents: %s%s\n", dcr_relay_port(r),
-			ro.parents[0], ro.nparents > 1 ? " (and failovers)" : "");
+			shown ? shown : "?", ro.nparents > 1 ? " (and failovers)" : "");
+		free(shown);
+	}
 	if (port_file) {
 		char buf[16];
 		int n = snprintf(buf, sizeof(buf), "%u\n", dcr_relay_port(r));

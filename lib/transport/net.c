@@ -637,11 +637,11 @@ int net_obj_req(struct dcr_store *s, const char *name, struct net_req *q,
 /* ---- open/close ------------------------------------------------------ */
 
 int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
-	     const char *url, struct dcr_err *e)
+	     struct dcr_err *e)
 {
 	struct net *n = dcr_calloc(1, size);
 	if (!n)
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", dcr_store_url(s));
 	n->k = k;
 	pthread_mutex_init(&n->curl_mu, NULL);
 	pthread_mutex_init(&n->cas_mu, NULL);
@@ -649,8 +649,19 @@ int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
 	pthread_once(&curl_once, curl_init);
 	if (curl_init_rc != CURLE_OK)
 		return dcr_err_set(e, -EIO, "cannot open store '%s': libcurl initialisation failed: %s",
-				   url, curl_easy_strerror(curl_init_rc));
+				   dcr_store_url(s), curl_easy_strerror(curl_init_rc));
 	return 0;
+}
+
+int net_set_base(struct dcr_store *s, char *base)
+{
+	struct net *n = net_of(s);
+	if (n->base != base)
+		free(n->base);
+	free(n->shown);
+	n->base = base;
+	n->shown = base ? dcr_url_redact(base) : NULL;
+	return n->base && n->shown ? 0 : -ENOMEM;
 }
 
 void net_close(struct dcr_store *s)
@@ -662,6 +673,7 @@ void net_close(struct dcr_store *s)
 		curl_easy_cleanup(n->idle[i]);
 	free(n->idle);
 	free(n->base);
+	free(n->shown);
 	pthread_mutex_destroy(&n->curl_mu);
 	pthread_mutex_destroy(&n->cas_mu);
 	free(n);
@@ -802,7 +814,7 @@ int net_put_if_absent(struct dcr_store *s, const char *name, const void *buf,
 		r = dcr_err_set(e, DCR_EREMOTE,
 				"cannot create '%s' only if absent: the server at '%s' ignores "
 				"If-None-Match (a conditional PUT overwrote a probe object), so "
-				"compare-and-set is not safe there", w ? w : name, net_of(s)->base);
+				"compare-and-set is not safe there", w ? w : name, net_of(s)->shown);
 		free(path);
 		free(w);
 		return r;

@@ -93,6 +93,7 @@ struct net {
 	const struct net_hooks *k;
 	char *base;     /* URL that object paths are appended to: the http base,
 			   or the s3 endpoint's origin (scheme://host[:port]) */
+	char *shown;    /* base as messages show it (dcr_url_redact): net_set_base */
 	pthread_mutex_t curl_mu;
 	void **idle;    /* CURL handles kept for connection reuse */
 	size_t nidle, cap_idle;
@@ -105,7 +106,9 @@ static inline struct net *net_of(struct dcr_store *s) { return s->impl; }
 /* Allocate size zeroed bytes (the kind's state, starting with a struct
  * net) as s->impl, with hooks k, and start libcurl. The kind sets base. */
 int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
-	     const char *url, struct dcr_err *e);
+	     struct dcr_err *e);
+/* Set base (taking it) and what messages show of it; 0 or -ENOMEM. */
+int net_set_base(struct dcr_store *s, char *base);
 /* Free the handles, base and s->impl; the kind frees its own fields first. */
 void net_close(struct dcr_store *s);
 

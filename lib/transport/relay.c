@@ -2289,6 +2289,15 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 		if ((rc = dcr_store_open(r->parents[i].url, o->store, &r->parents[i].s, e)))
 			goto fail;
 		r->np++;
+		/* from here on the URL is for messages, the log and the status
+		 * document: without credentials */
+		char *shown = dcr_url_redact(r->parents[i].url);
+		if (!shown) {
+			rc = dcr_err_sys(e, ENOMEM, "relay");
+			goto fail;
+		}
+		free(r->parents[i].url);
+		r->parents[i].url = shown;
 	}
 	if (o->cache_dir) {
 		if ((rc = dcr_mkdir_p(o->cache_dir, e)))

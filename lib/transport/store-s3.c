@@ -340,20 +340,20 @@ static int split_url(const char *url, char **origin, char **path)
 
 static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 {
-	int r = net_open(s, sizeof(struct s3), &s3_hooks, url, e);
+	int r = net_open(s, sizeof(struct s3), &s3_hooks, e);
 	if (r)
 		return r;
 	struct s3 *s3 = s3_of(s);
 	const char *b = url + 5, *slash = strchr(b, '/');
 	size_t bl = slash ? (size_t)(slash - b) : strlen(b);
 	if (!bl)
-		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no bucket", url);
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no bucket", dcr_store_url(s));
 	for (size_t i = 0; i < bl; i++) {
 		char c = b[i];
 		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
 		      c == '_' || (c >= 'A' && c <= 'Z')))
 			return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid bucket name '%.*s'",
-					   url, (int)bl, b);
+					   dcr_store_url(s), (int)bl, b);
 	}
 	s3->bucket = strndup(b, bl);
 	const char *pfx = slash ? slash + 1 : "";
@@ -362,10 +362,10 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 		pl--;
 	s3->prefix = strndup(pfx, pl);
 	if (!s3->bucket || !s3->prefix)
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", dcr_store_url(s));
 	if (pl && dcr_store_check_name(s3->prefix, NULL))
 		return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid key prefix '%s'",
-				   url, s3->prefix);
+				   dcr_store_url(s), s3->prefix);
 	s3->akid = env("AWS_ACCESS_KEY_ID");
 	s3->secret = env("AWS_SECRET_ACCESS_KEY");
 	s3->token = env("AWS_SESSION_TOKEN");
@@ -377,7 +377,7 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	if (!s3->akid || !s3->secret)
 		return dcr_err_set(e, -EINVAL,
 				   "cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set",
-				   url);
+				   dcr_store_url(s));
 	char *ep = s->o.endpoint ? dcr_strdup(s->o.endpoint) : env("DCR_S3_ENDPOINT");
 	/* AWS itself wants virtual-hosted requests (BUCKET.s3.REGION...; path
 	 * style is refused for new buckets); S3-compatible servers at an
@@ -405,6 +405,8 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	char *epath = NULL;
 	r = ep ? split_url(ep, &s3->net.base, &epath) : -ENOMEM;
 	free(ep);
+	if (!r && (r = net_set_base(s, s3->net.base)))
+		s3->net.base = NULL;
 	if (!r) {
 		s3->epath = vhost ? dcr_strdup(epath) : dcr_asprintf("%s/%s", epath, s3->bucket);
 		s3->hostport = dcr_strdup(strstr(s3->net.base, "://") + 3);
@@ -416,9 +418,9 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	}
 	free(epath);
 	if (r)
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", dcr_store_url(s));
 	if (!s3->hostport[0])
-		return dcr_err_set(e, -EINVAL, "cannot open store '%s': endpoint has no host", url);
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': endpoint has no host", dcr_store_url(s));
 	return 0;
 }
 

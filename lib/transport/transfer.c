@@ -23,10 +23,14 @@ int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_e
 	const char *slash = strrchr(arg, '/');
 	const char *scheme = strstr(arg, "://");
 	if (!slash || !slash[1] || (scheme && slash < scheme + 3) ||
-	    (scheme && !strchr(scheme + 3, '/')))
-		return dcr_err_set(e, DCR_EFORMAT,
-				   "'%s' is not STORE/NAME (e.g. /srv/store/v42 or s3://bucket/prefix/v42)",
-				   arg);
+	    (scheme && !strchr(scheme + 3, '/'))) {
+		char *shown = dcr_url_redact(arg);
+		int r = dcr_err_set(e, DCR_EFORMAT,
+				    "'%s' is not STORE/NAME (e.g. /srv/store/v42 or s3://bucket/prefix/v42)",
+				    shown ? shown : "the argument");
+		free(shown);
+		return r;
+	}
 	*store = slash == arg ? dcr_strdup("/") : strndup(arg, (size_t)(slash - arg));
 	*name = dcr_strdup(slash + 1);
 	if (!*store || !*name)
