@@ -32,12 +32,98 @@ void cmd_init(const char *name, int argc, char **argv)
 	dcr_fault_from_env(&cmd_fault);
 }
 
+/* The length of the UTF-8 sequence at p that is a printable character
+ * (not a C1 control, not an overlong form or a surrogate), or 0. */
+static size_t utf8_ok(const unsigned char *p)
+{
+	unsigned c = p[0];
+	size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+	if (!n || c > 0xf4)
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	if (n == 2 && c == 0xc2 && p[1] < 0xa0)
+		return 0; /* U+0080..U+009F: C1 controls (CSI is U+009B) */
+	if (n == 3 && ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0)))
+		return 0;
+	if (n == 4 && ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90)))
+		return 0;
+	return n;
+}
+
+/* Append the quoted form of s to b (or only count it, b NULL); the bytes
+ * it takes. */
+static size_t escape(char *b, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t o = 0;
+	while (*p) {
+		size_t n = *p >= 0x20 && *p < 0x7f ? 1 : *p >= 0x80 ? utf8_ok(p) : 0;
+		if (n && *p != '\\') {
+			if (b)
+				memcpy(b + o, p, n);
+			o += n;
+			p += n;
+			continue;
+		}
+		char t[5];
+		int k = *p == '\\' ? snprintf(t, sizeof(t), "\\\\")
+		      : *p == '\t' ? snprintf(t, sizeof(t), "\\t")
+		      : *p == '\n' ? snprintf(t, sizeof(t), "\\n")
+		      : *p == '\r' ? snprintf(t, sizeof(t), "\\r")
+				    : snprintf(t, sizeof(t), "\\x%02x", *p);
+		if (b)
+			memcpy(b + o, t, (size_t)k);
+		o += (size_t)k;
+		p++;
+	}
+	return o;
+}
+
+void cmd_escape_write(FILE *f, const char *s)
+{
+	size_t n = escape(NULL, s);
+	char *b = malloc(n + 1);
+	if (!b) {
+		fputs("(a message, not shown: out of memory)", f);
+		return;
+	}
+	escape(b, s);
+	fwrite(b, 1, n, f);
+	free(b);
+}
+
+const char *cmd_quote(const char *s)
+{
+	static char *ring[8];
+	static unsigned next;
+	size_t n = escape(NULL, s);
+	if (n == strlen(s) && !strchr(s, '\\'))
+		return s;
+	char *b = malloc(n + 1);
+	if (!b)
+		return "(not shown: out of memory)";
+	escape(b, s);
+	b[n] = '\0';
+	free(ring[next % 8]);
+	ring[next++ % 8] = b;
+	return b;
+}
+
 static void vmsg(const char *kind, const char *fmt, va_list ap)
 {
 	cmd_progress_end();
+	char *text = NULL;
+	if (vasprintf(&text, fmt, ap) < 0)
+		text = NULL;
 	fprintf(stderr, "%s: %s: ", cmd_name, kind);
-	vfprintf(stderr, fmt, ap);
+	if (text)
+		cmd_escape_write(stderr, text);
+	else
+		fputs(fmt, stderr);
 	fputc('\n', stderr);
+	free(text);
 }
 
 void cmd_error(const char *fmt, ...)

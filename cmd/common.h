@@ -18,6 +18,9 @@ extern struct dcr_fault cmd_fault;
 /* Name the command, arm the fault points, and quiet getopt (opterr = 0):
  * its complaints go through cmd_bad_option, as usage errors. */
 void cmd_init(const char *name, int argc, char **argv);
+/* Messages on stderr are written through cmd_escape_write: whatever their
+ * text holds from input (entry and tensor names, a server's reason phrase,
+ * an S3 error message), it cannot drive the terminal. */
 void cmd_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cmd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print e's message and exit 128 (or `code`). */
@@ -25,6 +28,17 @@ __attribute__((noreturn)) void cmd_die_err(const struct dcr_err *e, int code);
 __attribute__((noreturn)) void cmd_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 __attribute__((noreturn)) void cmd_usage_error(const char *usage, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* Write s to f with the bytes that could drive a terminal quoted: C0
+ * controls (tab, CR, ESC ...), DEL, C1 controls (raw, or U+0080..U+009F in
+ * UTF-8) and bytes that are not UTF-8 become \t, \r, \n, \\ and \xNN;
+ * printable ASCII and UTF-8 text pass unchanged. */
+void cmd_escape_write(FILE *f, const char *s);
+/* s as cmd_escape_write would show it, for printf: s itself when it needs
+ * nothing, else a copy that stays valid for the next 7 calls. Listings on
+ * stdout quote names from input with it (not with -z, whose records are
+ * NUL-ended and taken raw). */
+const char *cmd_quote(const char *s);
 
 /* Exit code for a library error: 1 for a refused base, else 128 (a busy
  * receiver included, in every command). */

@@ -48,6 +48,12 @@ struct lister {
 	char eol;
 };
 
+/* A name from the pack, quoted unless records end with NUL (-z). */
+static const char *qname(const struct lister *l, const char *s)
+{
+	return l->eol ? cmd_quote(s) : s;
+}
+
 static void list_manifest(const struct lister *l, const struct dcr_pack_entry *en)
 {
 	const struct dcr_manifest *m = en->manifest;
@@ -75,14 +81,14 @@ static void list_manifest(const struct lister *l, const struct dcr_pack_entry *e
 			o += (size_t)snprintf(shape + o, sizeof(shape) - o, "%s%llu", k ? "," : "",
 					      (unsigned long long)t->shape[k]);
 		dcr_digest_hex(&t->digest, h1);
-		printf("tensor\t%s\t%s\t%s\t%s\t%s\t%s%c", t->name, dcr_dtype_name(t->dtype), shape,
-		       t->file, h1, (t->flags & DCR_TENSOR_NEW) ? "new" : "base", l->eol);
+		printf("tensor\t%s\t%s\t%s\t%s\t%s\t%s%c", qname(l, t->name), dcr_dtype_name(t->dtype),
+		       shape, qname(l, t->file), h1, (t->flags & DCR_TENSOR_NEW) ? "new" : "base", l->eol);
 	}
 	for (uint32_t i = 0; i < m->nremoved; i++)
 		if (l->porcelain)
-			printf("removed\t%s%c", m->removed[i], l->eol);
+			printf("removed\t%s%c", qname(l, m->removed[i]), l->eol);
 		else
-			printf("  removed %s\n", m->removed[i]);
+			printf("  removed %s\n", qname(l, m->removed[i]));
 }
 
 static int list_entry(void *ctx, const struct dcr_pack_entry *en)

@@ -68,7 +68,9 @@ static void log_line(void *ctx, const char *line)
 	(void)ctx;
 	if (cmd_quiet && strncmp(line, "error: ", 7))
 		return;
-	fprintf(stderr, "dcr-relay: %s\n", line);
+	fputs("dcr-relay: ", stderr);
+	cmd_escape_write(stderr, line); /* object names and parents' words */
+	fputc('\n', stderr);
 }
 
 /* digits with an optional K, M, G or T (powers of 1024); 0 when malformed */

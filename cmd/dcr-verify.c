@@ -38,8 +38,10 @@ static void report(void *ctx, const struct dcr_verify_item *it)
 	struct out *o = ctx;
 	if (o->quiet)
 		return;
+	/* a name from the checkpoint, quoted but with -z */
+	const char *name = o->eol ? cmd_quote(it->name) : it->name;
 	if (o->porcelain) {
-		printf("%s\t%s", vname[it->v], it->name);
+		printf("%s\t%s", vname[it->v], name);
 		if (it->v == DCR_V_DIFFER)
 			printf("\t%llu\t%llu\t0x%llx\t0x%llx", (unsigned long long)it->ndiff,
 			       (unsigned long long)it->first, (unsigned long long)it->have,
@@ -51,12 +53,12 @@ static void report(void *ctx, const struct dcr_verify_item *it)
 	case DCR_V_OK: break;
 	case DCR_V_DIFFER:
 		printf("differ: '%s': %llu elements differ, first at element %llu (have 0x%llx, want 0x%llx)\n",
-		       it->name, (unsigned long long)it->ndiff, (unsigned long long)it->first,
+		       name, (unsigned long long)it->ndiff, (unsigned long long)it->first,
 		       (unsigned long long)it->have, (unsigned long long)it->want);
 		break;
-	case DCR_V_LAYOUT: printf("layout: '%s': dtype or shape differs\n", it->name); break;
-	case DCR_V_MISSING: printf("missing: '%s'\n", it->name); break;
-	case DCR_V_EXTRA: printf("extra: '%s' is not in the reference\n", it->name); break;
+	case DCR_V_LAYOUT: printf("layout: '%s': dtype or shape differs\n", name); break;
+	case DCR_V_MISSING: printf("missing: '%s'\n", name); break;
+	case DCR_V_EXTRA: printf("extra: '%s' is not in the reference\n", name); break;
 	}
 }
 
@@ -107,7 +109,10 @@ int main(int argc, char **argv)
 				found = 1;
 				dcr_digest_hex(&dg[i], hex);
 				if (!o.quiet)
-					printf("%s\t%s%c", hex, have->tensors[i].info->name, o.eol);
+					printf("%s\t%s%c", hex,
+					       o.eol ? cmd_quote(have->tensors[i].info->name)
+						     : have->tensors[i].info->name,
+					       o.eol);
 			}
 		} else if (!o.quiet) {
 			dcr_digest_hex(&id, hex);

@@ -5,7 +5,7 @@
 usage: lie-server.py --port-file FILE MODE
   huge     every GET: 200, "Content-Length: 3000000000", 100 bytes, close
   short    every GET: 200, "Content-Length: 1000", 100 bytes, close
-  reason   every request: 404 with a reason phrase and a body holding
+  reason   every request: 400 with a reason phrase and a body holding
            terminal escape sequences (ESC ] 0 ; ... BEL, ESC [ 2 J)
   deny     every request: 403 Forbidden, "go away"
 Each request is logged to stderr as "METHOD PATH AUTHORIZATION".
@@ -40,7 +40,7 @@ class Handler(socketserver.BaseRequestHandler):
                         b"Connection: close\r\n\r\n" + b"x" * 100)
         elif MODE == "reason":
             body = b"\x1b]0;owned\x07\x1b[2Jgone"
-            out.sendall(b"HTTP/1.1 404 Not\x1b[31mFound\x1b[0m\r\nContent-Length: %d\r\n"
+            out.sendall(b"HTTP/1.1 400 Bad\x1b[31mRequest\x1b[0m\r\nContent-Length: %d\r\n"
                         b"Connection: close\r\n\r\n" % len(body) + body)
         else:
             body = b"go away\n"
