@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dcr.h"
 #include "common.h"
@@ -93,6 +94,22 @@ int main(int argc, char **argv)
 		cmd_usage_error(usage, "need exactly one CKPT");
 	struct dcr_err e = {0};
 	struct dcr_ckpt *have = NULL, *want = NULL;
+	/* a receiver is read under its shared lock: no apply runs meanwhile,
+	 * and one that was cut short must be finished first; either way the
+	 * state printed is one the receiver was really in */
+	struct stat sb;
+	struct dcr_receiver *rc = NULL;
+	if (!stat(argv[optind], &sb) && S_ISDIR(sb.st_mode)) {
+		struct dcr_commit_status cs;
+		int r = dcr_receiver_open(argv[optind], DCR_RECEIVER_SHARED, &rc, &e);
+		if (r)
+			cmd_die_err(&e, cmd_exit_code(r));
+		if (rc->lock_fd >= 0 && dcr_commit_status(rc, &cs, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+		if (rc->lock_fd >= 0 && cs.journal)
+			cmd_die("receiver '%s' is midway through an interrupted apply: run 'dcr-apply --recover %s' first",
+				argv[optind], argv[optind]);
+	}
 	if (dcr_ckpt_open(argv[optind], &have, &e))
 		cmd_die_err(&e, EXIT_FATAL);
 	if (!against) {
@@ -120,6 +137,7 @@ int main(int argc, char **argv)
 		}
 		free(dg);
 		dcr_ckpt_close(have);
+		dcr_receiver_close(rc);
 		if (!found)
 			cmd_die("no tensor '%s' in '%s'", only, argv[optind]);
 		return cmd_finish(EXIT_OK);
@@ -140,5 +158,6 @@ int main(int argc, char **argv)
 	}
 	dcr_ckpt_close(have);
 	dcr_ckpt_close(want);
+	dcr_receiver_close(rc);
 	return cmd_finish(bad ? EXIT_NEGATIVE : EXIT_OK);
 }
