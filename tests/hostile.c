@@ -10,7 +10,8 @@
  *   hostile dense ELEMS ITEMS OUT
  *                                a dense copy of one NEW F64 tensor "t" of
  *                                ELEMS zero elements, in ITEMS dense items of
- *                                equal length (the last shorter), and its
+ *                                equal length (the last shorter; ITEMS 0:
+ *                                none, the tensor only declared), and its
  *                                manifest (whose
  *                                target digest is wrong: an apply must fail
  *                                at the check, after staging)
@@ -206,8 +207,8 @@ static int cmd_dense(uint64_t elems, uint64_t items, const char *out)
 				     .dtype = DCR_DT_F64, .ndim = 1, .shape = {elems}, .nelem = elems};
 	struct dcr_buf raw = {0}, img = {0}, body = {0}, planes = {0};
 	tensor_rec(&raw, &t);
-	uint64_t per = items > 1 ? (elems + items - 1) / items : elems;
-	for (uint64_t s = 0; s < elems; s += per) {
+	uint64_t per = items ? (elems + items - 1) / items : elems;
+	for (uint64_t s = 0; items && s < elems; s += per) {
 		uint64_t n = elems - s < per ? elems - s : per;
 		/* the values: one zstd frame of n * 8 zero bytes, byte planes */
 		planes.len = 0;
@@ -241,8 +242,8 @@ static int cmd_dense(uint64_t elems, uint64_t items, const char *out)
 	t.have_digest = 1;
 	m.ntensors = 1;
 	m.tensors = &t;
-	m.nitems = (elems + per - 1) / per;
-	m.nchanges = elems;
+	m.nitems = items ? (elems + per - 1) / per : 0;
+	m.nchanges = items ? elems : 0;
 	m.dense = 1;
 	struct dcr_state_entry se = {.name = t.name, .dtype = t.dtype, .ndim = t.ndim,
 				     .shape = t.shape, .digest = t.digest};

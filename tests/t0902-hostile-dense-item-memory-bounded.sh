@@ -5,7 +5,9 @@
 # same tensor (2^24 F64) in four items of 2^22 is decoded an item at a
 # time, stays under 300 MiB (the tensor itself is 128 MiB, staged and
 # hashed), fails at its wrong target digest, and leaves .dcr/stage empty
-# and the receiver as it was.
+# and the receiver as it was. A pack that only declares a new tensor of
+# 2^50 bytes is refused before a byte is staged: the files to rebuild must
+# fit the free space (a file size limit guards the disk should that break).
 . "$DCR_SRC/tests/lib-dcr.sh"
 H="$DCR_BUILD/tests/hostile"
 TIME=/usr/bin/time
@@ -36,4 +38,15 @@ say "four items of 2^22: $m MiB"
 left=$(find "$T/r/.dcr/stage" -type f | wc -l)
 [ "$left" -eq 0 ] || { ls -la "$T/r/.dcr/stage"; fail "$left files left in .dcr/stage"; }
 [ ! -e "$T/r/.dcr/journal" ] || fail "a journal was left"
+[ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"
+
+# a new tensor of 2^50 bytes, declared and nothing else
+"$H" dense 140737488355328 0 "$T/huge.tar" 2>/dev/null || fail "hostile exited $?"
+rc=0
+(ulimit -f 262144; exec dcr-apply "$T/r" "$T/huge.tar") >"$T/out" 2>"$T/err" || rc=$?
+[ $rc = 128 ] || { cat "$T/err"; fail "the 2^50-byte tensor: exit $rc"; }
+one_line_error dcr-apply
+grep -q "the files to rebuild need 1125899906842624 bytes" "$T/err" || { cat "$T/err"; fail "no word of the room"; }
+left=$(find "$T/r/.dcr/stage" -type f | wc -l)
+[ "$left" -eq 0 ] || fail "$left files left in .dcr/stage"
 [ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"

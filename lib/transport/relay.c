@@ -36,6 +36,7 @@
 #include <microhttpd.h>
 
 #include "core/blake3.h"
+#include "core/buf.h"
 #include "core/file.h"
 #include "core/manifest.h"
 #include "core/payload.h"
@@ -1956,10 +1957,11 @@ static int stream_payload(struct dcr_relay *r, const char *ename, const char *na
 			  struct dcr_pack_out out, uint8_t *buf, size_t cap, struct dcr_err *e)
 {
 	uint64_t pos = 0;
-	uint8_t *whole = NULL;
+	/* an output that takes whole entries gets the payload in a buffer
+	 * grown with the bytes that checked out, not sized by the manifest */
+	int whole = !out.begin;
+	struct dcr_buf wb = {0};
 	int rc = 0;
-	if (!out.begin && !(whole = malloc(size ? (size_t)size : 1)))
-		return dcr_err_sys(e, ENOMEM, "relay");
 	if (out.begin && (rc = out.begin(out.ctx, ename, size, e)))
 		return rc;
 	for (int attempt = 0;; attempt++) {
@@ -1971,13 +1973,18 @@ static int stream_payload(struct dcr_relay *r, const char *ename, const char *na
 		uint64_t sent = 0, avail;
 		while (pos < size && (rc = wait_bytes(r, o, pos, &avail, e)) == 1) {
 			size_t n = avail < cap ? (size_t)avail : cap;
-			uint8_t *dst = whole ? whole + pos : buf;
+			if (whole && dcr_buf_reserve(&wb, n)) {
+				rc = dcr_err_sys(e, ENOMEM, "relay");
+				break;
+			}
+			uint8_t *dst = whole ? wb.p + wb.len : buf;
 			if (dcr_pread_full(o->fd, dst, n, pos)) {
 				rc = dcr_err_sys(e, errno, "cannot read '%s'", name);
 				break;
 			}
 			if (!whole && (rc = out.data(out.ctx, buf, n, e)))
 				break;
+			wb.len += whole ? n : 0;
 			pos += n;
 			sent += n;
 		}
@@ -1995,8 +2002,8 @@ static int stream_payload(struct dcr_relay *r, const char *ename, const char *na
 			break;
 	}
 	if (!rc)
-		rc = whole ? out.entry(out.ctx, ename, whole, (size_t)size, e) : out.end(out.ctx, e);
-	free(whole);
+		rc = whole ? out.entry(out.ctx, ename, wb.p, wb.len, e) : out.end(out.ctx, e);
+	dcr_buf_free(&wb);
 	return rc;
 }
 
