@@ -201,10 +201,8 @@ void net_backoff(const struct dcr_store *s, int attempt)
 
 /* ---- one request, with retries -------------------------------------- */
 
-#define SINK_BADRANGE 1
-#define SINK_LONG 2
 
-static size_t on_header(char *p, size_t sz, size_t nm, void *arg)
+size_t net_on_header(char *p, size_t sz, size_t nm, void *arg)
 {
 	struct net_req *q = arg;
 	size_t n = sz * nm, l = n;
@@ -258,7 +256,7 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *arg)
 	return n;
 }
 
-static size_t on_data(char *p, size_t sz, size_t nm, void *arg)
+size_t net_on_data(char *p, size_t sz, size_t nm, void *arg)
 {
 	struct net_req *q = arg;
 	size_t n = sz * nm;
@@ -269,7 +267,7 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *arg)
 			uint64_t want = q->r_start + q->got;
 			if (q->status == 206) {
 				if (!q->have_cr || q->cr_start != want) {
-					q->sink_rc = SINK_BADRANGE;
+					q->sink_rc = NET_SINK_BADRANGE;
 					return 0;
 				}
 				q->skip = 0;
@@ -305,8 +303,8 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *arg)
 	size_t m = n - used;
 	if (q->ranged && m > q->r_len - q->got)
 		m = (size_t)(q->r_len - q->got);
-	if (!q->ranged && q->have_total && m > q->total - q->got) {
-		q->sink_rc = SINK_LONG; /* more than the announced size */
+	if (!q->ranged && q->have_total && (q->got > q->total || m > q->total - q->got)) {
+		q->sink_rc = NET_SINK_LONG; /* more than the announced size */
 		return 0;
 	}
 	if (m) {
@@ -374,7 +372,7 @@ static int curl_retryable(CURLcode c)
 
 /* The cause of a non-2xx answer: "403 SignatureDoesNotMatch: The ..." from
  * an S3 XML error body, else the status, reason and the body's first line. */
-static void http_cause(const struct net_req *q, char *out, size_t n, char **codep)
+void net_http_cause(const struct net_req *q, char *out, size_t n, char **codep)
 {
 	const char *body = (const char *)q->resp.p;
 	size_t bl = q->resp.len;
@@ -498,9 +496,9 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 		curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
 		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-		curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+		curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, net_on_header);
 		curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
-		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, net_on_data);
 		curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
 		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)s->o.timeout_s);
 		curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -533,13 +531,13 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
 		if (st)
 			q->status = st;
-		if (q->sink_rc == SINK_BADRANGE) {
+		if (q->sink_rc == NET_SINK_BADRANGE) {
 			r = dcr_err_set(e, DCR_EREMOTE,
 					"cannot %s '%s': the server answered a range request with the wrong range",
 					m, q->what);
 			break;
 		}
-		if (q->sink_rc == SINK_LONG) {
+		if (q->sink_rc == NET_SINK_LONG) {
 			r = dcr_err_set(e, DCR_EREMOTE,
 					"cannot %s '%s': the body is longer than the %llu bytes the server announced",
 					m, q->what, (unsigned long long)q->total);
@@ -575,7 +573,7 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 			break;
 		}
 		char *code = NULL;
-		http_cause(q, cause, sizeof(cause), &code);
+		net_http_cause(q, cause, sizeof(cause), &code);
 		int retry = q->status >= 500 || q->status == 408 || q->status == 429 ||
 			    (code && (!strcmp(code, "RequestTimeout") || !strcmp(code, "SlowDown") ||
 				      !strcmp(code, "ConditionalRequestConflict") ||

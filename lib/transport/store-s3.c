@@ -444,6 +444,42 @@ static void s3_close(struct dcr_store *s)
 
 /* ---- listing --------------------------------------------------------- */
 
+int s3_list_page(const char *xml, size_t n, const char *full, size_t strip, const char *what,
+		 struct dcr_names *l, int *more, char **token, struct dcr_err *e)
+{
+	const char *x = xml, *end = xml + n, *after;
+	char *k;
+	*more = 0;
+	*token = NULL;
+	while (x < end && (k = net_xml_text(x, (size_t)(end - x), "Key", &after))) {
+		x = after;
+		if (strlen(k) < strip || strncmp(k, full, strlen(full)) || net_is_probe(k + strip)) {
+			free(k);
+			continue;
+		}
+		/* as for any store's listing: names it could not have stored
+		 * are an error, not names to act on */
+		struct dcr_err ne;
+		if (dcr_store_check_name(k + strip, &ne)) {
+			free(k);
+			return dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': the server listed a bad name: %s",
+					   what, ne.msg);
+		}
+		char *rel = dcr_strdup(k + strip);
+		free(k);
+		if (!rel || dcr_names_add(l, rel)) {
+			free(rel);
+			return dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
+		}
+	}
+	char *trunc = net_xml_text(xml, n, "IsTruncated", NULL);
+	*more = trunc && !strcmp(trunc, "true");
+	free(trunc);
+	if (*more)
+		*token = net_xml_text(xml, n, "NextContinuationToken", NULL);
+	return 0;
+}
+
 static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 		   struct dcr_err *e)
 {
@@ -489,30 +525,15 @@ static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 			net_req_free(&q);
 			goto out;
 		}
-		const char *x = (const char *)q.resp.p, *end = x + q.resp.len;
-		const char *after;
-		char *k;
-		while (x < end && (k = net_xml_text(x, (size_t)(end - x), "Key", &after))) {
-			x = after;
-			if (strlen(k) < strip || strncmp(k, full, strlen(full)) || net_is_probe(k + strip)) {
-				free(k);
-				continue;
-			}
-			char *rel = dcr_strdup(k + strip);
-			free(k);
-			if (!rel || dcr_names_add(l, rel)) {
-				free(rel);
-				net_req_free(&q);
-				r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
-				goto out;
-			}
-		}
-		char *trunc = net_xml_text((char *)q.resp.p, q.resp.len, "IsTruncated", NULL);
+		int more = 0;
 		free(token);
-		token = trunc && !strcmp(trunc, "true")
-			? net_xml_text((char *)q.resp.p, q.resp.len, "NextContinuationToken", NULL) : NULL;
-		int more = trunc && !strcmp(trunc, "true");
-		free(trunc);
+		token = NULL;
+		r = s3_list_page((const char *)q.resp.p, q.resp.len, full, strip, what, l, &more,
+				 &token, e);
+		if (r) {
+			net_req_free(&q);
+			goto out;
+		}
 		net_req_free(&q);
 		if (!more)
 			break;
