@@ -48,7 +48,7 @@ char *dcr_url_redact(const char *url)
 		bad |= dcr_buf_add(&b, url, (size_t)(auth - url)) || dcr_buf_add(&b, "***", 3);
 		url = at;
 	}
-	if (q && q >= url) {
+	if (q && sch && q >= url) { /* a directory may have a ? in its name */
 		bad |= dcr_buf_add(&b, url, (size_t)(q - url)) || dcr_buf_add(&b, "?***", 4);
 		url = q + strcspn(q, "#");
 	}
