@@ -359,8 +359,13 @@ int main(int argc, char **argv)
 		/* --pack (and --apply) ended: say how, and keep serving */
 		if (!have_pt)
 			continue;
-		if (have_at)
+		if (have_at) {
 			pthread_join(at, NULL);
+			/* the receiver's lock goes before the report: readers
+			 * (dcr-verify) take it shared once the apply is done */
+			dcr_receiver_close(rc);
+			rc = NULL;
+		}
 		pthread_join(pt, NULL);
 		have_pt = 0;
 		if (have_at)

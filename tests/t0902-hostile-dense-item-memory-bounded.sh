@@ -46,7 +46,7 @@ rc=0
 (ulimit -f 262144; exec dcr-apply "$T/r" "$T/huge.tar") >"$T/out" 2>"$T/err" || rc=$?
 [ $rc = 128 ] || { cat "$T/err"; fail "the 2^50-byte tensor: exit $rc"; }
 one_line_error dcr-apply
-grep -q "the files to rebuild need 1125899906842624 bytes" "$T/err" || { cat "$T/err"; fail "no word of the room"; }
+grep -q "they need 1125899906842624 bytes" "$T/err" || { cat "$T/err"; fail "no word of the room"; }
 left=$(find "$T/r/.dcr/stage" -type f | wc -l)
 [ "$left" -eq 0 ] || fail "$left files left in .dcr/stage"
 [ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"

@@ -208,10 +208,15 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	for (uint32_t i = 0; i < m->npayloads; i++) {
 		m->psize[i] = dcr_rd_le64(&rd);
 		const uint8_t *p = dcr_rd_bytes(&rd, 32);
-		/* sizes bound what readers set aside for a payload */
-		if (!p || m->psize[i] < DCR_PAYLOAD_HDR_LEN + 32 ||
-		    m->psize[i] > DCR_PAYLOAD_MAX_FILE)
+		if (!p)
 			goto bad;
+		/* sizes bound what readers set aside for a payload */
+		if (m->psize[i] < DCR_PAYLOAD_HDR_LEN + 32 || m->psize[i] > DCR_PAYLOAD_MAX_FILE) {
+			uint64_t sz = m->psize[i];
+			dcr_manifest_release(m);
+			return dcr_err_set(e, DCR_EFORMAT, "%s: payload %u is %llu bytes", what, i,
+					   (unsigned long long)sz);
+		}
 		memcpy(m->pdigest[i].b, p, 32);
 	}
 	int r = read_tensors(&rd, m, e);

@@ -218,9 +218,9 @@ static int stage_room(struct ctx *x, const struct plan *p, const struct dcr_ckpt
 	if (!ok || mul_ovf(vs.f_bavail, vs.f_frsize, &room))
 		return 0; /* unknown: the writes will tell */
 	if (need > room)
-		return dcr_err_set(e, -ENOSPC,
-				   "apply: the files to rebuild need %llu bytes, and '%s' has %llu free (nothing was written)",
-				   (unsigned long long)need, x->rc->sdir, (unsigned long long)room);
+		return dcr_err_sys(e, ENOSPC,
+				   "cannot rebuild the target's files in '%s' (nothing was written): they need %llu bytes, %llu are free",
+				   x->rc->sdir, (unsigned long long)need, (unsigned long long)room);
 	return 0;
 }
 

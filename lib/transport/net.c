@@ -639,7 +639,7 @@ int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
 {
 	struct net *n = dcr_calloc(1, size);
 	if (!n)
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", dcr_store_url(s));
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
 	n->k = k;
 	pthread_mutex_init(&n->curl_mu, NULL);
 	pthread_mutex_init(&n->cas_mu, NULL);
@@ -647,7 +647,7 @@ int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
 	pthread_once(&curl_once, curl_init);
 	if (curl_init_rc != CURLE_OK)
 		return dcr_err_set(e, -EIO, "cannot open store '%s': libcurl initialisation failed: %s",
-				   dcr_store_url(s), curl_easy_strerror(curl_init_rc));
+				   s->url, curl_easy_strerror(curl_init_rc));
 	return 0;
 }
 

@@ -36,13 +36,13 @@ static int http_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 		n--;
 	const char *h = strstr(url, "://") + 3;
 	if (!*h || *h == '/')
-		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no host", dcr_store_url(s));
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no host", s->url);
 	if (strchr(url, '?') || strchr(url, '#'))
 		return dcr_err_set(e, -EINVAL,
 				   "cannot open store '%s': a query or fragment is not allowed",
-				   dcr_store_url(s));
+				   s->url);
 	if (net_set_base(s, strndup(url, n)))
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", dcr_store_url(s));
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
 	return 0;
 }
 

@@ -347,13 +347,13 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	const char *b = url + 5, *slash = strchr(b, '/');
 	size_t bl = slash ? (size_t)(slash - b) : strlen(b);
 	if (!bl)
-		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no bucket", dcr_store_url(s));
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no bucket", s->url);
 	for (size_t i = 0; i < bl; i++) {
 		char c = b[i];
 		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
 		      c == '_' || (c >= 'A' && c <= 'Z')))
 			return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid bucket name '%.*s'",
-					   dcr_store_url(s), (int)bl, b);
+					   s->url, (int)bl, b);
 	}
 	s3->bucket = strndup(b, bl);
 	const char *pfx = slash ? slash + 1 : "";
@@ -362,10 +362,10 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 		pl--;
 	s3->prefix = strndup(pfx, pl);
 	if (!s3->bucket || !s3->prefix)
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", dcr_store_url(s));
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
 	if (pl && dcr_store_check_name(s3->prefix, NULL))
 		return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid key prefix '%s'",
-				   dcr_store_url(s), s3->prefix);
+				   s->url, s3->prefix);
 	s3->akid = env("AWS_ACCESS_KEY_ID");
 	s3->secret = env("AWS_SECRET_ACCESS_KEY");
 	s3->token = env("AWS_SESSION_TOKEN");
@@ -377,7 +377,7 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	if (!s3->akid || !s3->secret)
 		return dcr_err_set(e, -EINVAL,
 				   "cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set",
-				   dcr_store_url(s));
+				   s->url);
 	char *ep = s->o.endpoint ? dcr_strdup(s->o.endpoint) : env("DCR_S3_ENDPOINT");
 	/* AWS itself wants virtual-hosted requests (BUCKET.s3.REGION...; path
 	 * style is refused for new buckets); S3-compatible servers at an
@@ -418,9 +418,9 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	}
 	free(epath);
 	if (r)
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", dcr_store_url(s));
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
 	if (!s3->hostport[0])
-		return dcr_err_set(e, -EINVAL, "cannot open store '%s': endpoint has no host", dcr_store_url(s));
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': endpoint has no host", s->url);
 	return 0;
 }
 

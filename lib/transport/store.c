@@ -35,31 +35,6 @@ static const struct dcr_store_ops *kind_of(const char *url)
 	return strstr(url, "://") ? NULL : &store_dir_ops;
 }
 
-char *dcr_url_redact(const char *url)
-{
-	const char *sch = strstr(url, "://");
-	const char *auth = sch ? sch + 3 : NULL;
-	size_t alen = auth ? strcspn(auth, "/?#") : 0;
-	const char *at = auth ? memrchr(auth, '@', alen) : NULL;
-	const char *q = strchr(url, '?');
-	struct dcr_buf b = {0};
-	int bad = 0;
-	if (at) {
-		bad |= dcr_buf_add(&b, url, (size_t)(auth - url)) || dcr_buf_add(&b, "***", 3);
-		url = at;
-	}
-	if (q && sch && q >= url) { /* a directory may have a ? in its name */
-		bad |= dcr_buf_add(&b, url, (size_t)(q - url)) || dcr_buf_add(&b, "?***", 4);
-		url = q + strcspn(q, "#");
-	}
-	bad |= dcr_buf_add(&b, url, strlen(url) + 1);
-	if (bad) {
-		dcr_buf_free(&b);
-		return NULL;
-	}
-	return (char *)b.p;
-}
-
 int dcr_store_open(const char *url, const struct dcr_store_opts *o,
 		   struct dcr_store **out, struct dcr_err *e)
 {

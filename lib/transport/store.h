@@ -81,11 +81,7 @@ void dcr_store_close(struct dcr_store *s);
 /* "s3://b/p", "http://h/base" or the directory path, as opened, but as
  * messages show it (dcr_url_redact). */
 const char *dcr_store_url(const struct dcr_store *s);
-/* A URL as messages may show it (malloc'd, NULL when memory ran out): the
- * userinfo of scheme://user:password@host/... becomes "***@", and a query
- * "?***", where credentials travel. Every message that names a store, or
- * an object by its URL, is made from this (dcr_store_url is). */
-char *dcr_url_redact(const char *url);
+/* (dcr_url_redact, in names.h, makes what messages show of a URL.) */
 /* A directory store (its objects can be mapped), not a server. */
 int dcr_store_is_local(const struct dcr_store *s);
 
