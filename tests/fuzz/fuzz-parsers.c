@@ -178,7 +178,9 @@ static void http(const uint8_t *p, size_t n)
 	q.ranged = p[0] & 1;
 	q.r_start = p[1] * 1000u;
 	q.r_len = 1 + p[2] * 100u;
-	q.got = p[0] & 2 ? p[3] : 0;
+	q.got = p[0] & 2 ? p[3] : 0; /* a resumed request: that much arrived */
+	if (q.ranged && q.got > q.r_len)
+		q.got = q.r_len;
 	q.keep_body = (p[0] & 4) != 0;
 	if (!(p[0] & 4)) {
 		q.sink = http_sink;
