@@ -99,7 +99,7 @@ int main(int argc, char **argv)
 		cmd_die("out of memory");
 	for (size_t i = 0; i < nsrc; i++) {
 		int r = dcr_pull_source_open(argv[optind + (int)i], xo.dense, &so, &src[i], &e);
-		if (r == -EINVAL)
+		if (r == DCR_EFORMAT)
 			cmd_usage_error(usage, "%s", e.msg);
 		if (r)
 			cmd_die_err(&e, EXIT_FATAL);

@@ -105,6 +105,97 @@ static int push_check(const struct push_tail *t, const struct pset *up, struct d
 	return r;
 }
 
+/* The manifest or its signature, kept until the payloads are up: 1 when
+ * ename was one of them, 0 when it is something else. */
+static int push_tail_entry(struct push_tail *t, const char *ename, const uint8_t *buf,
+			   size_t len, struct dcr_err *e)
+{
+	int r;
+	if (!strcmp(ename, DCR_MANIFEST_NAME)) {
+		r = keep(&t->man, &t->man_len, buf, len, e);
+	} else if (!strcmp(ename, DCR_MANIFEST_SIG_NAME)) {
+		/* the signature goes up after the payloads, before the manifest:
+		 * whoever sees the manifest finds it */
+		if (t->sig)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack: two '%s' entries", ename);
+		else if (len > DCR_SIG_MAX)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack: '%s' is %zu bytes, not a signature",
+					ename, len);
+		else
+			r = keep(&t->sig, &t->sig_len, buf, len, e);
+	} else {
+		return 0;
+	}
+	return r ? r : 1;
+}
+
+/* A payload entry checked and noted in up: 1 to upload it, 0 when the
+ * same bytes are already going up (as dcr-apply skips them). */
+static int push_payload_entry(struct pset *up, const char *ename, const uint8_t *buf,
+			      size_t len, struct dcr_err *e)
+{
+	uint32_t idx;
+	struct dcr_payload pl;
+	if (!dcr_payload_name_parse(ename, &idx))
+		return dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", ename);
+	int r = dcr_payload_check(buf, len, ename, &pl, e);
+	if (r)
+		return r;
+	if (pl.index != idx)
+		return dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", ename, pl.index);
+	if (idx >= DCR_PAYLOADS_MAX)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: payload index %u is too large (at most %u)",
+				   ename, idx, DCR_PAYLOADS_MAX - 1);
+	if ((r = pset_add(up, idx, len, &pl.digest)) == -EEXIST)
+		return dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents", ename);
+	return r < 0 ? dcr_err_sys(e, -r, "push") : r;
+}
+
+/* Upload the entry in hand (len bytes) from slot sl, in the background. */
+static int push_submit(struct dcr_store *s, struct slot *sl, const char *name, const char *ename,
+		       struct dcr_pack_in *in, size_t len, struct dcr_err *e)
+{
+	int r = finish_slot(s, sl, e); /* wait for the slot to be free */
+	if (r)
+		return r;
+	if (!(sl->oname = obj(name, ename)))
+		return dcr_err_sys(e, ENOMEM, "push");
+	dcr_pack_in_take(in, &sl->data);
+	memset(&sl->job, 0, sizeof(sl->job));
+	sl->job.op = DCR_STORE_PUT;
+	sl->job.name = sl->oname;
+	sl->job.data = sl->data.p;
+	sl->job.len = len;
+	if ((r = dcr_store_submit(s, &sl->job, e))) {
+		dcr_blob_free(&sl->data);
+		free(sl->oname);
+		sl->oname = NULL;
+		return r;
+	}
+	sl->busy = 1;
+	return 0;
+}
+
+/* Once every payload is up: the signature, then the manifest, last. */
+static int push_tail_put(struct dcr_store *s, const char *name, const struct push_tail *t,
+			 uint64_t *bytes, struct dcr_err *e)
+{
+	int r = 0;
+	if (t->sig) {
+		char *so = obj(name, DCR_MANIFEST_SIG_NAME);
+		r = so ? dcr_store_put(s, so, t->sig, t->sig_len, e) : dcr_err_sys(e, ENOMEM, "push");
+		free(so);
+		*bytes += t->sig_len;
+		if (r)
+			return r;
+	}
+	char *mo = obj(name, DCR_MANIFEST_NAME);
+	r = mo ? dcr_store_put(s, mo, t->man, t->man_len, e) : dcr_err_sys(e, ENOMEM, "push");
+	free(mo);
+	*bytes += t->man_len;
+	return r;
+}
+
 int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
 {
@@ -125,77 +216,18 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 			r = dcr_err_set(e, DCR_EFORMAT, "pack: entry '%s' after the manifest", ename);
 			break;
 		}
-		if (!strcmp(ename, DCR_MANIFEST_NAME)) {
-			if ((r = keep(&t.man, &t.man_len, buf, len, e)))
-				break;
+		if ((r = push_tail_entry(&t, ename, buf, len, e)) < 0)
+			break;
+		if (r) /* the manifest or its signature, kept */
 			continue;
-		}
-		if (!strcmp(ename, DCR_MANIFEST_SIG_NAME)) {
-			/* the signature goes up after the payloads, before the
-			 * manifest: whoever sees the manifest finds it */
-			if (t.sig)
-				r = dcr_err_set(e, DCR_EFORMAT, "pack: two '%s' entries", ename);
-			else if (len > DCR_SIG_MAX)
-				r = dcr_err_set(e, DCR_EFORMAT, "pack: '%s' is %zu bytes, not a signature",
-						ename, len);
-			else
-				r = keep(&t.sig, &t.sig_len, buf, len, e);
-			if (r)
-				break;
+		if ((r = push_payload_entry(&up, ename, buf, len, e)) < 0)
+			break;
+		if (!r) /* a duplicate */
 			continue;
-		}
-		uint32_t idx;
-		struct dcr_payload pl;
-		if (!dcr_payload_name_parse(ename, &idx)) {
-			r = dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", ename);
-			break;
-		}
-		if ((r = dcr_payload_check(buf, len, ename, &pl, e)))
-			break;
-		if (pl.index != idx) {
-			r = dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", ename, pl.index);
-			break;
-		}
-		if (idx >= DCR_PAYLOADS_MAX) {
-			r = dcr_err_set(e, DCR_EFORMAT, "%s: payload index %u is too large (at most %u)",
-					ename, idx, DCR_PAYLOADS_MAX - 1);
-			break;
-		}
-		/* a duplicate: the same bytes are already going up (as dcr-apply
-		 * skips them); other bytes are an error */
-		if ((r = pset_add(&up, idx, len, &pl.digest)) == -EEXIST) {
-			r = dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents", ename);
-			break;
-		}
-		if (r < 0) {
-			r = dcr_err_sys(e, -r, "push");
-			break;
-		}
-		if (!r)
-			continue;
-		/* wait for a free slot, then upload this payload in the background */
 		struct slot *sl = &slots[next];
 		next = (next + 1) % par;
-		if ((r = finish_slot(s, sl, e)))
+		if ((r = push_submit(s, sl, name, ename, in, len, e)))
 			break;
-		sl->oname = obj(name, ename);
-		if (!sl->oname) {
-			r = dcr_err_sys(e, ENOMEM, "push");
-			break;
-		}
-		dcr_pack_in_take(in, &sl->data);
-		memset(&sl->job, 0, sizeof(sl->job));
-		sl->job.op = DCR_STORE_PUT;
-		sl->job.name = sl->oname;
-		sl->job.data = sl->data.p;
-		sl->job.len = len;
-		if ((r = dcr_store_submit(s, &sl->job, e))) {
-			dcr_blob_free(&sl->data);
-			free(sl->oname);
-			sl->oname = NULL;
-			break;
-		}
-		sl->busy = 1;
 		bytes += len;
 		count++;
 		if (o && o->progress)
@@ -215,20 +247,8 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 		r = dcr_err_set(e, DCR_EFORMAT, "pack has no manifest; the manifest was not pushed");
 		goto out;
 	}
-	if ((r = push_check(&t, &up, e)))
+	if ((r = push_check(&t, &up, e)) || (r = push_tail_put(s, name, &t, &bytes, e)))
 		goto out;
-	if (t.sig) {
-		char *so = obj(name, DCR_MANIFEST_SIG_NAME);
-		r = so ? dcr_store_put(s, so, t.sig, t.sig_len, e) : dcr_err_sys(e, ENOMEM, "push");
-		free(so);
-		bytes += t.sig_len;
-		if (r)
-			goto out;
-	}
-	char *mo = obj(name, DCR_MANIFEST_NAME);
-	r = mo ? dcr_store_put(s, mo, t.man, t.man_len, e) : dcr_err_sys(e, ENOMEM, "push");
-	free(mo);
-	bytes += t.man_len;
 	if (st) {
 		st->payloads = count;
 		st->bytes = bytes;
@@ -969,7 +989,7 @@ int dcr_pull_source_open(const char *arg, int dense, const struct dcr_store_opts
 	memset(src, 0, sizeof(*src));
 	int r = dcr_split_store_url(arg, &surl, &name, e);
 	if (r)
-		return -EINVAL; /* e says what is wrong with it */
+		return DCR_EFORMAT; /* e says what is wrong with it */
 	if (dense) {
 		char *dn = dcr_asprintf("%s.dense", name);
 		free(name);
@@ -978,10 +998,13 @@ int dcr_pull_source_open(const char *arg, int dense, const struct dcr_store_opts
 			return dcr_err_sys(e, ENOMEM, "%s", arg);
 		}
 	}
-	if ((r = dcr_store_open(surl, so, &src->s, e)))
+	if ((r = dcr_store_open(surl, so, &src->s, e))) {
 		free(name);
-	else
+		if (r == DCR_EFORMAT)
+			r = -EINVAL; /* DCR_EFORMAT says the argument's form is wrong */
+	} else {
 		src->name = name;
+	}
 	free(surl);
 	return r;
 }

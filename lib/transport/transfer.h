@@ -70,7 +70,8 @@ struct dcr_pull_source {
 /* Open the store of one STORE/NAME argument into src (src->name malloc'd):
  * with dense, NAME's dense copy, which lives beside the deltas as
  * NAME.dense (dcr-diff --dense NEW | dcr-pack | dcr-push - STORE/NAME.dense).
- * An argument that is no STORE/NAME is -EINVAL. */
+ * An argument that is no STORE/NAME is DCR_EFORMAT (a usage error, nothing
+ * opened); a store that cannot be opened is the store's error, never that. */
 int dcr_pull_source_open(const char *arg, int dense, const struct dcr_store_opts *so,
 			 struct dcr_pull_source *src, struct dcr_err *e);
 void dcr_pull_source_close(struct dcr_pull_source *src);
