@@ -450,6 +450,108 @@ static int build_headers(struct dcr_store *s, struct net_req *q, struct curl_sli
 
 /* Run q until it succeeds, fails for good, or retries run out. 0 on a 2xx;
  * else a negative code with e filled. The final status is in q->status. */
+/* One attempt's options on handle c (reset before each retry). */
+static void net_setup(struct dcr_store *s, struct net_req *q, CURL *c, const char *url,
+		      struct curl_slist *hl, char *errbuf)
+{
+	const char *m = q->method;
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, net_on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, net_on_data);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)s->o.timeout_s);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)s->o.timeout_s);
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+	if (s->o.cacert)
+		curl_easy_setopt(c, CURLOPT_CAINFO, s->o.cacert);
+	curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
+	curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+	if (q->has_body) {
+		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
+		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(c, CURLOPT_READDATA, q);
+		curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+		curl_easy_setopt(c, CURLOPT_SEEKDATA, q);
+		if (strcmp(m, "PUT"))
+			curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
+	} else if (!strcmp(m, "HEAD")) {
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	} else if (strcmp(m, "GET")) {
+		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
+	}
+}
+
+/* What the callbacks refused during an attempt (a wrong range, a body
+ * longer than announced, a sink or upload that failed): an error, never
+ * retried; 0 when they refused nothing. */
+static int net_callback_error(const struct net_req *q, struct dcr_err *e)
+{
+	const char *m = q->method;
+	if (q->sink_rc == NET_SINK_BADRANGE)
+		return dcr_err_set(e, DCR_EREMOTE,
+				   "cannot %s '%s': the server answered a range request with the wrong range",
+				   m, q->what);
+	if (q->sink_rc == NET_SINK_LONG)
+		return dcr_err_set(e, DCR_EREMOTE,
+				   "cannot %s '%s': the body is longer than the %llu bytes the server announced",
+				   m, q->what, (unsigned long long)q->total);
+	if (q->sink_rc)
+		return q->sink_rc == -EFBIG
+			       ? dcr_err_set(e, DCR_EFORMAT, "cannot %s '%s': the answer is larger than %u bytes",
+					     m, q->what, MAX_SMALL_BODY)
+			       : dcr_err_sys(e, q->sink_rc, "cannot %s '%s': cannot store what arrived",
+					     m, q->what);
+	if (q->read_rc)
+		return dcr_err_sys(e, q->read_rc, "cannot %s '%s': cannot read the upload", m, q->what);
+	return 0;
+}
+
+/* A status outside 2xx: 1 when it is worth another attempt (5xx, 408,
+ * 429, S3's transient codes), else the error it means. cause receives the
+ * server's reason. */
+static int net_status_error(struct net_req *q, char *cause, size_t csz, struct dcr_err *e)
+{
+	const char *m = q->method;
+	char *code = NULL;
+	net_http_cause(q, cause, csz, &code);
+	int r;
+	if (q->status >= 500 || q->status == 408 || q->status == 429 ||
+	    (code && (!strcmp(code, "RequestTimeout") || !strcmp(code, "SlowDown") ||
+		      !strcmp(code, "ConditionalRequestConflict") ||
+		      !strcmp(code, "OperationAborted"))))
+		r = 1;
+	else if (q->status == 404 && !q->has_body && !(code && !strcmp(code, "NoSuchBucket")))
+		r = dcr_err_set(e, DCR_ENOTFOUND, "cannot %s '%s': %s", m, q->what, cause);
+	else if (q->status == 403 && !strcmp(m, "HEAD") && !q->resp.len)
+		r = dcr_err_set(e, DCR_EREMOTE,
+				"cannot HEAD '%s': %s (a HEAD answer has no error body: wrong credentials or no access?)",
+				q->what, cause);
+	else if (q->status == 412 && q->cond_put)
+		r = dcr_err_set(e, DCR_ECONFLICT, "cannot create '%s': it already exists (%s)",
+				q->what, cause);
+	else if ((q->status == 412 || q->status == 304) && q->pin[0])
+		r = dcr_err_set(e, -ESTALE,
+				"cannot %s '%s': the object changed during the download (ETag %s no longer matches)",
+				m, q->what, q->pin);
+	else if (q->status == 416)
+		r = dcr_err_set(e, DCR_EFORMAT, "cannot %s '%s': %s (the object is shorter than the range)",
+				m, q->what, cause);
+	else
+		r = dcr_err_set(e, DCR_EREMOTE, "cannot %s '%s': %s", m, q->what, cause);
+	free(code);
+	return r;
+}
+
 int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 {
 	char cause[700] = "", errbuf[CURL_ERROR_SIZE];
@@ -491,70 +593,15 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 		q->skip = 0;
 		q->resp.len = 0;
 		errbuf[0] = '\0';
-		curl_easy_setopt(c, CURLOPT_URL, url);
-		curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
-		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-		curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, net_on_header);
-		curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
-		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, net_on_data);
-		curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
-		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)s->o.timeout_s);
-		curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-		curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)s->o.timeout_s);
-		curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-		curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
-		if (s->o.cacert)
-			curl_easy_setopt(c, CURLOPT_CAINFO, s->o.cacert);
-		curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
-		curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
-		curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-		curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-		if (q->has_body) {
-			curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-			curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
-			curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
-			curl_easy_setopt(c, CURLOPT_READDATA, q);
-			curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
-			curl_easy_setopt(c, CURLOPT_SEEKDATA, q);
-			if (strcmp(m, "PUT"))
-				curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
-		} else if (!strcmp(m, "HEAD")) {
-			curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-		} else if (strcmp(m, "GET")) {
-			curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
-		}
+		net_setup(s, q, c, url, hl, errbuf);
 		CURLcode cc = curl_easy_perform(c);
 		curl_slist_free_all(hl);
 		long st = 0;
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
 		if (st)
 			q->status = st;
-		if (q->sink_rc == NET_SINK_BADRANGE) {
-			r = dcr_err_set(e, DCR_EREMOTE,
-					"cannot %s '%s': the server answered a range request with the wrong range",
-					m, q->what);
+		if ((r = net_callback_error(q, e)))
 			break;
-		}
-		if (q->sink_rc == NET_SINK_LONG) {
-			r = dcr_err_set(e, DCR_EREMOTE,
-					"cannot %s '%s': the body is longer than the %llu bytes the server announced",
-					m, q->what, (unsigned long long)q->total);
-			break;
-		}
-		if (q->sink_rc) {
-			r = q->sink_rc == -EFBIG
-				? dcr_err_set(e, DCR_EFORMAT, "cannot %s '%s': the answer is larger than %u bytes",
-					      m, q->what, MAX_SMALL_BODY)
-				: dcr_err_sys(e, q->sink_rc, "cannot %s '%s': cannot store what arrived",
-					      m, q->what);
-			break;
-		}
-		if (q->read_rc) {
-			r = dcr_err_sys(e, q->read_rc, "cannot %s '%s': cannot read the upload", m, q->what);
-			break;
-		}
 		if (cc != CURLE_OK) {
 			snprintf(cause, sizeof(cause), "%s", errbuf[0] ? errbuf : curl_easy_strerror(cc));
 			if (curl_retryable(cc))
@@ -572,36 +619,8 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 			r = 0;
 			break;
 		}
-		char *code = NULL;
-		net_http_cause(q, cause, sizeof(cause), &code);
-		int retry = q->status >= 500 || q->status == 408 || q->status == 429 ||
-			    (code && (!strcmp(code, "RequestTimeout") || !strcmp(code, "SlowDown") ||
-				      !strcmp(code, "ConditionalRequestConflict") ||
-				      !strcmp(code, "OperationAborted")));
-		if (retry) {
-			free(code);
-			continue;
-		}
-		if (q->status == 404 && !q->has_body && !(code && !strcmp(code, "NoSuchBucket")))
-			r = dcr_err_set(e, DCR_ENOTFOUND, "cannot %s '%s': %s", m, q->what, cause);
-		else if (q->status == 403 && !strcmp(m, "HEAD") && !q->resp.len)
-			r = dcr_err_set(e, DCR_EREMOTE,
-					"cannot HEAD '%s': %s (a HEAD answer has no error body: wrong credentials or no access?)",
-					q->what, cause);
-		else if (q->status == 412 && q->cond_put)
-			r = dcr_err_set(e, DCR_ECONFLICT, "cannot create '%s': it already exists (%s)",
-					q->what, cause);
-		else if ((q->status == 412 || q->status == 304) && q->pin[0])
-			r = dcr_err_set(e, -ESTALE,
-					"cannot %s '%s': the object changed during the download (ETag %s no longer matches)",
-					m, q->what, q->pin);
-		else if (q->status == 416)
-			r = dcr_err_set(e, DCR_EFORMAT, "cannot %s '%s': %s (the object is shorter than the range)",
-					m, q->what, cause);
-		else
-			r = dcr_err_set(e, DCR_EREMOTE, "cannot %s '%s': %s", m, q->what, cause);
-		free(code);
-		break;
+		if ((r = net_status_error(q, cause, sizeof(cause), e)) != 1)
+			break;
 	}
 	handle_put(s, c);
 	free(url);
