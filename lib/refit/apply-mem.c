@@ -614,6 +614,60 @@ static void progress(struct mctx *x, const struct mt *t)
 		x->o->progress(x->o->progress_ctx, x->hashed, x->to_hash);
 }
 
+/* Every item's tensor is the manifest's, of the same dtype and size;
+ * the items sorted by tensor. */
+static int match_items(struct items *s, const struct dcr_manifest *m, const char *what,
+		       struct dcr_err *e)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		const struct dcr_delta_tensor *t = manifest_find(m, s->v[i].name, &s->v[i].tensor);
+		if (!t)
+			return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s', which the manifest lacks",
+					   what, s->v[i].name);
+		if (t->dtype != s->v[i].dtype || t->nelem != s->v[i].nelem)
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "%s: '%s' has another dtype or size in its payload than in the manifest",
+					   what, t->name);
+	}
+	if (s->n)
+		qsort(s->v, s->n, sizeof(*s->v), cmp_mitem);
+	return 0;
+}
+
+/* The tensors the apply looks at, into mts[0..*nmt): those items touch or
+ * that are new, every one with o->check_all; each looked up (once) and its
+ * items checked. */
+static int plan_tensors(struct mctx *x, const struct items *s, const struct dcr_manifest *m,
+			struct mt *mts, size_t *nmt, int *any_dev, int *any_host, struct dcr_err *e)
+{
+	int r;
+	for (size_t i = 0, j = 0; i < m->ntensors; i++) {
+		struct mt *t = &mts[*nmt];
+		memset(t, 0, sizeof(*t));
+		t->t = &m->tensors[i];
+		t->unit = dcr_dtype_unit(t->t->dtype);
+		t->nbytes = t->t->nelem * dcr_dtype_bits(t->t->dtype) / 8;
+		t->units = t->nbytes / t->unit;
+		t->isnew = (t->t->flags & DCR_TENSOR_NEW) != 0;
+		t->i0 = j;
+		while (j < s->n && s->v[j].tensor == i)
+			t->total += s->v[j++].it.n;
+		t->ni = j - t->i0;
+		if ((r = check_items(x, t, s->v, e)))
+			return r;
+		t->write = t->ni || t->isnew;
+		if (!t->write && !x->o->check_all)
+			continue;
+		if ((r = look_up(x, t, e)))
+			return r;
+		*any_dev |= is_dev(t);
+		*any_host |= !is_dev(t) && t->write;
+		x->to_hash += t->nbytes;
+		(*nmt)++;
+	}
+	return 0;
+}
+
 int dcr_apply_mem(struct dcr_pack_in *in, const struct dcr_mem_apply_opts *o,
 		  struct dcr_mem_apply_result *res, struct dcr_err *e)
 {
@@ -654,50 +708,14 @@ int dcr_apply_mem(struct dcr_pack_in *in, const struct dcr_mem_apply_opts *o,
 		res->base = *o->base;
 
 	/* 2. items against the manifest; the tensors they touch */
-	for (size_t i = 0; i < s.n; i++) {
-		const struct dcr_delta_tensor *t = manifest_find(&m, s.v[i].name, &s.v[i].tensor);
-		if (!t) {
-			r = dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s', which the manifest lacks",
-					x.what, s.v[i].name);
-			goto out;
-		}
-		if (t->dtype != s.v[i].dtype || t->nelem != s.v[i].nelem) {
-			r = dcr_err_set(e, DCR_EFORMAT,
-					"%s: '%s' has another dtype or size in its payload than in the manifest",
-					x.what, t->name);
-			goto out;
-		}
-	}
-	if (s.n)
-		qsort(s.v, s.n, sizeof(*s.v), cmp_mitem);
+	if ((r = match_items(&s, &m, x.what, e)))
+		goto out;
 	if (!(mts = dcr_calloc(m.ntensors ? m.ntensors : 1, sizeof(*mts)))) {
 		r = dcr_err_sys(e, ENOMEM, "apply");
 		goto out;
 	}
-	for (size_t i = 0, j = 0; i < m.ntensors; i++) {
-		struct mt *t = &mts[nmt];
-		memset(t, 0, sizeof(*t));
-		t->t = &m.tensors[i];
-		t->unit = dcr_dtype_unit(t->t->dtype);
-		t->nbytes = t->t->nelem * dcr_dtype_bits(t->t->dtype) / 8;
-		t->units = t->nbytes / t->unit;
-		t->isnew = (t->t->flags & DCR_TENSOR_NEW) != 0;
-		t->i0 = j;
-		while (j < s.n && s.v[j].tensor == i)
-			t->total += s.v[j++].it.n;
-		t->ni = j - t->i0;
-		if ((r = check_items(&x, t, s.v, e)))
-			goto out;
-		t->write = t->ni || t->isnew;
-		if (!t->write && !o->check_all)
-			continue;
-		if ((r = look_up(&x, t, e)))
-			goto out;
-		any_dev |= is_dev(t);
-		any_host |= !is_dev(t) && t->write;
-		x.to_hash += t->nbytes;
-		nmt++;
-	}
+	if ((r = plan_tensors(&x, &s, &m, mts, &nmt, &any_dev, &any_host, e)))
+		goto out;
 	if (any_dev && (r = setup_device(&x, e)))
 		goto out;
 	if (any_host && (!(x.hpos = malloc(x.batch * 8)) || !(x.hval = malloc(x.batch * 8)))) {
