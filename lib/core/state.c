@@ -3,13 +3,14 @@
  * pieces of BLAKE3's tree that join (see state.h, dcr-format-delta(5)).
  *
  * The stripe stream reorders a tensor's stored bytes; gathering it must not
- * cost the bandwidth a transposition does. So the bytes are always read in
- * their stored order, a band of rows at a time (about 1-4 MiB, which stays
- * in the caches): each stripe's segments of those rows are copied into a
- * small buffer (32 KiB: 32 chunks) and fed to that stripe's run of the
- * stream, whose BLAKE3 nodes hash eight chunks at once. A tensor of at
- * most 128 columns has one stripe, its stored bytes, and is hashed in
- * place. */
+ * cost what a transposition costs (reading 256-byte segments a row apart
+ * defeats the prefetchers: the first version spent a third of its time
+ * there). So the bytes are read in their stored order, a band of rows at a
+ * time (at most 2 MiB, 16 KiB of each stripe), and each row's segments are
+ * copied to their stripe's place in a band buffer that stays in the
+ * caches; then each stripe's run of the stream takes its piece, whose
+ * BLAKE3 nodes hash eight chunks at once. A tensor of at most 128 columns
+ * has one stripe, its stored bytes, and is hashed in place. */
 #include "config.h"
 
 #include <errno.h>
@@ -22,8 +23,8 @@
 #include "core/state.h"
 #include "core/util.h"
 
-#define GATHER_BYTES (32u << 10) /* per stripe and band */
-#define BAND_BYTES (4u << 20)	 /* of stored rows per band, at most */
+#define GATHER_BYTES (16u << 10) /* per stripe and band */
+#define BAND_BYTES (2u << 20)	 /* of stored rows per band, at most */
 #define TASK_BYTES (4u << 20)	 /* of a tensor per thread's task */
 
 /* ---- the stripe stream ---- */
@@ -129,52 +130,60 @@ struct srun {
 	size_t off, w;
 };
 
-/* nq rows of w bytes, lp apart, into g; the usual widths are constants */
-static void gather_rows(uint8_t *g, const uint8_t *src, size_t lp, size_t w, size_t nq)
+/* k runs of w bytes a row: a row's segments to their places in the band
+ * buffer (a run's nq segments follow each other) */
+static inline void scatter_fixed(uint8_t *g, const uint8_t *row, const struct srun *run, size_t k,
+				 size_t nq, size_t q, size_t w)
 {
-#define GATHER(W)                                        \
-	for (size_t i = 0; i < nq; i++)                  \
-		memcpy(g + i * (W), src + i * lp, (W));  \
-	return
-	switch (w) {
-	case 128: GATHER(128);
-	case 256: GATHER(256);
-	case 512: GATHER(512);
-	case 1024: GATHER(1024);
-	default: GATHER(w);
-	}
-#undef GATHER
+	g += q * w;
+	for (size_t i = 0; i < k; i++, g += nq * w)
+		memcpy(g, row + run[i].off, w);
 }
 
-/* Feed nrows local rows (lp bytes apart) to the runs, a band of sb rows at
- * a time so that the rows stay in the caches while every stripe takes its
- * segments; g holds sb segments. */
+/* Feed nrows local rows (lp bytes apart) to the runs a band of sb rows at
+ * a time: the band is read in its stored order, row by row, and each
+ * row's segments are copied to their run's place in g (sb x lp bytes),
+ * so that every run then takes its nq segments as one piece. All runs
+ * but perhaps the last have the same width. */
 static void feed_rows(struct srun *run, size_t nrun, const uint8_t *src, size_t lp, uint64_t nrows,
 		      uint8_t *g, size_t sb)
 {
-	for (uint64_t q = 0; q < nrows; q += sb) {
-		size_t nq = nrows - q < sb ? (size_t)(nrows - q) : sb;
-		const uint8_t *band = src + q * lp;
-		for (size_t k = 0; k < nrun; k++) {
-			gather_rows(g, band + run[k].off, lp, run[k].w, nq);
-			dcr_blake3_run_update(&run[k].r, g, nq * run[k].w);
+	size_t w = run[0].w, nfull = nrun > 1 && run[nrun - 1].w != w ? nrun - 1 : nrun;
+	for (uint64_t q0 = 0; q0 < nrows; q0 += sb) {
+		size_t nq = nrows - q0 < sb ? (size_t)(nrows - q0) : sb;
+		const uint8_t *band = src + q0 * lp;
+		uint8_t *last = g + nfull * nq * w;
+		for (size_t q = 0; q < nq; q++) {
+			const uint8_t *row = band + q * lp;
+			switch (w) {
+			case 128: scatter_fixed(g, row, run, nfull, nq, q, 128); break;
+			case 256: scatter_fixed(g, row, run, nfull, nq, q, 256); break;
+			case 512: scatter_fixed(g, row, run, nfull, nq, q, 512); break;
+			case 1024: scatter_fixed(g, row, run, nfull, nq, q, 1024); break;
+			default: scatter_fixed(g, row, run, nfull, nq, q, w); break;
+			}
+			if (nfull < nrun)
+				memcpy(last + q * run[nrun - 1].w, row + run[nrun - 1].off,
+				       run[nrun - 1].w);
 		}
+		for (size_t k = 0; k < nrun; k++)
+			dcr_blake3_run_update(&run[k].r, g + k * nq * w, nq * run[k].w);
 	}
 }
 
 /* rows per band: GATHER_BYTES of a segment, unless that makes the band of
- * rows larger than BAND_BYTES */
+ * rows larger than BAND_BYTES; at least 8 KiB a segment (eight chunks
+ * that BLAKE3 hashes at once) */
 static size_t band_rows(uint64_t seg, uint64_t lp)
 {
-	size_t sb = seg ? GATHER_BYTES / seg : 1;
+	size_t sb = seg ? GATHER_BYTES / seg : 1, least = seg ? 8192 / seg : 1;
 	if (sb < 1)
 		sb = 1;
-	if (sb * lp > BAND_BYTES) {
+	if (sb * lp > BAND_BYTES)
 		sb = lp ? BAND_BYTES / lp : 1;
-		if (sb < 8)
-			sb = 8;
-	}
-	return sb;
+	if (sb < least)
+		sb = least;
+	return sb ? sb : 1;
 }
 
 int dcr_stripes_parts(const struct dcr_stripes *s, const uint8_t *local, uint64_t r0,
@@ -228,7 +237,7 @@ int dcr_stripes_parts(const struct dcr_stripes *s, const uint8_t *local, uint64_
 		/* one stripe, whole rows: the block is a run of the stream as it is */
 		dcr_blake3_run_update(&run[0].r, local, (size_t)((r1 - r0) * lp));
 	} else if (!r && nrun) {
-		g = malloc(sb * s->seg);
+		g = malloc(sb * lp);
 		if (!g)
 			r = dcr_err_sys(e, ENOMEM, "tensor digest");
 		else
@@ -302,7 +311,7 @@ struct dcr_tdigest *dcr_tdigest_new(int dtype, unsigned ndim, const uint64_t *sh
 			t->min_rows = t->sb;
 		t->stage_cap = (size_t)(t->min_rows * s->pitch);
 		t->stage = malloc(t->stage_cap);
-		t->g = malloc(t->sb * s->seg);
+		t->g = malloc(t->sb * s->pitch);
 		if (!t->stage || !t->g) {
 			dcr_tdigest_free(t);
 			return NULL;

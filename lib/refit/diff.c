@@ -7,7 +7,10 @@
  * Worker threads (one per core) each take the next tensor, read base and
  * new through the mappings chunk by chunk, releasing each chunk's pages
  * once done (so the resident set stays bounded), compare, encode items
- * into the tensor's output and hash the new bytes for its target digest.
+ * into the tensor's output and hash the new bytes for its target digest
+ * (core/state.h): a chunk is compared and hashed in steps of SCAN_STEP
+ * bytes, so that the hash reads what the compare just brought into the
+ * cache.
  * The calling thread writes the outputs in tensor order as they complete;
  * workers run at most a few tensors ahead, so memory stays bounded by the
  * buffers and the encoded changes of the tensors in flight.
@@ -38,7 +41,7 @@
 #define HAVE_AVX2_SCAN 1
 #endif
 
-#define READ_CHUNK (4u << 20)
+#define SCAN_STEP (256u << 10)
 
 struct tout {
 	struct dcr_buf recs;  /* framed ITEM records */
@@ -173,7 +176,6 @@ struct worker {
 	struct dcr_changes ch;
 	uint64_t *oldv;
 	struct dcr_buf enc;
-	struct dcr_sha *sha;
 };
 
 static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, uint64_t len,
@@ -215,7 +217,8 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 	unsigned unit = dcr_dtype_unit(ni->dtype);
 	uint64_t nunits = dcr_tensor_bytes(ni) / unit;
 	uint64_t chunk = d->chunk;
-	int r = 0;
+	struct dcr_tdigest *td = dcr_tdigest_new(ni->dtype, ni->ndim, ni->shape);
+	int r = td ? 0 : dcr_err_sys(&t->e, ENOMEM, "diff");
 	/* read through the mappings, then let go of the pages every RELEASE
 	 * bytes (each release costs a TLB shootdown): the page cache keeps
 	 * them, this process's resident set does not */
@@ -224,14 +227,23 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 		uint64_t len = nunits - s < chunk ? nunits - s : chunk;
 		size_t nb = (size_t)(len * unit);
 		w->bb = nt->data + s * unit;
-		dcr_sha_update(w->sha, w->bb, nb);
 		if (same) {
 			w->ba = bt->data + s * unit;
-			w->ch.n = dcr_scan_changes(w->ba, w->bb, nb, unit, w->ch.pos, w->ch.val);
+			w->ch.n = 0;
+			for (size_t at = 0; at < nb; at += SCAN_STEP) {
+				size_t k = nb - at < SCAN_STEP ? nb - at : SCAN_STEP;
+				size_t got = dcr_scan_changes(w->ba + at, w->bb + at, k, unit,
+							      w->ch.pos + w->ch.n, w->ch.val + w->ch.n);
+				for (size_t q = w->ch.n; q < w->ch.n + got; q++)
+					w->ch.pos[q] += at / unit;
+				w->ch.n += got;
+				dcr_tdigest_update(td, w->bb + at, k);
+			}
 			if (w->ch.n)
 				r = add_item(t, (uint32_t)i, DCR_ENC_XOR, s, len, 0, w, unit, ni->dtype,
 					     &t->e);
 		} else {
+			dcr_tdigest_update(td, w->bb, nb);
 			for (uint64_t k = 0; k < len; k++) {
 				w->ch.pos[k] = k;
 				w->ch.val[k] = load_unit(w->bb + k * unit, unit);
@@ -248,7 +260,9 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 			released = upto;
 		}
 	}
-	dcr_sha_final(w->sha, &t->digest);
+	if (!r && dcr_tdigest_final(td, &t->digest))
+		r = dcr_err_set(&t->e, -EINVAL, "diff: tensor '%s' was not hashed whole", ni->name);
+	dcr_tdigest_free(td);
 	return r;
 }
 
@@ -296,7 +310,7 @@ static int base_state(const struct dcr_diff_opts *o, const struct dcr_ckpt *a, d
 		if (hit)
 			return 0;
 	}
-	return dcr_ckpt_state_id(a, id, NULL, e);
+	return dcr_ckpt_state_id_threads(a, o->threads, id, NULL, e);
 }
 
 /* Leave NEW's digests in NEW/.dcr/state for the next step (best effort). */
@@ -364,9 +378,8 @@ static int start_workers(struct dctx *d, struct worker *ws, int threads, pthread
 {
 	for (int k = 0; k < threads; k++) {
 		ws[k].d = d;
-		ws[k].sha = dcr_sha_new();
 		ws[k].oldv = malloc((size_t)d->chunk * sizeof(uint64_t));
-		if (!ws[k].sha || !ws[k].oldv ||
+		if (!ws[k].oldv ||
 		    dcr_changes_reserve(&ws[k].ch, d->chunk))
 			return dcr_err_sys(e, ENOMEM, "diff");
 	}
@@ -498,7 +511,6 @@ out:
 	if (ws)
 		for (int k = 0; k < threads; k++) {
 			free(ws[k].oldv);
-			dcr_sha_free(ws[k].sha);
 			dcr_changes_free(&ws[k].ch);
 			dcr_buf_free(&ws[k].enc);
 		}
