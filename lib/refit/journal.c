@@ -39,16 +39,16 @@ static int cmp_jitem(const void *a, const void *b)
 	return x->start < y->start ? -1 : x->start > y->start;
 }
 
-static void hash_src(struct dcr_sha *h, const uint8_t *src, uint64_t off, uint64_t n)
+static void hash_src(struct dcr_tdigest *h, const uint8_t *src, uint64_t off, uint64_t n)
 {
 	static const uint8_t zero[65536];
 	if (src) {
-		dcr_sha_update(h, src + off, n);
+		dcr_tdigest_update(h, src + off, n);
 		return;
 	}
 	while (n) {
 		uint64_t k = n < sizeof(zero) ? n : sizeof(zero);
-		dcr_sha_update(h, zero, k);
+		dcr_tdigest_update(h, zero, k);
 		n -= k;
 	}
 }
@@ -61,8 +61,8 @@ static int verify_journal(struct plan *p, const char *path, struct dcr_err *e)
 	size_t nv = 0, cap = 0;
 	struct dcr_changes ch = {0};
 	struct dcr_buf tmp = {0};
-	struct dcr_sha *h = dcr_sha_new();
-	int r = h ? dcr_read_file(path, SIZE_MAX, &map, &len, e) : dcr_err_sys(e, ENOMEM, "journal");
+	struct dcr_tdigest *h = NULL;
+	int r = dcr_read_file(path, SIZE_MAX, &map, &len, e);
 	if (r)
 		goto out;
 	struct dcr_rd rd;
@@ -103,6 +103,11 @@ static int verify_journal(struct plan *p, const char *path, struct dcr_err *e)
 		const uint8_t *src = (pt->t.flags & DCR_TENSOR_NEW) || !pt->cur ? NULL : pt->cur->data;
 		uint64_t pos = 0; /* bytes hashed */
 		size_t j = i;
+		dcr_tdigest_free(h);
+		if (!(h = dcr_tdigest_new(pt->t.dtype, pt->t.ndim, pt->t.shape))) {
+			r = dcr_err_sys(e, ENOMEM, "journal");
+			goto out;
+		}
 		for (; j < nv && v[j].tensor == v[i].tensor; j++) {
 			uint64_t s = v[j].start * unit, l = v[j].len * unit;
 			if (s < pos) {
@@ -127,13 +132,12 @@ static int verify_journal(struct plan *p, const char *path, struct dcr_err *e)
 			else
 				memset(tmp.p, 0, l);
 			dcr_scatter(tmp.p, unit, ch.pos, ch.val, ch.n, 0);
-			dcr_sha_update(h, tmp.p, l);
+			dcr_tdigest_update(h, tmp.p, l);
 			pos = s + l;
 		}
 		hash_src(h, src, pos, nbytes - pos);
 		dcr_digest d;
-		dcr_sha_final(h, &d);
-		if (memcmp(d.b, pt->t.digest.b, 32)) {
+		if (dcr_tdigest_final(h, &d) || memcmp(d.b, pt->t.digest.b, 32)) {
 			r = dcr_err_set(e, DCR_EDIGEST,
 					"tensor '%s' would not match its target digest: the delta does not fit this receiver's bits (nothing was written)",
 					pt->t.name);
@@ -147,10 +151,14 @@ static int verify_journal(struct plan *p, const char *path, struct dcr_err *e)
 		struct ptensor *pt = &p->t[i];
 		if (!(pt->t.flags & DCR_TENSOR_NEW) || pt->verified)
 			continue;
+		dcr_tdigest_free(h);
+		if (!(h = dcr_tdigest_new(pt->t.dtype, pt->t.ndim, pt->t.shape))) {
+			r = dcr_err_sys(e, ENOMEM, "journal");
+			goto out;
+		}
 		hash_src(h, NULL, 0, pt->t.nelem * dcr_dtype_bits(pt->t.dtype) / 8);
 		dcr_digest d;
-		dcr_sha_final(h, &d);
-		if (memcmp(d.b, pt->t.digest.b, 32)) {
+		if (dcr_tdigest_final(h, &d) || memcmp(d.b, pt->t.digest.b, 32)) {
 			r = dcr_err_set(e, DCR_EDIGEST, "new tensor '%s' has no data but a non-zero digest",
 					pt->t.name);
 			goto out;
@@ -158,7 +166,7 @@ static int verify_journal(struct plan *p, const char *path, struct dcr_err *e)
 		pt->verified = 1;
 	}
 out:
-	dcr_sha_free(h);
+	dcr_tdigest_free(h);
 	free(map);
 	free(v);
 	dcr_changes_free(&ch);
@@ -426,7 +434,11 @@ static int rp_check(struct replay *rp, struct dcr_apply_result *res, struct dcr_
 		if (!sel[i])
 			dg[i] = p->t[i].t.digest; /* checked against the base before the commit */
 	}
-	dcr_ckpt_digests_sel(rp->c, dg, sel, 0); /* c's order is the plan's (checked above) */
+	/* c's order is the plan's (checked above) */
+	if ((r = dcr_ckpt_digests_sel(rp->c, dg, sel, rp->x->rc->threads))) {
+		free(sel);
+		return dcr_err_sys(e, -r, "cannot hash '%s'", rp->x->rc->dir);
+	}
 	for (size_t i = 0; i < p->n; i++) {
 		if (!sel[i])
 			continue;
