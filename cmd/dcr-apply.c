@@ -22,6 +22,7 @@ static const char usage[] =
 	"      --version V      the version the delta reaches, recorded for dcr-commit\n"
 	"                       (default: from DELTA|PACK's name when it is vV, vV.tar,\n"
 	"                       vV.delta or vV.dcrd)\n"
+	"      --threads N      hash with N threads (default: one per core)\n"
 	"      --progress       show progress on stderr\n"
 	"      --no-progress    do not show progress\n"
 	"  -q, --quiet          print nothing but errors\n"
@@ -49,13 +50,14 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"recover", no_argument, NULL, 'R'},
 		{"version", required_argument, NULL, 'V'},
+		{"threads", required_argument, NULL, 'N'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	int recover_only = 0, have_version = 0, c;
+	int recover_only = 0, have_version = 0, threads = 0, c;
 	uint64_t version = 0;
 	while ((c = getopt_long(argc, argv, ":qh", longopts, NULL)) != -1) {
 		switch (c) {
@@ -64,6 +66,7 @@ int main(int argc, char **argv)
 			version = cmd_parse_version(usage, "--version", optarg);
 			have_version = 1;
 			break;
+		case 'N': threads = (int)cmd_parse_u64(usage, "--threads", optarg, 1, 64); break;
 		default: cmd_common_option(c, usage); break;
 		}
 	}
@@ -78,6 +81,7 @@ int main(int argc, char **argv)
 	int r = dcr_receiver_open(ckpt, 1, &rc, &e);
 	if (r)
 		cmd_die_err(&e, cmd_exit_code(r));
+	rc->threads = threads;
 	struct dcr_head head;
 	if ((r = dcr_head_read(rc, &head, &e)))
 		cmd_die_err(&e, cmd_exit_code(r));

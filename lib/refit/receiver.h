@@ -17,6 +17,7 @@ struct dcr_receiver {
 	char *dir;   /* checkpoint directory */
 	char *sdir;  /* dir/.dcr */
 	int lock_fd;
+	int threads; /* threads that hash its tensors (0, the default: every core) */
 };
 
 int dcr_receiver_open(const char *dir, int lock, struct dcr_receiver **out, struct dcr_err *e);
