@@ -155,6 +155,28 @@ static void reference(size_t s, const uint8_t *t, char want[65])
 	free(st);
 }
 
+/* a pool's feed: rows [r0, r1) of the tensor in pieces of odd sizes */
+struct feedctx {
+	const uint8_t *t;
+	uint64_t pitch;
+	unsigned seed;
+};
+
+static int feed_rows_oddly(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
+{
+	struct feedctx *f = ctx;
+	unsigned seed = f->seed + (unsigned)r0;
+	uint64_t a = r0 * f->pitch, b = r1 * f->pitch;
+	while (a < b) {
+		uint64_t k = 1 + lcg(&seed) % 300000;
+		if (k > b - a)
+			k = b - a;
+		dcr_tdigest_update(td, f->t + a, (size_t)k);
+		a += k;
+	}
+	return 0;
+}
+
 Test(state, digest_is_b3sum_of_the_stripe_stream)
 {
 	if (!have_b3sum())
@@ -170,6 +192,20 @@ Test(state, digest_is_b3sum_of_the_stripe_stream)
 			dcr_digest_tensor_mem(sh->dtype, sh->ndim, sh->dims, t, threads[k], &d);
 			expect_hex(&d, want, threads[k] == 1 ? "1 thread" : "threads", s);
 		}
+		/* a pool of threads: tensors given by their bytes or fed by bands */
+		struct dcr_stripes st;
+		dcr_stripes_init(&st, sh->dtype, sh->ndim, sh->dims);
+		struct feedctx fc = {t, st.pitch, (unsigned)s};
+		dcr_digest d1, d2;
+		struct dcr_hpool *pool = dcr_hpool_new(3);
+		cr_assert_not_null(pool);
+		cr_assert_eq(dcr_hpool_add(pool, sh->dtype, sh->ndim, sh->dims, t, NULL, NULL, 0, &d1), 0);
+		cr_assert_eq(dcr_hpool_add(pool, sh->dtype, sh->ndim, sh->dims, NULL, feed_rows_oddly,
+					   &fc, 0, &d2), 0);
+		cr_assert_eq(dcr_hpool_wait(pool), 0);
+		dcr_hpool_free(pool);
+		expect_hex(&d1, want, "pool", s);
+		expect_hex(&d2, want, "pool, fed", s);
 		/* fed in order, in pieces of random sizes (and all at once) */
 		unsigned seed = 99 + (unsigned)s;
 		uint64_t n = nbytes_of(sh);

@@ -25,7 +25,6 @@
 
 #define GATHER_BYTES (16u << 10) /* per stripe and band */
 #define BAND_BYTES (2u << 20)	 /* of stored rows per band, at most */
-#define TASK_BYTES (4u << 20)	 /* of a tensor per thread's task */
 
 /* ---- the stripe stream ---- */
 
@@ -269,27 +268,36 @@ int dcr_stripes_join(const struct dcr_stripes *s, const struct dcr_parts *ps, dc
 
 struct dcr_tdigest {
 	struct dcr_stripes s;
-	uint64_t fed;
-	struct srun *run; /* a run per stripe over all rows */
+	uint64_t r0, r1;  /* the rows it takes */
+	uint64_t fed, want;
+	struct srun *run; /* a run per stripe over rows [r0, r1) */
 	uint8_t *stage;   /* rows not yet fed to the runs */
 	size_t stage_len, stage_cap, min_rows, sb;
 	uint8_t *g;
 };
 
-struct dcr_tdigest *dcr_tdigest_new(int dtype, unsigned ndim, const uint64_t *shape)
+struct dcr_tdigest *dcr_tdigest_new_rows(int dtype, unsigned ndim, const uint64_t *shape,
+					 uint64_t r0, uint64_t r1)
 {
 	struct dcr_tdigest *t = dcr_calloc(1, sizeof(*t));
 	if (!t)
 		return NULL;
 	dcr_stripes_init(&t->s, dtype, ndim, shape);
 	const struct dcr_stripes *s = &t->s;
+	if (r0 > r1 || r1 > s->rows) {
+		free(t);
+		return NULL;
+	}
 	size_t n = (size_t)s->nstripes;
+	t->r0 = r0;
+	t->r1 = r1;
+	t->want = (r1 - r0) * s->pitch;
 	t->run = dcr_calloc(n, sizeof(*t->run));
 	if (!t->run)
 		goto fail;
 	for (size_t j = 0; j < n; j++) {
 		uint64_t w = dcr_stripes_width(s, j), at = dcr_stripes_start(s, j);
-		if (dcr_blake3_run_init(&t->run[j].r, at, at + s->rows * w, s->nbytes)) {
+		if (dcr_blake3_run_init(&t->run[j].r, at + r0 * w, at + r1 * w, s->nbytes)) {
 			while (j--)
 				dcr_blake3_run_release(&t->run[j].r);
 			free(t->run);
@@ -323,12 +331,19 @@ fail:
 	return NULL;
 }
 
+struct dcr_tdigest *dcr_tdigest_new(int dtype, unsigned ndim, const uint64_t *shape)
+{
+	struct dcr_stripes s;
+	dcr_stripes_init(&s, dtype, ndim, shape);
+	return dcr_tdigest_new_rows(dtype, ndim, shape, 0, s.rows);
+}
+
 void dcr_tdigest_update(struct dcr_tdigest *t, const void *in, size_t n)
 {
 	const uint8_t *p = in;
 	const struct dcr_stripes *s = &t->s;
-	if (n > s->nbytes - t->fed)
-		n = (size_t)(s->nbytes - t->fed); /* a caller's bug: final says so */
+	if (n > t->want - t->fed)
+		n = (size_t)(t->want - t->fed); /* a caller's bug: final says so */
 	t->fed += n;
 	if (s->nstripes == 1) {
 		dcr_blake3_run_update(&t->run[0].r, p, n);
@@ -355,27 +370,33 @@ void dcr_tdigest_update(struct dcr_tdigest *t, const void *in, size_t n)
 	}
 }
 
-int dcr_tdigest_final(struct dcr_tdigest *t, dcr_digest *out)
+int dcr_tdigest_parts(struct dcr_tdigest *t, struct dcr_parts *ps)
 {
 	const struct dcr_stripes *s = &t->s;
-	struct dcr_parts ps = {0};
-	struct dcr_err e;
-	int r = t->fed == s->nbytes ? 0 : -EINVAL;
+	int r = t->fed == t->want ? 0 : -EINVAL;
 	if (!r && s->nstripes > 1 && t->stage_len)
 		feed_rows(t->run, (size_t)s->nstripes, t->stage, (size_t)s->pitch,
 			  t->stage_len / s->pitch, t->g, t->sb);
 	t->stage_len = 0;
 	for (size_t j = 0; j < s->nstripes; j++) {
-		struct dcr_blake3_part *p = r ? NULL : parts_add(&ps);
+		struct dcr_blake3_part *p = r ? NULL : parts_add(ps);
 		if (!p) {
 			dcr_blake3_run_release(&t->run[j].r);
 			r = r ? r : -ENOMEM;
 		} else if (dcr_blake3_run_final(&t->run[j].r, p)) {
-			ps.n--;
+			ps->n--;
 			r = -EINVAL;
 		}
 	}
-	if (!r && dcr_blake3_join(ps.v, ps.n, s->nbytes, out, &e))
+	return r;
+}
+
+int dcr_tdigest_final(struct dcr_tdigest *t, dcr_digest *out)
+{
+	struct dcr_parts ps = {0};
+	struct dcr_err e;
+	int r = t->r0 || t->r1 != t->s.rows ? -EINVAL : dcr_tdigest_parts(t, &ps);
+	if (!r && dcr_stripes_join(&t->s, &ps, out, &e))
 		r = e.code;
 	if (r)
 		memset(out, 0, sizeof(*out));
@@ -396,33 +417,52 @@ void dcr_tdigest_free(struct dcr_tdigest *t)
 }
 
 /* ---- many tensors on many threads ----
- * Each tensor is cut into tasks of about TASK_BYTES: bands of whole rows
- * when it has several stripes, else runs of its bytes (aligned nodes of
- * 4096 chunks). Threads take the tasks in order; whoever finishes a
- * tensor's last task joins its parts into the digest. */
+ * Each tensor is cut into bands of whole rows of about BAND_TASK bytes;
+ * threads take the bands in the order they were given, and whoever
+ * finishes a tensor's last band joins its parts into the digest. Tensors
+ * may be given while the threads work (as a diff or an apply makes them
+ * ready), and the thread that waits works too. */
 
-struct hsrc {
+#define BAND_TASK (4u << 20)
+
+struct htensor {
 	struct dcr_stripes s;
-	const uint8_t *data;
+	int dtype;
+	unsigned ndim;
+	uint64_t shape[DCR_MAX_NDIM];
+	const uint8_t *data; /* its bytes, or NULL: feed gives them */
+	dcr_hpool_feed feed;
+	void *ctx;
 	dcr_digest *out;
-	size_t task0, ntasks, left;
-	int release; /* mapped file pages: let them go once hashed */
+	int release;	     /* mapped file pages: let them go once hashed */
+	size_t left;	     /* bands not done */
+	struct dcr_parts *band; /* each band's parts */
 };
 
-struct htask {
-	size_t src;
-	uint64_t lo, hi; /* rows, or bytes when the tensor has one stripe */
-	struct dcr_parts parts;
+struct hband {
+	struct htensor *t;
+	size_t k;
+	uint64_t r0, r1;
 };
 
-struct hjob {
-	struct hsrc *src;
-	size_t nsrc;
-	struct htask *task;
-	size_t ntasks, next;
-	int err;
+struct dcr_hpool {
 	pthread_mutex_t mu;
+	pthread_cond_t more, idle;
+	struct hband *q;
+	size_t nq, capq, next, busy;
+	int closing, err;
+	pthread_t th[64];
+	int nth;
 };
+
+/* rows per band: about BAND_TASK bytes, whole chunks of every aligned stripe */
+static uint64_t band_step(const struct dcr_stripes *s)
+{
+	uint64_t rows = s->pitch ? BAND_TASK / s->pitch : s->rows;
+	if (rows >= 8)
+		rows &= ~(uint64_t)7;
+	return rows ? rows : 1;
+}
 
 /* Drop the whole pages inside [p, p+n) from this process (not the cache). */
 static void release(const uint8_t *p, uint64_t n)
@@ -433,167 +473,234 @@ static void release(const uint8_t *p, uint64_t n)
 		madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-static int run_task(struct hjob *j, struct htask *t)
+static int band_parts(struct hband *b)
 {
-	struct hsrc *h = &j->src[t->src];
-	const struct dcr_stripes *s = &h->s;
+	struct htensor *t = b->t;
+	const struct dcr_stripes *s = &t->s;
+	struct dcr_parts *ps = &t->band[b->k];
 	struct dcr_err e;
 	int r;
-	if (s->nstripes == 1) {
-		struct dcr_blake3_part *p = parts_add(&t->parts);
-		r = p ? dcr_blake3_part_of(h->data + t->lo, t->lo, t->hi, s->nbytes, p) : -ENOMEM;
-		if (r && p)
-			t->parts.n--;
-		if (h->release)
-			release(h->data + t->lo, t->hi - t->lo);
-	} else {
-		r = dcr_stripes_parts(s, h->data + t->lo * s->pitch, t->lo, t->hi, 0, s->cols,
-				      &t->parts, &e) ? -ENOMEM : 0;
-		if (h->release)
-			release(h->data + t->lo * s->pitch, (t->hi - t->lo) * s->pitch);
+	if (t->feed) {
+		struct dcr_tdigest *td = dcr_tdigest_new_rows(t->dtype, t->ndim, t->shape, b->r0,
+							      b->r1);
+		if (!td)
+			return -ENOMEM;
+		r = t->feed(t->ctx, b->r0, b->r1, td);
+		if (!r)
+			r = dcr_tdigest_parts(td, ps);
+		dcr_tdigest_free(td);
+		return r;
 	}
+	const uint8_t *at = t->data + b->r0 * s->pitch;
+	r = dcr_stripes_parts(s, at, b->r0, b->r1, 0, s->cols, ps, &e) ? -ENOMEM : 0;
+	if (t->release)
+		release(at, (b->r1 - b->r0) * s->pitch);
 	return r;
 }
 
-/* the last task of a tensor done: join every task's parts */
-static int join_src(struct hjob *j, struct hsrc *h)
+/* the last band of a tensor done: join every band's parts */
+static int join_tensor(struct htensor *t, size_t nbands)
 {
 	size_t n = 0;
-	for (size_t k = 0; k < h->ntasks; k++)
-		n += j->task[h->task0 + k].parts.n;
+	for (size_t k = 0; k < nbands; k++)
+		n += t->band[k].n;
 	struct dcr_parts all = {.v = dcr_calloc(n + 1, sizeof(*all.v)), .cap = n + 1};
 	struct dcr_err e;
 	int r = all.v ? 0 : -ENOMEM;
-	for (size_t k = 0; k < h->ntasks; k++) {
-		struct dcr_parts *tp = &j->task[h->task0 + k].parts;
+	for (size_t k = 0; k < nbands; k++) {
+		struct dcr_parts *bp = &t->band[k];
 		if (all.v) {
-			memcpy(all.v + all.n, tp->v, tp->n * sizeof(*tp->v));
-			all.n += tp->n;
-			free(tp->v);
-			memset(tp, 0, sizeof(*tp));
+			memcpy(all.v + all.n, bp->v, bp->n * sizeof(*bp->v));
+			all.n += bp->n;
+			free(bp->v);
+			memset(bp, 0, sizeof(*bp));
 		} else {
-			dcr_parts_free(tp);
+			dcr_parts_free(bp);
 		}
 	}
-	if (!r && dcr_stripes_join(&h->s, &all, h->out, &e))
+	if (!r && dcr_stripes_join(&t->s, &all, t->out, &e))
 		r = e.code;
 	if (r)
-		memset(h->out, 0, sizeof(*h->out));
+		memset(t->out, 0, sizeof(*t->out));
 	dcr_parts_free(&all);
 	return r;
 }
 
-static void *hash_worker(void *arg)
+static size_t nbands_of(const struct htensor *t)
 {
-	struct hjob *j = arg;
+	uint64_t step = band_step(&t->s);
+	return t->s.rows ? (size_t)((t->s.rows + step - 1) / step) : 1;
+}
+
+/* take and do bands until there are none (and, unless waiting, the pool
+ * closes); 1 when it did one */
+static int work_one(struct dcr_hpool *p, int block)
+{
+	pthread_mutex_lock(&p->mu);
+	while (p->next == p->nq && block && !p->closing)
+		pthread_cond_wait(&p->more, &p->mu);
+	if (p->next == p->nq) {
+		pthread_mutex_unlock(&p->mu);
+		return 0;
+	}
+	struct hband b = p->q[p->next++];
+	p->busy++;
+	pthread_mutex_unlock(&p->mu);
+	int r = band_parts(&b);
+	pthread_mutex_lock(&p->mu);
+	int last = --b.t->left == 0;
+	if (r && !p->err)
+		p->err = r;
+	pthread_mutex_unlock(&p->mu);
+	if (last) {
+		r = join_tensor(b.t, nbands_of(b.t));
+		free(b.t->band);
+		free(b.t);
+	}
+	pthread_mutex_lock(&p->mu);
+	if (r && !p->err)
+		p->err = r;
+	p->busy--;
+	pthread_cond_broadcast(&p->idle);
+	pthread_mutex_unlock(&p->mu);
+	return 1;
+}
+
+static void *pool_worker(void *arg)
+{
+	struct dcr_hpool *p = arg;
 	for (;;) {
-		pthread_mutex_lock(&j->mu);
-		size_t i = j->next++;
-		pthread_mutex_unlock(&j->mu);
-		if (i >= j->ntasks)
-			return NULL;
-		struct htask *t = &j->task[i];
-		struct hsrc *h = &j->src[t->src];
-		int r = run_task(j, t);
-		pthread_mutex_lock(&j->mu);
-		int last = --h->left == 0;
-		if (r)
-			j->err = r;
-		pthread_mutex_unlock(&j->mu);
-		if (last && (r = join_src(j, h))) {
-			pthread_mutex_lock(&j->mu);
-			j->err = r;
-			pthread_mutex_unlock(&j->mu);
+		if (!work_one(p, 1)) {
+			pthread_mutex_lock(&p->mu);
+			int done = p->closing && p->next == p->nq;
+			pthread_mutex_unlock(&p->mu);
+			if (done)
+				return NULL;
 		}
 	}
 }
 
-/* how many tasks a tensor is cut into, and the step between them */
-static size_t src_tasks(const struct dcr_stripes *s, uint64_t *step, uint64_t *len)
+struct dcr_hpool *dcr_hpool_new(int threads)
 {
-	if (s->nstripes == 1) {
-		*len = s->nbytes;
-		*step = TASK_BYTES; /* a multiple of every power-of-two node below it */
-	} else {
-		*len = s->rows;
-		uint64_t rows = s->pitch ? TASK_BYTES / s->pitch : s->rows;
-		if (rows >= 8)
-			rows &= ~(uint64_t)7; /* whole chunks of every aligned stripe */
-		*step = rows ? rows : 1;
-	}
-	return *len ? (size_t)((*len + *step - 1) / *step) : 1;
-}
-
-static int hash_sources(struct hsrc *src, size_t nsrc, int threads)
-{
-	struct hjob j = {.src = src, .nsrc = nsrc};
-	size_t n = 0;
-	for (size_t i = 0; i < nsrc; i++) {
-		uint64_t step, len;
-		src[i].task0 = n;
-		src[i].ntasks = src[i].left = src_tasks(&src[i].s, &step, &len);
-		n += src[i].ntasks;
-	}
-	j.task = dcr_calloc(n + 1, sizeof(*j.task));
-	if (!j.task)
-		return -ENOMEM;
-	for (size_t i = 0; i < nsrc; i++) {
-		uint64_t step, len;
-		src_tasks(&src[i].s, &step, &len);
-		for (size_t k = 0; k < src[i].ntasks; k++) {
-			struct htask *t = &j.task[src[i].task0 + k];
-			t->src = i;
-			t->lo = k * step;
-			t->hi = t->lo + step < len ? t->lo + step : len;
-		}
-	}
-	j.ntasks = n;
-	pthread_mutex_init(&j.mu, NULL);
+	struct dcr_hpool *p = dcr_calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->more, NULL);
+	pthread_cond_init(&p->idle, NULL);
 	if (threads < 1)
 		threads = dcr_ncpu();
 	if (threads > 64)
 		threads = 64;
-	if ((size_t)threads > n)
-		threads = (int)n;
-	pthread_t th[64];
-	int started = 0;
+	/* the thread that waits is one of them */
 	for (int i = 1; i < threads; i++)
-		if (!pthread_create(&th[started], NULL, hash_worker, &j))
-			started++;
-	hash_worker(&j);
-	for (int i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	pthread_mutex_destroy(&j.mu);
-	for (size_t k = 0; k < n; k++)
-		dcr_parts_free(&j.task[k].parts);
-	free(j.task);
-	return j.err;
+		if (!pthread_create(&p->th[p->nth], NULL, pool_worker, p))
+			p->nth++;
+	return p;
+}
+
+int dcr_hpool_add(struct dcr_hpool *p, int dtype, unsigned ndim, const uint64_t *shape,
+		  const uint8_t *data, dcr_hpool_feed feed, void *ctx, int release,
+		  dcr_digest *out)
+{
+	struct htensor *t = dcr_calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	dcr_stripes_init(&t->s, dtype, ndim, shape);
+	t->dtype = dtype;
+	t->ndim = ndim;
+	memcpy(t->shape, shape, ndim * sizeof(*shape));
+	t->data = data;
+	t->feed = feed;
+	t->ctx = ctx;
+	t->out = out;
+	t->release = release;
+	size_t nb = nbands_of(t);
+	uint64_t step = band_step(&t->s);
+	t->band = dcr_calloc(nb, sizeof(*t->band));
+	t->left = nb;
+	pthread_mutex_lock(&p->mu);
+	if (t->band && p->nq + nb > p->capq) {
+		size_t cap = p->capq ? 2 * p->capq : 256;
+		while (cap < p->nq + nb)
+			cap *= 2;
+		struct hband *nq = realloc(p->q, cap * sizeof(*nq));
+		if (nq) {
+			p->q = nq;
+			p->capq = cap;
+		}
+	}
+	if (!t->band || p->nq + nb > p->capq) {
+		pthread_mutex_unlock(&p->mu);
+		free(t->band);
+		free(t);
+		return -ENOMEM;
+	}
+	for (size_t k = 0; k < nb; k++) {
+		uint64_t r0 = k * step, r1 = r0 + step < t->s.rows ? r0 + step : t->s.rows;
+		p->q[p->nq++] = (struct hband){t, k, r0, r1};
+	}
+	pthread_cond_broadcast(&p->more);
+	pthread_mutex_unlock(&p->mu);
+	return 0;
+}
+
+int dcr_hpool_wait(struct dcr_hpool *p)
+{
+	while (work_one(p, 0))
+		;
+	pthread_mutex_lock(&p->mu);
+	while (p->busy || p->next < p->nq)
+		pthread_cond_wait(&p->idle, &p->mu);
+	int r = p->err;
+	pthread_mutex_unlock(&p->mu);
+	return r;
+}
+
+void dcr_hpool_free(struct dcr_hpool *p)
+{
+	if (!p)
+		return;
+	dcr_hpool_wait(p);
+	pthread_mutex_lock(&p->mu);
+	p->closing = 1;
+	pthread_cond_broadcast(&p->more);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < p->nth; i++)
+		pthread_join(p->th[i], NULL);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->more);
+	pthread_cond_destroy(&p->idle);
+	free(p->q);
+	free(p);
 }
 
 void dcr_digest_tensor_mem(int dtype, unsigned ndim, const uint64_t *shape,
 			   const uint8_t *data, int threads, dcr_digest *out)
 {
-	struct hsrc h = {.data = data, .out = out};
-	dcr_stripes_init(&h.s, dtype, ndim, shape);
-	if (hash_sources(&h, 1, threads))
+	struct dcr_hpool *p = dcr_hpool_new(threads);
+	int r = p ? dcr_hpool_add(p, dtype, ndim, shape, data, NULL, NULL, 0, out) : -ENOMEM;
+	if (p && !r)
+		r = dcr_hpool_wait(p);
+	dcr_hpool_free(p);
+	if (r)
 		memset(out, 0, sizeof(*out));
 }
 
-static void src_of(struct hsrc *h, const struct dcr_ckpt_tensor *t, dcr_digest *out)
+static int add_ckpt_tensor(struct dcr_hpool *p, const struct dcr_ckpt_tensor *t, dcr_digest *out)
 {
 	const struct dcr_tensor_info *ti = t->info;
-	memset(h, 0, sizeof(*h));
-	dcr_stripes_init(&h->s, ti->dtype, ti->ndim, ti->shape);
-	h->data = t->data;
-	h->out = out;
-	h->release = t->fd >= 0;
+	return dcr_hpool_add(p, ti->dtype, ti->ndim, ti->shape, t->data, NULL, NULL, t->fd >= 0, out);
 }
 
 void dcr_tensor_digest(const struct dcr_ckpt_tensor *t, dcr_digest *out)
 {
-	struct hsrc h;
-	src_of(&h, t, out);
-	if (hash_sources(&h, 1, 1))
+	struct dcr_hpool *p = dcr_hpool_new(1);
+	int r = p ? add_ckpt_tensor(p, t, out) : -ENOMEM;
+	if (p && !r)
+		r = dcr_hpool_wait(p);
+	dcr_hpool_free(p);
+	if (r)
 		memset(out, 0, sizeof(*out));
 }
 
@@ -605,16 +712,14 @@ int dcr_ckpt_digests(const struct dcr_ckpt *c, dcr_digest *out, int threads)
 int dcr_ckpt_digests_sel(const struct dcr_ckpt *c, dcr_digest *out, const uint8_t *sel,
 			 int threads)
 {
-	struct hsrc *h = dcr_calloc(c->ntensors + 1, sizeof(*h));
-	size_t n = 0;
-	if (!h)
-		return -ENOMEM;
-	for (size_t i = 0; i < c->ntensors; i++)
+	struct dcr_hpool *p = dcr_hpool_new(threads);
+	int r = p ? 0 : -ENOMEM;
+	for (size_t i = 0; i < c->ntensors && !r; i++)
 		if (!sel || sel[i])
-			src_of(&h[n++], &c->tensors[i], &out[i]);
-	int r = n ? hash_sources(h, n, threads) : 0;
-	free(h);
-	return r;
+			r = add_ckpt_tensor(p, &c->tensors[i], &out[i]);
+	int q = p ? dcr_hpool_wait(p) : 0;
+	dcr_hpool_free(p);
+	return r ? r : q;
 }
 
 /* ---- state ids ---- */

@@ -65,6 +65,27 @@ void dcr_tdigest_update(struct dcr_tdigest *t, const void *p, size_t n);
 /* 0 and the digest once every stored byte came; -EINVAL otherwise. */
 int dcr_tdigest_final(struct dcr_tdigest *t, dcr_digest *out);
 void dcr_tdigest_free(struct dcr_tdigest *t);
+/* The same for rows [r0, r1) only (NULL when they are not the tensor's):
+ * its digest parts, added to ps once those rows' bytes came. */
+struct dcr_tdigest *dcr_tdigest_new_rows(int dtype, unsigned ndim, const uint64_t *shape,
+					 uint64_t r0, uint64_t r1);
+int dcr_tdigest_parts(struct dcr_tdigest *t, struct dcr_parts *ps);
+
+/* Tensor digests on a pool of threads, for tensors added as they become
+ * ready: each is cut into bands of rows (about 4 MiB) that threads hash at
+ * once, and the thread that waits works too. A tensor's bytes are at data,
+ * or, when data is NULL, feed gives rows [r0, r1) in order to t (0, or an
+ * error that the pool's wait returns). out is set once its last band is
+ * done; release says data is a mapping whose pages may be dropped. */
+typedef int (*dcr_hpool_feed)(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *t);
+struct dcr_hpool;
+struct dcr_hpool *dcr_hpool_new(int threads); /* threads: 0 for every core */
+int dcr_hpool_add(struct dcr_hpool *p, int dtype, unsigned ndim, const uint64_t *shape,
+		  const uint8_t *data, dcr_hpool_feed feed, void *ctx, int release,
+		  dcr_digest *out);
+/* Work until every tensor added is done: 0 or the first error. */
+int dcr_hpool_wait(struct dcr_hpool *p);
+void dcr_hpool_free(struct dcr_hpool *p); /* waits first */
 
 /* The digest of a tensor's stored bytes in memory, on `threads` threads
  * (0: every core). */
