@@ -90,6 +90,14 @@ void dcr_blake3_run_update(struct dcr_blake3_run *r, const void *p, size_t len);
 /* The part, once all b - a bytes came (else -EINVAL); the run is spent. */
 int dcr_blake3_run_final(struct dcr_blake3_run *r, struct dcr_blake3_part *out);
 void dcr_blake3_run_release(struct dcr_blake3_run *r);
+/* Feed n runs (of one input or several) nq * w bytes each, run i's as nq
+ * segments of w bytes, the first at src[i] and each pitch bytes after the
+ * one before (the stripes of a band of rows): the same as
+ * dcr_blake3_run_update on each, but whole aligned chunks inside a node
+ * are hashed where they lie, eight chunks and eight parents at a time
+ * across the runs; the rest is gathered. */
+void dcr_blake3_runs_update_rows(struct dcr_blake3_run *const *run, const uint8_t *const *src,
+				 size_t n, size_t w, size_t nq, size_t pitch);
 /* The hash of the input from parts (in any order) that cover [0, n)
  * exactly once; overlaps, gaps and malformed parts are DCR_EFORMAT. */
 int dcr_blake3_join(const struct dcr_blake3_part *v, size_t k, uint64_t n, dcr_digest *out,

@@ -2,15 +2,14 @@
  * hashed on every core: across tensors, and within a large tensor over
  * pieces of BLAKE3's tree that join (see state.h, dcr-format-delta(5)).
  *
- * The stripe stream reorders a tensor's stored bytes; gathering it must not
- * cost what a transposition costs (reading 256-byte segments a row apart
- * defeats the prefetchers: the first version spent a third of its time
- * there). So the bytes are read in their stored order, a band of rows at a
- * time (at most 2 MiB, 16 KiB of each stripe), and each row's segments are
- * copied to their stripe's place in a band buffer that stays in the
- * caches; then each stripe's run of the stream takes its piece, whose
- * BLAKE3 nodes hash eight chunks at once. A tensor of at most 128 columns
- * has one stripe, its stored bytes, and is hashed in place. */
+ * The stripe stream reorders a tensor's stored bytes; reading it in that
+ * order would cost what a transposition costs (256-byte segments a row
+ * apart defeat the prefetchers). So the bytes are read in their stored
+ * order, a band of rows at a time (16 KiB of each stripe, at most 2 MiB of
+ * rows), and BLAKE3 hashes each stripe's chunks where they lie, eight
+ * stripes' chunks of the same rows at once (core/blake3.h,
+ * dcr_blake3_runs_update_rows). A tensor of at most 128 columns has one
+ * stripe, its stored bytes, and is hashed in place. */
 #include "config.h"
 
 #include <errno.h>
@@ -129,21 +128,12 @@ struct srun {
 	size_t off, w;
 };
 
-/* k runs of w bytes a row: a row's segments to their places in the band
- * buffer (a run's nq segments follow each other) */
-static inline void scatter_fixed(uint8_t *g, const uint8_t *row, const struct srun *run, size_t k,
-				 size_t nq, size_t q, size_t w)
-{
-	g += q * w;
-	for (size_t i = 0; i < k; i++, g += nq * w)
-		memcpy(g, row + run[i].off, w);
-}
-
 /* Feed nrows local rows (lp bytes apart) to the runs a band of sb rows at
- * a time: the band is read in its stored order, row by row, and each
- * row's segments are copied to their run's place in g (sb x lp bytes),
- * so that every run then takes its nq segments as one piece. All runs
- * but perhaps the last have the same width. */
+ * a time. The runs of full segments take their band's segments where they
+ * lie (core/blake3.h hashes them eight chunks at a time across stripes,
+ * reading the rows in order); the narrower last one, when there is one,
+ * gets its segments gathered into g (sb segments). All runs but perhaps
+ * the last have the same width. */
 static void feed_rows(struct srun *run, size_t nrun, const uint8_t *src, size_t lp, uint64_t nrows,
 		      uint8_t *g, size_t sb)
 {
@@ -151,22 +141,22 @@ static void feed_rows(struct srun *run, size_t nrun, const uint8_t *src, size_t 
 	for (uint64_t q0 = 0; q0 < nrows; q0 += sb) {
 		size_t nq = nrows - q0 < sb ? (size_t)(nrows - q0) : sb;
 		const uint8_t *band = src + q0 * lp;
-		uint8_t *last = g + nfull * nq * w;
-		for (size_t q = 0; q < nq; q++) {
-			const uint8_t *row = band + q * lp;
-			switch (w) {
-			case 128: scatter_fixed(g, row, run, nfull, nq, q, 128); break;
-			case 256: scatter_fixed(g, row, run, nfull, nq, q, 256); break;
-			case 512: scatter_fixed(g, row, run, nfull, nq, q, 512); break;
-			case 1024: scatter_fixed(g, row, run, nfull, nq, q, 1024); break;
-			default: scatter_fixed(g, row, run, nfull, nq, q, w); break;
+		for (size_t k0 = 0; k0 < nfull; k0 += 64) {
+			struct dcr_blake3_run *rv[64];
+			const uint8_t *sv[64];
+			size_t m = nfull - k0 < 64 ? nfull - k0 : 64;
+			for (size_t k = 0; k < m; k++) {
+				rv[k] = &run[k0 + k].r;
+				sv[k] = band + run[k0 + k].off;
 			}
-			if (nfull < nrun)
-				memcpy(last + q * run[nrun - 1].w, row + run[nrun - 1].off,
-				       run[nrun - 1].w);
+			dcr_blake3_runs_update_rows(rv, sv, m, w, nq, lp);
 		}
-		for (size_t k = 0; k < nrun; k++)
-			dcr_blake3_run_update(&run[k].r, g + k * nq * w, nq * run[k].w);
+		if (nfull < nrun) {
+			const struct srun *last = &run[nrun - 1];
+			for (size_t q = 0; q < nq; q++)
+				memcpy(g + q * last->w, band + q * lp + last->off, last->w);
+			dcr_blake3_run_update(&run[nrun - 1].r, g, nq * last->w);
+		}
 	}
 }
 
@@ -236,7 +226,7 @@ int dcr_stripes_parts(const struct dcr_stripes *s, const uint8_t *local, uint64_
 		/* one stripe, whole rows: the block is a run of the stream as it is */
 		dcr_blake3_run_update(&run[0].r, local, (size_t)((r1 - r0) * lp));
 	} else if (!r && nrun) {
-		g = malloc(sb * lp);
+		g = malloc(sb * s->seg);
 		if (!g)
 			r = dcr_err_sys(e, ENOMEM, "tensor digest");
 		else
@@ -270,9 +260,10 @@ struct dcr_tdigest {
 	struct dcr_stripes s;
 	uint64_t r0, r1;  /* the rows it takes */
 	uint64_t fed, want;
+	uint64_t done;	  /* bytes fed to the runs: whole bands */
 	struct srun *run; /* a run per stripe over rows [r0, r1) */
-	uint8_t *stage;   /* rows not yet fed to the runs */
-	size_t stage_len, stage_cap, min_rows, sb;
+	uint8_t *stage;   /* a band that came in pieces */
+	size_t stage_len, band, sb;
 	uint8_t *g;
 };
 
@@ -307,19 +298,13 @@ struct dcr_tdigest *dcr_tdigest_new_rows(int dtype, unsigned ndim, const uint64_
 		t->run[j].w = (size_t)w;
 	}
 	if (n > 1) {
-		/* rows are staged until there are enough for a gather of
-		 * 8 KiB a stripe (or 1 MiB of rows) */
+		/* whole bands of rows go to the runs, so that each stripe
+		 * takes whole, aligned chunks; a band that comes in pieces
+		 * is put together first */
 		t->sb = band_rows(s->seg, s->pitch);
-		t->min_rows = (size_t)(8192 / s->seg);
-		if (t->min_rows * s->pitch > (1u << 20))
-			t->min_rows = (size_t)((1u << 20) / s->pitch);
-		if (t->min_rows < 1)
-			t->min_rows = 1;
-		if (t->min_rows > t->sb)
-			t->min_rows = t->sb;
-		t->stage_cap = (size_t)(t->min_rows * s->pitch);
-		t->stage = malloc(t->stage_cap);
-		t->g = malloc(t->sb * s->pitch);
+		t->band = (size_t)(t->sb * s->pitch);
+		t->stage = malloc(t->band);
+		t->g = malloc(t->sb * s->seg);
 		if (!t->stage || !t->g) {
 			dcr_tdigest_free(t);
 			return NULL;
@@ -338,6 +323,11 @@ struct dcr_tdigest *dcr_tdigest_new(int dtype, unsigned ndim, const uint64_t *sh
 	return dcr_tdigest_new_rows(dtype, ndim, shape, 0, s.rows);
 }
 
+size_t dcr_tdigest_step(const struct dcr_tdigest *t)
+{
+	return t->band ? t->band : (size_t)1 << 20;
+}
+
 void dcr_tdigest_update(struct dcr_tdigest *t, const void *in, size_t n)
 {
 	const uint8_t *p = in;
@@ -350,23 +340,25 @@ void dcr_tdigest_update(struct dcr_tdigest *t, const void *in, size_t n)
 		return;
 	}
 	while (n) {
-		if (t->stage_len || n < t->stage_cap) {
-			size_t k = t->stage_cap - t->stage_len < n ? t->stage_cap - t->stage_len : n;
+		size_t band = t->want - t->done < t->band ? (size_t)(t->want - t->done) : t->band;
+		const uint8_t *at = p;
+		if (t->stage_len || n < band) {
+			size_t k = band - t->stage_len < n ? band - t->stage_len : n;
 			memcpy(t->stage + t->stage_len, p, k);
 			t->stage_len += k;
 			p += k;
 			n -= k;
-			if (t->stage_len == t->stage_cap) {
-				feed_rows(t->run, (size_t)s->nstripes, t->stage, (size_t)s->pitch,
-					  t->min_rows, t->g, t->sb);
-				t->stage_len = 0;
-			}
-			continue;
+			if (t->stage_len < band)
+				continue;
+			at = t->stage;
+			t->stage_len = 0;
+		} else {
+			p += band;
+			n -= band;
 		}
-		uint64_t rows = n / s->pitch;
-		feed_rows(t->run, (size_t)s->nstripes, p, (size_t)s->pitch, rows, t->g, t->sb);
-		p += rows * s->pitch;
-		n -= (size_t)(rows * s->pitch);
+		feed_rows(t->run, (size_t)s->nstripes, at, (size_t)s->pitch, band / s->pitch, t->g,
+			  t->sb);
+		t->done += band;
 	}
 }
 
@@ -374,10 +366,6 @@ int dcr_tdigest_parts(struct dcr_tdigest *t, struct dcr_parts *ps)
 {
 	const struct dcr_stripes *s = &t->s;
 	int r = t->fed == t->want ? 0 : -EINVAL;
-	if (!r && s->nstripes > 1 && t->stage_len)
-		feed_rows(t->run, (size_t)s->nstripes, t->stage, (size_t)s->pitch,
-			  t->stage_len / s->pitch, t->g, t->sb);
-	t->stage_len = 0;
 	for (size_t j = 0; j < s->nstripes; j++) {
 		struct dcr_blake3_part *p = r ? NULL : parts_add(ps);
 		if (!p) {

@@ -65,6 +65,9 @@ void dcr_tdigest_update(struct dcr_tdigest *t, const void *p, size_t n);
 /* 0 and the digest once every stored byte came; -EINVAL otherwise. */
 int dcr_tdigest_final(struct dcr_tdigest *t, dcr_digest *out);
 void dcr_tdigest_free(struct dcr_tdigest *t);
+/* Bytes it hashes at once: fed in pieces of whole steps, at whole steps
+ * from its start, it copies nothing. */
+size_t dcr_tdigest_step(const struct dcr_tdigest *t);
 /* The same for rows [r0, r1) only (NULL when they are not the tensor's):
  * its digest parts, added to ps once those rows' bytes came. */
 struct dcr_tdigest *dcr_tdigest_new_rows(int dtype, unsigned ndim, const uint64_t *shape,

@@ -207,6 +207,20 @@ static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, 
 	return 0;
 }
 
+/* Hash NEW's bytes up to `upto` (bytes of the tensor compared so far) in
+ * the digest's whole steps, which it takes without copying; all of them
+ * at the end. */
+static void hash_upto(struct dcr_tdigest *td, const uint8_t *data, uint64_t *hashed, uint64_t upto,
+		      int end)
+{
+	uint64_t step = dcr_tdigest_step(td);
+	uint64_t to = end ? upto : upto - upto % step;
+	if (to > *hashed) {
+		dcr_tdigest_update(td, data + *hashed, (size_t)(to - *hashed));
+		*hashed = to;
+	}
+}
+
 static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 {
 	struct dctx *d = w->d;
@@ -222,10 +236,11 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 	/* read through the mappings, then let go of the pages every RELEASE
 	 * bytes (each release costs a TLB shootdown): the page cache keeps
 	 * them, this process's resident set does not */
-	uint64_t released = 0;
+	uint64_t released = 0, hashed = 0;
 	for (uint64_t s = 0; s < nunits && !r; s += chunk) {
 		uint64_t len = nunits - s < chunk ? nunits - s : chunk;
 		size_t nb = (size_t)(len * unit);
+		int last = s + len >= nunits;
 		w->bb = nt->data + s * unit;
 		if (same) {
 			w->ba = bt->data + s * unit;
@@ -237,13 +252,13 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 				for (size_t q = w->ch.n; q < w->ch.n + got; q++)
 					w->ch.pos[q] += at / unit;
 				w->ch.n += got;
-				dcr_tdigest_update(td, w->bb + at, k);
+				hash_upto(td, nt->data, &hashed, s * unit + at + k, last && at + k == nb);
 			}
 			if (w->ch.n)
 				r = add_item(t, (uint32_t)i, DCR_ENC_XOR, s, len, 0, w, unit, ni->dtype,
 					     &t->e);
 		} else {
-			dcr_tdigest_update(td, w->bb, nb);
+			hash_upto(td, nt->data, &hashed, s * unit + nb, last);
 			for (uint64_t k = 0; k < len; k++) {
 				w->ch.pos[k] = k;
 				w->ch.val[k] = load_unit(w->bb + k * unit, unit);
@@ -252,8 +267,9 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 			r = add_item(t, (uint32_t)i, DCR_ENC_OVERWRITE, s, len, 1, w, unit, ni->dtype,
 				     &t->e);
 		}
-		uint64_t upto = (s + len) * unit;
-		if (upto - released >= RELEASE || s + len >= nunits) {
+		/* the hash may lag the compare by a step: release what both read */
+		uint64_t upto = hashed;
+		if (upto - released >= RELEASE || last) {
 			release(nt->data + released, (size_t)(upto - released));
 			if (same)
 				release(bt->data + released, (size_t)(upto - released));

@@ -69,7 +69,9 @@ static void hash_src(struct dcr_tdigest *h, const uint8_t *src, uint64_t off, ui
 }
 
 /* The new bytes of rows [r0, r1) of a tensor: its current bytes (zeros for
- * a new tensor) with the overwrites of the items that meet those rows. */
+ * a new tensor) with the overwrites of the items that meet those rows,
+ * put together a step of the digest at a time (so that it copies nothing
+ * more); a step no item meets is hashed where it lies. */
 static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 {
 	struct jtensor *jt = ctx;
@@ -78,21 +80,21 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 	struct dcr_stripes st;
 	dcr_stripes_init(&st, pt->t.dtype, pt->t.ndim, pt->t.shape);
 	const uint8_t *src = (pt->t.flags & DCR_TENSOR_NEW) || !pt->cur ? NULL : pt->cur->data;
-	uint64_t a = r0 * st.pitch, b = r1 * st.pitch, pos = a;
+	uint64_t a = r0 * st.pitch, b = r1 * st.pitch, step = dcr_tdigest_step(td);
 	struct dcr_changes ch = {0};
 	struct dcr_buf tmp = {0};
+	size_t k = 0, decoded = SIZE_MAX, cc = 0; /* cc: the decoded item's next change */
 	int r = 0;
-	for (size_t k = 0; k < jt->n && !r; k++) {
-		const struct dcr_item *it = &jt->items[k]->it;
-		uint64_t s0 = it->start * unit, s1 = s0 + it->len * unit;
-		if (s1 <= a)
+	while (k < jt->n && jt->items[k]->it.start * unit + jt->items[k]->it.len * unit <= a)
+		k++;
+	for (uint64_t x0 = a; x0 < b && !r; x0 += step) {
+		uint64_t x1 = b - x0 < step ? b : x0 + step;
+		/* the items that meet [x0, x1): k, k+1, ... */
+		size_t q = k;
+		if (q >= jt->n || jt->items[q]->it.start * unit >= x1) {
+			hash_src(td, src, x0, x1 - x0);
 			continue;
-		if (s0 >= b)
-			break;
-		uint64_t x0 = s0 > a ? s0 : a, x1 = s1 < b ? s1 : b;
-		hash_src(td, src, pos, x0 - pos);
-		if ((r = dcr_item_decode(it, unit, &ch, &jt->e)))
-			break;
+		}
 		tmp.len = 0;
 		if (dcr_buf_reserve(&tmp, (size_t)(x1 - x0))) {
 			r = dcr_err_sys(&jt->e, ENOMEM, "journal");
@@ -102,16 +104,28 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 			memcpy(tmp.p, src + x0, (size_t)(x1 - x0));
 		else
 			memset(tmp.p, 0, (size_t)(x1 - x0));
-		for (size_t q = 0; q < ch.n; q++) {
-			uint64_t at = s0 + ch.pos[q] * unit;
-			if (at >= x0 && at < x1)
-				store_unit(tmp.p + (at - x0), unit, ch.val[q]);
+		for (; q < jt->n && jt->items[q]->it.start * unit < x1; q++) {
+			const struct dcr_item *it = &jt->items[q]->it;
+			uint64_t s0 = it->start * unit;
+			if (decoded != q) {
+				if ((r = dcr_item_decode(it, unit, &ch, &jt->e)))
+					break;
+				decoded = q;
+				cc = 0;
+			}
+			for (; cc < ch.n && s0 + ch.pos[cc] * unit < x1; cc++) {
+				uint64_t at = s0 + ch.pos[cc] * unit;
+				if (at >= x0) /* else in the band before */
+					store_unit(tmp.p + (at - x0), unit, ch.val[cc]);
+			}
 		}
+		if (r)
+			break;
 		dcr_tdigest_update(td, tmp.p, (size_t)(x1 - x0));
-		pos = x1;
+		/* items that end in this step are done with */
+		while (k < jt->n && jt->items[k]->it.start * unit + jt->items[k]->it.len * unit <= x1)
+			k++;
 	}
-	if (!r)
-		hash_src(td, src, pos, b - pos);
 	dcr_changes_free(&ch);
 	dcr_buf_free(&tmp);
 	if (r)
