@@ -13,7 +13,7 @@ struct dcr_diff_opts {
 	const char *what;              /* output name for messages */
 	int threads;                   /* workers (default: one per core) */
 	int dense;                     /* a dense copy of target: no base (base ignored) */
-	int codec;                     /* DCR_CODEC_AUTO (default), _PLAIN or DCR_CODEC_DELTA */
+	int codec;                     /* DCR_CODEC_AUTO (default), _PLAIN, _DELTA or _CLASSED */
 	int no_cache;                  /* do not leave NEW's digests in NEW/.dcr/state */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
