@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 
 #include "core/bytes.h"
+#include "core/cuda.h"
 #include "core/file.h"
 #include "core/state.h"
 #include "core/util.h"
@@ -174,6 +175,7 @@ struct worker {
 	uint64_t *oldv;
 	struct dcr_buf enc;
 	struct dcr_sha *sha;
+	struct dcr_cuda_ctx *gpu; /* --device cuda: the chunks are compared there */
 };
 
 static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, uint64_t len,
@@ -227,7 +229,13 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 		dcr_sha_update(w->sha, w->bb, nb);
 		if (same) {
 			w->ba = bt->data + s * unit;
-			w->ch.n = dcr_scan_changes(w->ba, w->bb, nb, unit, w->ch.pos, w->ch.val);
+			if (w->gpu)
+				r = dcr_cuda_scan_changes(w->gpu, w->ba, w->bb, nb, unit, w->ch.pos,
+							  w->ch.val, &w->ch.n, &t->e);
+			else
+				w->ch.n = dcr_scan_changes(w->ba, w->bb, nb, unit, w->ch.pos, w->ch.val);
+			if (r)
+				break;
 			if (w->ch.n)
 				r = add_item(t, (uint32_t)i, DCR_ENC_XOR, s, len, 0, w, unit, ni->dtype,
 					     &t->e);
@@ -369,6 +377,9 @@ static int start_workers(struct dctx *d, struct worker *ws, int threads, pthread
 		if (!ws[k].sha || !ws[k].oldv ||
 		    dcr_changes_reserve(&ws[k].ch, d->chunk))
 			return dcr_err_sys(e, ENOMEM, "diff");
+		int r;
+		if (d->o->device == DCR_DEVICE_CUDA && (r = dcr_cuda_ctx_new(&ws[k].gpu, e)))
+			return r;
 	}
 	for (int k = 0; k < threads; k++) {
 		if (pthread_create(&th[*nth], NULL, work, &ws[k])) {
@@ -442,6 +453,8 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		d.chunk = DCR_ITEM_MAX_ELEMS;
 	pthread_mutex_init(&d.mu, NULL);
 	pthread_cond_init(&d.cv, NULL);
+	if (o->device == DCR_DEVICE_CUDA && (r = dcr_cuda_probe(e)))
+		goto out;
 
 	if ((r = open_ckpts(o, &a, &b, e)))
 		goto out;
@@ -499,6 +512,7 @@ out:
 		for (int k = 0; k < threads; k++) {
 			free(ws[k].oldv);
 			dcr_sha_free(ws[k].sha);
+			dcr_cuda_ctx_free(ws[k].gpu);
 			dcr_changes_free(&ws[k].ch);
 			dcr_buf_free(&ws[k].enc);
 		}

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/cuda.h"
 #include "core/file.h"
 #include "core/state.h"
 #include "core/util.h"
@@ -259,6 +260,7 @@ struct replay {
 	struct dcr_changes ch;
 	struct dcr_delta_reader rd;
 	dcr_digest *dg;		/* per tensor, after the overwrites */
+	struct dcr_cuda_ctx *gpu; /* --device cuda: overwrites scattered there */
 };
 
 /* 1. staged files into place, removed files gone, the directory synced */
@@ -386,8 +388,16 @@ static int rp_overwrite(struct replay *rp, struct dcr_err *e)
 		struct wfile *f;
 		if ((r = rp_open_file(rp, ct, &f, e)))
 			break;
-		dcr_scatter(f->map + ct->file_off + it.start * unit, unit, rp->ch.pos, rp->ch.val,
-			    rp->ch.n, 0);
+		uint8_t *dst = f->map + ct->file_off + it.start * unit;
+		if (x->o && x->o->device == DCR_DEVICE_CUDA) {
+			/* the same overwrites, scattered on the device */
+			if ((!rp->gpu && (r = dcr_cuda_ctx_new(&rp->gpu, e))) ||
+			    (r = dcr_cuda_scatter_host(rp->gpu, dst, (size_t)(it.len * unit), unit,
+						       rp->ch.pos, rp->ch.val, rp->ch.n, 0, e)))
+				break;
+		} else {
+			dcr_scatter(dst, unit, rp->ch.pos, rp->ch.val, rp->ch.n, 0);
+		}
 		p->t[it.tensor].touched = 1;
 		nitems++;
 		if (x->o && x->o->progress)
@@ -502,6 +512,7 @@ out:
 	free(rp.dg);
 	dcr_delta_reader_release(&rp.rd);
 	dcr_changes_free(&rp.ch);
+	dcr_cuda_ctx_free(rp.gpu);
 	dcr_ckpt_close(rp.c);
 	ap_plan_free(&rp.p);
 	if (rp.fd >= 0)
@@ -513,6 +524,12 @@ out:
 int ap_recover(struct dcr_receiver *rc, const struct dcr_apply_opts *o,
 		      struct dcr_err *e)
 {
+	/* a device that is not there is said before anything is touched */
+	if (o && o->device == DCR_DEVICE_CUDA) {
+		int r = dcr_cuda_probe(e);
+		if (r)
+			return r;
+	}
 	char *jp = dcr_receiver_path(rc, "journal");
 	int have = jp && access(jp, F_OK) == 0;
 	free(jp);
