@@ -893,8 +893,8 @@ static inline int clsmap_fast(const struct clsmap *cm, unsigned unit)
  * AVX2). */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CLS_AVX2 1
-__attribute__((target("avx2"))) static inline void
-blk_masks_avx2(const uint8_t *old, const struct clsmap *cm, uint64_t *m)
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void
+blk_masks_avx2(const uint8_t *old, const struct clsmap *cm, const unsigned K, uint64_t *m)
 {
 	const __m128i sh = _mm_cvtsi32_si128((int)(16 - cm->vm.ebits));
 	const __m256i flip = _mm256_set1_epi8((char)0x80);
@@ -911,8 +911,8 @@ blk_masks_avx2(const uint8_t *old, const struct clsmap *cm, uint64_t *m)
 	__m256i f1 = _mm256_permute4x64_epi64(_mm256_packus_epi16(a2, a3), 0xd8);
 	f0 = _mm256_xor_si256(f0, flip);
 	f1 = _mm256_xor_si256(f1, flip);
-	const unsigned K = cm->ncls;
 	uint64_t prev = 0;
+#pragma GCC unroll 8
 	for (unsigned c = 0; c + 1 < K; c++) {
 		const __m256i t = _mm256_load_si256((const __m256i *)(const void *)cm->tvb[c]);
 		uint64_t ge = (uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(f0, t)) |
@@ -922,16 +922,22 @@ blk_masks_avx2(const uint8_t *old, const struct clsmap *cm, uint64_t *m)
 	}
 	m[K - 1] = ~prev;
 }
+
+/* The same for callers without the AVX2 target (one call per block). */
+__attribute__((target("avx2"))) static void
+blk_masks_avx2_call(const uint8_t *old, const struct clsmap *cm, unsigned K, uint64_t *m)
+{
+	blk_masks_avx2(old, cm, K, m);
+}
 #endif
 
 static inline __attribute__((always_inline)) void
 blk_masks(const uint8_t *old, unsigned unit, unsigned nb, const struct clsmap *cm,
-	  const int fast, uint64_t *m)
+	  const int fast, const unsigned K, uint64_t *m)
 {
-	const unsigned K = cm->ncls;
 #ifdef CLS_AVX2
 	if (fast == 2 && nb == CBLK) {
-		blk_masks_avx2(old, cm, m);
+		blk_masks_avx2_call(old, cm, K, m);
 		return;
 	}
 #endif
@@ -1066,6 +1072,7 @@ static unsigned qtable_quantize(const uint64_t *c, uint8_t *q, unsigned *cnt)
 #define PLAN_SAMPLES 4096
 #define PLAN_RUNS 8
 #define PLAN_BINS 20
+#define CLS_SCAN_BITS 0.003 /* bits a class must save per element of the range */
 
 /* Bits of coding k changes among N elements as independent draws. */
 static double bern_bits(double k, double N)
@@ -1175,7 +1182,9 @@ static void class_plan(const uint8_t *old, unsigned unit, int dtype, uint64_t ra
 					from[q][j] = (uint8_t)i;
 				}
 			}
-		if (dp[q][nb] < dp[best_q][nb])
+		/* each class costs the decoder's scan a compare per element:
+		 * it must save CLS_SCAN_BITS per element of the range */
+		if (dp[q][nb] + (q - best_q) * CLS_SCAN_BITS * (double)range_len < dp[best_q][nb])
 			best_q = q;
 	}
 	*gain = dp[1][nb] - dp[best_q][nb];
@@ -1206,7 +1215,8 @@ class_gaps_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 	size_t k = 0;
 	for (uint64_t b = 0; k < n; b += CBLK) {
 		unsigned nb = range_len - b < CBLK ? (unsigned)(range_len - b) : CBLK;
-		blk_masks(old + b * unit, unit, nb, cm, fast, m);
+		__builtin_prefetch(old + (b + 16 * CBLK) * unit);
+		blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
 		for (; k < n && pos[k] < b + nb; k++) {
 			unsigned bit = (unsigned)(pos[k] - b), c = cc[k];
 			uint64_t rank = base[c] + pop64(m[c] & ((1ULL << bit) - 1));
@@ -1220,6 +1230,14 @@ class_gaps_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 	return bad;
 }
 
+/* The highest code path the class scans may take (cdc_cpu_limit). */
+static int cpu_cap = 3;
+
+void cdc_cpu_limit(int level)
+{
+	cpu_cap = level < 0 ? 0 : level > 3 ? 3 : level;
+}
+
 #ifdef CLS_AVX2
 /* 2: AVX2 (with POPCNT), 1: POPCNT, 0: neither. */
 static int cpu_level(void)
@@ -1228,7 +1246,19 @@ static int cpu_level(void)
 	if (known < 0)
 		known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") ? 2
 			: __builtin_cpu_supports("popcnt") ? 1 : 0;
-	return known;
+	return known < cpu_cap ? known : cpu_cap;
+}
+
+/* BMI2's PDEP where it is fast: not on AMD before Zen 3, which runs it
+ * in microcode (hundreds of cycles). */
+static int cpu_fast_pdep(void)
+{
+	static int known = -1;
+	if (known < 0)
+		known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") &&
+			__builtin_cpu_supports("bmi2") && !__builtin_cpu_is("znver1") &&
+			!__builtin_cpu_is("znver2");
+	return known && cpu_cap >= 3;
 }
 
 __attribute__((target("avx2,popcnt"))) static uint64_t
@@ -1263,7 +1293,7 @@ static uint64_t class_gaps(const uint8_t *old, unsigned unit, uint64_t range_len
 	if (lv == 1)
 		return class_gaps_popcnt(old, unit, range_len, n, pos, oldv, cc, cm, at, gseq);
 #endif
-	if (clsmap_fast(cm, unit))
+	if (cpu_cap >= 1 && clsmap_fast(cm, unit))
 		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 1, at, gseq);
 	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, at, gseq);
 }
@@ -2035,7 +2065,8 @@ class_scan_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 		if (b >= range_len)
 			return -1;
 		unsigned nb = range_len - b < CBLK ? (unsigned)(range_len - b) : CBLK;
-		blk_masks(old + b * unit, unit, nb, cm, fast, m);
+		__builtin_prefetch(old + (b + 16 * CBLK) * unit);
+		blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
 		uint64_t chg = 0;
 		for (unsigned c = 0; c < K; c++) {
 			uint64_t top = base[c] + pop64(m[c]);
@@ -2071,17 +2102,106 @@ class_scan_popcnt(const uint8_t *old, unsigned unit, uint64_t range_len, size_t 
 }
 #endif
 
+#ifdef CLS_AVX2
+/* Phase 2 with PDEP: each class's ranks as a bitmap over the class's
+ * subsequence (rb[c], nw[c] words and a zero word after them); the
+ * changes of class c in a block are the class's next pop64(m[c]) bits
+ * deposited on the set bits of m[c]. No branch per change or per class;
+ * the same positions and the same refusals as class_scan_body. */
+__attribute__((target("avx2,popcnt,bmi2"))) static inline __attribute__((always_inline)) int
+class_dep_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+	       const struct clsmap *cm, uint64_t *const *rb, const uint64_t *nw, const int fast,
+	       const unsigned K, uint64_t *pos)
+{
+	uint64_t base[MAXCLS] = {0}, m[MAXCLS];
+	size_t k = 0;
+	for (uint64_t b = 0; k < n; b += CBLK) {
+		if (b >= range_len)
+			return -1;
+		unsigned nb = range_len - b < CBLK ? (unsigned)(range_len - b) : CBLK;
+		__builtin_prefetch(old + (b + 16 * CBLK) * unit);
+		if (fast == 2 && nb == CBLK)
+			blk_masks_avx2(old + b * unit, cm, K, m);
+		else
+			blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
+		uint64_t chg = 0;
+#pragma GCC unroll 8
+		for (unsigned c = 0; c < K; c++) {
+			uint64_t o = base[c], w = o >> 6;
+			unsigned sh = (unsigned)(o & 63);
+			uint64_t bits = w < nw[c] ? rb[c][w] >> sh | rb[c][w + 1] << 1 << (63 - sh) : 0;
+			chg |= _pdep_u64(bits, m[c]);
+			base[c] = o + pop64(m[c]);
+		}
+		while (chg) {
+			pos[k++] = b + (unsigned)__builtin_ctzll(chg);
+			chg &= chg - 1;
+		}
+	}
+	return 0;
+}
+
+__attribute__((target("avx2,popcnt,bmi2"))) static int
+class_dep_avx2(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+	       const struct clsmap *cm, uint64_t *const *rb, const uint64_t *nw, uint64_t *pos)
+{
+	/* the class count as a constant where the encoder's plan can put it */
+	if (clsmap_fast(cm, unit))
+		switch (cm->ncls) {
+		case 1: return class_dep_body(old, unit, range_len, n, cm, rb, nw, 2, 1, pos);
+		case 2: return class_dep_body(old, unit, range_len, n, cm, rb, nw, 2, 2, pos);
+		case 3: return class_dep_body(old, unit, range_len, n, cm, rb, nw, 2, 3, pos);
+		case 4: return class_dep_body(old, unit, range_len, n, cm, rb, nw, 2, 4, pos);
+		default: return class_dep_body(old, unit, range_len, n, cm, rb, nw, 2, cm->ncls, pos);
+		}
+	return class_dep_body(old, unit, range_len, n, cm, rb, nw, 0, cm->ncls, pos);
+}
+
+/* The rank bitmaps of class_dep_body from the rank lists, then the scan.
+ * More than n changes can never come out: a block deposits at most the
+ * class's remaining ranks, and the lists hold n in all. */
+static int class_scan_dep(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+			  const struct clsmap *cm, const uint64_t *const *rk, uint64_t *pos)
+{
+	const unsigned K = cm->ncls;
+	uint64_t nw[MAXCLS], tot = 0;
+	for (unsigned c = 0; c < K; c++) {
+		const uint64_t *r = rk[c];
+		uint64_t last = 0;
+		for (; *r != UINT64_MAX; r++)
+			last = *r;
+		nw[c] = r == rk[c] ? 0 : (last >> 6) + 1;
+		tot += nw[c] + 1;
+	}
+	uint64_t *words = calloc(tot, sizeof(uint64_t)), *rb[MAXCLS];
+	if (!words)
+		return -2;
+	size_t o = 0;
+	for (unsigned c = 0; c < K; c++) {
+		rb[c] = words + o;
+		o += nw[c] + 1;
+		for (const uint64_t *r = rk[c]; *r != UINT64_MAX; r++)
+			rb[c][*r >> 6] |= 1ULL << (*r & 63);
+	}
+	int rc = class_dep_avx2(old, unit, range_len, n, cm, rb, nw, pos);
+	free(words);
+	return rc;
+}
+#endif
+
 static int class_scan(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 		      const struct clsmap *cm, const uint64_t *const *rk, uint64_t *pos)
 {
 #ifdef CLS_AVX2
 	int lv = cpu_level();
+	if (lv == 2 && cpu_fast_pdep())
+		return class_scan_dep(old, unit, range_len, n, cm, rk, pos);
 	if (lv == 2)
 		return class_scan_avx2(old, unit, range_len, n, cm, rk, pos);
 	if (lv == 1)
 		return class_scan_popcnt(old, unit, range_len, n, cm, rk, pos);
 #endif
-	if (clsmap_fast(cm, unit))
+	if (cpu_cap >= 1 && clsmap_fast(cm, unit))
 		return class_scan_body(old, unit, range_len, n, cm, rk, 1, pos);
 	return class_scan_body(old, unit, range_len, n, cm, rk, 0, pos);
 }
@@ -2144,7 +2264,13 @@ static int class_decode(const uint8_t *p, size_t len, unsigned unit, uint64_t ra
 		rkc[c] = rk + o;
 		o += count[c] + 1;
 	}
-	if (class_scan(old, unit, range_len, n, &cm, rkc, pos) < 0) {
+	if ((rc = class_scan(old, unit, range_len, n, &cm, rkc, pos)) < 0) {
+		if (rc == -2) {
+			free(fc);
+			free(sy);
+			free(rk);
+			return dcr_err_set(e, -ENOMEM, "out of memory");
+		}
 		why = "position beyond the range";
 		goto fail;
 	}
