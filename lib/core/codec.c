@@ -888,6 +888,10 @@ static inline int clsmap_fast(const struct clsmap *cm, unsigned unit)
 	       cm->vm.mshift + cm->vm.ebits == 15;
 }
 
+/* A block's class masks (blk_masks_avx2), passed to the scans' bodies so
+ * that their AVX2 instances inline it. */
+typedef void blkfn(const uint8_t *old, const struct clsmap *cm, unsigned K, uint64_t *m);
+
 /* Class masks of the nb <= CBLK elements at old: bit i of m[c] is set
  * when element i is in class c. fast: clsmap_fast() holds (1: SSE2, 2:
  * AVX2). */
@@ -922,25 +926,13 @@ blk_masks_avx2(const uint8_t *old, const struct clsmap *cm, const unsigned K, ui
 	}
 	m[K - 1] = ~prev;
 }
-
-/* The same for callers without the AVX2 target (one call per block). */
-__attribute__((target("avx2"))) static void
-blk_masks_avx2_call(const uint8_t *old, const struct clsmap *cm, unsigned K, uint64_t *m)
-{
-	blk_masks_avx2(old, cm, K, m);
-}
 #endif
 
 static inline __attribute__((always_inline)) void
 blk_masks(const uint8_t *old, unsigned unit, unsigned nb, const struct clsmap *cm,
 	  const int fast, const unsigned K, uint64_t *m)
 {
-#ifdef CLS_AVX2
-	if (fast == 2 && nb == CBLK) {
-		blk_masks_avx2_call(old, cm, K, m);
-		return;
-	}
-#endif
+	/* fast 2 (AVX2): the callers take blk_masks_avx2 for whole blocks */
 #ifdef __SSE2__
 	if (fast && nb == CBLK) {
 		const __m128i sh = _mm_cvtsi32_si128((int)(16 - cm->vm.ebits));
@@ -1207,7 +1199,8 @@ static void class_plan(const uint8_t *old, unsigned unit, int dtype, uint64_t ra
 static inline __attribute__((always_inline)) uint64_t
 class_gaps_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 		const uint64_t *pos, const uint64_t *oldv, const uint8_t *cc,
-		const struct clsmap *cm, const int fast, size_t *at, uint64_t *gseq)
+		const struct clsmap *cm, const int fast, blkfn *const mk, size_t *at,
+		uint64_t *gseq)
 {
 	uint64_t bad = 0;
 	const unsigned K = cm->ncls;
@@ -1216,7 +1209,10 @@ class_gaps_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 	for (uint64_t b = 0; k < n; b += CBLK) {
 		unsigned nb = range_len - b < CBLK ? (unsigned)(range_len - b) : CBLK;
 		__builtin_prefetch(old + (b + 16 * CBLK) * unit);
-		blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
+		if (fast == 2 && nb == CBLK)
+			mk(old + b * unit, cm, K, m);
+		else
+			blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
 		for (; k < n && pos[k] < b + nb; k++) {
 			unsigned bit = (unsigned)(pos[k] - b), c = cc[k];
 			uint64_t rank = base[c] + pop64(m[c] & ((1ULL << bit) - 1));
@@ -1267,8 +1263,9 @@ class_gaps_avx2(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 		const struct clsmap *cm, size_t *at, uint64_t *gseq)
 {
 	if (clsmap_fast(cm, unit))
-		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 2, at, gseq);
-	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, at, gseq);
+		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 2,
+				       blk_masks_avx2, at, gseq);
+	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, NULL, at, gseq);
 }
 
 __attribute__((target("popcnt"))) static uint64_t
@@ -1277,8 +1274,8 @@ class_gaps_popcnt(const uint8_t *old, unsigned unit, uint64_t range_len, size_t 
 		  const struct clsmap *cm, size_t *at, uint64_t *gseq)
 {
 	if (clsmap_fast(cm, unit))
-		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 1, at, gseq);
-	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, at, gseq);
+		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 1, NULL, at, gseq);
+	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, NULL, at, gseq);
 }
 #endif
 
@@ -1294,8 +1291,8 @@ static uint64_t class_gaps(const uint8_t *old, unsigned unit, uint64_t range_len
 		return class_gaps_popcnt(old, unit, range_len, n, pos, oldv, cc, cm, at, gseq);
 #endif
 	if (cpu_cap >= 1 && clsmap_fast(cm, unit))
-		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 1, at, gseq);
-	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, at, gseq);
+		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 1, NULL, at, gseq);
+	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, NULL, at, gseq);
 }
 
 /* The CLASSED positions section: the field, the classes, each class's
@@ -2053,7 +2050,7 @@ static int class_ranks(const uint64_t *count, unsigned K, const uint32_t *fc, co
 static inline __attribute__((always_inline)) int
 class_scan_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 		const struct clsmap *cm, const uint64_t *const *rkc, const int fast,
-		uint64_t *pos)
+		blkfn *const mk, uint64_t *pos)
 {
 	const unsigned K = cm->ncls;
 	const uint64_t *rk[MAXCLS];
@@ -2066,7 +2063,10 @@ class_scan_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 			return -1;
 		unsigned nb = range_len - b < CBLK ? (unsigned)(range_len - b) : CBLK;
 		__builtin_prefetch(old + (b + 16 * CBLK) * unit);
-		blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
+		if (fast == 2 && nb == CBLK)
+			mk(old + b * unit, cm, K, m);
+		else
+			blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
 		uint64_t chg = 0;
 		for (unsigned c = 0; c < K; c++) {
 			uint64_t top = base[c] + pop64(m[c]);
@@ -2088,8 +2088,8 @@ class_scan_avx2(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 		const struct clsmap *cm, const uint64_t *const *rk, uint64_t *pos)
 {
 	if (clsmap_fast(cm, unit))
-		return class_scan_body(old, unit, range_len, n, cm, rk, 2, pos);
-	return class_scan_body(old, unit, range_len, n, cm, rk, 0, pos);
+		return class_scan_body(old, unit, range_len, n, cm, rk, 2, blk_masks_avx2, pos);
+	return class_scan_body(old, unit, range_len, n, cm, rk, 0, NULL, pos);
 }
 
 __attribute__((target("popcnt"))) static int
@@ -2097,8 +2097,8 @@ class_scan_popcnt(const uint8_t *old, unsigned unit, uint64_t range_len, size_t 
 		  const struct clsmap *cm, const uint64_t *const *rk, uint64_t *pos)
 {
 	if (clsmap_fast(cm, unit))
-		return class_scan_body(old, unit, range_len, n, cm, rk, 1, pos);
-	return class_scan_body(old, unit, range_len, n, cm, rk, 0, pos);
+		return class_scan_body(old, unit, range_len, n, cm, rk, 1, NULL, pos);
+	return class_scan_body(old, unit, range_len, n, cm, rk, 0, NULL, pos);
 }
 #endif
 
@@ -2202,8 +2202,8 @@ static int class_scan(const uint8_t *old, unsigned unit, uint64_t range_len, siz
 		return class_scan_popcnt(old, unit, range_len, n, cm, rk, pos);
 #endif
 	if (cpu_cap >= 1 && clsmap_fast(cm, unit))
-		return class_scan_body(old, unit, range_len, n, cm, rk, 1, pos);
-	return class_scan_body(old, unit, range_len, n, cm, rk, 0, pos);
+		return class_scan_body(old, unit, range_len, n, cm, rk, 1, NULL, pos);
+	return class_scan_body(old, unit, range_len, n, cm, rk, 0, NULL, pos);
 }
 
 /* Positions and new values of a CLASSED payload, given the old bits of
