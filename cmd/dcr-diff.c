@@ -28,9 +28,9 @@ static const char usage[] =
 	"      --threads N      compare with N threads (default: one per core)\n"
 	"      --device D       compare on D: cpu (default) or cuda (the GPU kernels;\n"
 	"                       an error where libdcr has no CUDA or there is no device)\n"
-	"      --codec C        item codec: auto (default: the delta codec where it\n"
-	"                       pays), plain (xor-zstd: squashable without the\n"
-	"                       receiver's bits) or delta\n"
+	"      --codec C        item codec: auto (default: classed or delta where they\n"
+	"                       pay), plain (xor-zstd: decodable without the\n"
+	"                       receiver's bits), delta or classed\n"
 	"      --no-cache       do not leave NEW's digests in NEW/.dcr/state\n"
 	"                       (the next diff, whose base is NEW, then need not hash it)\n"
 	"      --stats          print a summary to stderr\n"
@@ -119,8 +119,11 @@ int main(int argc, char **argv)
 				o.codec = DCR_CODEC_PLAIN;
 			else if (!strcmp(optarg, "delta"))
 				o.codec = DCR_CODEC_DELTA;
+			else if (!strcmp(optarg, "classed"))
+				o.codec = DCR_CODEC_CLASSED;
 			else
-				cmd_usage_error(usage, "--codec wants auto, plain or delta, not '%s'", optarg);
+				cmd_usage_error(usage, "--codec wants auto, plain, delta or classed, not '%s'",
+						optarg);
 			break;
 		case 'T': o.threads = (int)cmd_parse_u64(usage, "--threads", optarg, 1, 64); break;
 		case 'P': porcelain = 1; break;

@@ -15,7 +15,7 @@
 static const char usage[] =
 	"usage: dcr-pack [options] [DELTA|-]\n"
 	"       dcr-pack --list [--porcelain] [-z] PACK|-\n"
-	"       dcr-pack --squash [--delta] [-o OUT] DELTA1 DELTA2...\n"
+	"       dcr-pack --squash [--base CKPT] [--delta] [-o OUT] DELTA1 DELTA2...\n"
 	"\n"
 	"Group a delta stream (DELTA, or standard input) into self-checking payloads\n"
 	"of about --payload-size raw bytes each, then a manifest, written last.\n"
@@ -33,6 +33,9 @@ static const char usage[] =
 	"  -l, --list              list the contents of PACK (a directory or a tar file)\n"
 	"      --squash            compose the chain of delta files DELTA1 (v1->v2),\n"
 	"                          DELTA2 (v2->v3), ... into one delta v1->vk and pack it\n"
+	"      --base CKPT         with --squash: CKPT is the chain's base (DELTA1's), so\n"
+	"                          items coded against the receiver's bits (dcr-diff's\n"
+	"                          default codecs) compose too\n"
 	"      --delta             with --squash: write the composed delta stream, not a pack\n"
 	"      --porcelain         with --list: stable tab-separated records\n"
 	"  -z                      with --list --porcelain: end records with NUL\n"
@@ -148,7 +151,8 @@ static int list_pack(const char *path, int porcelain, char eol)
 /* --squash: compose the chain of delta files. With --delta, write the
  * composed delta to output and return -1; else return a descriptor of it
  * (an unlinked temporary file, rewound) for packing. */
-static int squash_chain(const char *const *deltas, int n, const char *output, int delta_out)
+static int squash_chain(const char *const *deltas, int n, const char *base, const char *output,
+			int delta_out)
 {
 	struct dcr_err e = {0};
 	struct dcr_squash_stats sst = {0};
@@ -169,8 +173,10 @@ static int squash_chain(const char *const *deltas, int n, const char *output, in
 		unlink(tmpl);
 		free(tmpl);
 	}
-	int r = dcr_squash(deltas, (size_t)n, NULL, (struct dcr_sink){dcr_sink_fd_write, &fd},
-			   delta_out ? output : "squashed delta", &sst, &e);
+	struct dcr_sink sink = {dcr_sink_fd_write, &fd};
+	const char *what = delta_out ? output : "squashed delta";
+	int r = base ? dcr_squash_base(deltas, (size_t)n, base, NULL, sink, what, &sst, &e)
+		     : dcr_squash(deltas, (size_t)n, NULL, sink, what, &sst, &e);
 	if (!r && a.tmp)
 		r = dcr_atomic_commit(&a, &e);
 	else if (a.tmp)
@@ -207,6 +213,7 @@ int main(int argc, char **argv)
 		{"list", no_argument, NULL, 'l'},
 		{"squash", no_argument, NULL, 'Q'},
 		{"delta", no_argument, NULL, 'D'},
+		{"base", required_argument, NULL, 'B'},
 		{"porcelain", no_argument, NULL, 'P'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
@@ -214,7 +221,7 @@ int main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *output = "-", *sign = NULL;
+	const char *output = "-", *sign = NULL, *base = NULL;
 	struct dcr_pack_opts o = {0};
 	int list = 0, porcelain = 0, squash = 0, delta_out = 0, c;
 	char eol = '\n';
@@ -242,6 +249,7 @@ int main(int argc, char **argv)
 		case 'l': list = 1; break;
 		case 'Q': squash = 1; break;
 		case 'D': delta_out = 1; break;
+		case 'B': base = optarg; break;
 		case 'P': porcelain = 1; break;
 		case 'z': eol = '\0'; break;
 		default: cmd_common_option(c, usage); break;
@@ -276,12 +284,14 @@ int main(int argc, char **argv)
 								 : NULL;
 		o.sign_pub = pub_name;
 	}
+	if (base && !squash)
+		cmd_usage_error(usage, "--base goes with --squash");
 	if (squash && list)
 		cmd_usage_error(usage, "--squash or --list, not both");
 	if (squash) {
 		if (argc - optind < 1)
 			cmd_usage_error(usage, "--squash needs the chain's delta files");
-		int fd = squash_chain((const char *const *)argv + optind, argc - optind, output,
+		int fd = squash_chain((const char *const *)argv + optind, argc - optind, base, output,
 				      delta_out);
 		if (fd < 0)
 			return cmd_finish(EXIT_OK);

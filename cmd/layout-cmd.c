@@ -191,14 +191,20 @@ int cmd_layout_diff(int argc, char **argv)
 
 static const char apply_usage[] =
 	"usage: dcr-apply --layout MAP --rank R [options] DIR [DELTA]\n"
+	"   or: dcr-apply --layout MAP --replica [options] DIR [DELTA]\n"
 	"\n"
-	"Place a canonical delta (partial or full, PLAIN-coded items) from DELTA or\n"
-	"standard input into DIR, the files of serving rank R of the layout MAP:\n"
-	"XOR where the placement is pure re-indexing, overwrite where a residual\n"
-	"transform converts the value. Crash-safe like dcr-apply; state in DIR/.dcr/.\n"
+	"Place a canonical delta (partial or full) from DELTA or standard input into\n"
+	"DIR, the files of serving rank R of the layout MAP: XOR where the placement\n"
+	"is pure re-indexing, overwrite where a residual transform converts the\n"
+	"value. Crash-safe like dcr-apply; state in DIR/.dcr/. With --replica, DIR\n"
+	"holds every rank of MAP as DIR/rank-R (as dcr-layout materialize writes\n"
+	"them), and items coded against the receiver's bits (dcr-diff's default\n"
+	"codecs) are decoded with the old bits read through the map; one rank alone\n"
+	"takes only those whose range it holds entirely.\n"
 	"\n"
 	"      --layout MAP     the serving layout map (dcr-layout generate)\n"
 	"      --rank R         the serving rank DIR holds\n"
+	"      --replica        DIR/rank-0, DIR/rank-1, ... hold every rank of MAP\n"
 	"  -q, --quiet          print nothing but errors\n"
 	"  -h, --help           show this help\n"
 	"\n"
@@ -206,18 +212,66 @@ static const char apply_usage[] =
 	"canonical state than the delta's base, 128 any other error (a busy\n"
 	"receiver too), 129 usage error.\n";
 
+/* --replica: every rank of L, DIR/rank-R. */
+static int apply_replica(struct dcr_layout *L, const char *dir, const char *input, int fd)
+{
+	struct dcr_err e = {0};
+	uint32_t n = 0;
+	for (size_t t = 0; t < L->ntensors; t++)
+		if (L->tensors[t].rank + 1 > n)
+			n = L->tensors[t].rank + 1;
+	struct dcr_receiver **rcs = calloc(n ? n : 1, sizeof(*rcs));
+	struct dcr_place_result *res = calloc(n ? n : 1, sizeof(*res));
+	if (!rcs || !res)
+		cmd_die("out of memory");
+	for (uint32_t k = 0; k < n; k++) {
+		char *rd = dcr_asprintf("%s/rank-%u", dir, (unsigned)k);
+		if (!rd)
+			cmd_die("out of memory");
+		int r = dcr_receiver_open(rd, 1, &rcs[k], &e);
+		free(rd);
+		if (r)
+			cmd_die_err(&e, cmd_exit_code(r));
+	}
+	struct dcr_apply_opts o = {.what = strcmp(input, "-") ? input : "standard input",
+				   .fault = &cmd_fault};
+	int r = dcr_place_replica(rcs, n, L, (struct dcr_source){dcr_source_fd_read, &fd}, NULL, 0,
+				  &o, res, &e);
+	dcr_layout_free(L);
+	if (r)
+		cmd_die_err(&e, cmd_exit_code(r));
+	for (uint32_t k = 0; k < n && !cmd_quiet; k++) {
+		char t[65];
+		dcr_digest_hex(&res[k].apply.target, t);
+		if (res[k].already)
+			fprintf(stderr, "dcr-apply: '%s/rank-%u' already holds this delta (state %.12s)\n",
+				dir, (unsigned)k, t);
+		else
+			fprintf(stderr,
+				"dcr-apply: rank %u: %llu canonical changes placed as %llu stored changes; state %.12s\n",
+				(unsigned)k, (unsigned long long)res[k].canon_changes,
+				(unsigned long long)res[k].stored_changes, t);
+	}
+	for (uint32_t k = 0; k < n; k++)
+		dcr_receiver_close(rcs[k]);
+	free(rcs);
+	free(res);
+	return cmd_finish(EXIT_OK);
+}
+
 int cmd_layout_apply(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"layout", required_argument, NULL, 'L'},
 		{"rank", required_argument, NULL, 'r'},
+		{"replica", no_argument, NULL, 'R'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"no-progress", no_argument, NULL, 'n'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *map = NULL;
-	int have_rank = 0, c;
+	int have_rank = 0, replica = 0, c;
 	uint32_t rank = 0;
 	if (wants_help(argc, argv)) {
 		fputs(apply_usage, stdout);
@@ -227,11 +281,12 @@ int cmd_layout_apply(int argc, char **argv)
 		switch (c) {
 		case 'L': map = optarg; break;
 		case 'r': rank = parse_rank(apply_usage, optarg); have_rank = 1; break;
+		case 'R': replica = 1; break;
 		default: cmd_common_option(c, apply_usage); break;
 		}
 	}
-	if (!map || !have_rank)
-		cmd_usage_error(apply_usage, "--layout needs --rank");
+	if (!map || have_rank == replica)
+		cmd_usage_error(apply_usage, "--layout needs --rank or --replica");
 	if (argc - optind < 1 || argc - optind > 2)
 		cmd_usage_error(apply_usage, "need DIR and at most one DELTA");
 	const char *dir = argv[optind];
@@ -247,6 +302,8 @@ int cmd_layout_apply(int argc, char **argv)
 	int fd = 0;
 	if (strcmp(input, "-") && (fd = open(input, O_RDONLY | O_CLOEXEC)) < 0)
 		cmd_die("cannot open '%s': %s", input, strerror(errno));
+	if (replica)
+		return apply_replica(L, dir, input, fd);
 	struct dcr_receiver *rc;
 	int r = dcr_receiver_open(dir, 1, &rc, &e);
 	if (r)

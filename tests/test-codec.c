@@ -435,3 +435,512 @@ Test(codec, choose_keeps_the_smaller_encoding_and_it_decodes)
 		dcr_buf_free(&d);
 	}
 }
+
+/* ---- payloads written before this version still decode ---- */
+
+/* Both written by the codecs of dcr 0.1.0 (before CLASSED) for gold_input. */
+static const uint8_t gold_xz[] = {
+	0x13, 0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x28, 0x55, 0x00, 0x00, 0x20, 0x00,
+	0x07, 0x07, 0x04, 0x01, 0x00, 0x25, 0x1d, 0x11, 0x18, 0x28, 0xb5, 0x2f,
+	0xfd, 0x20, 0x50, 0x7d, 0x00, 0x00, 0x38, 0x01, 0x01, 0x80, 0x00, 0x00,
+	0x00, 0x00, 0x02, 0x00, 0x50, 0x48, 0xfd, 0x01, 0x58,
+};
+static const uint8_t gold_delta[] = {
+	0x28, 0x1a, 0x03, 0x00, 0x65, 0x03, 0xb2, 0x0a, 0x02, 0xe6, 0x14, 0x0c,
+	0x45, 0xd0, 0x44, 0x00, 0x73, 0x6b, 0x05, 0x00, 0xd0, 0xd8, 0xde, 0xf0,
+	0x00, 0x00, 0x00, 0x00, 0x03, 0x07, 0x08, 0x00, 0x01, 0x04, 0x01, 0xe6,
+	0x0c, 0x00, 0xe5, 0x0c, 0x1a, 0xcc, 0x01, 0x00, 0xe5, 0x04, 0x10, 0xc3,
+	0x8e, 0x01, 0x00, 0x05, 0xca, 0x01, 0x00, 0x22, 0x71, 0x80, 0xbf, 0xea,
+	0xb2, 0x74, 0x3f, 0x02, 0xb8, 0x5c, 0x6e, 0xae, 0x5b, 0xf1, 0xca, 0xbd,
+	0xce, 0x2f, 0xf5, 0x8b, 0xf7,
+};
+
+static void gold_input(uint64_t *pos, uint64_t *o, uint64_t *nw)
+{
+	for (int i = 0; i < 40; i++) {
+		pos[i] = 7 * i + (i % 3);
+		o[i] = 0x3c00 + 37 * i;
+		nw[i] = (i % 5 == 0) ? (o[i] ^ 0x8001) : o[i] + 1 - 2 * (i & 1);
+	}
+}
+
+Test(codec, payloads_of_earlier_versions_still_decode)
+{
+	uint64_t pos[40], o[40], nw[40], p2[40], v2[40];
+	gold_input(pos, o, nw);
+	uint8_t old[600] = {0};
+	for (int i = 0; i < 40; i++)
+		put_le16(old + 2 * pos[i], (uint16_t)o[i]);
+	const struct { int codec; const uint8_t *p; size_t len; } g[] = {
+		{DCR_CODEC_XOR_ZSTD, gold_xz, sizeof(gold_xz)},
+		{DCR_CODEC_DELTA, gold_delta, sizeof(gold_delta)},
+	};
+	for (int k = 0; k < 2; k++) {
+		struct dcr_err e = {0};
+		cr_assert_eq(dcr_codec_decode_positions(g[k].codec, g[k].p, g[k].len, 2, 300, 40, p2, &e),
+			     0, "%s", e.msg);
+		cr_assert(!memcmp(p2, pos, sizeof(pos)));
+		cr_assert_eq(dcr_codec_decode_values(g[k].codec, g[k].p, g[k].len, 2, DCR_DT_BF16, 300,
+						     40, p2, o, v2, &e), 0, "%s", e.msg);
+		cr_assert(!memcmp(v2, nw, sizeof(nw)));
+		memset(p2, 0, sizeof(p2));
+		memset(v2, 0, sizeof(v2));
+		cr_assert_eq(dcr_codec_decode_range(g[k].codec, g[k].p, g[k].len, 2, 300, 40, old, p2,
+						    v2, &e), 0, "%s", e.msg);
+		cr_assert(!memcmp(p2, pos, sizeof(pos)) && !memcmp(v2, nw, sizeof(nw)));
+		/* and today's encoders still write exactly these bytes */
+		struct dcr_buf b = {0};
+		cr_assert_eq(dcr_codec_encode(g[k].codec, 2, DCR_DT_BF16, 300, 40, pos, o, nw, &b, &e), 0);
+		cr_assert(b.len == g[k].len && !memcmp(b.p, g[k].p, b.len), "%s encoder changed",
+			  dcr_codec_name(g[k].codec));
+		dcr_buf_free(&b);
+	}
+}
+
+/* Written by the first CLASSED encoder (dcr commit 535912b) for
+ * gold_classed_input: every later reader must decode it. */
+static const uint8_t gold_classed[] = {
+	0x86, 0x02, 0xb1, 0x01, 0x07, 0x08, 0x02, 0x77, 0x7d, 0x89, 0x01, 0x00,
+	0x18, 0xdc, 0xdd, 0xdd, 0xdc, 0xee, 0xfd, 0xee, 0xde, 0xcd, 0xcb, 0x00,
+	0xbb, 0x00, 0x0d, 0xef, 0xee, 0xdd, 0xcc, 0xba, 0x0a, 0x0a, 0x7a, 0xaf,
+	0xd6, 0x05, 0x00, 0x9d, 0xea, 0xc0, 0x00, 0x16, 0x29, 0x37, 0x88, 0x3c,
+	0x23, 0xa6, 0x49, 0xbf, 0x64, 0x3c, 0x74, 0x71, 0x6e, 0x19, 0x88, 0x3d,
+	0xfd, 0xab, 0x2f, 0x60, 0xa5, 0x6d, 0x63, 0xf3, 0x07, 0xad, 0x13, 0xd8,
+	0xfd, 0x38, 0xa4, 0x7f, 0x0e, 0x8d, 0xd7, 0x1b, 0xe6, 0xb4, 0x29, 0xa1,
+	0x97, 0x49, 0xda, 0x2c, 0xa6, 0x00, 0xc2, 0x69, 0x24, 0xf5, 0xf3, 0x51,
+	0xab, 0x1e, 0xea, 0x91, 0xd2, 0x9f, 0xfa, 0x4f, 0x26, 0xee, 0x81, 0xee,
+	0x04, 0xe8, 0x28, 0x0d, 0xc4, 0x9b, 0x39, 0x52, 0xeb, 0xe1, 0x71, 0x39,
+	0x09, 0x9d, 0x70, 0xdb, 0xde, 0x82, 0xf3, 0x7c, 0xb5, 0x65, 0x64, 0x19,
+	0x64, 0x2f, 0xb6, 0x06, 0xc6, 0xd4, 0xc3, 0xe2, 0x2d, 0x74, 0x5a, 0xd1,
+	0x5b, 0x63, 0xc0, 0xe3, 0x7d, 0x6c, 0xe5, 0x9a, 0x5e, 0x1f, 0xa9, 0x08,
+	0xfd, 0x4c, 0xb0, 0xb4, 0x5d, 0x5d, 0xf3, 0x9f, 0x5b, 0x0f, 0xc2, 0x1f,
+	0x15, 0x56, 0x45, 0xa5, 0x5d, 0xcc, 0xc2, 0x0c, 0x08, 0xdd, 0x66, 0xc8,
+	0x25, 0x03, 0x07, 0x08, 0x00, 0x01, 0x02, 0x01, 0x92, 0x0f, 0x00, 0xec,
+	0x10, 0x28, 0x02, 0xf2, 0x02, 0x00, 0x43, 0x49, 0x03, 0x00, 0xd1, 0xfe,
+	0xd2, 0xca, 0xab, 0xec, 0xe4, 0x55, 0x28, 0x46, 0xb3, 0x96, 0x2d, 0x2d,
+	0x59, 0xb4, 0x8a, 0x48, 0xb9, 0x12, 0x07, 0xfa, 0xaf, 0x72, 0x1a, 0x5e,
+	0xd9, 0xb1, 0xde, 0x1d, 0x7d, 0x5e,
+};
+
+/* 3000 bf16 values, exponents 118..123, the smaller ones changing more,
+ * each change one ULP up or down. Returns n. */
+static size_t gold_classed_input(uint8_t *old, uint64_t *pos, uint64_t *nw)
+{
+	uint64_t s = 12345;
+#define R() (s = s * 6364136223846793005ULL + 1442695040888963407ULL, s >> 33)
+	size_t n = 0;
+	for (unsigned i = 0; i < 3000; i++) {
+		unsigned e = 118 + (unsigned)(R() % 6), m = (unsigned)(R() % 128);
+		uint16_t x = (uint16_t)((R() & 1) << 15 | e << 7 | m);
+		put_le16(old + 2 * i, x);
+		if (R() % 1024 < (32u << (123 - e)) / 4) {
+			pos[n] = i;
+			nw[n++] = (uint16_t)(x + (R() & 1 ? 1 : -1));
+		}
+	}
+#undef R
+	return n;
+}
+
+Test(codec, classed_payloads_of_earlier_versions_still_decode)
+{
+	uint8_t old[6000];
+	uint64_t pos[3000], nw[3000], p2[3000], v2[3000];
+	size_t n = gold_classed_input(old, pos, nw);
+	cr_assert_eq(n, 262);
+	for (int lv = 0; lv <= 3; lv++) {
+		struct dcr_err e = {0};
+		cdc_cpu_limit(lv);
+		memset(p2, 0, sizeof(p2));
+		memset(v2, 0, sizeof(v2));
+		cr_assert_eq(dcr_codec_decode_range(DCR_CODEC_CLASSED, gold_classed,
+						    sizeof(gold_classed), 2, 3000, n, old, p2, v2, &e),
+			     0, "path %d: %s", lv, e.msg);
+		cr_assert(!memcmp(p2, pos, n * 8) && !memcmp(v2, nw, n * 8), "path %d", lv);
+	}
+	cdc_cpu_limit(3);
+}
+
+/* ---- CLASSED: positions need the old bits of the whole range ---- */
+
+/* Encode n changes at pos of the range old[0..range_len) (oldv read from
+ * it) to newv with codec (0: dcr_codec_choose_range), decode with
+ * dcr_codec_decode_range, require the input back. Returns the payload
+ * size; *used the codec. */
+static size_t roundtrip_range(int codec, unsigned unit, int dtype, uint64_t range_len, size_t n,
+			      const uint64_t *pos, const uint8_t *old, const uint64_t *newv,
+			      int *used)
+{
+	uint64_t *oldv = calloc(n + 1, 8), *p2 = calloc(n + 1, 8), *v2 = calloc(n + 1, 8);
+	for (size_t i = 0; i < n; i++)
+		oldv[i] = load_unit(old + pos[i] * unit, unit);
+	struct dcr_buf b = {0};
+	struct dcr_err e = {0};
+	int c = codec ? dcr_codec_encode_range(codec, unit, dtype, range_len, n, pos, oldv, newv,
+					       old, &b, &e)
+		      : dcr_codec_choose_range(1, unit, dtype, range_len, n, pos, oldv, newv, old,
+					       &b, &e);
+	cr_assert_geq(c, 0, "encode %d unit %u dtype %s: %s", codec, unit, dcr_dtype_name(dtype),
+		      e.msg);
+	if (codec)
+		c = codec;
+	if (used)
+		*used = c;
+	int r = dcr_codec_decode_range(c, b.p, b.len, unit, range_len, n, old, p2, v2, &e);
+	cr_assert_eq(r, 0, "decode %s unit %u dtype %s n %zu range %llu: %s", dcr_codec_name(c),
+		     unit, dcr_dtype_name(dtype), n, (unsigned long long)range_len, e.msg);
+	for (size_t i = 0; i < n; i++) {
+		cr_assert_eq(p2[i], pos[i], "%s %s change %zu: position %llu decoded %llu",
+			     dcr_codec_name(c), dcr_dtype_name(dtype), i, (unsigned long long)pos[i],
+			     (unsigned long long)p2[i]);
+		cr_assert_eq(v2[i], newv[i], "%s %s change %zu: old %#llx new %#llx decoded %#llx",
+			     dcr_codec_name(c), dcr_dtype_name(dtype), i, (unsigned long long)oldv[i],
+			     (unsigned long long)newv[i], (unsigned long long)v2[i]);
+	}
+	size_t len = b.len;
+	free(oldv);
+	free(p2);
+	free(v2);
+	dcr_buf_free(&b);
+	return len;
+}
+
+/* A range of old values: random bits, or for float dtypes values whose
+ * exponent field spreads over a dozen values around the middle; changes
+ * where a coin weighted by the exponent (small values change more) falls,
+ * new values random, a step away or unchanged. */
+static size_t random_range(int dt, unsigned unit, uint64_t range_len, int structured, uint8_t *old,
+			   uint64_t *pos, uint64_t *nw)
+{
+	static const struct { int dt; unsigned mshift, ebits; } f[] = {
+		{DCR_DT_BF16, 7, 8}, {DCR_DT_F16, 10, 5}, {DCR_DT_F32, 23, 8},
+		{DCR_DT_F64, 52, 11}, {DCR_DT_F8_E4M3, 3, 4}, {DCR_DT_F8_E5M2, 2, 5},
+		{DCR_DT_F8_E8M0, 0, 8},
+	};
+	unsigned ms = 0, eb = 0;
+	for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++)
+		if (f[k].dt == dt)
+			ms = f[k].mshift, eb = f[k].ebits;
+	size_t n = 0;
+	uint64_t rate = 1 + rnd() % 200; /* per 1024 */
+	for (uint64_t i = 0; i < range_len; i++) {
+		uint64_t x = rnd() & umask(unit);
+		unsigned w = 0;
+		if (structured && eb) {
+			uint64_t top = (1ULL << eb) - 1, e = top / 2 + rnd() % 12 - 6;
+			w = (unsigned)(top / 2 + 6 - e);
+			x = (x & ~(top << ms)) | (e & top) << ms;
+		}
+		store_unit(old + i * unit, unit, x);
+		if ((rnd() & 1023) < (rate << w >> 3)) {
+			uint64_t r = rnd();
+			pos[n] = i;
+			nw[n++] = (r % 4 == 0 ? rnd() : r % 4 == 1 ? x + (r >> 40) % 5 - 2 :
+				   r % 4 == 2 ? x ^ (1ULL << (r >> 58) % (8 * unit)) : x) & umask(unit);
+		}
+	}
+	return n;
+}
+
+Test(codec, classed_random_bit_patterns_round_trip_for_every_dtype)
+{
+	rs = 3;
+	enum { MAXR = 70000 };
+	uint8_t *old = malloc(MAXR * 8);
+	uint64_t *pos = malloc(MAXR * 8), *nw = malloc(MAXR * 8);
+	for (size_t d = 0; d < NDTYPES; d++) {
+		int dt = all_dtypes[d];
+		unsigned unit = dcr_dtype_unit(dt);
+		for (int trial = 0; trial < 14; trial++) {
+			uint64_t range_len = trial == 0 ? 0 : trial == 1 ? 1 : trial == 2 ? 64 :
+					     trial == 3 ? 129 : 1 + rnd() % MAXR;
+			size_t n = random_range(dt, unit, range_len, trial & 1, old, pos, nw);
+			for (int codec = 0; codec <= DCR_CODEC_CLASSED; codec++)
+				roundtrip_range(codec, unit, dt, range_len, n, pos, old, nw, NULL);
+		}
+	}
+	free(old);
+	free(pos);
+	free(nw);
+}
+
+/* The number of classes a CLASSED payload declares (byte 2 of its
+ * positions section). */
+static unsigned classes_of(const struct dcr_buf *b)
+{
+	struct dcr_rd r;
+	dcr_rd_init(&r, b->p, b->len);
+	dcr_rd_varint(&r);
+	dcr_rd_varint(&r);
+	dcr_rd_u8(&r);
+	dcr_rd_u8(&r);
+	return dcr_rd_u8(&r);
+}
+
+Test(codec, classed_uses_the_exponent_and_beats_delta)
+{
+	/* the generated bf16 step of the DELTA test: small weights change more */
+	size_t N = 1 << 20, n = 0;
+	uint8_t *old = malloc(N * 2);
+	uint64_t *pos = malloc(N * 8), *o = malloc(N * 8), *nw = malloc(N * 8);
+	rs = 99;
+	for (size_t i = 0; i < N; i++) {
+		double g = 0, u = 0;
+		for (int k = 0; k < 4; k++) {
+			g += (double)(rnd() >> 11) / 9007199254740992.0 - 0.5;
+			u += (double)(rnd() >> 11) / 9007199254740992.0 - 0.5;
+		}
+		float w = (float)(g * 0.035), w2 = (float)(w - 1.5e-6 * u * 1.7);
+		uint16_t a = to_bf16(w), b = to_bf16(w2);
+		put_le16(old + 2 * i, a);
+		if (a != b) {
+			pos[n] = i;
+			o[n] = a;
+			nw[n++] = b;
+		}
+	}
+	int used;
+	size_t dl = roundtrip(DCR_CODEC_DELTA, 2, DCR_DT_BF16, N, n, pos, o, nw);
+	size_t cl = roundtrip_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, N, n, pos, old, nw, NULL);
+	size_t au = roundtrip_range(0, 2, DCR_DT_BF16, N, n, pos, old, nw, &used);
+	cr_assert_lt(cl, dl * 17 / 20, "classed %zu bytes, delta %zu", cl, dl);
+	cr_assert_eq(used, DCR_CODEC_CLASSED, "choose_range picked %s", dcr_codec_name(used));
+	cr_assert_eq(au, cl);
+	struct dcr_buf b = {0};
+	cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, N, n, pos, o, nw, old,
+					    &b, NULL), 0);
+	cr_assert_gt(classes_of(&b), 1);
+	/* the same step as f32 (a non-vector class path) round-trips too */
+	uint8_t *o32 = malloc(N * 4);
+	uint64_t *nw32 = malloc(N * 8);
+	for (size_t i = 0; i < N; i++)
+		put_le32(o32 + 4 * i, (uint32_t)get_le16(old + 2 * i) << 16);
+	for (size_t i = 0; i < n; i++)
+		nw32[i] = nw[i] << 16;
+	size_t d32 = roundtrip_range(DCR_CODEC_DELTA, 4, DCR_DT_F32, N, n, pos, o32, nw32, NULL);
+	size_t c32 = roundtrip_range(DCR_CODEC_CLASSED, 4, DCR_DT_F32, N, n, pos, o32, nw32, NULL);
+	cr_assert_lt(c32, d32 - (dl - cl) / 2, "f32: classed %zu bytes, delta %zu", c32, d32);
+	free(o32);
+	free(nw32);
+	dcr_buf_free(&b);
+	free(old);
+	free(pos);
+	free(o);
+	free(nw);
+}
+
+/* A valid CLASSED payload with several classes, for the hostile tests. */
+static void classed_sample(struct dcr_buf *b, size_t *n, uint64_t *range_len, uint8_t *old)
+{
+	static uint64_t pos[20000], nw[20000], oldv[20000];
+	*range_len = 20000;
+	rs = 5;
+	*n = random_range(DCR_DT_BF16, 2, *range_len, 1, old, pos, nw);
+	cr_assert(*n > 300, "%zu changes", *n);
+	for (size_t i = 0; i < *n; i++)
+		oldv[i] = get_le16(old + 2 * pos[i]);
+	cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, *range_len, *n, pos,
+					    oldv, nw, old, b, NULL), 0);
+	cr_assert_gt(classes_of(b), 1);
+}
+
+static int try_range(const uint8_t *p, size_t len, uint64_t range_len, size_t n, const uint8_t *old)
+{
+	uint64_t *pos = calloc(n + 1, 8), *v = calloc(n + 1, 8);
+	struct dcr_err e = {0};
+	int r = dcr_codec_decode_range(DCR_CODEC_CLASSED, p, len, 2, range_len, n, old, pos, v, &e);
+	cr_assert(r == 0 || r == DCR_EFORMAT, "rc %d", r);
+	if (r < 0)
+		cr_assert(e.msg[0], "error without a message");
+	for (size_t i = 0; i < n && r == 0; i++)
+		cr_assert(pos[i] < range_len && (!i || pos[i] > pos[i - 1]) && v[i] <= 0xffff,
+			  "accepted output breaks the contract");
+	free(pos);
+	free(v);
+	return r;
+}
+
+/* Decode p[0..len) as CLASSED at the current code path: the return code,
+ * and the output when it is 0, into pos/v. */
+static int decode_at(const uint8_t *p, size_t len, uint64_t range_len, size_t n,
+		     const uint8_t *old, unsigned unit, uint64_t *pos, uint64_t *v)
+{
+	struct dcr_err e = {0};
+	memset(pos, 0, (n + 1) * 8);
+	memset(v, 0, (n + 1) * 8);
+	return dcr_codec_decode_range(DCR_CODEC_CLASSED, p, len, unit, range_len, n, old, pos, v,
+				      &e);
+}
+
+Test(codec, classed_code_paths_write_and_read_the_same_bytes)
+{
+	/* 0 portable C, 1 POPCNT and SSE2, 2 AVX2, 3 AVX2 and PDEP: each
+	 * encodes the same bytes and decodes every payload, good or
+	 * damaged, to the same answer */
+	enum { MAXR = 40000 };
+	static const int dts[] = {DCR_DT_BF16, DCR_DT_F16, DCR_DT_F32, DCR_DT_F8_E4M3};
+	uint8_t *old = malloc(MAXR * 4);
+	uint64_t *pos = malloc(MAXR * 8), *nw = malloc(MAXR * 8), *oldv = malloc(MAXR * 8);
+	uint64_t *p0 = malloc((MAXR + 1) * 8), *v0 = malloc((MAXR + 1) * 8);
+	uint64_t *p1 = malloc((MAXR + 1) * 8), *v1 = malloc((MAXR + 1) * 8);
+	rs = 17;
+	for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+		unsigned unit = dcr_dtype_unit(dts[d]);
+		for (int trial = 0; trial < 6; trial++) {
+			uint64_t range_len = trial == 0 ? 4096 : trial == 1 ? 4099 : 200 + rnd() % MAXR;
+			size_t n = random_range(dts[d], unit, range_len, 1, old, pos, nw);
+			for (size_t i = 0; i < n; i++)
+				oldv[i] = load_unit(old + pos[i] * unit, unit);
+			struct dcr_buf ref = {0};
+			cdc_cpu_limit(3);
+			cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, unit, dts[d], range_len, n,
+							    pos, oldv, nw, old, &ref, NULL), 0);
+			for (int lv = 0; lv <= 3; lv++) {
+				cdc_cpu_limit(lv);
+				struct dcr_buf b = {0};
+				cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, unit, dts[d],
+								    range_len, n, pos, oldv, nw, old,
+								    &b, NULL), 0);
+				cr_assert(b.len == ref.len && !memcmp(b.p, ref.p, b.len),
+					  "%s: path %d encodes other bytes", dcr_dtype_name(dts[d]), lv);
+				dcr_buf_free(&b);
+				cr_assert_eq(decode_at(ref.p, ref.len, range_len, n, old, unit, p1, v1), 0,
+					     "%s: path %d", dcr_dtype_name(dts[d]), lv);
+				cr_assert(!memcmp(p1, pos, n * 8) && !memcmp(v1, nw, n * 8),
+					  "%s: path %d decodes other changes", dcr_dtype_name(dts[d]), lv);
+			}
+			/* damaged copies: one to three bytes, and wrong counts */
+			for (int k = 0; k < 60; k++) {
+				uint8_t *q = malloc(ref.len);
+				memcpy(q, ref.p, ref.len);
+				for (int f = 0; f < 1 + k % 3; f++)
+					q[rnd() % ref.len] ^= (uint8_t)(1 + rnd() % 255);
+				size_t nn = k % 10 == 9 ? n + 1 : n;
+				cdc_cpu_limit(0);
+				int r0 = decode_at(q, ref.len, range_len, nn, old, unit, p0, v0);
+				for (int lv = 1; lv <= 3; lv++) {
+					cdc_cpu_limit(lv);
+					int r1 = decode_at(q, ref.len, range_len, nn, old, unit, p1, v1);
+					cr_assert_eq(r1, r0, "%s: path %d answers %d, portable %d",
+						     dcr_dtype_name(dts[d]), lv, r1, r0);
+					cr_assert(r0 || (!memcmp(p0, p1, nn * 8) && !memcmp(v0, v1, nn * 8)),
+						  "%s: path %d decodes a damaged payload otherwise",
+						  dcr_dtype_name(dts[d]), lv);
+				}
+				free(q);
+			}
+			dcr_buf_free(&ref);
+		}
+	}
+	cdc_cpu_limit(3);
+	free(old);
+	free(pos);
+	free(nw);
+	free(oldv);
+	free(p0);
+	free(v0);
+	free(p1);
+	free(v1);
+}
+
+Test(codec, classed_hostile_payloads_are_refused_and_never_crash)
+{
+	uint8_t *old = malloc(20000 * 2);
+	struct dcr_buf b = {0};
+	size_t n;
+	uint64_t L;
+	classed_sample(&b, &n, &L, old);
+	cr_assert_eq(try_range(b.p, b.len, L, n, old), 0);
+	for (size_t len = 0; len < b.len; len++)
+		cr_assert_lt(try_range(b.p, len, L, n, old), 0, "truncation to %zu of %zu accepted",
+			     len, b.len);
+	cr_assert_lt(try_range(b.p, b.len, L, n - 1, old), 0);
+	cr_assert_lt(try_range(b.p, b.len, L, n + 1, old), 0);
+	uint8_t *p = malloc(b.len + 1);
+	rs = 13;
+	for (int t = 0; t < 4000; t++) {
+		memcpy(p, b.p, b.len);
+		int flips = 1 + (int)(rnd() % 4);
+		for (int k = 0; k < flips; k++) {
+			/* the head (classes, counts, tables) more often than the streams */
+			size_t at = t & 1 ? rnd() % (b.len < 40 ? b.len : 40) : rnd() % b.len;
+			p[at] ^= (uint8_t)(1u << (rnd() % 8));
+		}
+		try_range(p, b.len, L, n, old);
+	}
+	/* thresholds that do not decrease, counts that do not add up */
+	size_t h = 0;
+	struct dcr_rd r;
+	dcr_rd_init(&r, b.p, b.len);
+	dcr_rd_varint(&r);
+	dcr_rd_varint(&r);
+	h = (size_t)(r.p - b.p); /* mshift, ebits, ncls, thresholds, counts */
+	unsigned K = b.p[h + 2];
+	memcpy(p, b.p, b.len);
+	p[h + 4] = p[h + 3]; /* thr[1] = thr[0] */
+	cr_assert_eq(try_range(p, b.len, L, n, old), DCR_EFORMAT);
+	memcpy(p, b.p, b.len);
+	p[h + 3] = 0; /* thr[0] = 0 */
+	cr_assert_eq(try_range(p, b.len, L, n, old), DCR_EFORMAT);
+	memcpy(p, b.p, b.len);
+	p[h + 2] = 9; /* more classes than a payload may have */
+	cr_assert_eq(try_range(p, b.len, L, n, old), DCR_EFORMAT);
+	memcpy(p, b.p, b.len);
+	p[h + 3 + K - 1] ^= 1; /* the first count changes: the sum breaks */
+	cr_assert_eq(try_range(p, b.len, L, n, old), DCR_EFORMAT);
+	/* the range ends before the last change */
+	cr_assert_eq(try_range(b.p, b.len, L / 2, n, old), DCR_EFORMAT);
+	/* other old bits give other classes: refused or decoded within bounds */
+	uint8_t *other = malloc(20000 * 2);
+	for (size_t i = 0; i < 20000; i++)
+		put_le16(other + 2 * i, (uint16_t)rnd());
+	try_range(b.p, b.len, L, n, other);
+	/* random bytes after a plausible header */
+	for (int t = 0; t < 2000; t++) {
+		size_t len = 8 + rnd() % 400;
+		uint8_t *q = malloc(len);
+		for (size_t i = 0; i < len; i++)
+			q[i] = (uint8_t)rnd();
+		memcpy(q, b.p, t % 2 ? 6 : 3);
+		try_range(q, len, L, n, old);
+		free(q);
+	}
+	/* CLASSED decodes only whole, with the old bits */
+	static uint64_t pos[20000], v[20000];
+	struct dcr_err e = {0};
+	cr_assert_eq(dcr_codec_decode_positions(DCR_CODEC_CLASSED, b.p, b.len, 2, L, n, pos, &e),
+		     DCR_EFORMAT);
+	cr_assert_eq(dcr_codec_decode_values(DCR_CODEC_CLASSED, b.p, b.len, 2, DCR_DT_BF16, L, n,
+					     pos, v, v, &e), DCR_EFORMAT);
+	cr_assert_eq(dcr_codec_decode_range(DCR_CODEC_CLASSED, b.p, b.len, 2, L, n, NULL, pos, v, &e),
+		     DCR_EFORMAT);
+	free(other);
+	free(p);
+	free(old);
+	dcr_buf_free(&b);
+}
+
+Test(codec, classed_encoder_needs_the_true_old_bits)
+{
+	uint8_t old[200];
+	for (int i = 0; i < 100; i++)
+		put_le16(old + 2 * i, (uint16_t)(0x3c00 + i));
+	uint64_t pos[3] = {1, 5, 9}, o[3] = {0x3c01, 0x3c05, 0x3c09}, nw[3] = {1, 2, 3};
+	struct dcr_buf b = {0};
+	struct dcr_err e = {0};
+	cr_assert_eq(dcr_codec_encode(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, 100, 3, pos, o, nw, &b, &e),
+		     -EINVAL);
+	cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, 100, 3, pos, NULL, nw,
+					    old, &b, &e), -EINVAL);
+	cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, 100, 3, pos, o, nw,
+					    old, &b, &e), 0, "%s", e.msg);
+	o[1] ^= 1;
+	b.len = 0;
+	cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, 100, 3, pos, o, nw,
+					    old, &b, &e), -EINVAL);
+	cr_assert(strstr(e.msg, "old"), "message: %s", e.msg);
+	cr_assert_eq(dcr_codec_needs_range(DCR_CODEC_CLASSED), 1);
+	cr_assert_eq(dcr_codec_needs_range(DCR_CODEC_DELTA), 0);
+	cr_assert_str_eq(dcr_codec_name(DCR_CODEC_CLASSED), "classed");
+	dcr_buf_free(&b);
+}

@@ -28,6 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include "core/bytes.h"
 #include "core/codec.h"
@@ -51,6 +57,7 @@ const char *dcr_codec_name(int codec)
 	switch (codec) {
 	case DCR_CODEC_XOR_ZSTD: return "xor-zstd";
 	case DCR_CODEC_DELTA: return "delta";
+	case DCR_CODEC_CLASSED: return "classed";
 	default: return "?";
 	}
 }
@@ -834,8 +841,559 @@ static int encode_values(struct denc *d, const uint64_t *oldv,
 	return 0;
 }
 
+/* ---- CLASSED: positions by classes of the old value ------------------- */
+
+/* Both sides classify every element of the range by the exponent field f
+ * of its old value (8 bits at most, as for the value contexts): with
+ * thresholds thr[0] > thr[1] > ... > thr[ncls - 2], the class of f is the
+ * number of thresholds above f, so class 0 holds the largest magnitudes.
+ * The changes of each class are coded as gaps within the class's own
+ * subsequence of the range, each class with its own table: a small weight
+ * (small ULP) changes far more often than a large one, and the receiver
+ * holds every old value before it decodes. The price is a scan of the old
+ * values of the range up to the last change, on both sides, 64 elements
+ * at a time (SSE2 where there is SSE2). */
+
+#define MAXCLS 8	/* classes a payload may have */
+#define PLAN_CLS 4	/* classes the encoder uses at most: the scan's cost grows with them */
+#define CBLK 64
+#define QT_MAXQ 15 /* quantized table code: weight 2^(q - 1) */
+
+struct clsmap {
+	struct vmap vm;		   /* mshift, ebits of the field */
+	unsigned ncls;
+	unsigned thr[MAXCLS];	   /* thr[0 .. ncls-2], strictly decreasing */
+	uint8_t cls[NE];	   /* class of each field value */
+	/* thresholds for the vector paths: (thr - 1) ^ 0x80 in every byte */
+	uint8_t tvb[MAXCLS][32] __attribute__((aligned(32)));
+};
+
+static void clsmap_fill(struct clsmap *cm)
+{
+	for (unsigned f = 0; f < NE; f++) {
+		unsigned c = 0;
+		while (c + 1 < cm->ncls && f < cm->thr[c])
+			c++;
+		cm->cls[f] = (uint8_t)c;
+	}
+	for (unsigned c = 0; c + 1 < cm->ncls; c++)
+		memset(cm->tvb[c], (int)((cm->thr[c] - 1) ^ 0x80), sizeof(cm->tvb[c]));
+}
+
+/* The SSE2 path: units of 2 bytes whose field sits right below the sign
+ * bit (bf16, f16), so that f = (x << 1) >> (16 - ebits). */
+static inline int clsmap_fast(const struct clsmap *cm, unsigned unit)
+{
+	return unit == 2 && cm->vm.ebits && cm->vm.ebits <= 8 &&
+	       cm->vm.mshift + cm->vm.ebits == 15;
+}
+
+/* A block's class masks (blk_masks_avx2), passed to the scans' bodies so
+ * that their AVX2 instances inline it. */
+typedef void blkfn(const uint8_t *old, const struct clsmap *cm, unsigned K, uint64_t *m);
+
+/* Class masks of the nb <= CBLK elements at old: bit i of m[c] is set
+ * when element i is in class c. fast: clsmap_fast() holds (1: SSE2, 2:
+ * AVX2). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CLS_AVX2 1
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void
+blk_masks_avx2(const uint8_t *old, const struct clsmap *cm, const unsigned K, uint64_t *m)
+{
+	const __m128i sh = _mm_cvtsi32_si128((int)(16 - cm->vm.ebits));
+	const __m256i flip = _mm256_set1_epi8((char)0x80);
+	__m256i a0 = _mm256_loadu_si256((const __m256i *)(const void *)old);
+	__m256i a1 = _mm256_loadu_si256((const __m256i *)(const void *)(old + 32));
+	__m256i a2 = _mm256_loadu_si256((const __m256i *)(const void *)(old + 64));
+	__m256i a3 = _mm256_loadu_si256((const __m256i *)(const void *)(old + 96));
+	a0 = _mm256_srl_epi16(_mm256_slli_epi16(a0, 1), sh);
+	a1 = _mm256_srl_epi16(_mm256_slli_epi16(a1, 1), sh);
+	a2 = _mm256_srl_epi16(_mm256_slli_epi16(a2, 1), sh);
+	a3 = _mm256_srl_epi16(_mm256_slli_epi16(a3, 1), sh);
+	/* packus works within 128-bit lanes: restore the element order */
+	__m256i f0 = _mm256_permute4x64_epi64(_mm256_packus_epi16(a0, a1), 0xd8);
+	__m256i f1 = _mm256_permute4x64_epi64(_mm256_packus_epi16(a2, a3), 0xd8);
+	f0 = _mm256_xor_si256(f0, flip);
+	f1 = _mm256_xor_si256(f1, flip);
+	uint64_t prev = 0;
+#pragma GCC unroll 8
+	for (unsigned c = 0; c + 1 < K; c++) {
+		const __m256i t = _mm256_load_si256((const __m256i *)(const void *)cm->tvb[c]);
+		uint64_t ge = (uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(f0, t)) |
+			      (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(f1, t)) << 32;
+		m[c] = ge & ~prev;
+		prev = ge;
+	}
+	m[K - 1] = ~prev;
+}
+#endif
+
+static inline __attribute__((always_inline)) void
+blk_masks(const uint8_t *old, unsigned unit, unsigned nb, const struct clsmap *cm,
+	  const int fast, const unsigned K, uint64_t *m)
+{
+	/* fast 2 (AVX2): the callers take blk_masks_avx2 for whole blocks */
+#ifdef __SSE2__
+	if (fast && nb == CBLK) {
+		const __m128i sh = _mm_cvtsi32_si128((int)(16 - cm->vm.ebits));
+		const __m128i flip = _mm_set1_epi8((char)0x80);
+#define F16(Q)                                                                       \
+	_mm_xor_si128(                                                                \
+		_mm_packus_epi16(                                                     \
+			_mm_srl_epi16(_mm_slli_epi16(_mm_loadu_si128((const __m128i *)(const void *)(old + 32 * (Q))), 1), sh), \
+			_mm_srl_epi16(_mm_slli_epi16(_mm_loadu_si128((const __m128i *)(const void *)(old + 32 * (Q) + 16)), 1), sh)), \
+		flip)
+		const __m128i f0 = F16(0), f1 = F16(1), f2 = F16(2), f3 = F16(3);
+#undef F16
+		uint64_t prev = 0;
+		for (unsigned c = 0; c + 1 < K; c++) {
+			/* f >= thr as signed bytes after flipping the top bit */
+			const __m128i t = _mm_load_si128((const __m128i *)(const void *)cm->tvb[c]);
+			uint64_t ge = (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpgt_epi8(f0, t)) |
+				      (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpgt_epi8(f1, t)) << 16 |
+				      (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpgt_epi8(f2, t)) << 32 |
+				      (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpgt_epi8(f3, t)) << 48;
+			m[c] = ge & ~prev;
+			prev = ge;
+		}
+		m[K - 1] = ~prev;
+		return;
+	}
+#else
+	(void)fast;
+#endif
+	for (unsigned c = 0; c < K; c++)
+		m[c] = 0;
+	for (unsigned i = 0; i < nb; i++) {
+		uint64_t x = load_unit(old + (size_t)i * unit, unit);
+		m[cm->cls[vmap_exp(&cm->vm, x)]] |= 1ULL << i;
+	}
+}
+
+static inline unsigned pop64(uint64_t x)
+{
+	return (unsigned)__builtin_popcountll(x);
+}
+
+/* sel8[b][r]: the index of the set bit of byte b with r set bits below. */
+static uint8_t sel8[256][8];
+
+static void sel8_init(void)
+{
+	if (sel8[255][7])
+		return;
+	for (unsigned b = 0; b < 256; b++) {
+		unsigned r = 0;
+		for (unsigned i = 0; i < 8; i++)
+			if (b >> i & 1)
+				sel8[b][r++] = (uint8_t)i;
+	}
+}
+
+/* The index of the set bit of m with r set bits below it (r < pop64(m)),
+ * without branches: the byte from the bytes' running counts, then sel8. */
+static inline unsigned select64(uint64_t m, unsigned r)
+{
+	const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+	uint64_t s = m - ((m >> 1) & 0x5555555555555555ULL);
+	s = (s & 0x3333333333333333ULL) + ((s >> 2) & 0x3333333333333333ULL);
+	s = (s + (s >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+	uint64_t cum = s * ones; /* byte i: set bits in bytes 0..i */
+	/* bytes whose running count is <= r: their number is the byte */
+	uint64_t le = ((r * ones | highs) - cum) & highs;
+	unsigned byte = (unsigned)((le >> 7) * ones >> 56);
+	unsigned before = (unsigned)((cum << 8) >> (8 * byte) & 0xff);
+	return 8 * byte + sel8[(m >> (8 * byte)) & 0xff][r - before];
+}
+
+/* Quantized gap tables: symbols [lo, lo + cnt) with a 4-bit code each;
+ * code 0: absent, q > 0: weight 2^(q - 1). Frequencies: 1 + floor(w (PM -
+ * nnz) / W) for each present symbol (W the sum of the weights), and what
+ * is left of PM to the first symbol of the largest weight. */
+static void qtable_freqs(const uint8_t *q, unsigned cnt, uint32_t *f)
+{
+	uint64_t W = 0;
+	unsigned nnz = 0, big = 0, qmax = 0;
+	for (unsigned s = 0; s < cnt; s++) {
+		if (!q[s])
+			continue;
+		W += 1u << (q[s] - 1);
+		nnz++;
+		if (q[s] > qmax) {
+			qmax = q[s];
+			big = s;
+		}
+	}
+	uint32_t sum = 0;
+	for (unsigned s = 0; s < cnt; s++) {
+		f[s] = q[s] ? 1 + (uint32_t)(((uint64_t)1 << (q[s] - 1)) * (PM - nnz) / W) : 0;
+		sum += f[s];
+	}
+	f[big] += PM - sum;
+}
+
+/* Codes for counts c[0..GAP_NSYM) (some non-zero): the largest gets
+ * QT_MAXQ, the others 2^(q - 1) nearest their share of it in log scale,
+ * at least 1. Returns lo and sets *cnt and q[0..cnt). */
+static unsigned qtable_quantize(const uint64_t *c, uint8_t *q, unsigned *cnt)
+{
+	unsigned lo = GAP_NSYM, hi = 0;
+	uint64_t cmax = 0;
+	for (unsigned s = 0; s < GAP_NSYM; s++) {
+		if (!c[s])
+			continue;
+		lo = s < lo ? s : lo;
+		hi = s;
+		cmax = c[s] > cmax ? c[s] : cmax;
+	}
+	for (unsigned s = lo; s <= hi; s++) {
+		if (!c[s]) {
+			q[s - lo] = 0;
+			continue;
+		}
+		double l = flog2((double)cmax / (double)c[s]); /* >= 0 */
+		int v = QT_MAXQ - (int)(l + 0.5);
+		q[s - lo] = (uint8_t)(v < 1 ? 1 : v > QT_MAXQ ? QT_MAXQ : v);
+	}
+	*cnt = hi - lo + 1;
+	return lo;
+}
+
+/* ---- the encoder's plan: thresholds from a sample of the range -------- */
+
+#define PLAN_SAMPLES 4096
+#define PLAN_RUNS 8
+#define PLAN_BINS 20
+#define CLS_SCAN_BITS 0.003 /* bits a class must save per element of the range */
+
+/* Bits of coding k changes among N elements as independent draws. */
+static double bern_bits(double k, double N)
+{
+	if (k <= 0 || k >= N)
+		return 0;
+	return k * flog2(N / k) + (N - k) * flog2(N / (N - k));
+}
+
+/* The estimated bits of one class: its changes' positions, its table, its
+ * count and threshold. */
+static double class_bits(double k, double N)
+{
+	if (k <= 0)
+		return 8 + 8;
+	double span = 4 * flog2(N / k + 1) + 12;
+	return bern_bits(k, N) + 4 * (span > GAP_NSYM ? GAP_NSYM : span) + 16 + 16 + 8;
+}
+
+/* Choose the classes for n changes (old values oldv) in a range of
+ * range_len elements: field histogram of a sample of the range, the
+ * changes' field histogram, then the best split of the field values into
+ * at most MAXCLS contiguous classes under class_bits. *gain: the bits the
+ * split saves over one class (0 when there is no field). */
+static void class_plan(const uint8_t *old, unsigned unit, int dtype, uint64_t range_len,
+		       size_t n, const uint64_t *oldv, struct clsmap *cm, double *gain)
+{
+	memset(cm, 0, sizeof(*cm));
+	vmap_for_dtype(dtype, unit, &cm->vm);
+	cm->ncls = 1;
+	*gain = 0;
+	sel8_init();
+	if (!cm->vm.ebits || n < 32 || !old || range_len < 2 * CBLK) {
+		if (!old)
+			cm->vm.ebits = cm->vm.mshift = 0;
+		clsmap_fill(cm);
+		return;
+	}
+	const unsigned nf = cm->vm.ebits >= 8 ? NE : 1u << cm->vm.ebits;
+	uint64_t kf[NE] = {0}, sf[NE] = {0};
+	for (size_t i = 0; i < n; i++)
+		kf[vmap_exp(&cm->vm, oldv[i])]++;
+	/* PLAN_RUNS runs of values spread over the range, each read in
+	 * order (so that the prefetcher keeps up) */
+	uint64_t S = range_len < PLAN_SAMPLES ? range_len / PLAN_RUNS * PLAN_RUNS : PLAN_SAMPLES;
+	uint64_t run = S / PLAN_RUNS, stride = range_len / PLAN_RUNS;
+	for (uint64_t j = 0; j < PLAN_RUNS; j++) {
+		const uint8_t *at = old + j * stride * unit;
+		if (unit == 2)
+			for (uint64_t i = 0; i < run; i++)
+				sf[vmap_exp(&cm->vm, get_le16(at + 2 * i))]++;
+		else
+			for (uint64_t i = 0; i < run; i++)
+				sf[vmap_exp(&cm->vm, load_unit(at + i * unit, unit))]++;
+	}
+	/* bins of field values, from the top down: [blo[b], bhi[b]] */
+	double scale = (double)range_len / (double)S;
+	unsigned nb = 0, blo[PLAN_BINS];
+	double bk[PLAN_BINS], bN[PLAN_BINS];
+	double accs = 0, acck = 0;
+	for (unsigned f = nf; f-- > 0;) {
+		if (!sf[f] && !kf[f] && f)
+			continue;
+		accs += (double)sf[f];
+		acck += (double)kf[f];
+		int close = accs >= (double)S / (PLAN_BINS - 2) || acck >= (double)n / (PLAN_BINS - 2) ||
+			    f == 0;
+		if (close && nb < PLAN_BINS) {
+			blo[nb] = f;
+			bk[nb] = acck;
+			bN[nb] = accs * scale;
+			nb++;
+			accs = acck = 0;
+		} else if (close) { /* PLAN_BINS reached: the rest joins the last */
+			bk[nb - 1] += acck;
+			bN[nb - 1] += accs * scale;
+			blo[nb - 1] = f;
+			accs = acck = 0;
+		}
+	}
+	/* prefix sums; a class [i, j) of bins costs class_bits */
+	double pk[PLAN_BINS + 1], pN[PLAN_BINS + 1];
+	pk[0] = pN[0] = 0;
+	for (unsigned b = 0; b < nb; b++) {
+		pk[b + 1] = pk[b] + bk[b];
+		pN[b + 1] = pN[b] + bN[b];
+	}
+	double seg[PLAN_BINS + 1][PLAN_BINS + 1];
+	for (unsigned i = 0; i < nb; i++)
+		for (unsigned j = i + 1; j <= nb; j++) {
+			double k = pk[j] - pk[i], N = pN[j] - pN[i];
+			seg[i][j] = class_bits(k, N < k ? k : N);
+		}
+	double dp[PLAN_CLS + 1][PLAN_BINS + 1];
+	uint8_t from[PLAN_CLS + 1][PLAN_BINS + 1];
+	for (unsigned q = 0; q <= PLAN_CLS; q++)
+		for (unsigned j = 0; j <= nb; j++)
+			dp[q][j] = 1e300;
+	dp[0][0] = 0;
+	unsigned best_q = 1;
+	for (unsigned q = 1; q <= PLAN_CLS; q++) {
+		for (unsigned j = q; j <= nb; j++)
+			for (unsigned i = q - 1; i < j; i++) {
+				double v = dp[q - 1][i] + seg[i][j];
+				if (v < dp[q][j]) {
+					dp[q][j] = v;
+					from[q][j] = (uint8_t)i;
+				}
+			}
+		/* each class costs the decoder's scan a compare per element:
+		 * it must save CLS_SCAN_BITS per element of the range */
+		if (dp[q][nb] + (q - best_q) * CLS_SCAN_BITS * (double)range_len < dp[best_q][nb])
+			best_q = q;
+	}
+	*gain = dp[1][nb] - dp[best_q][nb];
+	/* thresholds: the lowest field value of each class but the last */
+	unsigned cut[PLAN_CLS + 1], j = nb;
+	for (unsigned q = best_q; q > 0; q--) {
+		cut[q] = j;
+		j = from[q][j];
+	}
+	cm->ncls = best_q;
+	for (unsigned c = 0; c + 1 < best_q; c++)
+		cm->thr[c] = blo[cut[c + 1] - 1];
+	clsmap_fill(cm);
+}
+
+/* Each change's gap within its class (cc: the changes' classes), stored
+ * class by class: gseq[at[c]++] for the changes of class c in order. The
+ * class ranks come from the masks of the blocks up to the last change.
+ * Returns non-zero when oldv differs from the range's bits. */
+static inline __attribute__((always_inline)) uint64_t
+class_gaps_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+		const uint64_t *pos, const uint64_t *oldv, const uint8_t *cc,
+		const struct clsmap *cm, const int fast, blkfn *const mk, size_t *at,
+		uint64_t *gseq)
+{
+	uint64_t bad = 0;
+	const unsigned K = cm->ncls;
+	uint64_t base[MAXCLS] = {0}, next[MAXCLS] = {0}, m[MAXCLS];
+	size_t k = 0;
+	for (uint64_t b = 0; k < n; b += CBLK) {
+		unsigned nb = range_len - b < CBLK ? (unsigned)(range_len - b) : CBLK;
+		__builtin_prefetch(old + (b + 16 * CBLK) * unit);
+		if (fast == 2 && nb == CBLK)
+			mk(old + b * unit, cm, K, m);
+		else
+			blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
+		for (; k < n && pos[k] < b + nb; k++) {
+			unsigned bit = (unsigned)(pos[k] - b), c = cc[k];
+			uint64_t rank = base[c] + pop64(m[c] & ((1ULL << bit) - 1));
+			gseq[at[c]++] = rank - next[c];
+			next[c] = rank + 1;
+			bad |= load_unit(old + pos[k] * unit, unit) ^ oldv[k];
+		}
+		for (unsigned c = 0; c < K; c++)
+			base[c] += pop64(m[c]);
+	}
+	return bad;
+}
+
+/* The highest code path the class scans may take (cdc_cpu_limit). */
+static int cpu_cap = 3;
+
+void cdc_cpu_limit(int level)
+{
+	cpu_cap = level < 0 ? 0 : level > 3 ? 3 : level;
+}
+
+#ifdef CLS_AVX2
+/* 2: AVX2 (with POPCNT), 1: POPCNT, 0: neither. */
+static int cpu_level(void)
+{
+	static int known = -1;
+	if (known < 0)
+		known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") ? 2
+			: __builtin_cpu_supports("popcnt") ? 1 : 0;
+	return known < cpu_cap ? known : cpu_cap;
+}
+
+/* BMI2's PDEP where it is fast: not on AMD before Zen 3, which runs it
+ * in microcode (hundreds of cycles). */
+static int cpu_fast_pdep(void)
+{
+	static int known = -1;
+	if (known < 0)
+		known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") &&
+			__builtin_cpu_supports("bmi2") && !__builtin_cpu_is("znver1") &&
+			!__builtin_cpu_is("znver2");
+	return known && cpu_cap >= 3;
+}
+
+__attribute__((target("avx2,popcnt"))) static uint64_t
+class_gaps_avx2(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+		const uint64_t *pos, const uint64_t *oldv, const uint8_t *cc,
+		const struct clsmap *cm, size_t *at, uint64_t *gseq)
+{
+	if (clsmap_fast(cm, unit))
+		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 2,
+				       blk_masks_avx2, at, gseq);
+	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, NULL, at, gseq);
+}
+
+__attribute__((target("popcnt"))) static uint64_t
+class_gaps_popcnt(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+		  const uint64_t *pos, const uint64_t *oldv, const uint8_t *cc,
+		  const struct clsmap *cm, size_t *at, uint64_t *gseq)
+{
+	if (clsmap_fast(cm, unit))
+		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 1, NULL, at, gseq);
+	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, NULL, at, gseq);
+}
+#endif
+
+static uint64_t class_gaps(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+			   const uint64_t *pos, const uint64_t *oldv, const uint8_t *cc,
+			   const struct clsmap *cm, size_t *at, uint64_t *gseq)
+{
+#ifdef CLS_AVX2
+	int lv = cpu_level();
+	if (lv == 2)
+		return class_gaps_avx2(old, unit, range_len, n, pos, oldv, cc, cm, at, gseq);
+	if (lv == 1)
+		return class_gaps_popcnt(old, unit, range_len, n, pos, oldv, cc, cm, at, gseq);
+#endif
+	if (cpu_cap >= 1 && clsmap_fast(cm, unit))
+		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 1, NULL, at, gseq);
+	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, NULL, at, gseq);
+}
+
+/* The CLASSED positions section: the field, the classes, each class's
+ * count and table, then the gap symbols rANS-coded class by class and
+ * their extra bits; appended to out after its length. */
+static int encode_class_positions(struct denc *d, const struct clsmap *cm,
+				  const uint8_t *old, uint64_t range_len,
+				  const uint64_t *pos, const uint64_t *oldv,
+				  struct dcr_buf *out)
+{
+	const size_t n = d->n;
+	const unsigned K = cm->ncls;
+	int rc = -ENOMEM;
+	uint8_t *cc = malloc(n);
+	uint64_t *gseq = malloc(n * sizeof(uint64_t));
+	uint64_t (*hist)[GAP_NSYM] = calloc(K, sizeof(*hist));
+	struct esym *es = malloc((size_t)K * GAP_NSYM * sizeof(*es));
+	if (!cc || !gseq || !hist || !es)
+		goto out;
+	uint64_t count[MAXCLS] = {0};
+	for (size_t i = 0; i < n; i++) {
+		cc[i] = cm->cls[vmap_exp(&cm->vm, oldv[i])];
+		count[cc[i]]++;
+	}
+	size_t off[MAXCLS + 1], at[MAXCLS];
+	off[0] = 0;
+	for (unsigned c = 0; c < K; c++) {
+		off[c + 1] = off[c] + count[c];
+		at[c] = off[c];
+	}
+	if (class_gaps(old, d->unit, range_len, n, pos, oldv, cc, cm, at, gseq)) {
+		rc = -EINVAL; /* the caller's old values are not the range's */
+		goto out;
+	}
+	struct bitw w = {d->bits, 0, 0, 0};
+	for (unsigned c = 0; c < K; c++)
+		for (size_t i = off[c]; i < off[c + 1]; i++) {
+			unsigned nb;
+			uint64_t x;
+			unsigned s = gap_sym(gseq[i] + 1, &nb, &x);
+			d->sym[i] = (uint8_t)s;
+			hist[c][s]++;
+			bw_put(&w, x, nb);
+		}
+	bw_flush(&w);
+	/* head, counts and tables */
+	struct dcr_buf *sec = &d->sec;
+	if (dcr_buf_add_u8(sec, (uint8_t)cm->vm.mshift) < 0 ||
+	    dcr_buf_add_u8(sec, (uint8_t)cm->vm.ebits) < 0 ||
+	    dcr_buf_add_u8(sec, (uint8_t)K) < 0)
+		goto out;
+	for (unsigned c = 0; c + 1 < K; c++)
+		if (dcr_buf_add_u8(sec, (uint8_t)cm->thr[c]) < 0)
+			goto out;
+	for (unsigned c = 0; c < K; c++)
+		if (dcr_buf_add_varint(sec, count[c]) < 0)
+			goto out;
+	for (unsigned c = 0; c < K; c++) {
+		if (!count[c])
+			continue;
+		uint8_t qc[GAP_NSYM];
+		uint32_t f[GAP_NSYM];
+		unsigned cnt, lo = qtable_quantize(hist[c], qc, &cnt);
+		qtable_freqs(qc, cnt, f);
+		if (dcr_buf_add_u8(sec, (uint8_t)lo) < 0 || dcr_buf_add_u8(sec, (uint8_t)cnt) < 0)
+			goto out;
+		for (unsigned s = 0; s < cnt; s += 2)
+			if (dcr_buf_add_u8(sec, (uint8_t)(qc[s] | (s + 1 < cnt ? qc[s + 1] << 4 : 0))) < 0)
+				goto out;
+		uint32_t start = 0;
+		for (unsigned s = 0; s < cnt; s++) {
+			if (f[s])
+				esym_init(&es[c * GAP_NSYM + lo + s], start, f[s]);
+			start += f[s];
+		}
+	}
+	/* change i (in class order) uses state i mod 2 */
+	uint8_t *end = d->scratch + d->scap;
+	struct renc re = {d->scratch, end, {RL, RL}};
+	for (unsigned c = K; c-- > 0;) {
+		const struct esym *ec = es + c * GAP_NSYM;
+		for (size_t i = off[c + 1]; i-- > off[c];)
+			renc_put(&re, (int)(i & 1), &ec[d->sym[i]]);
+	}
+	if (renc_finish(&re, end, sec) < 0 || dcr_buf_add(sec, d->bits, w.len) < 0 ||
+	    dcr_buf_add_varint(out, sec->len) < 0 || dcr_buf_add(out, sec->p, sec->len) < 0)
+		goto out;
+	sec->len = 0;
+	rc = 0;
+out:
+	free(cc);
+	free(gseq);
+	free(hist);
+	free(es);
+	return rc;
+}
+
+/* DELTA, or CLASSED when cm is given (old: the range's old bits). */
 static int delta_encode(unsigned unit, int dtype, size_t n, const uint64_t *pos,
 			const uint64_t *oldv, const uint64_t *newv,
+			const struct clsmap *cm, const uint8_t *old, uint64_t range_len,
 			struct dcr_buf *out, struct dcr_err *e)
 {
 	struct denc d = { .unit = unit, .vnsym = 1 + 16 * unit, .n = n };
@@ -852,12 +1410,23 @@ static int delta_encode(unsigned unit, int dtype, size_t n, const uint64_t *pos,
 	d.scap = 2 * n + 16; /* at most one 16-bit word per symbol */
 	d.scratch = malloc(d.scap);
 	d.bits = malloc(8 * n + 16);
-	d.hist = calloc((size_t)NE * VAL_NSYM_MAX, sizeof(uint64_t));
+	d.hist = malloc((size_t)NE * VAL_NSYM_MAX * sizeof(uint64_t));
 	d.es = malloc(sizeof(*d.es) * MAXCTX * VAL_NSYM_MAX);
 	if (!d.sym || !d.ex || !d.scratch || !d.bits || !d.hist || !d.es)
 		goto out;
-	if (encode_positions(&d, pos, out) < 0 ||
-	    encode_values(&d, oldv, newv, out) < 0)
+	/* zero only the histograms of the exponents there are */
+	unsigned elo = NE - 1, ehi = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned ev = d.vm.ebits ? vmap_exp(&d.vm, oldv ? oldv[i] : 0) : 0;
+		elo = ev < elo ? ev : elo;
+		ehi = ev > ehi ? ev : ehi;
+	}
+	memset(d.hist + (size_t)elo * VAL_NSYM_MAX, 0,
+	       (size_t)(ehi - elo + 1) * VAL_NSYM_MAX * sizeof(uint64_t));
+	if (cm && (rc = encode_class_positions(&d, cm, old, range_len, pos, oldv, out)) < 0)
+		goto out;
+	rc = -ENOMEM;
+	if ((!cm && encode_positions(&d, pos, out) < 0) || encode_values(&d, oldv, newv, out) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -868,7 +1437,9 @@ out:
 	free(d.hist);
 	free(d.es);
 	dcr_buf_free(&d.sec);
-	if (rc < 0)
+	if (rc == -EINVAL)
+		dcr_err_set(e, rc, "old values differ from the range's old bits");
+	else if (rc < 0)
 		dcr_err_set(e, rc, "out of memory");
 	return rc;
 }
@@ -1218,22 +1789,16 @@ static int values_head(struct dcr_rd *r, unsigned unit, struct vmap *vm,
 	return 0;
 }
 
-static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
-			       uint64_t range_len, size_t n,
-			       const uint64_t *oldv, uint64_t *newv,
-			       struct dcr_err *e)
+/* The values section vs[0..vn) of n > 0 changes (DELTA and CLASSED). */
+static int values_decode(const uint8_t *vs, size_t vn, unsigned unit, size_t n,
+			 const uint64_t *oldv, uint64_t *newv, struct dcr_err *e)
 {
-	const uint8_t *ps, *vs;
-	size_t pn, vn;
-	int rc = delta_header(p, len, range_len, n, &ps, &pn, &vs, &vn, e);
-	if (rc < 0 || !n)
-		return rc;
 	const unsigned vnsym = 1 + 16 * unit;
 	struct dcr_rd r;
 	dcr_rd_init(&r, vs, vn);
 	struct vmap vm;
 	unsigned pivot, nctx;
-	rc = values_head(&r, unit, &vm, &pivot, &nctx, e);
+	int rc = values_head(&r, unit, &vm, &pivot, &nctx, e);
 	if (rc < 0)
 		return rc;
 	size_t nfield = (size_t)1 << vm.ebits;
@@ -1330,6 +1895,399 @@ fail:
 	free(vt);
 	free(zeros);
 	return bad(e, "delta", why);
+}
+
+static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
+			       uint64_t range_len, size_t n,
+			       const uint64_t *oldv, uint64_t *newv,
+			       struct dcr_err *e)
+{
+	const uint8_t *ps, *vs;
+	size_t pn, vn;
+	int rc = delta_header(p, len, range_len, n, &ps, &pn, &vs, &vn, e);
+	if (rc < 0 || !n)
+		return rc;
+	return values_decode(vs, vn, unit, n, oldv, newv, e);
+}
+
+/* ---- CLASSED decoder ------------------------------------------------- */
+
+/* The CLASSED positions section's head: field, classes, counts; then the
+ * decode tables of the classes that have changes: the symbol of each slot
+ * (sy[c * PM + slot]) and freq | cum << 16 of each symbol (fc[c *
+ * GAP_NSYM + s]). Returns 0 or -1 with *why. */
+static int class_head(struct dcr_rd *r, unsigned unit, size_t n, struct clsmap *cm,
+		      uint64_t *count, uint32_t *fc, uint8_t *sy, const char **why)
+{
+	memset(cm, 0, sizeof(*cm));
+	cm->vm.mshift = dcr_rd_u8(r);
+	cm->vm.ebits = dcr_rd_u8(r);
+	cm->ncls = dcr_rd_u8(r);
+	if (r->bad) {
+		*why = "truncated classes header";
+		return -1;
+	}
+	if (cm->vm.ebits > 11 || cm->vm.mshift + cm->vm.ebits > 8 * unit) {
+		*why = "exponent field outside the unit";
+		return -1;
+	}
+	if (cm->ncls < 1 || cm->ncls > MAXCLS || (!cm->vm.ebits && cm->ncls != 1)) {
+		*why = "bad number of classes";
+		return -1;
+	}
+	const unsigned nf = cm->vm.ebits >= 8 ? NE : 1u << cm->vm.ebits;
+	for (unsigned c = 0; c + 1 < cm->ncls; c++) {
+		cm->thr[c] = dcr_rd_u8(r);
+		if (cm->thr[c] < 1 || cm->thr[c] >= nf || (c && cm->thr[c] >= cm->thr[c - 1])) {
+			*why = "class thresholds are not decreasing within the field";
+			return -1;
+		}
+	}
+	uint64_t sum = 0;
+	for (unsigned c = 0; c < cm->ncls; c++) {
+		count[c] = dcr_rd_varint(r);
+		if (r->bad || count[c] > n - sum) {
+			*why = r->bad ? "truncated class counts" : "class counts exceed the changes";
+			return -1;
+		}
+		sum += count[c];
+	}
+	if (sum != n) {
+		*why = "class counts do not add up to the changes";
+		return -1;
+	}
+	for (unsigned c = 0; c < cm->ncls; c++) {
+		if (!count[c])
+			continue;
+		unsigned lo = dcr_rd_u8(r), cnt = dcr_rd_u8(r);
+		const uint8_t *nib = r->bad ? NULL : dcr_rd_bytes(r, (cnt + 1) / 2);
+		if (!nib) {
+			*why = "truncated class table";
+			return -1;
+		}
+		if (!cnt || lo + cnt > GAP_NSYM || ((cnt & 1) && nib[cnt / 2] >> 4)) {
+			*why = "class table outside the gap symbols";
+			return -1;
+		}
+		uint8_t q[GAP_NSYM];
+		unsigned any = 0;
+		for (unsigned s = 0; s < cnt; s++) {
+			q[s] = (uint8_t)(nib[s / 2] >> (4 * (s & 1)) & 15);
+			any |= q[s];
+		}
+		if (!any) {
+			*why = "empty class table";
+			return -1;
+		}
+		uint32_t f[GAP_NSYM];
+		qtable_freqs(q, cnt, f);
+		uint32_t cum = 0;
+		for (unsigned s = 0; s < cnt; s++) {
+			fc[c * GAP_NSYM + lo + s] = f[s] | cum << 16;
+			memset(sy + (size_t)c * PM + cum, (int)(lo + s), f[s]);
+			cum += f[s];
+		}
+	}
+	clsmap_fill(cm);
+	return 0;
+}
+
+/* Phase 1: the gaps of each class in turn (class order, the way the
+ * encoder wrote them), as class ranks: rk[off[c] + j] is the rank in
+ * class c of its j-th change; each class's list ends in UINT64_MAX.
+ * Returns -1 when a rank reaches range_len. */
+static int class_ranks(const uint64_t *count, unsigned K, const uint32_t *fc, const uint8_t *sy,
+		       const uint64_t *gbase, const uint8_t *gnb, uint64_t range_len,
+		       struct rdec *d, struct bitr *br, uint64_t *rk)
+{
+	uint32_t x0 = d->x[0], x1 = d->x[1];
+	const uint8_t *rp = d->p, *re = d->end;
+	int rbad = 0, over = 0;
+	size_t si = 0, o = 0;
+	BR_LOCALS(br);
+#define CSTEP(X)                                                           \
+	do {                                                               \
+		unsigned s_;                                               \
+		uint64_t g_;                                               \
+		uint32_t sl_ = (X) & (PM - 1);                             \
+		s_ = y[sl_];                                               \
+		uint32_t fc_ = f[s_];                                      \
+		(X) = (fc_ & 0xffff) * ((X) >> PB) + sl_ - (fc_ >> 16);    \
+		RENORM_SAFE(X);                                            \
+		BITS64(gnb[s_], g_);                                       \
+		g_ += gbase[s_] - 1;                                       \
+		over |= g_ >= range_len - next;                            \
+		next += g_ + 1;                                            \
+		rk[o++] = next - 1;                                        \
+		si++;                                                      \
+	} while (0)
+	for (unsigned c = 0; c < K && !over; c++) {
+		const uint32_t *f = fc + (size_t)c * GAP_NSYM;
+		const uint8_t *y = sy + (size_t)c * PM;
+		uint64_t next = 0, left = count[c];
+		if (left && (si & 1)) {
+			CSTEP(x1);
+			left--;
+		}
+		for (; left >= 2 && !over; left -= 2) {
+			CSTEP(x0);
+			CSTEP(x1);
+		}
+		if (left && !over)
+			CSTEP(x0);
+		rk[o++] = UINT64_MAX;
+	}
+#undef CSTEP
+	BR_SAVE(br);
+	d->x[0] = x0;
+	d->x[1] = x1;
+	d->p = rp;
+	d->bad = rbad;
+	return over ? -1 : 0;
+}
+
+/* Phase 2: scan the old values block by block; a class's next change is
+ * the element of its next rank. Positions come out in order. Returns -1
+ * when a change lies beyond the range. */
+static inline __attribute__((always_inline)) int
+class_scan_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+		const struct clsmap *cm, const uint64_t *const *rkc, const int fast,
+		blkfn *const mk, uint64_t *pos)
+{
+	const unsigned K = cm->ncls;
+	const uint64_t *rk[MAXCLS];
+	uint64_t base[MAXCLS] = {0}, m[MAXCLS];
+	size_t k = 0;
+	for (unsigned c = 0; c < K; c++)
+		rk[c] = rkc[c];
+	for (uint64_t b = 0; k < n; b += CBLK) {
+		if (b >= range_len)
+			return -1;
+		unsigned nb = range_len - b < CBLK ? (unsigned)(range_len - b) : CBLK;
+		__builtin_prefetch(old + (b + 16 * CBLK) * unit);
+		if (fast == 2 && nb == CBLK)
+			mk(old + b * unit, cm, K, m);
+		else
+			blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
+		uint64_t chg = 0;
+		for (unsigned c = 0; c < K; c++) {
+			uint64_t top = base[c] + pop64(m[c]);
+			while (*rk[c] < top)
+				chg |= 1ULL << select64(m[c], (unsigned)(*rk[c]++ - base[c]));
+			base[c] = top;
+		}
+		while (chg) {
+			pos[k++] = b + (unsigned)__builtin_ctzll(chg);
+			chg &= chg - 1;
+		}
+	}
+	return 0;
+}
+
+#ifdef CLS_AVX2
+__attribute__((target("avx2,popcnt"))) static int
+class_scan_avx2(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+		const struct clsmap *cm, const uint64_t *const *rk, uint64_t *pos)
+{
+	if (clsmap_fast(cm, unit))
+		return class_scan_body(old, unit, range_len, n, cm, rk, 2, blk_masks_avx2, pos);
+	return class_scan_body(old, unit, range_len, n, cm, rk, 0, NULL, pos);
+}
+
+__attribute__((target("popcnt"))) static int
+class_scan_popcnt(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+		  const struct clsmap *cm, const uint64_t *const *rk, uint64_t *pos)
+{
+	if (clsmap_fast(cm, unit))
+		return class_scan_body(old, unit, range_len, n, cm, rk, 1, NULL, pos);
+	return class_scan_body(old, unit, range_len, n, cm, rk, 0, NULL, pos);
+}
+#endif
+
+#ifdef CLS_AVX2
+/* Phase 2 with PDEP: each class's ranks as a bitmap over the class's
+ * subsequence (rb[c], nw[c] words and a zero word after them); the
+ * changes of class c in a block are the class's next pop64(m[c]) bits
+ * deposited on the set bits of m[c]. No branch per change or per class;
+ * the same positions and the same refusals as class_scan_body. */
+__attribute__((target("avx2,popcnt,bmi2"))) static inline __attribute__((always_inline)) int
+class_dep_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+	       const struct clsmap *cm, uint64_t *const *rb, const uint64_t *nw, const int fast,
+	       const unsigned K, uint64_t *pos)
+{
+	uint64_t base[MAXCLS] = {0}, m[MAXCLS];
+	size_t k = 0;
+	for (uint64_t b = 0; k < n; b += CBLK) {
+		if (b >= range_len)
+			return -1;
+		unsigned nb = range_len - b < CBLK ? (unsigned)(range_len - b) : CBLK;
+		__builtin_prefetch(old + (b + 16 * CBLK) * unit);
+		if (fast == 2 && nb == CBLK)
+			blk_masks_avx2(old + b * unit, cm, K, m);
+		else
+			blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
+		uint64_t chg = 0;
+#pragma GCC unroll 8
+		for (unsigned c = 0; c < K; c++) {
+			uint64_t o = base[c], w = o >> 6;
+			unsigned sh = (unsigned)(o & 63);
+			uint64_t bits = w < nw[c] ? rb[c][w] >> sh | rb[c][w + 1] << 1 << (63 - sh) : 0;
+			chg |= _pdep_u64(bits, m[c]);
+			base[c] = o + pop64(m[c]);
+		}
+		while (chg) {
+			pos[k++] = b + (unsigned)__builtin_ctzll(chg);
+			chg &= chg - 1;
+		}
+	}
+	return 0;
+}
+
+__attribute__((target("avx2,popcnt,bmi2"))) static int
+class_dep_avx2(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+	       const struct clsmap *cm, uint64_t *const *rb, const uint64_t *nw, uint64_t *pos)
+{
+	/* the class count as a constant where the encoder's plan can put it */
+	if (clsmap_fast(cm, unit))
+		switch (cm->ncls) {
+		case 1: return class_dep_body(old, unit, range_len, n, cm, rb, nw, 2, 1, pos);
+		case 2: return class_dep_body(old, unit, range_len, n, cm, rb, nw, 2, 2, pos);
+		case 3: return class_dep_body(old, unit, range_len, n, cm, rb, nw, 2, 3, pos);
+		case 4: return class_dep_body(old, unit, range_len, n, cm, rb, nw, 2, 4, pos);
+		default: return class_dep_body(old, unit, range_len, n, cm, rb, nw, 2, cm->ncls, pos);
+		}
+	return class_dep_body(old, unit, range_len, n, cm, rb, nw, 0, cm->ncls, pos);
+}
+
+/* The rank bitmaps of class_dep_body from the rank lists, then the scan.
+ * More than n changes can never come out: a block deposits at most the
+ * class's remaining ranks, and the lists hold n in all. */
+static int class_scan_dep(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+			  const struct clsmap *cm, const uint64_t *const *rk, uint64_t *pos)
+{
+	const unsigned K = cm->ncls;
+	uint64_t nw[MAXCLS], tot = 0;
+	for (unsigned c = 0; c < K; c++) {
+		const uint64_t *r = rk[c];
+		uint64_t last = 0;
+		for (; *r != UINT64_MAX; r++)
+			last = *r;
+		nw[c] = r == rk[c] ? 0 : (last >> 6) + 1;
+		tot += nw[c] + 1;
+	}
+	uint64_t *words = calloc(tot, sizeof(uint64_t)), *rb[MAXCLS];
+	if (!words)
+		return -2;
+	size_t o = 0;
+	for (unsigned c = 0; c < K; c++) {
+		rb[c] = words + o;
+		o += nw[c] + 1;
+		for (const uint64_t *r = rk[c]; *r != UINT64_MAX; r++)
+			rb[c][*r >> 6] |= 1ULL << (*r & 63);
+	}
+	int rc = class_dep_avx2(old, unit, range_len, n, cm, rb, nw, pos);
+	free(words);
+	return rc;
+}
+#endif
+
+static int class_scan(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
+		      const struct clsmap *cm, const uint64_t *const *rk, uint64_t *pos)
+{
+#ifdef CLS_AVX2
+	int lv = cpu_level();
+	if (lv == 2 && cpu_fast_pdep())
+		return class_scan_dep(old, unit, range_len, n, cm, rk, pos);
+	if (lv == 2)
+		return class_scan_avx2(old, unit, range_len, n, cm, rk, pos);
+	if (lv == 1)
+		return class_scan_popcnt(old, unit, range_len, n, cm, rk, pos);
+#endif
+	if (cpu_cap >= 1 && clsmap_fast(cm, unit))
+		return class_scan_body(old, unit, range_len, n, cm, rk, 1, NULL, pos);
+	return class_scan_body(old, unit, range_len, n, cm, rk, 0, NULL, pos);
+}
+
+/* Positions and new values of a CLASSED payload, given the old bits of
+ * the whole range. */
+static int class_decode(const uint8_t *p, size_t len, unsigned unit, uint64_t range_len,
+			size_t n, const uint8_t *old, uint64_t *pos, uint64_t *newv,
+			struct dcr_err *e)
+{
+	const uint8_t *ps, *vs;
+	size_t pn, vn;
+	int rc = delta_header(p, len, range_len, n, &ps, &pn, &vs, &vn, e);
+	if (rc < 0 || !n)
+		return rc;
+	sel8_init();
+	struct dcr_rd r;
+	dcr_rd_init(&r, ps, pn);
+	struct clsmap cm;
+	uint64_t count[MAXCLS];
+	const char *why = NULL;
+	struct rdec d;
+	struct bitr br;
+	size_t rawlen;
+	/* tables for the classes with changes; ranks (n plus an end per
+	 * class), later the old values */
+	uint32_t *fc = malloc((size_t)MAXCLS * GAP_NSYM * sizeof(uint32_t));
+	uint8_t *sy = malloc((size_t)MAXCLS * PM);
+	uint64_t *rk = malloc((n + MAXCLS) * sizeof(uint64_t));
+	if (!fc || !sy || !rk) {
+		free(fc);
+		free(sy);
+		free(rk);
+		return dcr_err_set(e, -ENOMEM, "out of memory");
+	}
+	uint64_t gbase[GAP_NSYM];
+	uint8_t gnb[GAP_NSYM];
+	gap_tables(gbase, gnb);
+	if (class_head(&r, unit, n, &cm, count, fc, sy, &why) < 0)
+		goto fail;
+	if (split_streams(&r, &d, &br, &rawlen) < 0) {
+		why = "bad positions stream header";
+		goto fail;
+	}
+	if (class_ranks(count, cm.ncls, fc, sy, gbase, gnb, range_len, &d, &br, rk) < 0) {
+		why = "position beyond the range";
+		goto fail;
+	}
+	if (!rdec_done(&d)) {
+		why = "positions stream does not end where the item does";
+		goto fail;
+	}
+	if (!br_check(&br, rawlen)) {
+		why = "positions raw bits do not end where the item does";
+		goto fail;
+	}
+	const uint64_t *rkc[MAXCLS];
+	size_t o = 0;
+	for (unsigned c = 0; c < cm.ncls; c++) {
+		rkc[c] = rk + o;
+		o += count[c] + 1;
+	}
+	if ((rc = class_scan(old, unit, range_len, n, &cm, rkc, pos)) < 0) {
+		if (rc == -2) {
+			free(fc);
+			free(sy);
+			free(rk);
+			return dcr_err_set(e, -ENOMEM, "out of memory");
+		}
+		why = "position beyond the range";
+		goto fail;
+	}
+	free(fc);
+	free(sy);
+	for (size_t i = 0; i < n; i++)
+		rk[i] = load_unit(old + pos[i] * unit, unit);
+	rc = values_decode(vs, vn, unit, n, rk, newv, e);
+	free(rk);
+	return rc;
+fail:
+	free(fc);
+	free(sy);
+	free(rk);
+	return bad(e, "classed", why);
 }
 
 /* ---- XOR_ZSTD -------------------------------------------------------- */
@@ -1511,10 +2469,15 @@ static int xz_decode_values(const uint8_t *p, size_t len, unsigned unit,
 
 /* ---- entry points ---------------------------------------------------- */
 
-int dcr_codec_encode(int codec, unsigned unit, int dtype, uint64_t range_len,
-		     size_t n, const uint64_t *pos, const uint64_t *oldv,
-		     const uint64_t *newv, struct dcr_buf *out,
-		     struct dcr_err *e)
+int dcr_codec_needs_range(int codec)
+{
+	return codec == DCR_CODEC_CLASSED;
+}
+
+int dcr_codec_encode_range(int codec, unsigned unit, int dtype, uint64_t range_len,
+			   size_t n, const uint64_t *pos, const uint64_t *oldv,
+			   const uint64_t *newv, const uint8_t *old, struct dcr_buf *out,
+			   struct dcr_err *e)
 {
 	int rc = check_input(unit, range_len, n, pos, oldv, newv, e);
 	if (rc < 0)
@@ -1523,10 +2486,27 @@ int dcr_codec_encode(int codec, unsigned unit, int dtype, uint64_t range_len,
 	case DCR_CODEC_XOR_ZSTD:
 		return xz_encode(unit, n, pos, oldv, newv, out, e);
 	case DCR_CODEC_DELTA:
-		return delta_encode(unit, dtype, n, pos, oldv, newv, out, e);
+		return delta_encode(unit, dtype, n, pos, oldv, newv, NULL, NULL, range_len, out, e);
+	case DCR_CODEC_CLASSED: {
+		if (!old || !oldv)
+			return dcr_err_set(e, -EINVAL, "codec classed needs the old bits of the range");
+		struct clsmap cm;
+		double gain;
+		class_plan(old, unit, dtype, range_len, n, oldv, &cm, &gain);
+		return delta_encode(unit, dtype, n, pos, oldv, newv, &cm, old, range_len, out, e);
+	}
 	default:
 		return dcr_err_set(e, -EINVAL, "unknown codec %d", codec);
 	}
+}
+
+int dcr_codec_encode(int codec, unsigned unit, int dtype, uint64_t range_len,
+		     size_t n, const uint64_t *pos, const uint64_t *oldv,
+		     const uint64_t *newv, struct dcr_buf *out,
+		     struct dcr_err *e)
+{
+	return dcr_codec_encode_range(codec, unit, dtype, range_len, n, pos, oldv, newv, NULL,
+				      out, e);
 }
 
 int dcr_codec_decode_positions(int codec, const uint8_t *p, size_t len,
@@ -1541,6 +2521,9 @@ int dcr_codec_decode_positions(int codec, const uint8_t *p, size_t len,
 		return xz_decode_positions(p, len, range_len, n, pos, e);
 	case DCR_CODEC_DELTA:
 		return delta_decode_positions(p, len, range_len, n, pos, e);
+	case DCR_CODEC_CLASSED:
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "classed payload: positions need the old bits of the range");
 	default:
 		return dcr_err_set(e, DCR_EFORMAT, "unknown codec %d", codec);
 	}
@@ -1561,30 +2544,81 @@ int dcr_codec_decode_values(int codec, const uint8_t *p, size_t len,
 		return xz_decode_values(p, len, unit, range_len, n, oldv, newv, e);
 	case DCR_CODEC_DELTA:
 		return delta_decode_values(p, len, unit, range_len, n, oldv, newv, e);
+	case DCR_CODEC_CLASSED:
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "classed payload: decode it whole with the old bits of the range");
 	default:
 		return dcr_err_set(e, DCR_EFORMAT, "unknown codec %d", codec);
 	}
 }
 
-int dcr_codec_choose(int effort, unsigned unit, int dtype, uint64_t range_len,
-		     size_t n, const uint64_t *pos, const uint64_t *oldv,
-		     const uint64_t *newv, struct dcr_buf *out,
-		     struct dcr_err *e)
+int dcr_codec_decode_range(int codec, const uint8_t *p, size_t len, unsigned unit,
+			   uint64_t range_len, size_t n, const uint8_t *old, uint64_t *pos,
+			   uint64_t *newv, struct dcr_err *e)
 {
-	size_t base = out->len;
-	int rc = dcr_codec_encode(DCR_CODEC_DELTA, unit, dtype, range_len, n,
-				  pos, oldv, newv, out, e);
+	int rc = check_args(unit, range_len, n, DCR_EFORMAT, e);
 	if (rc < 0)
 		return rc;
+	if (codec == DCR_CODEC_CLASSED) {
+		if (!old)
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "classed payload: positions need the old bits of the range");
+		return class_decode(p, len, unit, range_len, n, old, pos, newv, e);
+	}
+	if ((rc = dcr_codec_decode_positions(codec, p, len, unit, range_len, n, pos, e)) < 0)
+		return rc;
+	uint64_t *oldv = NULL;
+	if (old && n) {
+		if (!(oldv = malloc(n * sizeof(uint64_t))))
+			return dcr_err_set(e, -ENOMEM, "out of memory");
+		for (size_t i = 0; i < n; i++)
+			oldv[i] = load_unit(old + pos[i] * unit, unit);
+	}
+	rc = dcr_codec_decode_values(codec, p, len, unit, 0, range_len, n, pos, oldv, newv, e);
+	free(oldv);
+	return rc;
+}
+
+/* Where CLASSED pays: it saves at least this share of DELTA's positions
+ * (estimated), since its decoder scans the range. */
+#define CLASSED_MIN_GAIN 0.04
+
+int dcr_codec_choose_range(int effort, unsigned unit, int dtype, uint64_t range_len,
+			   size_t n, const uint64_t *pos, const uint64_t *oldv,
+			   const uint64_t *newv, const uint8_t *old, struct dcr_buf *out,
+			   struct dcr_err *e)
+{
+	size_t base = out->len;
+	int codec = DCR_CODEC_DELTA, rc;
+	if (old && oldv) {
+		int rc = check_input(unit, range_len, n, pos, oldv, newv, e);
+		if (rc < 0)
+			return rc;
+		struct clsmap cm;
+		double gain;
+		class_plan(old, unit, dtype, range_len, n, oldv, &cm, &gain);
+		double pbits = bern_bits((double)n, (double)range_len);
+		if (cm.ncls > 1 && gain > 64 && gain >= CLASSED_MIN_GAIN * pbits) {
+			rc = delta_encode(unit, dtype, n, pos, oldv, newv, &cm, old, range_len, out, e);
+			if (rc < 0)
+				return rc;
+			codec = DCR_CODEC_CLASSED;
+		}
+	}
+	if (codec == DCR_CODEC_DELTA) {
+		rc = dcr_codec_encode(DCR_CODEC_DELTA, unit, dtype, range_len, n, pos, oldv, newv,
+				      out, e);
+		if (rc < 0)
+			return rc;
+	}
 	if (effort < 1 && n >= 256)
-		return DCR_CODEC_DELTA;
+		return codec;
 	struct dcr_buf alt = {0};
 	rc = xz_encode(unit, n, pos, oldv, newv, &alt, e);
 	if (rc < 0) {
 		dcr_buf_free(&alt);
 		return rc;
 	}
-	int codec = DCR_CODEC_DELTA;
 	if (alt.len < out->len - base) {
 		out->len = base;
 		if (dcr_buf_add(out, alt.p, alt.len) < 0) {
@@ -1595,4 +2629,13 @@ int dcr_codec_choose(int effort, unsigned unit, int dtype, uint64_t range_len,
 	}
 	dcr_buf_free(&alt);
 	return codec;
+}
+
+int dcr_codec_choose(int effort, unsigned unit, int dtype, uint64_t range_len,
+		     size_t n, const uint64_t *pos, const uint64_t *oldv,
+		     const uint64_t *newv, struct dcr_buf *out,
+		     struct dcr_err *e)
+{
+	return dcr_codec_choose_range(effort, unit, dtype, range_len, n, pos, oldv, newv, NULL,
+				      out, e);
 }

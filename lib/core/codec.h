@@ -39,9 +39,17 @@ enum {
 	 * for float dtypes, conditioned on the old exponent) under static
 	 * rANS tables plus raw bits. */
 	DCR_CODEC_DELTA = 2,
+	/* DELTA's values, positions coded per class of the old value's
+	 * exponent (gaps within each class's subsequence of the range): needs
+	 * the old bits of the whole range on both sides. */
+	DCR_CODEC_CLASSED = 3,
 };
 
-const char *dcr_codec_name(int codec); /* "xor-zstd", "delta", "?" */
+const char *dcr_codec_name(int codec); /* "xor-zstd", "delta", "classed", "?" */
+
+/* 1 for codecs whose positions depend on the old bits of the whole range
+ * (CLASSED): such payloads decode only through dcr_codec_decode_range(). */
+int dcr_codec_needs_range(int codec);
 
 /* Encode n changes: pos strictly increasing and < range_len; oldv (or NULL)
  * and newv the stored bits, which must fit in unit bytes. newv[i] may equal
@@ -52,7 +60,16 @@ int dcr_codec_encode(int codec, unsigned unit, int dtype, uint64_t range_len,
 		     const uint64_t *newv, struct dcr_buf *out,
 		     struct dcr_err *e);
 
-/* Decode the n positions of payload p[0..len) into pos[0..n). */
+/* The same, with old: the old bits of the whole range (range_len units,
+ * little-endian, as stored), which CLASSED needs; oldv must match it at
+ * the positions. The other codecs ignore old. */
+int dcr_codec_encode_range(int codec, unsigned unit, int dtype, uint64_t range_len,
+			   size_t n, const uint64_t *pos, const uint64_t *oldv,
+			   const uint64_t *newv, const uint8_t *old, struct dcr_buf *out,
+			   struct dcr_err *e);
+
+/* Decode the n positions of payload p[0..len) into pos[0..n) (not for
+ * CLASSED). */
 int dcr_codec_decode_positions(int codec, const uint8_t *p, size_t len,
 			       unsigned unit, uint64_t range_len, size_t n,
 			       uint64_t *pos, struct dcr_err *e);
@@ -66,6 +83,13 @@ int dcr_codec_decode_values(int codec, const uint8_t *p, size_t len,
 			    size_t n, const uint64_t *pos, const uint64_t *oldv,
 			    uint64_t *newv, struct dcr_err *e);
 
+/* Positions and new values at once, given the old bits of the whole range
+ * (old, as for dcr_codec_encode_range; NULL where the encoder's oldv was,
+ * which CLASSED refuses). Every codec decodes this way. */
+int dcr_codec_decode_range(int codec, const uint8_t *p, size_t len, unsigned unit,
+			   uint64_t range_len, size_t n, const uint8_t *old, uint64_t *pos,
+			   uint64_t *newv, struct dcr_err *e);
+
 /* Encode with the codec that pays for this item and append the payload to
  * out. Returns the codec id (> 0) or a negative code.
  * effort 0: DELTA, except that items of fewer than 256 changes are encoded
@@ -75,5 +99,17 @@ int dcr_codec_choose(int effort, unsigned unit, int dtype, uint64_t range_len,
 		     size_t n, const uint64_t *pos, const uint64_t *oldv,
 		     const uint64_t *newv, struct dcr_buf *out,
 		     struct dcr_err *e);
+/* The same, given the old bits of the range (or NULL): CLASSED first where
+ * its estimated saving over DELTA's positions is worth the decoder's scan
+ * of the range, else as dcr_codec_choose(). */
+int dcr_codec_choose_range(int effort, unsigned unit, int dtype, uint64_t range_len,
+			   size_t n, const uint64_t *pos, const uint64_t *oldv,
+			   const uint64_t *newv, const uint8_t *old, struct dcr_buf *out,
+			   struct dcr_err *e);
+
+/* Tests only: cap the code paths of the CLASSED scans (0: portable C, 1:
+ * POPCNT, 2: AVX2, 3: AVX2 and PDEP, the default: the best the CPU has).
+ * Every path reads and writes the same bytes. Not thread-safe. */
+void cdc_cpu_limit(int level);
 
 #endif

@@ -43,7 +43,9 @@ void dcr_changes_free(struct dcr_changes *c)
  * byte-plane shuffled and zstd-compressed: XOR masks for XOR items, new
  * stored bits for OVERWRITE items.
  * codec 2 (DELTA): the delta codec; XOR items' values are coded against the
- * bits the receiver holds, OVERWRITE items' against zero. Never dense. */
+ * bits the receiver holds, OVERWRITE items' against zero. Never dense.
+ * codec 3 (CLASSED): DELTA's values, positions coded by classes of the old
+ * values of the whole range; XOR items only. */
 
 /* Values only (dense items): byte planes, one zstd frame. */
 static int planes_encode(const uint64_t *val, size_t n, unsigned unit, struct dcr_buf *out,
@@ -110,33 +112,45 @@ int dcr_item_encode(const struct dcr_changes *ch, unsigned unit, uint64_t len,
 }
 
 int dcr_item_encode_xor(size_t n, const uint64_t *pos, const uint64_t *oldv,
-			const uint64_t *newv, unsigned unit, int dtype, uint64_t len, int codec,
-			uint8_t *used, struct dcr_buf *out, struct dcr_err *e)
+			const uint64_t *newv, const uint8_t *old, unsigned unit, int dtype,
+			uint64_t len, int codec, uint8_t *used, struct dcr_buf *out,
+			struct dcr_err *e)
 {
 	size_t at = out->len;
-	int c = codec == DCR_CODEC_PLAIN || codec == DCR_CODEC_DELTA
-			? dcr_codec_encode(codec, unit, dtype, len, n, pos, oldv, newv, out, e)
-			: dcr_codec_choose(0, unit, dtype, len, n, pos, oldv, newv, out, e);
+	int fixed = codec == DCR_CODEC_PLAIN || codec == DCR_CODEC_DELTA ||
+		    codec == DCR_CODEC_CLASSED;
+	int c = fixed ? dcr_codec_encode_range(codec, unit, dtype, len, n, pos, oldv, newv, old,
+					       out, e)
+		      : dcr_codec_choose_range(0, unit, dtype, len, n, pos, oldv, newv, old, out, e);
 	if (c < 0)
 		return c;
-	/* auto: where the delta codec barely compresses (changes that are not
+	if (fixed)
+		c = codec;
+	/* auto: where the delta codecs barely compress (changes that are not
 	 * small steps, e.g. unrelated weights), let xor-zstd compete too */
-	if (codec == DCR_CODEC_AUTO && c == DCR_CODEC_DELTA &&
-	    (out->len - at) * 10 > (uint64_t)n * unit * 7) {
+	if (!fixed && c != DCR_CODEC_XOR_ZSTD && (out->len - at) * 10 > (uint64_t)n * unit * 7) {
 		out->len = at;
-		c = dcr_codec_choose(1, unit, dtype, len, n, pos, oldv, newv, out, e);
+		c = dcr_codec_choose_range(1, unit, dtype, len, n, pos, oldv, newv, old, out, e);
 		if (c < 0)
 			return c;
-		codec = c;
 	}
-	*used = (uint8_t)(codec == DCR_CODEC_PLAIN || codec == DCR_CODEC_DELTA ? codec : c);
+	*used = (uint8_t)c;
 	return 0;
+}
+
+int dcr_item_needs_base(const struct dcr_item *it)
+{
+	return it->enc == DCR_ENC_XOR &&
+	       (it->codec == DCR_CODEC_DELTA || it->codec == DCR_CODEC_CLASSED);
 }
 
 static int check_item(const struct dcr_item *it, struct dcr_changes *ch, struct dcr_err *e)
 {
-	if (it->codec != DCR_CODEC_PLAIN && it->codec != DCR_CODEC_DELTA)
+	if (it->codec != DCR_CODEC_PLAIN && it->codec != DCR_CODEC_DELTA &&
+	    it->codec != DCR_CODEC_CLASSED)
 		return dcr_err_set(e, DCR_EFORMAT, "item uses unknown codec %u", it->codec);
+	if (it->codec == DCR_CODEC_CLASSED && it->enc != DCR_ENC_XOR)
+		return dcr_err_set(e, DCR_EFORMAT, "codec classed codes XOR items only");
 	if (it->n > it->len || it->len > DCR_ITEM_MAX_ELEMS)
 		return dcr_err_set(e, DCR_EFORMAT, "item claims %llu changes in %llu elements",
 				   (unsigned long long)it->n, (unsigned long long)it->len);
@@ -155,6 +169,10 @@ static int decode_positions(const struct dcr_item *it, unsigned unit, struct dcr
 	int r = check_item(it, ch, e);
 	if (r)
 		return r;
+	if (dcr_codec_needs_range(it->codec))
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "item is coded against the receiver's bits (codec %s); it cannot be decoded without them",
+				   dcr_codec_name(it->codec));
 	if (it->flags & DCR_ITEM_DENSE) {
 		for (size_t i = 0; i < ch->n; i++)
 			ch->pos[i] = i;
@@ -172,9 +190,10 @@ int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes
 		return r;
 	if (it->flags & DCR_ITEM_DENSE)
 		return planes_decode(it->data, it->data_len, ch->n, unit, ch->val, e);
-	if (it->codec == DCR_CODEC_DELTA && it->enc == DCR_ENC_XOR)
+	if (dcr_item_needs_base(it))
 		return dcr_err_set(e, DCR_EFORMAT,
-				   "item is coded against the receiver's bits (codec delta); it cannot be decoded without them");
+				   "item is coded against the receiver's bits (codec %s); it cannot be decoded without them",
+				   dcr_codec_name(it->codec));
 	return dcr_codec_decode_values(it->codec, it->data, it->data_len, unit, 0, it->len, ch->n,
 				       ch->pos, NULL, ch->val, e);
 }
@@ -184,6 +203,15 @@ int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *ol
 {
 	if (it->enc != DCR_ENC_XOR)
 		return dcr_item_decode(it, unit, ch, e);
+	if (dcr_codec_needs_range(it->codec)) {
+		int r = check_item(it, ch, e);
+		if (r)
+			return r;
+		if (!old)
+			return dcr_err_set(e, DCR_EFORMAT, "XOR item without base bits");
+		return dcr_codec_decode_range(it->codec, it->data, it->data_len, unit, it->len, ch->n,
+					      old, ch->pos, ch->val, e);
+	}
 	int r = decode_positions(it, unit, ch, e);
 	if (r)
 		return r;

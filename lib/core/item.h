@@ -40,18 +40,24 @@ void dcr_changes_free(struct dcr_changes *c);
 /* Codec of item data; see dcr-format-delta(5) and dcr-format-codec(5).
  * PLAIN is the xor-zstd layout (values against zero for overwrites, XOR
  * masks for XOR items); DELTA codes XOR items' values against the bits the
- * receiver holds. */
+ * receiver holds, CLASSED their positions too. */
 enum { DCR_CODEC_AUTO = 0, DCR_CODEC_PLAIN = DCR_CODEC_XOR_ZSTD };
 /* Encode values as they are (masks or new bits): PLAIN. */
 int dcr_item_encode(const struct dcr_changes *ch, unsigned unit, uint64_t len,
 		    int dense, uint8_t *codec, struct dcr_buf *out, struct dcr_err *e);
-/* Encode an XOR item from old and new bits with `codec` (PLAIN, DELTA, or
- * AUTO: the one that pays); *used gets the codec chosen. */
+/* Encode an XOR item from old and new bits with `codec` (PLAIN, DELTA,
+ * CLASSED, or AUTO: the one that pays); old is the range's old bits (len
+ * units, as stored), which CLASSED needs (NULL: AUTO does without it).
+ * *used gets the codec chosen. */
 int dcr_item_encode_xor(size_t n, const uint64_t *pos, const uint64_t *oldv,
-			const uint64_t *newv, unsigned unit, int dtype, uint64_t len, int codec,
-			uint8_t *used, struct dcr_buf *out, struct dcr_err *e);
+			const uint64_t *newv, const uint8_t *old, unsigned unit, int dtype,
+			uint64_t len, int codec, uint8_t *used, struct dcr_buf *out,
+			struct dcr_err *e);
+/* 1 when the item decodes only against the receiver's bits: an XOR item
+ * coded with DELTA or CLASSED. */
+int dcr_item_needs_base(const struct dcr_item *it);
 /* Positions and values as coded (masks for PLAIN XOR items); fails for
- * DELTA-coded XOR items, which need the receiver's bits. */
+ * items that need the receiver's bits (dcr_item_needs_base). */
 int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes *ch,
 		    struct dcr_err *e);
 /* Positions and the NEW stored bits, given the current bits of the item's

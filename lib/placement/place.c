@@ -23,9 +23,11 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/bytes.h"
 #include "core/file.h"
@@ -94,6 +96,8 @@ static int buf_sink(void *ctx, const void *p, size_t n)
 
 struct placed {
 	dcr_digest delta, before, after, cbase, ctarget;
+	dcr_digest source; /* with --replica: the canonical delta resolved into delta */
+	int have_source;
 };
 
 static const char *placed_keys[] = {"delta", "before", "after", "canonical-base",
@@ -121,6 +125,9 @@ static int placed_read(struct dcr_receiver *rc, struct placed *pl)
 		s += n;
 		got++;
 	}
+	char hex[80];
+	pl->have_source = got == 5 && sscanf(s, "source %79s", hex) == 1 &&
+			  !dcr_digest_parse_hex(hex, &pl->source);
 	free(buf);
 	return got == 5 ? 0 : -1;
 }
@@ -134,12 +141,151 @@ static int placed_write(struct dcr_receiver *rc, const struct placed *pl, struct
 		dcr_digest_hex(f[k], hex);
 		n += (size_t)snprintf(text + n, sizeof(text) - n, "%s %s\n", placed_keys[k], hex);
 	}
+	if (pl->have_source) {
+		dcr_digest_hex(&pl->source, hex);
+		n += (size_t)snprintf(text + n, sizeof(text) - n, "source %s\n", hex);
+	}
 	char *path = dcr_receiver_path(rc, "layout-applied");
 	if (!path)
 		return dcr_err_sys(e, ENOMEM, "placement");
 	int r = dcr_write_file_atomic(path, text, n, e);
 	free(path);
 	return r;
+}
+
+/* ---- old canonical bits, read through the map ---- */
+
+/* The receivers' checkpoints by serving rank (NULL where not held), for
+ * items coded against the receiver's bits: their old canonical bits are
+ * read from the stored tensors that hold them. */
+struct gather {
+	const struct dcr_layout *L;
+	struct dcr_ckpt *const *ck;	/* [nranks] */
+	uint32_t nranks;
+	const struct dcr_ckpt_tensor **ct; /* per map tensor, found lazily */
+	uint8_t *looked;
+	uint8_t *buf, *cov;		/* one range's bits, and which are known */
+	size_t cap;
+	/* dcr_layout_piece_runs' callback state */
+	const struct dcr_layout_piece *p;
+	const struct dcr_ckpt_tensor *t;
+	int sdt, cdt;
+	unsigned unit;
+	uint64_t start, len;
+	const char *name;
+	int bad;
+	uint64_t bad_at;
+};
+
+static int gather_run(void *arg, uint64_t sflat, uint64_t cflat, uint64_t len)
+{
+	struct gather *g = arg;
+	uint64_t lo = cflat > g->start ? cflat : g->start;
+	uint64_t hi = cflat + len < g->start + g->len ? cflat + len : g->start + g->len;
+	unsigned su = dcr_dtype_unit(g->sdt);
+	for (uint64_t cf = lo; cf < hi; cf++) {
+		uint64_t sb = load_unit(g->t->data + (sflat + (cf - cflat)) * su, su);
+		uint64_t v = g->p->kind == DCR_PIECE_AFFINE
+				     ? sb : dcr_xform_forward(g->p->xform, g->sdt, g->cdt, sb);
+		size_t k = (size_t)(cf - g->start);
+		if (g->cov[k] && load_unit(g->buf + k * g->unit, g->unit) != v) {
+			g->bad = 2;
+			g->bad_at = cf;
+			return 1;
+		}
+		store_unit(g->buf + k * g->unit, g->unit, v);
+		g->cov[k] = 1;
+	}
+	return 0;
+}
+
+/* The old bits of canonical tensor c's elements [start, start + len), in
+ * g->buf; DCR_ENOTFOUND (message set) when the ranks held do not hold all
+ * of them, DCR_EFORMAT when two replicas disagree. */
+static int gather_canon(struct gather *g, uint32_t c, uint64_t start, uint64_t len,
+			struct dcr_err *e)
+{
+	const struct dcr_layout *L = g->L;
+	const struct dcr_layout_canon *cn = &L->canon[c];
+	unsigned unit = dcr_dtype_unit(cn->dtype);
+	size_t nb = (size_t)(len * unit);
+	if (!g->ct) {
+		g->ct = dcr_calloc(L->ntensors + 1, sizeof(*g->ct));
+		g->looked = dcr_calloc(L->ntensors + 1, 1);
+		if (!g->ct || !g->looked)
+			return dcr_err_sys(e, ENOMEM, "placement");
+	}
+	if (nb + len > g->cap) {
+		free(g->buf);
+		free(g->cov);
+		g->buf = malloc(nb + 1);
+		g->cov = malloc(len + 1);
+		g->cap = g->buf && g->cov ? nb + len : 0;
+		if (!g->cap)
+			return dcr_err_sys(e, ENOMEM, "placement");
+	}
+	memset(g->cov, 0, (size_t)len);
+	*g = (struct gather){.L = g->L, .ck = g->ck, .nranks = g->nranks, .ct = g->ct,
+			     .looked = g->looked, .buf = g->buf, .cov = g->cov, .cap = g->cap,
+			     .cdt = cn->dtype, .unit = unit, .start = start, .len = len,
+			     .name = cn->name};
+	for (size_t k = 0; k < cn->npieces && !g->bad; k++) {
+		const struct dcr_layout_piece *p = &L->pieces[cn->pieces[k]];
+		if (p->clo >= start + len || p->chi <= start)
+			continue;
+		const struct dcr_layout_tensor *lt = &L->tensors[p->tensor];
+		if (lt->rank >= g->nranks || !g->ck[lt->rank])
+			continue;
+		if (!g->looked[p->tensor]) {
+			const struct dcr_ckpt_tensor *t = dcr_ckpt_find(g->ck[lt->rank], lt->name);
+			g->ct[p->tensor] = dcr_ckpt_tensor_is(t, lt->dtype, lt->ndim, lt->shape) ? t : NULL;
+			g->looked[p->tensor] = 1;
+		}
+		if (!g->ct[p->tensor])
+			continue;
+		g->p = p;
+		g->t = g->ct[p->tensor];
+		g->sdt = lt->dtype;
+		dcr_layout_piece_runs(p, gather_run, g);
+	}
+	if (g->bad == 2)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "replicas of element %llu of '%s' differ between the ranks' files",
+				   (unsigned long long)g->bad_at, cn->name);
+	for (uint64_t k = 0; k < len; k++)
+		if (!g->cov[k])
+			return dcr_err_set(e, DCR_ENOTFOUND,
+					   "element %llu of '%s' is held by no rank given",
+					   (unsigned long long)(start + k), cn->name);
+	return 0;
+}
+
+/* An item coded against the receiver's bits, resolved through g: its
+ * positions and XOR masks (new ^ old canonical bits) in ch. */
+static int resolve_canon(struct gather *g, uint32_t c, const struct dcr_item *it,
+			 struct dcr_changes *ch, struct dcr_err *e)
+{
+	const struct dcr_layout_canon *cn = &g->L->canon[c];
+	unsigned unit = dcr_dtype_unit(cn->dtype);
+	int r = gather_canon(g, c, it->start, it->len, e);
+	if (r == DCR_ENOTFOUND)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "'%s' [%llu, %llu) is coded against the receiver's bits (codec %s), and these files hold only part of it: apply the delta over every rank of the replica (dcr-apply --layout MAP --replica DIR) or make it with dcr-diff --codec plain",
+				   cn->name, (unsigned long long)it->start,
+				   (unsigned long long)(it->start + it->len), dcr_codec_name(it->codec));
+	if (r || (r = dcr_item_resolve(it, unit, g->buf, ch, e)))
+		return r;
+	for (size_t k = 0; k < ch->n; k++)
+		ch->val[k] ^= load_unit(g->buf + ch->pos[k] * unit, unit);
+	return 0;
+}
+
+static void gather_free(struct gather *g)
+{
+	free(g->ct);
+	free(g->looked);
+	free(g->buf);
+	free(g->cov);
 }
 
 /* ---- reading the canonical delta into per-tensor placements ---- */
@@ -155,6 +301,9 @@ struct pctx {
 	struct dcr_changes ch;
 	uint64_t *idx;
 	size_t idx_cap;
+	struct gather *g;	/* for items coded against the receiver's bits */
+	int deferred;		/* the first such item that did not resolve */
+	struct dcr_err derr;
 };
 
 static int place_item(struct pctx *x, const struct dcr_item *it, const char *what,
@@ -173,9 +322,27 @@ static int place_item(struct pctx *x, const struct dcr_item *it, const char *wha
 	if (it->enc == DCR_ENC_XOR && (x->tflags[it->tensor] & DCR_TENSOR_NEW))
 		return dcr_err_set(e, DCR_EFORMAT, "%s: XOR item for '%s', which is not in the base",
 				   what, cn->name);
-	int r = dcr_item_decode(it, unit, &x->ch, e);
-	if (r)
+	int r;
+	if (dcr_item_needs_base(it)) {
+		/* against bits this receiver may already have changed (a rerun
+		 * after a crash): keep reading, and decide once the delta is
+		 * known (placed before, or not) */
+		struct dcr_err ie = {0};
+		r = x->g ? resolve_canon(x->g, c, it, &x->ch, &ie)
+			 : dcr_err_set(&ie, DCR_EFORMAT, "item for '%s' is coded against the receiver's bits",
+				       cn->name);
+		if (r) {
+			if (!x->deferred) {
+				x->deferred = r;
+				x->derr = ie;
+			}
+			x->items++;
+			x->changes += it->n;
+			return 0;
+		}
+	} else if ((r = dcr_item_decode(it, unit, &x->ch, e))) {
 		return r;
+	}
 	x->items++;
 	x->changes += x->ch.n;
 	if (x->ch.n > x->idx_cap) {
@@ -518,14 +685,20 @@ static int write_placed(struct place *pc, struct dcr_err *e)
 	return dcr_delta_write_end(&pc->w, &pc->pl.after, e);
 }
 
-int dcr_place(struct dcr_receiver *rc, const struct dcr_layout *L, uint32_t rank,
-	      struct dcr_source src, const uint8_t *head, size_t head_len,
-	      const struct dcr_apply_opts *o, struct dcr_place_result *res,
-	      struct dcr_err *e)
+/* dcr_place; source (or NULL): the canonical delta the one read was
+ * resolved from, for the record. */
+static int place_one(struct dcr_receiver *rc, const struct dcr_layout *L, uint32_t rank,
+		     struct dcr_source src, const uint8_t *head, size_t head_len,
+		     const struct dcr_apply_opts *o, const dcr_digest *source,
+		     struct dcr_place_result *res, struct dcr_err *e)
 {
 	struct place pc = {.x = {.L = L, .rank = rank}, .rc = rc, .hs = {.in = src}};
 	int r;
 	memset(res, 0, sizeof(*res));
+	if (source) {
+		pc.pl.source = *source;
+		pc.pl.have_source = 1;
+	}
 
 	if ((r = dcr_apply_recover(rc, o, e)) < 0)
 		return r;
@@ -534,7 +707,20 @@ int dcr_place(struct dcr_receiver *rc, const struct dcr_layout *L, uint32_t rank
 	    (r = check_rank(&pc, e)))
 		goto out;
 	const char *what = o && o->what ? o->what : "delta";
-	if ((r = read_delta(&pc, head, head_len, what, e)))
+	struct dcr_ckpt *own[1] = {pc.c};
+	struct dcr_ckpt **ranks = dcr_calloc(rank + 1, sizeof(*ranks));
+	if (!ranks) {
+		r = dcr_err_sys(e, ENOMEM, "placement");
+		goto out;
+	}
+	ranks[rank] = own[0];
+	struct gather g = {.L = L, .ck = ranks, .nranks = rank + 1};
+	pc.x.g = &g;
+	r = read_delta(&pc, head, head_len, what, e);
+	pc.x.g = NULL;
+	gather_free(&g);
+	free(ranks);
+	if (r)
 		goto out;
 	res->canon_changes = pc.x.changes;
 	res->stored_changes = pc.x.placed;
@@ -545,6 +731,11 @@ int dcr_place(struct dcr_receiver *rc, const struct dcr_layout *L, uint32_t rank
 		res->apply.already = 1;
 		res->apply.base = was.before;
 		res->apply.target = pc.cur;
+		goto out;
+	}
+	if (pc.x.deferred) {
+		*e = pc.x.derr;
+		r = pc.x.deferred;
 		goto out;
 	}
 	if (have_was && !memcmp(was.after.b, pc.cur.b, 32) && !(pc.rd.flags & DCR_DELTA_PARTIAL) &&
@@ -595,5 +786,367 @@ out:
 	free(pc.dg);
 	free(pc.buf);
 	dcr_ckpt_close(pc.c);
+	return r;
+}
+
+int dcr_place(struct dcr_receiver *rc, const struct dcr_layout *L, uint32_t rank,
+	      struct dcr_source src, const uint8_t *head, size_t head_len,
+	      const struct dcr_apply_opts *o, struct dcr_place_result *res,
+	      struct dcr_err *e)
+{
+	return place_one(rc, L, rank, src, head, head_len, o, NULL, res, e);
+}
+
+/* ---- a whole replica: every rank of the map ---- */
+
+/* What the replica's resolution shares: the canonical delta's reader
+ * (hashing what it reads), the resolved delta's writer, the gather over
+ * every rank, and the first item that did not resolve. */
+struct resolve {
+	struct gather g;
+	const struct dcr_layout *L;
+	uint32_t *canon_of;
+	size_t nt, capt;
+	struct dcr_changes ch;
+	struct dcr_buf enc;
+	int deferred;
+	struct dcr_err derr;
+};
+
+/* Copy the canonical delta rd to w, resolving every item coded against
+ * the receiver's bits into a PLAIN XOR item (masks against the bits read
+ * through the map). Such an item that does not resolve is dropped and
+ * remembered (x->deferred); the rest is still read to its trailer. */
+static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
+			   struct dcr_delta_writer *w, struct dcr_err *e)
+{
+	struct dcr_delta_rec rec;
+	int r;
+	while ((r = dcr_delta_next(rd, &rec, e)) == 1) {
+		r = 0;
+		switch (rec.type) {
+		case DCR_REC_TENSOR: {
+			struct dcr_delta_tensor t;
+			if ((r = dcr_delta_parse_tensor(&rec, &t, e)))
+				return r;
+			int c = dcr_layout_find_canon(x->L, t.name);
+			if (c < 0)
+				r = dcr_err_set(e, DCR_EFORMAT,
+						"%s: canonical tensor '%s' is not in the layout map",
+						rd->what, t.name);
+			if (!r && x->nt == x->capt) {
+				size_t cap = x->capt ? 2 * x->capt : 256;
+				uint32_t *a = realloc(x->canon_of, cap * sizeof(*a));
+				if (!a)
+					r = dcr_err_sys(e, ENOMEM, "placement");
+				else
+					x->canon_of = a, x->capt = cap;
+			}
+			if (!r) {
+				x->canon_of[x->nt++] = (uint32_t)c;
+				r = dcr_delta_write_tensor(w, &t, e);
+			}
+			dcr_delta_tensor_clear(&t);
+			break;
+		}
+		case DCR_REC_ITEM: {
+			struct dcr_item it;
+			if ((r = dcr_delta_parse_item(&rec, &it, e)))
+				return r;
+			if (it.tensor >= x->nt)
+				return dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor %u",
+						   rd->what, it.tensor);
+			if (!dcr_item_needs_base(&it)) {
+				r = dcr_delta_write_item(w, &it, e);
+				break;
+			}
+			uint32_t c = x->canon_of[it.tensor];
+			const struct dcr_layout_canon *cn = &x->L->canon[c];
+			struct dcr_err ie = {0};
+			int q = it.start > cn->nelem || it.len > cn->nelem - it.start
+					? dcr_err_set(&ie, DCR_EFORMAT, "%s: item for '%s' runs past its end",
+						      rd->what, cn->name)
+					: resolve_canon(&x->g, c, &it, &x->ch, &ie);
+			if (q) {
+				if (!x->deferred) {
+					x->deferred = q;
+					x->derr = ie;
+				}
+				break;
+			}
+			x->enc.len = 0;
+			struct dcr_item o = it;
+			if ((r = dcr_item_encode(&x->ch, dcr_dtype_unit(cn->dtype), it.len, 0, &o.codec,
+						 &x->enc, e)))
+				return r;
+			o.data = x->enc.p;
+			o.data_len = x->enc.len;
+			r = dcr_delta_write_item(w, &o, e);
+			break;
+		}
+		case DCR_REC_REMOVE: {
+			char *name;
+			if ((r = dcr_delta_parse_name(&rec, &name, e)))
+				return r;
+			r = dcr_delta_write_remove(w, name, e);
+			free(name);
+			break;
+		}
+		case DCR_REC_DONE: {
+			uint32_t ti;
+			dcr_digest d;
+			if (!(r = dcr_delta_parse_done(&rec, &ti, &d, e)))
+				r = dcr_delta_write_done(w, ti, &d, e);
+			break;
+		}
+		default:
+			break; /* END: written below; ancillary records stay behind */
+		}
+		if (r)
+			return r;
+	}
+	return r < 0 ? r : 0;
+}
+
+struct spool {
+	char *path, *src; /* the resolved delta, and the record naming its source */
+};
+
+/* The spool's record: the canonical delta and the resolved one's digest. */
+static int spool_src_read(const struct spool *sp, dcr_digest *canon, dcr_digest *resolved)
+{
+	uint8_t *buf = NULL;
+	size_t len;
+	struct dcr_err ignore;
+	char h1[80], h2[80];
+	int ok = !dcr_read_file(sp->src, 4096, &buf, &len, &ignore) &&
+		 sscanf((char *)buf, "canonical %79s\nresolved %79s", h1, h2) == 2 &&
+		 !dcr_digest_parse_hex(h1, canon) && !dcr_digest_parse_hex(h2, resolved) &&
+		 !access(sp->path, F_OK);
+	free(buf);
+	return ok ? 0 : -1;
+}
+
+/* 1 when rc's record says it placed a delta resolved from source (or, with
+ * source NULL, the delta `delta`) and rc is at the state that followed;
+ * *cur: its state. */
+static int rank_holds(struct dcr_receiver *rc, const dcr_digest *source, const dcr_digest *delta,
+		      dcr_digest *cur, struct dcr_err *e)
+{
+	struct placed was;
+	if (placed_read(rc, &was) ||
+	    (source ? !was.have_source || memcmp(was.source.b, source->b, 32)
+		    : memcmp(was.delta.b, delta->b, 32)))
+		return 0;
+	struct dcr_ckpt *c;
+	dcr_digest *dg = NULL;
+	int r = dcr_ckpt_open(rc->dir, &c, e);
+	if (!r)
+		r = dcr_receiver_state(rc, c, 1, cur, &dg, NULL, e);
+	free(dg);
+	dcr_ckpt_close(c);
+	if (r)
+		return r;
+	return !memcmp(cur->b, was.after.b, 32);
+}
+
+/* A sink that hashes what it writes to a descriptor. */
+struct hsink {
+	int fd;
+	struct dcr_sha *sha;
+};
+
+static int hsink_write(void *ctx, const void *p, size_t n)
+{
+	struct hsink *h = ctx;
+	dcr_sha_update(h->sha, p, n);
+	return dcr_sink_fd_write(&h->fd, p, n);
+}
+
+/* Resolve the canonical delta into the spool of rcs[0] (or find it there
+ * from an interrupted run of the same delta). *all_done: every rank holds
+ * the delta already (res filled). */
+static int replica_resolve(struct dcr_receiver *const *rcs, uint32_t nranks,
+			   const struct dcr_layout *L, struct dcr_source src, const uint8_t *head,
+			   size_t head_len, const char *what, const struct spool *sp,
+			   dcr_digest *canon, int *all_done, struct dcr_place_result *res,
+			   struct dcr_err *e)
+{
+	struct resolve x = {.L = L};
+	struct dcr_ckpt **ck = dcr_calloc(nranks, sizeof(*ck));
+	struct hsrc hs = {.in = src, .sha = dcr_sha_new()};
+	struct hsink hk = {.fd = -1, .sha = dcr_sha_new()};
+	struct dcr_delta_reader rd;
+	int rd_inited = 0, r = 0;
+	struct dcr_delta_writer w = {0};
+	int w_inited = 0;
+	struct dcr_atomic a = {.fd = -1};
+	dcr_digest pending, presolved, d, rdg;
+	int have_pending = !spool_src_read(sp, &pending, &presolved);
+	*all_done = 0;
+	if (!ck || !hs.sha || !hk.sha) {
+		r = dcr_err_sys(e, ENOMEM, "placement");
+		goto out;
+	}
+	for (uint32_t k = 0; k < nranks && !r; k++)
+		r = dcr_ckpt_open(rcs[k]->dir, &ck[k], e);
+	if (r)
+		goto out;
+	x.g = (struct gather){.L = L, .ck = ck, .nranks = nranks};
+	if (head_len)
+		dcr_sha_update(hs.sha, head, head_len);
+	if ((r = dcr_delta_reader_init_flags(&rd, (struct dcr_source){hsrc_read, &hs}, head,
+					     head_len, DCR_DELTA_PARTIAL, what, e)))
+		goto out;
+	rd_inited = 1;
+	if ((r = dcr_atomic_open(&a, sp->path, e)))
+		goto out;
+	hk.fd = a.fd;
+	if ((r = dcr_delta_writer_init_flags(&w, (struct dcr_sink){hsink_write, &hk}, &rd.base,
+					     rd.attempt, rd.flags & DCR_DELTA_PARTIAL,
+					     "resolved delta", e)))
+		goto out;
+	w_inited = 1;
+	if ((r = resolve_records(&x, &rd, &w, e)))
+		goto out;
+	uint8_t extra;
+	int q = src.read(src.ctx, &extra, 1);
+	if (q == 0) {
+		r = dcr_err_set(e, DCR_EFORMAT, "%s has bytes after its trailer", what);
+		goto out;
+	} else if (q != -EPIPE) {
+		r = dcr_err_sys(e, q, "cannot read %s", what);
+		goto out;
+	}
+	dcr_sha_final(hs.sha, &d);
+	hs.sha = NULL;
+	*canon = d;
+	for (uint32_t k = 0; k < nranks; k++)
+		dcr_ckpt_close(ck[k]), ck[k] = NULL;
+	if (have_pending && !memcmp(pending.b, d.b, 32)) {
+		/* an interrupted run of this delta: its resolution stands,
+		 * whatever the ranks placed before hold now */
+		dcr_atomic_abort(&a);
+		goto out;
+	}
+	/* placed everywhere before (its spool gone) */
+	int all = 1;
+	for (uint32_t k = 0; k < nranks && all; k++) {
+		int h = rank_holds(rcs[k], &d, NULL, &res[k].apply.target, e);
+		if (h < 0) {
+			r = h;
+			goto out;
+		}
+		all = h;
+	}
+	if (all) {
+		for (uint32_t k = 0; k < nranks; k++) {
+			res[k].already = res[k].apply.already = 1;
+			res[k].apply.base = res[k].apply.target;
+		}
+		*all_done = 1;
+		dcr_atomic_abort(&a);
+		goto out;
+	}
+	if (have_pending) {
+		/* another delta's spool: fine only if every rank placed it */
+		for (uint32_t k = 0; k < nranks && !r; k++) {
+			dcr_digest cur;
+			int h = rank_holds(rcs[k], NULL, &presolved, &cur, e);
+			if (h < 0) {
+				r = h;
+			} else if (!h) {
+				char hx[65];
+				dcr_digest_hex(&pending, hx);
+				r = dcr_err_set(e, DCR_EBASE,
+						"replica '%s' has an unfinished placement of another delta (%.12s): apply that one again first",
+						rcs[0]->dir, hx);
+			}
+		}
+		if (r)
+			goto out;
+	}
+	if (x.deferred) {
+		*e = x.derr;
+		r = x.deferred;
+		goto out;
+	}
+	if ((r = dcr_delta_write_end(&w, &rd.target, e)))
+		goto out;
+	dcr_sha_final(hk.sha, &rdg);
+	hk.sha = NULL;
+	if ((r = dcr_atomic_commit(&a, e)))
+		goto out;
+	char text[256], h1[65], h2[65];
+	dcr_digest_hex(&d, h1);
+	dcr_digest_hex(&rdg, h2);
+	int n = snprintf(text, sizeof(text), "canonical %s\nresolved %s\n", h1, h2);
+	r = dcr_write_file_atomic(sp->src, text, (size_t)n, e);
+out:
+	if (a.tmp)
+		dcr_atomic_abort(&a);
+	if (w_inited)
+		dcr_delta_writer_release(&w);
+	if (rd_inited)
+		dcr_delta_reader_release(&rd);
+	dcr_sha_free(hs.sha);
+	dcr_sha_free(hk.sha);
+	for (uint32_t k = 0; ck && k < nranks; k++)
+		dcr_ckpt_close(ck[k]);
+	free(ck);
+	gather_free(&x.g);
+	free(x.canon_of);
+	dcr_changes_free(&x.ch);
+	dcr_buf_free(&x.enc);
+	return r;
+}
+
+int dcr_place_replica(struct dcr_receiver *const *rcs, uint32_t nranks,
+		      const struct dcr_layout *L, struct dcr_source src, const uint8_t *head,
+		      size_t head_len, const struct dcr_apply_opts *o,
+		      struct dcr_place_result *res, struct dcr_err *e)
+{
+	uint32_t need = 0;
+	for (size_t t = 0; t < L->ntensors; t++)
+		if (L->tensors[t].rank + 1 > need)
+			need = L->tensors[t].rank + 1;
+	if (nranks != need)
+		return dcr_err_set(e, DCR_EFORMAT, "the layout map has %u ranks, the replica %u",
+				   (unsigned)need, (unsigned)nranks);
+	int r;
+	for (uint32_t k = 0; k < nranks; k++) {
+		memset(&res[k], 0, sizeof(res[k]));
+		if ((r = dcr_apply_recover(rcs[k], o, e)) < 0)
+			return r;
+	}
+	struct spool sp = {dcr_receiver_path(rcs[0], "layout-resolved"),
+			   dcr_receiver_path(rcs[0], "layout-resolved.src")};
+	if (!sp.path || !sp.src) {
+		r = dcr_err_sys(e, ENOMEM, "placement");
+		goto out;
+	}
+	const char *what = o && o->what ? o->what : "delta";
+	dcr_digest canon;
+	int all_done;
+	if ((r = replica_resolve(rcs, nranks, L, src, head, head_len, what, &sp, &canon, &all_done,
+				 res, e)) || all_done)
+		goto out;
+	/* every rank places the resolved delta; a rerun after a crash finds
+	 * the ranks placed before at the state their record names */
+	for (uint32_t k = 0; k < nranks && !r; k++) {
+		int fd = open(sp.path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			r = dcr_err_sys(e, errno, "cannot open '%s'", sp.path);
+			break;
+		}
+		r = place_one(rcs[k], L, k, (struct dcr_source){dcr_source_fd_read, &fd}, NULL, 0, o,
+			      &canon, &res[k], e);
+		close(fd);
+	}
+	if (!r && (unlink(sp.src) || unlink(sp.path)))
+		r = dcr_err_sys(e, errno, "cannot remove '%s'", sp.path);
+out:
+	free(sp.path);
+	free(sp.src);
 	return r;
 }

@@ -193,8 +193,8 @@ static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, 
 			w->oldv[k] = load_unit(w->ba + w->ch.pos[k] * unit, unit);
 			w->ch.val[k] ^= w->oldv[k];
 		}
-		r = dcr_item_encode_xor(w->ch.n, w->ch.pos, w->oldv, w->ch.val, unit, dtype, len,
-					w->d->o->codec, &it.codec, &w->enc, e);
+		r = dcr_item_encode_xor(w->ch.n, w->ch.pos, w->oldv, w->ch.val, w->ba, unit, dtype,
+					len, w->d->o->codec, &it.codec, &w->enc, e);
 	} else {
 		r = dcr_item_encode(&w->ch, unit, len, dense, &it.codec, &w->enc, e);
 	}

@@ -13,7 +13,7 @@ struct dcr_diff_opts {
 	const char *what;              /* output name for messages */
 	int threads;                   /* workers (default: one per core) */
 	int dense;                     /* a dense copy of target: no base (base ignored) */
-	int codec;                     /* DCR_CODEC_AUTO (default), _PLAIN or DCR_CODEC_DELTA */
+	int codec;                     /* DCR_CODEC_AUTO (default), _PLAIN, _DELTA or _CLASSED */
 	int no_cache;                  /* do not leave NEW's digests in NEW/.dcr/state */
 	int device;                    /* DCR_DEVICE_CPU (default) or DCR_DEVICE_CUDA (core/cuda.h):
 					  where the chunks are compared */

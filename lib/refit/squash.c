@@ -12,6 +12,16 @@
  * tensor created (NEW) somewhere in the chain starts from zeros at its last
  * creation, so its composed XORs become overwrites there. Memory: one
  * decoded item per input and one cell.
+ *
+ * Items coded against the receiver's bits (XOR items of codecs delta and
+ * classed, what dcr-diff writes by default) decode only against the bits
+ * of the tensor at that step. With the chain's base checkpoint
+ * (dcr_squash_base) the squash has them: each tensor is rebuilt in memory
+ * from the base, delta by delta, each item resolved against the bits the
+ * steps before left, checked against the last delta's digest, and written
+ * as its changes from the base (XOR, coded as dcr-diff codes them: the
+ * receiver holds the base) or, for a tensor the chain creates, as
+ * overwrites of every element the chain touched. Memory: one tensor.
  */
 #include "config.h"
 
@@ -22,7 +32,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/bytes.h"
+#include "core/checkpoint.h"
 #include "core/file.h"
+#include "core/state.h"
 #include "core/util.h"
 #include "refit/squash.h"
 
@@ -43,6 +56,8 @@ struct sq_in {
 	uint64_t start, len; /* of the current item */
 	uint8_t enc;
 	struct dcr_changes ch;
+	int raw;             /* keep items as read (it), do not decode them */
+	struct dcr_item it;  /* the current item when raw; data valid until the next fetch */
 	size_t idx;          /* next change of the current item */
 	int64_t last_tensor;
 	uint64_t last_end;
@@ -82,6 +97,13 @@ static const struct dcr_delta_tensor *find(const struct sq_in *in, const char *n
 	return NULL;
 }
 
+static int refuse_needs_base(const char *path, const struct dcr_item *it, struct dcr_err *e)
+{
+	return dcr_err_set(e, DCR_EFORMAT,
+			   "'%s' codes XOR items against the receiver's bits (codec %s): squash it with --base CKPT, the chain's first base checkpoint, or make the chain with dcr-diff --codec plain",
+			   path, dcr_codec_name(it->codec));
+}
+
 static int pass1(struct sq_in *in, uint64_t *maxlen, struct dcr_err *e)
 {
 	struct dcr_delta_reader rd;
@@ -112,10 +134,8 @@ static int pass1(struct sq_in *in, uint64_t *maxlen, struct dcr_err *e)
 				break;
 			if (it.tensor >= in->nt)
 				r = dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor", in->path);
-			else if (it.enc == DCR_ENC_XOR && it.codec == DCR_CODEC_DELTA)
-				r = dcr_err_set(e, DCR_EFORMAT,
-						"'%s' codes XOR items against the receiver's bits (codec delta), which a squash cannot compose; make the chain with dcr-diff --codec plain",
-						in->path);
+			else if (!in->raw && dcr_item_needs_base(&it))
+				r = refuse_needs_base(in->path, &it, e);
 			else if (it.len > *maxlen)
 				*maxlen = it.len;
 		} else if (rec.type == DCR_REC_REMOVE) {
@@ -177,11 +197,11 @@ static int fetch(struct sq_in *in, struct dcr_err *e)
 		if (it.start > units || it.len > units - it.start)
 			return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end",
 					   in->path, t->name);
-		if (it.enc == DCR_ENC_XOR && it.codec == DCR_CODEC_DELTA)
-			return dcr_err_set(e, DCR_EFORMAT,
-					   "'%s' codes XOR items against the receiver's bits (codec delta), which a squash cannot compose; make the chain with dcr-diff --codec plain",
-					   in->path);
-		if ((r = dcr_item_decode(&it, unit, &in->ch, e)))
+		if (in->raw)
+			in->it = it;
+		else if (dcr_item_needs_base(&it))
+			return refuse_needs_base(in->path, &it, e);
+		else if ((r = dcr_item_decode(&it, unit, &in->ch, e)))
 			return r;
 		in->last_tensor = it.tensor;
 		in->last_end = it.start + it.len;
@@ -252,6 +272,12 @@ struct squash {
 	struct dcr_buf tmp;	/* one run's encoded item */
 	size_t C;		/* elements per cell */
 	uint64_t maxlen, bytes_in;
+	struct dcr_ckpt *base;	/* dcr_squash_base: the chain's base checkpoint */
+	uint8_t *work;		/* one tensor rebuilt through the chain */
+	uint8_t *touched;	/* its elements the chain touches (created tensors) */
+	size_t work_cap;
+	struct dcr_changes rch;	/* one item resolved */
+	uint64_t *oldv;		/* one output item's old values */
 };
 
 /* Pass 1 over every input (opened here), and the chain check: each
@@ -473,6 +499,151 @@ static int sq_tensor(struct squash *sq, size_t ti, struct dcr_err *e)
 	}
 }
 
+/* With the base: tensor T's items of input x, applied in order to work
+ * (the tensor's bits at x's base), each resolved against what the steps
+ * before left there. */
+static int sq_apply_input(struct squash *sq, struct sq_in *x, const struct dcr_delta_tensor *T,
+			  unsigned unit, uint64_t units, struct dcr_err *e)
+{
+	int r = 0;
+	while (!r && x->valid && !strcmp(x->t[x->tensor].name, T->name)) {
+		const struct dcr_item *it = &x->it;
+		if (it->start > units || it->len > units - it->start)
+			return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end",
+					   x->path, T->name);
+		uint8_t *at = sq->work + it->start * unit;
+		if ((r = dcr_item_resolve(it, unit, at, &sq->rch, e)))
+			return r;
+		dcr_scatter(at, unit, sq->rch.pos, sq->rch.val, sq->rch.n, 0); /* new bits */
+		if (sq->touched)
+			for (size_t k = 0; k < sq->rch.n; k++)
+				sq->touched[it->start + sq->rch.pos[k]] = 1;
+		r = fetch(x, e);
+	}
+	return r;
+}
+
+/* With the base: write tensor T (index ti of the last delta) rebuilt in
+ * work as items of at most CELL_MAX elements: its changes from the base
+ * tensor bt (XOR), or, for a created tensor (!bt), overwrites of the
+ * elements the chain touched. */
+static int sq_emit_work(struct squash *sq, uint32_t ti, const struct dcr_delta_tensor *T,
+			const struct dcr_ckpt_tensor *bt, unsigned unit, uint64_t units,
+			struct dcr_err *e)
+{
+	struct dcr_changes *out = &sq->out;
+	int r = 0;
+	for (uint64_t g = 0; g < units && !r; g += CELL_MAX) {
+		uint64_t len = units - g < CELL_MAX ? units - g : CELL_MAX;
+		const uint8_t *w = sq->work + g * unit, *b = bt ? bt->data + g * unit : NULL;
+		out->n = 0;
+		for (uint64_t i = 0; i < len; i++) {
+			uint64_t nv = load_unit(w + i * unit, unit);
+			if (b) {
+				uint64_t ov = load_unit(b + i * unit, unit);
+				if (ov == nv)
+					continue;
+				sq->oldv[out->n] = ov;
+			} else if (!sq->touched[g + i]) {
+				continue;
+			}
+			out->pos[out->n] = i;
+			out->val[out->n++] = nv;
+		}
+		if (!out->n)
+			continue;
+		if (!b) {
+			r = emit_run(&sq->w, ti, DCR_ENC_OVERWRITE, g, len, out, unit, &sq->tmp, e);
+			continue;
+		}
+		struct dcr_item it = {.tensor = ti, .enc = DCR_ENC_XOR, .start = g, .len = len,
+				      .n = out->n};
+		sq->tmp.len = 0;
+		if ((r = dcr_item_encode_xor(out->n, out->pos, sq->oldv, out->val, b, unit, T->dtype,
+					     len, DCR_CODEC_AUTO, &it.codec, &sq->tmp, e)))
+			break;
+		it.data = sq->tmp.p;
+		it.data_len = sq->tmp.len;
+		r = dcr_delta_write_item(&sq->w, &it, e);
+	}
+	return r;
+}
+
+/* With the base: tensor ti of the last delta rebuilt from the base (or
+ * from zeros at its last creation) through the chain, checked against the
+ * last delta's digest, and written. */
+static int sq_tensor_base(struct squash *sq, size_t ti, struct dcr_err *e)
+{
+	const struct sq_in *last = &sq->in[sq->n - 1];
+	const struct dcr_delta_tensor *T = &last->t[ti];
+	long j = -1;
+	for (size_t i = 0; i < sq->n; i++) {
+		const struct dcr_delta_tensor *x = find(&sq->in[i], T->name, NULL);
+		if (!x) {
+			j = -2;
+			continue;
+		}
+		if (x->flags & DCR_TENSOR_NEW)
+			j = (long)i;
+	}
+	if (j == -2)
+		return dcr_err_set(e, DCR_EFORMAT, "tensor '%s' disappears in the chain without being recreated",
+				   T->name);
+	size_t j0 = j < 0 ? 0 : (size_t)j;
+	int isnew = j >= 0, r;
+	const struct dcr_ckpt_tensor *bt = NULL;
+	if (!isnew) {
+		bt = dcr_ckpt_find(sq->base, T->name);
+		if (!dcr_ckpt_tensor_is(bt, T->dtype, T->ndim, T->shape))
+			return dcr_err_set(e, DCR_EBASE,
+					   "base checkpoint '%s' does not hold '%s' as the chain's first delta does",
+					   sq->base->path, T->name);
+	}
+	struct dcr_delta_tensor ot = *T;
+	ot.flags = isnew ? DCR_TENSOR_NEW : 0;
+	if ((r = dcr_delta_write_tensor(&sq->w, &ot, e)))
+		return r;
+	for (size_t i = 0; i < sq->n && !r; i++)
+		r = skip_to(&sq->in[i], T->name, i < j0, e);
+	if (r)
+		return r;
+	unsigned unit = dcr_dtype_unit(T->dtype);
+	uint64_t units = T->nelem * dcr_dtype_bits(T->dtype) / 8 / unit;
+	size_t nbytes = (size_t)(units * unit);
+	if (nbytes > sq->work_cap) {
+		uint8_t *w = realloc(sq->work, nbytes);
+		if (!w)
+			return dcr_err_sys(e, ENOMEM, "squash: tensor '%s'", T->name);
+		sq->work = w;
+		sq->work_cap = nbytes;
+	}
+	free(sq->touched);
+	sq->touched = NULL;
+	if (isnew) {
+		memset(sq->work, 0, nbytes);
+		if (!(sq->touched = dcr_calloc(units ? units : 1, 1)))
+			return dcr_err_sys(e, ENOMEM, "squash");
+	} else if (nbytes) {
+		memcpy(sq->work, bt->data, nbytes);
+	}
+	for (size_t i = j0; i < sq->n && !r; i++)
+		r = sq_apply_input(sq, &sq->in[i], T, unit, units, e);
+	if (r)
+		return r;
+	/* the rebuilt bits must be the chain's target */
+	struct dcr_tensor_info info = {.dtype = T->dtype, .ndim = T->ndim, .nelem = T->nelem,
+				       .begin = 0, .end = nbytes};
+	memcpy(info.shape, T->shape, sizeof(info.shape));
+	struct dcr_ckpt_tensor wt = {.info = &info, .data = sq->work, .fd = -1};
+	dcr_digest dg;
+	dcr_tensor_digest(&wt, &dg);
+	if (memcmp(dg.b, T->digest.b, sizeof(dg.b)))
+		return dcr_err_set(e, DCR_EBASE,
+				   "'%s' rebuilt from the base through the chain does not match the last delta's digest (is '%s' the chain's base?)",
+				   T->name, sq->base->path);
+	return sq_emit_work(sq, (uint32_t)ti, T, bt, unit, units, e);
+}
+
 /* Every input read to its end (its trailer checked), then the last
  * delta's digests, the END record and the totals. */
 static int sq_finish(struct squash *sq, struct dcr_squash_stats *st, struct dcr_err *e)
@@ -497,23 +668,48 @@ static int sq_finish(struct squash *sq, struct dcr_squash_stats *st, struct dcr_
 	return r;
 }
 
-int dcr_squash(const char *const *paths, size_t n, const uint8_t *attempt_in,
-	       struct dcr_sink sink, const char *what, struct dcr_squash_stats *st,
-	       struct dcr_err *e)
+/* The base checkpoint, whose state id must be the first delta's base. */
+static int sq_open_base(struct squash *sq, const char *base_dir, struct dcr_err *e)
+{
+	int r = dcr_ckpt_open(base_dir, &sq->base, e);
+	if (r)
+		return r;
+	dcr_digest id;
+	if ((r = dcr_ckpt_state_id(sq->base, &id, NULL, e)))
+		return r;
+	if (memcmp(id.b, sq->in[0].base.b, sizeof(id.b))) {
+		char a[65], b[65];
+		dcr_digest_hex(&id, a);
+		dcr_digest_hex(&sq->in[0].base, b);
+		return dcr_err_set(e, DCR_EBASE,
+				   "base checkpoint '%s' is state %.12s, the chain starts from %.12s",
+				   base_dir, a, b);
+	}
+	if (!(sq->oldv = dcr_calloc(CELL_MAX, sizeof(uint64_t))) ||
+	    dcr_changes_reserve(&sq->out, CELL_MAX))
+		return dcr_err_sys(e, ENOMEM, "squash");
+	return 0;
+}
+
+static int squash(const char *const *paths, size_t n, const char *base_dir,
+		  const uint8_t *attempt_in, struct dcr_sink sink, const char *what,
+		  struct dcr_squash_stats *st, struct dcr_err *e)
 {
 	struct squash sq = {.n = n, .maxlen = 1};
 	int r = 0;
 	sq.in = dcr_calloc(n ? n : 1, sizeof(*sq.in));
 	if (!sq.in)
 		return dcr_err_sys(e, ENOMEM, "squash");
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		sq.in[i].fd = -1;
+		sq.in[i].raw = base_dir != NULL;
+	}
 	if (n < 1) {
 		r = dcr_err_set(e, DCR_EFORMAT, "squash needs at least one delta");
 		goto out;
 	}
 	if ((r = sq_pass1(&sq, paths, e)) || (r = sq_cells(&sq, e)) ||
-	    (r = sq_rewind(&sq, paths, e)))
+	    (base_dir && (r = sq_open_base(&sq, base_dir, e))) || (r = sq_rewind(&sq, paths, e)))
 		goto out;
 	uint8_t attempt[16];
 	if ((r = dcr_attempt_id(attempt_in, attempt, e)) ||
@@ -521,7 +717,7 @@ int dcr_squash(const char *const *paths, size_t n, const uint8_t *attempt_in,
 	    (r = sq_removals(&sq, e)))
 		goto out;
 	for (size_t ti = 0; ti < sq.in[n - 1].nt; ti++)
-		if ((r = sq_tensor(&sq, ti, e)))
+		if ((r = base_dir ? sq_tensor_base(&sq, ti, e) : sq_tensor(&sq, ti, e)))
 			goto out;
 	r = sq_finish(&sq, st, e);
 out:
@@ -532,7 +728,28 @@ out:
 	free(sq.cl.val);
 	free(sq.cl.touched);
 	dcr_changes_free(&sq.out);
+	dcr_changes_free(&sq.rch);
 	dcr_buf_free(&sq.tmp);
 	dcr_delta_writer_release(&sq.w);
+	dcr_ckpt_close(sq.base);
+	free(sq.work);
+	free(sq.touched);
+	free(sq.oldv);
 	return r;
+}
+
+int dcr_squash(const char *const *paths, size_t n, const uint8_t *attempt,
+	       struct dcr_sink sink, const char *what, struct dcr_squash_stats *st,
+	       struct dcr_err *e)
+{
+	return squash(paths, n, NULL, attempt, sink, what, st, e);
+}
+
+int dcr_squash_base(const char *const *paths, size_t n, const char *base_dir,
+		    const uint8_t *attempt, struct dcr_sink sink, const char *what,
+		    struct dcr_squash_stats *st, struct dcr_err *e)
+{
+	if (!base_dir)
+		return dcr_err_set(e, -EINVAL, "squash: no base checkpoint");
+	return squash(paths, n, base_dir, attempt, sink, what, st, e);
 }

@@ -18,5 +18,15 @@ struct dcr_squash_stats {
 int dcr_squash(const char *const *paths, size_t n, const uint8_t *attempt,
 	       struct dcr_sink sink, const char *what, struct dcr_squash_stats *st,
 	       struct dcr_err *e);
+/* The same, given base_dir, the checkpoint the chain starts from (its state
+ * id must be the first delta's base): then items coded against the
+ * receiver's bits (codecs delta and classed, dcr-diff's default), which
+ * dcr_squash refuses, compose too. Each tensor is rebuilt from the base
+ * through the chain, checked against the last delta's digest, and written
+ * as its changes from the base, coded as dcr-diff codes them. Memory: the
+ * largest tensor, plus one item per input. */
+int dcr_squash_base(const char *const *paths, size_t n, const char *base_dir,
+		    const uint8_t *attempt, struct dcr_sink sink, const char *what,
+		    struct dcr_squash_stats *st, struct dcr_err *e);
 
 #endif
