@@ -38,6 +38,7 @@
 #include "core/pack.h"
 #include "core/packio.h"
 #include "core/sign.h"
+#include "core/summary.h"
 
 #include "transport/store.h"
 #include "transport/transfer.h"
