@@ -42,6 +42,7 @@
 
 #include "transport/store.h"
 #include "transport/transfer.h"
+#include "transport/finalize.h"
 
 #include "refit/receiver.h"
 #include "refit/diff.h"

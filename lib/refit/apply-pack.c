@@ -376,19 +376,20 @@ static int ak_check(struct apack *ak, struct dcr_err *e)
 				ak->s.xor_seen, e)))
 		return r;
 	for (uint32_t i = 0; i < m->npayloads; i++) {
-		char *pn = dcr_payload_name(i);
-		if (i >= ak->pcap || !ak->pseen[i])
+		uint32_t idx = dcr_manifest_index(m, i);
+		char *pn = dcr_payload_name(idx);
+		if (idx >= ak->pcap || !ak->pseen[idx])
 			r = dcr_err_set(e, DCR_EFORMAT, "pack is missing %s; nothing was written",
 					pn ? pn : "a payload");
-		else if (memcmp(ak->pdig[i].b, m->pdigest[i].b, 32))
+		else if (memcmp(ak->pdig[idx].b, m->pdigest[i].b, 32))
 			r = dcr_err_set(e, DCR_EDIGEST, "%s does not match the manifest's digest",
 					pn ? pn : "a payload");
 		free(pn);
 		if (r)
 			return r;
 	}
-	for (size_t i = m->npayloads; i < ak->pcap; i++)
-		if (ak->pseen[i])
+	for (size_t i = 0; i < ak->pcap; i++)
+		if (ak->pseen[i] && dcr_manifest_find(m, (uint32_t)i) < 0)
 			return dcr_err_set(e, DCR_EFORMAT, "pack: payload %zu is not in the manifest", i);
 	return 0;
 }

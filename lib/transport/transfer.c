@@ -12,6 +12,7 @@
 #include "core/file.h"
 #include "core/manifest.h"
 #include "core/packio.h"
+#include "core/summary.h"
 #include "core/util.h"
 #include "transport/transfer.h"
 
@@ -59,6 +60,62 @@ static int finish_slot(struct dcr_store *s, struct slot *sl, struct dcr_err *e)
 	return r;
 }
 
+/* A producer's pack (dcr-pack --producer): its summary checked against the
+ * payloads that went up, the producer's payloads of an earlier try that
+ * this one no longer makes removed, and the summary put last. */
+static int push_summary(struct dcr_store *s, const char *name, const uint8_t *buf, size_t len,
+			uint32_t prod, uint32_t base, const dcr_digest *dig, const uint64_t *sizes,
+			size_t cap, uint32_t count, struct dcr_err *e)
+{
+	struct dcr_summary sm;
+	char *sn = dcr_summary_name(prod);
+	int r = sn ? dcr_summary_parse(buf, len, sn, &sm, e) : dcr_err_sys(e, ENOMEM, "push");
+	if (r) {
+		free(sn);
+		return r;
+	}
+	if (sm.producer != prod)
+		r = dcr_err_set(e, DCR_EFORMAT, "%s is producer %u's summary", sn, sm.producer);
+	else if (count && base != dcr_producer_index(prod, 0))
+		r = dcr_err_set(e, DCR_EFORMAT, "pack: the payloads are not producer %u's", prod);
+	for (uint32_t i = 0; i < sm.npayloads && !r; i++) {
+		if (i >= cap || sizes[i] == UINT64_MAX)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its summary",
+					sm.pindex[i]);
+		else if (memcmp(dig[i].b, sm.pdigest[i].b, 32) || sizes[i] != sm.psize[i])
+			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the summary",
+					sm.pindex[i]);
+	}
+	if (!r && count != sm.npayloads)
+		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %u payloads, its summary %u", count,
+				sm.npayloads);
+	/* an earlier try of this producer may have made more payloads */
+	char **names = NULL;
+	size_t n = 0;
+	char *pfx = r ? NULL : dcr_asprintf("%s/payload-", name);
+	if (!r)
+		r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "push");
+	for (size_t i = 0; i < n && !r; i++) {
+		const char *b = strrchr(names[i], '/');
+		uint32_t idx;
+		if (b && dcr_payload_name_parse(b + 1, &idx) && idx / DCR_PRODUCER_STRIDE == prod &&
+		    idx % DCR_PRODUCER_STRIDE >= sm.npayloads) {
+			r = dcr_store_delete(s, names[i], e);
+			if (r == DCR_ENOTFOUND)
+				r = 0;
+		}
+	}
+	dcr_store_names_free(names, n);
+	free(pfx);
+	char *so = r ? NULL : obj(name, sn);
+	if (!r)
+		r = so ? dcr_store_put(s, so, buf, len, e) : dcr_err_sys(e, ENOMEM, "push");
+	free(so);
+	free(sn);
+	dcr_summary_release(&sm);
+	return r;
+}
+
 int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
 {
@@ -69,9 +126,9 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	size_t cap = 0;
 	uint8_t *man = NULL;
 	size_t man_len = 0;
-	int next = 0, r = 0;
+	int next = 0, r = 0, summary = 0;
 	uint64_t bytes = 0;
-	uint32_t count = 0;
+	uint32_t count = 0, base = 0, prod = 0;
 	if (!slots)
 		return dcr_err_sys(e, ENOMEM, "push");
 	const char *ename;
@@ -82,7 +139,8 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 			r = dcr_err_set(e, DCR_EFORMAT, "pack: entry '%s' after the manifest", ename);
 			break;
 		}
-		if (!strcmp(ename, DCR_MANIFEST_NAME)) {
+		summary = dcr_summary_name_parse(ename, &prod);
+		if (!strcmp(ename, DCR_MANIFEST_NAME) || summary) {
 			man = malloc(len ? len : 1);
 			if (!man) {
 				r = dcr_err_sys(e, ENOMEM, "push");
@@ -105,6 +163,15 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 			r = dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", ename, pl.index);
 			break;
 		}
+		/* a producer's payloads are R * DCR_PRODUCER_STRIDE + j: kept
+		 * by j, all of one producer */
+		if (!count && !cap && idx >= DCR_PRODUCER_STRIDE)
+			base = idx / DCR_PRODUCER_STRIDE * DCR_PRODUCER_STRIDE;
+		if (idx < base || (base && idx - base >= DCR_PRODUCER_STRIDE)) {
+			r = dcr_err_set(e, DCR_EFORMAT, "pack: %s is another producer's payload", ename);
+			break;
+		}
+		idx -= base;
 		if (idx >= cap) {
 			size_t ncap = idx + 64;
 			dcr_digest *d = realloc(dig, ncap * sizeof(*d));
@@ -175,14 +242,25 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 		r = dcr_err_set(e, DCR_EFORMAT, "pack has no manifest; the manifest was not pushed");
 		goto out;
 	}
+	if (summary) {
+		r = push_summary(s, name, man, man_len, prod, base, dig, sizes, cap, count, e);
+		if (!r && st) {
+			st->payloads = count;
+			st->bytes = bytes + man_len;
+		}
+		goto out;
+	}
 	struct dcr_manifest m;
 	if ((r = dcr_manifest_parse(man, man_len, DCR_MANIFEST_NAME, &m, e)))
 		goto out;
 	for (uint32_t i = 0; i < m.npayloads && !r; i++) {
-		if (i >= cap || sizes[i] == UINT64_MAX)
-			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its manifest", i);
-		else if (memcmp(dig[i].b, m.pdigest[i].b, 32) || sizes[i] != m.psize[i])
-			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the manifest", i);
+		uint32_t k = dcr_manifest_index(&m, i) - base;
+		if (dcr_manifest_index(&m, i) < base || k >= cap || sizes[k] == UINT64_MAX)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its manifest",
+					dcr_manifest_index(&m, i));
+		else if (memcmp(dig[k].b, m.pdigest[i].b, 32) || sizes[k] != m.psize[i])
+			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the manifest",
+					dcr_manifest_index(&m, i));
 	}
 	if (!r && count != m.npayloads)
 		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %u payloads, its manifest %u", count,
@@ -389,9 +467,9 @@ struct fetch {
 static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 {
 	struct fetch *f = ctx;
-	uint32_t idx = f->lo + (uint32_t)job;
+	uint32_t pos = f->lo + (uint32_t)job, idx = f->m ? dcr_manifest_index(f->m, pos) : pos;
 	dcr_digest d, sum;
-	const dcr_digest *want = f->m ? &f->m->pdigest[idx] : NULL;
+	const dcr_digest *want = f->m ? &f->m->pdigest[pos] : NULL;
 	if (f->have && f->have(f->have_ctx, idx, &d) && (!want || !memcmp(d.b, want->b, 32))) {
 		sr->state = 3;
 		return;
@@ -419,7 +497,7 @@ static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 static int emit_one(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
 {
 	struct fetch *f = ctx;
-	uint32_t idx = f->lo + (uint32_t)job;
+	uint32_t pos = f->lo + (uint32_t)job, idx = f->m ? dcr_manifest_index(f->m, pos) : pos;
 	if (sr->state == 3) {
 		(*f->skipped)++;
 		return 0;
@@ -437,7 +515,7 @@ static int emit_one(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err
 	}
 	*f->bytes += sr->b.len;
 	if (!r && f->o && f->o->progress)
-		f->o->progress(f->o->progress_ctx, *f->bytes, idx + 1 - (uint64_t)*f->skipped);
+		f->o->progress(f->o->progress_ctx, *f->bytes, pos + 1 - (uint64_t)*f->skipped);
 	return r;
 }
 
@@ -539,7 +617,7 @@ static int check_part(const struct stream *f, const struct part *pt, const uint8
 		/* another payload under this name says so first */
 		struct dcr_payload pl;
 		if (pt->len >= DCR_PAYLOAD_HDR_LEN && !memcmp(buf, DCR_PAYLOAD_MAGIC, 8) &&
-		    get_le32(buf + 64) != pt->idx)
+		    get_le32(buf + 64) != dcr_manifest_index(m, pt->idx))
 			return dcr_err_set(e, DCR_EFORMAT, "'%s' holds payload %u", url,
 					   get_le32(buf + 64));
 		int r = dcr_payload_check_head(buf, pt->len, size, url, &pl, e);
@@ -564,7 +642,7 @@ static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
 	struct stream *f = ctx;
 	const struct part *pt = &f->parts[job];
 	struct pnames pn;
-	pnames_get(f->s, f->name, pt->idx, &pn);
+	pnames_get(f->s, f->name, dcr_manifest_index(f->m, pt->idx), &pn);
 	const char *url = pn.url;
 	if (!url) {
 		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
@@ -599,7 +677,7 @@ static int emit_part(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_er
 	uint64_t size = f->m->psize[pt->idx];
 	int r = 0;
 	if (pt->off == 0) {
-		char *en = dcr_payload_name(pt->idx);
+		char *en = dcr_payload_name(dcr_manifest_index(f->m, pt->idx));
 		r = en ? f->out.begin(f->out.ctx, en, size, e) : dcr_err_sys(e, ENOMEM, "pull");
 		free(en);
 	}
@@ -694,6 +772,15 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 		uint32_t limit = next;
 		if (have_m) {
 			limit = m.npayloads;
+			/* those passed on while waiting (the first producer's, in
+			 * order) must be the manifest's first */
+			for (uint32_t i = 0; i < next && !r; i++)
+				if (i >= m.npayloads || dcr_manifest_index(&m, i) != i)
+					r = dcr_err_set(e, DCR_EFORMAT,
+							"'%s' in '%s': its manifest does not list payload %u, which was passed on before it came",
+							name, dcr_store_url(s), i);
+			if (r)
+				goto out;
 		} else {
 			char **names = NULL;
 			size_t n = 0;
