@@ -23,8 +23,8 @@ for spec in "qwen2-kv8 4 1" "qwen2-moe 2 2"; do
 	[ ! -e "$S/$cfg/manifest.dcrm" ] || fail "a manifest before finalize"
 	for r in $(seq 0 $((NR - 1))); do
 		[ -f "$S/$cfg/summary-00000$r.dcrs" ] || fail "no summary of producer $r"
-		ls "$S/$cfg" | grep -q "^payload-${r}0*[0-9]\.dcrp$\|^payload-0000[0-9][0-9]\.dcrp$" ||
-			fail "no payload of producer $r"
+		# producer R's payloads are R * 10000 + j: payload-0R000j.dcrp
+		[ -f "$S/$cfg/payload-0${r}0000.dcrp" ] || fail "no payload of producer $r"
 	done
 	run_ok "$B/dcr-push" --finalize --producers $NR --timeout 10 "$S/$cfg"
 	fin=$(cat "$T/err")

@@ -95,9 +95,9 @@ contains "$ERR" "summary-000002.dcrs is corrupt: checksum mismatch"
 nomanifest v7
 # a payload that is not the one its summary names: waited for, then refused
 cp -r "$S/v6" "$S/v8"
-cp "$S/v8/payload-000000.dcrp" "$S/v8/payload-1000000.dcrp"
+cp "$S/v8/payload-000000.dcrp" "$S/v8/payload-010000.dcrp"
 expect_fail 128 "$B/dcr-push" --finalize --producers 4 --timeout 1 "$S/v8"
-contains "$ERR" "1 (payload 1000000 is not the one its summary names)"
+contains "$ERR" "1 (payload 10000 is not the one its summary names)"
 nomanifest v8
 # a finalized pack keeps its manifest: another one is refused
 cp -r "$S/v6" "$S/v9"

@@ -60,6 +60,9 @@ static void make(struct dcr_summary *s, uint32_t p, uint32_t n, uint64_t r0, uin
 	free(local);
 	s->nitems = 3;
 	s->nchanges = 5;
+	s->ncanon = 1;
+	struct dcr_state_entry en = {t->name, t->dtype, t->ndim, t->shape, {{0}}};
+	dcr_tensor_set_id(&en, 1, &s->canon);
 }
 
 static void build(const struct dcr_summary *s, struct dcr_buf *b)
@@ -131,8 +134,8 @@ Test(summary, hostile_counts_refused)
 	cr_assert_eq(parse_patched(&b, hdr + 8, 0xffffffffu), DCR_EFORMAT);
 	cr_assert_eq(parse_patched(&b, hdr + 8, 2), DCR_EFORMAT);
 	/* producer past nproducers, nproducers past the limit */
-	cr_assert_eq(parse_patched(&b, hdr - 8, 1), DCR_EFORMAT);
-	cr_assert_eq(parse_patched(&b, hdr - 4, DCR_PRODUCERS_MAX + 1), DCR_EFORMAT);
+	cr_assert_eq(parse_patched(&b, 64, 1), DCR_EFORMAT);
+	cr_assert_eq(parse_patched(&b, 68, DCR_PRODUCERS_MAX + 1), DCR_EFORMAT);
 	/* flags and version */
 	cr_assert_eq(parse_patched(&b, 12, 1), DCR_EFORMAT);
 	cr_assert_eq(parse_patched(&b, 8, 2), DCR_EFORMAT);
@@ -198,6 +201,12 @@ Test(summary, join_rows_columns_and_refusals)
 	v[3].tensors[0].t.dtype = DCR_DT_F16;
 	join_expect(v, 4, DCR_EFORMAT, "declare tensor 'w' differently");
 	v[3].tensors[0].t.dtype = DCR_DT_BF16;
+	/* a layout of more tensors than the summaries declare */
+	for (int i = 0; i < 4; i++)
+		v[i].ncanon = 2;
+	join_expect(v, 4, DCR_EFORMAT, "declare 1 of the pack's 2 tensors: a producer is missing");
+	for (int i = 0; i < 4; i++)
+		v[i].ncanon = 1;
 	/* a producer in the wrong place */
 	v[3].producer = 2;
 	join_expect(v, 4, DCR_EFORMAT, "is producer 2 of 4, not 3 of 4");

@@ -434,6 +434,24 @@ int dcr_delta_parse_done(const struct dcr_delta_rec *rec, uint32_t *tensor, dcr_
 	return 0;
 }
 
+int dcr_delta_write_canon(struct dcr_delta_writer *w, uint32_t n, const dcr_digest *id,
+			  struct dcr_err *e)
+{
+	if (dcr_buf_add_le32(&w->rec, n) || dcr_buf_add(&w->rec, id->b, 32))
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	return w_record(w, DCR_REC_CANON, e);
+}
+
+int dcr_delta_parse_canon(const struct dcr_delta_rec *rec, uint32_t *n, dcr_digest *id,
+			  struct dcr_err *e)
+{
+	if (rec->len != 36)
+		return dcr_err_set(e, DCR_EFORMAT, "delta: malformed CANON record");
+	*n = get_le32(rec->body);
+	memcpy(id->b, rec->body + 4, 32);
+	return 0;
+}
+
 int dcr_delta_write_parts(struct dcr_delta_writer *w, uint32_t tensor,
 			  const struct dcr_blake3_part *v, size_t n, struct dcr_err *e)
 {

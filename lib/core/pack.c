@@ -34,6 +34,9 @@ struct packer {
 	uint64_t bytes;
 	struct dcr_parts *parts; /* a producer's: per tensor, by global index */
 	uint8_t *have_parts;
+	int have_canon;          /* the layout's tensor set (a CANON record) */
+	uint32_t ncanon;
+	dcr_digest canon;
 };
 
 static int raw_record(struct dcr_buf *b, uint32_t type, const uint8_t *body, size_t len)
@@ -199,6 +202,11 @@ static int pack_record(struct packer *k, const struct dcr_delta_rec *rec, struct
 		k->have_parts[ti] = 1;
 		return 0;
 	}
+	case DCR_REC_CANON:
+		if (k->have_canon)
+			return dcr_err_set(e, DCR_EFORMAT, "delta: two CANON records");
+		k->have_canon = 1;
+		return dcr_delta_parse_canon(rec, &k->ncanon, &k->canon, e);
 	case DCR_REC_BASES: {
 		dcr_digest *v;
 		size_t n;
@@ -241,6 +249,12 @@ static int producer_finish(struct packer *k, const char *what, struct dcr_pack_s
 	if (k->m.nremoved)
 		return dcr_err_set(e, DCR_EFORMAT, "%s removes tensors: producers send changes only",
 				   what);
+	if (!k->have_canon)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s does not name its layout's tensors (a producer's delta comes from dcr-diff --layout)",
+				   what);
+	s.ncanon = k->ncanon;
+	s.canon = k->canon;
 	for (uint32_t i = 0; i < k->m.ntensors; i++)
 		if (!k->have_parts[i])
 			return dcr_err_set(e, DCR_EFORMAT,

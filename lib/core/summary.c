@@ -34,6 +34,31 @@ int dcr_summary_name_parse(const char *name, uint32_t *producer)
 	return 1;
 }
 
+void dcr_tensor_set_id(const struct dcr_state_entry *ent, size_t n, dcr_digest *out)
+{
+	struct dcr_blake3 h;
+	uint8_t t[8];
+	dcr_blake3_init(&h);
+	dcr_blake3_update(&h, "dcr-tensors-v1\n", 15);
+	for (size_t i = 0; i < n; i++) {
+		const char *dt = dcr_dtype_name(ent[i].dtype);
+		size_t nl = strlen(ent[i].name), dl = strlen(dt);
+		put_le32(t, (uint32_t)nl);
+		dcr_blake3_update(&h, t, 4);
+		dcr_blake3_update(&h, ent[i].name, nl);
+		put_le32(t, (uint32_t)dl);
+		dcr_blake3_update(&h, t, 4);
+		dcr_blake3_update(&h, dt, dl);
+		put_le32(t, ent[i].ndim);
+		dcr_blake3_update(&h, t, 4);
+		for (unsigned k = 0; k < ent[i].ndim; k++) {
+			put_le64(t, ent[i].shape[k]);
+			dcr_blake3_update(&h, t, 8);
+		}
+	}
+	dcr_blake3_final(&h, out);
+}
+
 /* ---- building ---- */
 
 int dcr_summary_build(const struct dcr_summary *s, struct dcr_buf *out, struct dcr_err *e)
@@ -43,6 +68,7 @@ int dcr_summary_build(const struct dcr_summary *s, struct dcr_buf *out, struct d
 		dcr_buf_add_le32(out, DCR_SUMMARY_VERSION) || dcr_buf_add_le32(out, 0) ||
 		dcr_buf_add(out, s->base.b, 32) || dcr_buf_add(out, s->attempt, 16) ||
 		dcr_buf_add_le32(out, s->producer) || dcr_buf_add_le32(out, s->nproducers) ||
+		dcr_buf_add_le32(out, s->ncanon) || dcr_buf_add(out, s->canon.b, 32) ||
 		dcr_buf_add_le32(out, s->npayloads);
 	for (uint32_t i = 0; i < s->npayloads && !r; i++)
 		r = dcr_buf_add_le32(out, s->pindex[i]) || dcr_buf_add_le64(out, s->psize[i]) ||
@@ -140,7 +166,7 @@ static int parse_tensors(struct dcr_rd *rd, struct dcr_summary *s, const char *w
 static int parse_summary(const uint8_t *buf, size_t len, const char *what,
 			 struct dcr_summary *s, struct dcr_err *e)
 {
-	if (len < DCR_SUMMARY_HDR_LEN + 4 + 4 + 4 + 16 + 32 || memcmp(buf, DCR_SUMMARY_MAGIC, 8))
+	if (len < DCR_SUMMARY_HDR_LEN + 4 + 4 + 16 + 32 || memcmp(buf, DCR_SUMMARY_MAGIC, 8))
 		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr producer summary", what);
 	if (len > DCR_SUMMARY_MAX)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: %zu bytes, more than a summary may hold",
@@ -164,6 +190,8 @@ static int parse_summary(const uint8_t *buf, size_t len, const char *what,
 	if (!s->nproducers || s->nproducers > DCR_PRODUCERS_MAX || s->producer >= s->nproducers)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: producer %u of %u", what, s->producer,
 				   s->nproducers);
+	s->ncanon = dcr_rd_le32(&rd);
+	memcpy(s->canon.b, dcr_rd_bytes(&rd, 32), 32);
 	int r;
 	s->npayloads = dcr_rd_le32(&rd);
 	if (rd.bad || s->npayloads > dcr_rd_left(&rd) / 44 || s->npayloads > DCR_PRODUCER_STRIDE)
@@ -398,6 +426,10 @@ int dcr_summaries_join(const struct dcr_summary *v, const char *const *names, ui
 			return dcr_err_set(e, DCR_EFORMAT,
 					   "%s belongs to another delta than %s (another base or attempt: a summary of another version)",
 					   names[r], names[0]);
+		if (v[r].ncanon != v[0].ncanon || memcmp(v[r].canon.b, v[0].canon.b, 32))
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "%s and %s come from other layouts (their sets of canonical tensors differ)",
+					   names[0], names[r]);
 		nt += v[r].ntensors;
 	}
 	struct tref *tv = dcr_calloc(nt + 1, sizeof(*tv));
@@ -444,6 +476,16 @@ int dcr_summaries_join(const struct dcr_summary *v, const char *const *names, ui
 		mt->have_digest = 1;
 		ent[m->ntensors - 1] = (struct dcr_state_entry){mt->name, mt->dtype, mt->ndim,
 								mt->shape, mt->digest};
+	}
+	/* every tensor of the layout: a producer that alone holds some is not
+	 * missing */
+	dcr_digest set;
+	dcr_tensor_set_id(ent, m->ntensors, &set);
+	if (m->ntensors != v[0].ncanon || memcmp(set.b, v[0].canon.b, 32)) {
+		rc = dcr_err_set(e, DCR_EFORMAT,
+				 "the %u summaries declare %u of the pack's %u tensors: a producer is missing (or --producers is too small)",
+				 n, m->ntensors, v[0].ncanon);
+		goto out;
 	}
 	dcr_state_id(ent, m->ntensors, &m->target);
 	for (uint32_t r = 0; r < n; r++) {

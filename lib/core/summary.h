@@ -4,6 +4,7 @@
  *
  * summary = magic[8] "\x89DCRS\r\n\x1a", le32 version (1), le32 flags (0),
  *           base_id[32], attempt[16], le32 producer, le32 nproducers,
+ *           le32 ncanon, canon_id[32] (the whole pack's tensors),
  *           le32 npayloads, npayloads x (le32 index, le64 size, digest[32]),
  *           le32 piece_log2 (0: none), every payload's piece CVs[32],
  *           le32 ntensors, ntensors x (TENSOR body as a varint-length
@@ -13,8 +14,8 @@
  * A digest part is as dcr-format-delta(5) puts it on the wire
  * (dcr_blake3_part_encode): the producer's share of the tensor's stripe
  * stream, the elements it is responsible for (a replicated element by its
- * lowest holder). Producer R's payloads have the indices R * 1000000 + j,
- * j = 0, 1, ...: payload-R00000j.dcrp, named by producer, so N producers
+ * lowest holder). Producer R's payloads have the indices R * 10000 + j,
+ * j = 0, 1, ...: payload-0R000j.dcrp, named by producer, so N producers
  * write the same pack without talking to each other.
  */
 #ifndef DCR_CORE_SUMMARY_H
@@ -25,10 +26,10 @@
 
 #define DCR_SUMMARY_MAGIC "\x89" "DCRS\r\n\x1a"
 #define DCR_SUMMARY_VERSION 1
-#define DCR_SUMMARY_HDR_LEN (8 + 4 + 4 + 32 + 16 + 4 + 4)
+#define DCR_SUMMARY_HDR_LEN (8 + 4 + 4 + 32 + 16 + 4 + 4 + 4 + 32)
 #define DCR_SUMMARY_MAX (1u << 30) /* bytes of a summary, at most */
-#define DCR_PRODUCERS_MAX 4096
-#define DCR_PRODUCER_STRIDE 1000000u /* payload indices per producer */
+#define DCR_PRODUCERS_MAX 1024 /* indices stay below 2^24 */
+#define DCR_PRODUCER_STRIDE 10000u /* payload indices per producer */
 
 static inline uint32_t dcr_producer_index(uint32_t producer, uint32_t j)
 {
@@ -44,6 +45,8 @@ struct dcr_summary {
 	dcr_digest base;
 	uint8_t attempt[16];
 	uint32_t producer, nproducers;
+	uint32_t ncanon;  /* tensors of the whole pack, every producer's */
+	dcr_digest canon; /* their set id (dcr_tensor_set_id) */
 	uint32_t npayloads;
 	uint32_t *pindex; /* dcr_producer_index(producer, i) */
 	uint64_t *psize;
@@ -55,6 +58,11 @@ struct dcr_summary {
 	struct dcr_summary_tensor *tensors; /* sorted by name */
 	uint64_t nitems, nchanges;
 };
+
+/* The id of a set of tensors (names, dtypes, shapes; entries sorted by
+ * name, digests ignored): BLAKE3 of "dcr-tensors-v1\n" and the state id's
+ * entries without the digests. */
+void dcr_tensor_set_id(const struct dcr_state_entry *ent, size_t n, dcr_digest *out);
 
 /* summary-NNNNNN.dcrs, the producer in decimal (6+ digits). */
 char *dcr_summary_name(uint32_t producer);

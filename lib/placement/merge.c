@@ -10,6 +10,7 @@
 
 #include "core/file.h"
 #include "core/state.h"
+#include "core/summary.h"
 #include "core/util.h"
 #include "placement/lchg.h"
 #include "placement/merge.h"
@@ -26,6 +27,9 @@ struct min {
 	uint32_t ntensors;        /* TENSOR records seen */
 	struct dcr_delta_tensor cur;
 	int have_parts;           /* a PARTS record for cur came */
+	int have_canon;           /* CANON: the layout's whole tensor set */
+	uint32_t ncanon;
+	dcr_digest canon;
 };
 
 static int min_advance(struct min *m, struct dcr_err *e)
@@ -40,6 +44,15 @@ static int min_advance(struct min *m, struct dcr_err *e)
 		}
 		if (m->rec.type == DCR_REC_PARTS)
 			return 0;
+		if (m->rec.type == DCR_REC_CANON) {
+			if (m->have_canon)
+				return dcr_err_set(e, DCR_EFORMAT, "%s: two CANON records", m->path);
+			m->have_canon = 1;
+			int r = dcr_delta_parse_canon(&m->rec, &m->ncanon, &m->canon, e);
+			if (r)
+				return r;
+			continue;
+		}
 		if (m->rec.type >= DCR_REC_ANCILLARY)
 			continue;
 		if (m->rec.type == DCR_REC_TENSOR || m->rec.type == DCR_REC_ITEM)
@@ -459,10 +472,25 @@ static int merge_finish(struct merge *mg, struct dcr_merge_stats *st, struct dcr
 	dcr_digest target = {{0}};
 	int r;
 	if (!mg->partial) {
-		for (size_t k = 0; k < mg->g.n; k++)
+		for (size_t k = 0; k < mg->g.n && !mg->join; k++)
 			if (!mg->g.used[k])
 				return dcr_err_set(e, DCR_EFORMAT, "%s names tensor '%s', which no input declares",
 						   mg->o->target_digests, mg->g.name[k]);
+		for (size_t i = 0; i < mg->o->ninputs && mg->join; i++) {
+			const struct min *m = &mg->in[i], *m0 = &mg->in[0];
+			dcr_digest set;
+			if (!m->have_canon)
+				return dcr_err_set(e, DCR_EFORMAT, "%s does not name its layout's tensors (give --target-digests)",
+						   m->path);
+			if (m->ncanon != m0->ncanon || memcmp(m->canon.b, m0->canon.b, 32))
+				return dcr_err_set(e, DCR_EFORMAT, "%s and %s come from other layouts",
+						   m0->path, m->path);
+			dcr_tensor_set_id(mg->ent, mg->nent, &set);
+			if (mg->nent != m0->ncanon || memcmp(set.b, m0->canon.b, 32))
+				return dcr_err_set(e, DCR_EFORMAT,
+						   "the inputs declare %zu of the layout's %u tensors: a rank's delta is missing",
+						   mg->nent, m0->ncanon);
+		}
 		dcr_state_id(mg->ent, mg->nent, &target);
 	}
 	if ((r = dcr_delta_write_end(&mg->w, &target, e)))

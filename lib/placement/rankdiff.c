@@ -11,6 +11,7 @@
 #include "core/bytes.h"
 #include "core/file.h"
 #include "core/state.h"
+#include "core/summary.h"
 #include "core/util.h"
 #include "placement/lchg.h"
 #include "placement/rankdiff.h"
@@ -552,6 +553,30 @@ out:
 	return r;
 }
 
+/* The id of the layout's whole canonical tensor set, so that whoever joins
+ * the ranks' parts knows when a rank's tensors are missing. */
+static int canon_set(const struct dcr_layout *L, dcr_digest *id, struct dcr_err *e)
+{
+	uint32_t *ord = dcr_calloc(L->ncanon + 1, sizeof(*ord));
+	struct dcr_state_entry *ent = dcr_calloc(L->ncanon + 1, sizeof(*ent));
+	if (!ord || !ent) {
+		free(ord);
+		free(ent);
+		return dcr_err_sys(e, ENOMEM, "layout diff");
+	}
+	for (uint32_t c = 0; c < L->ncanon; c++)
+		ord[c] = c;
+	qsort_r(ord, L->ncanon, sizeof(*ord), cmp_name, (void *)L);
+	for (size_t i = 0; i < L->ncanon; i++) {
+		const struct dcr_layout_canon *cn = &L->canon[ord[i]];
+		ent[i] = (struct dcr_state_entry){cn->name, cn->dtype, cn->ndim, cn->shape, {{0}}};
+	}
+	dcr_tensor_set_id(ent, L->ncanon, id);
+	free(ord);
+	free(ent);
+	return 0;
+}
+
 /* The partial delta: each held canonical tensor with its encoded items,
  * in name order; fills the totals. */
 static int write_rank_delta(struct rdctx *d, struct dcr_sink sink, struct dcr_err *e)
@@ -564,6 +589,10 @@ static int write_rank_delta(struct rdctx *d, struct dcr_sink sink, struct dcr_er
 	if ((r = dcr_attempt_id(o->attempt, attempt, e)) ||
 	    (r = dcr_delta_writer_init_flags(&d->w, sink, o->base_id ? o->base_id : &zero, attempt,
 					     DCR_DELTA_PARTIAL, o->what, e)))
+		return r;
+	dcr_digest set;
+	if ((r = canon_set(L, &set, e)) ||
+	    (r = dcr_delta_write_canon(&d->w, (uint32_t)L->ncanon, &set, e)))
 		return r;
 	for (size_t i = 0; i < d->nheld; i++) {
 		const struct dcr_layout_canon *cn = &L->canon[d->order[i]];
