@@ -22,6 +22,14 @@ static const char usage[] =
 	"      --version V      the version the delta reaches, recorded for dcr-commit\n"
 	"                       (default: from DELTA|PACK's name when it is vV, vV.tar,\n"
 	"                       vV.delta or vV.dcrd)\n"
+	"      --device D       scatter the changes on D: cpu (default) or cuda (the GPU\n"
+	"                       kernels; an error where libdcr has no CUDA or there is\n"
+	"                       no device, before anything is written)\n"
+	"      --verify-key PUB refuse a pack whose manifest is not signed by PUB (a\n"
+	"                       signify public key; repeatable: any of them; default\n"
+	"                       $DCR_VERIFY_KEY, paths separated by ':'), or whose\n"
+	"                       signed version is not above the committed one;\n"
+	"                       checked before anything is written\n"
 	"      --threads N      hash with N threads (default: one per core)\n"
 	"      --progress       show progress on stderr\n"
 	"      --no-progress    do not show progress\n"
@@ -50,6 +58,8 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"recover", no_argument, NULL, 'R'},
 		{"version", required_argument, NULL, 'V'},
+		{"device", required_argument, NULL, 'G'},
+		CMD_TRUST_LONGOPT,
 		{"threads", required_argument, NULL, 'N'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
@@ -57,14 +67,19 @@ int main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	int recover_only = 0, have_version = 0, threads = 0, c;
+	int recover_only = 0, have_version = 0, device = DCR_DEVICE_CPU, threads = 0, c;
 	uint64_t version = 0;
 	while ((c = getopt_long(argc, argv, ":qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'R': recover_only = 1; break;
+		case 'K': cmd_trust_key(optarg); break;
 		case 'V':
 			version = cmd_parse_version(usage, "--version", optarg);
 			have_version = 1;
+			break;
+		case 'G':
+			if ((device = dcr_device_parse(optarg)) < 0)
+				cmd_usage_error(usage, "--device wants cpu or cuda, not '%s'", optarg);
 			break;
 		case 'N': threads = (int)cmd_parse_u64(usage, "--threads", optarg, 1, 64); break;
 		default: cmd_common_option(c, usage); break;
@@ -74,8 +89,12 @@ int main(int argc, char **argv)
 		cmd_usage_error(usage, "need CKPT and at most one DELTA");
 	const char *ckpt = argv[optind];
 	const char *input = argc - optind == 2 ? argv[optind + 1] : "-";
+	if (!recover_only && !strcmp(input, "-"))
+		cmd_refuse_tty_input("a delta");
 	struct dcr_apply_opts o = {.progress = progress, .fault = &cmd_fault,
-				   .have_version = have_version, .version = version};
+				   .have_version = have_version, .version = version,
+				   .device = device,
+				   .trust = recover_only ? NULL : cmd_trust(0)};
 	struct dcr_err e = {0};
 	struct dcr_receiver *rc;
 	int r = dcr_receiver_open(ckpt, 1, &rc, &e);

@@ -10,12 +10,15 @@
 #include "dcr.h"
 
 static const char usage[] =
-	"usage: dcr-pull [options] STORE/NAME\n"
+	"usage: dcr-pull [options] STORE/NAME [STORE2/NAME2...]\n"
 	"\n"
 	"Download the pack NAME from STORE and write it to standard output as a pack\n"
 	"tar stream (for dcr-apply), or with -o DIR into a pack directory. Payloads\n"
 	"are fetched in parallel and each is checked against its own checksum and\n"
 	"the manifest's digest before it is passed on; the manifest comes last.\n"
+	"Several sources of the same pack (relays, then the store behind them) are\n"
+	"tried in order: when one fails or serves bad bytes, the pull goes on at the\n"
+	"next from where it stopped.\n"
 	"\n"
 	"  -o, --output DIR|-   where the pack goes (default '-': a tar stream)\n"
 	"      --dense          fetch the dense copy of NAME, stored as NAME.dense\n"
@@ -23,6 +26,11 @@ static const char usage[] =
 	"                       for a receiver too far behind; it fits any state\n"
 	"      --wait SECONDS   start before the manifest exists and follow payloads\n"
 	"                       as they appear, for at most SECONDS\n"
+	"      --verify-key PUB refuse a pack whose manifest is not signed by PUB (a\n"
+	"                       signify public key; repeatable: any of them; default\n"
+	"                       $DCR_VERIFY_KEY, paths separated by ':'), before\n"
+	"                       anything is passed on\n"
+	"      --min-version N  with a key: refuse a signed version below N\n"
 	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE    CA certificates for https\n"
 	"  -j, --parallel N     downloads in flight (default 4)\n"
@@ -37,29 +45,6 @@ static const char usage[] =
 	"With -o DIR, payloads already in DIR that check out are not fetched again\n"
 	"(resume). Exit status: 0 pulled, 128 error, 129 usage error.\n";
 
-static int dir_have(void *ctx, uint32_t index, dcr_digest *digest)
-{
-	const char *dir = ctx;
-	char *en = dcr_payload_name(index);
-	char *path = en ? dcr_path_join(dir, en) : NULL;
-	uint8_t *buf = NULL;
-	size_t len;
-	struct dcr_err e;
-	int ok = 0;
-	if (path && !dcr_read_file(path, 2ull << 30, &buf, &len, &e)) {
-		struct dcr_payload pl;
-		if (!dcr_payload_open(buf, len, path, &pl, &e)) {
-			ok = pl.index == index;
-			*digest = pl.digest;
-			dcr_payload_release(&pl);
-		}
-	}
-	free(buf);
-	free(path);
-	free(en);
-	return ok;
-}
-
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-pull", argc, argv);
@@ -68,6 +53,8 @@ int main(int argc, char **argv)
 		{"wait", required_argument, NULL, 'W'},
 		{"dense", no_argument, NULL, 'D'},
 		{"part-size", required_argument, NULL, 'P'},
+		CMD_TRUST_LONGOPT,
+		{"min-version", required_argument, NULL, 'M'},
 		CMD_STORE_LONGOPTS,
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
@@ -78,12 +65,18 @@ int main(int argc, char **argv)
 	struct dcr_store_opts so = {0};
 	struct dcr_xfer_opts xo = {0};
 	const char *output = "-";
-	int c;
+	uint64_t min_version = 0;
+	int c, have_min = 0;
 	while ((c = getopt_long(argc, argv, ":o:j:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': output = optarg; break;
 		case 'W': xo.wait_s = cmd_parse_seconds(usage, "--wait", optarg); break;
 		case 'D': xo.dense = 1; break;
+		case 'K': cmd_trust_key(optarg); break;
+		case 'M':
+			min_version = cmd_parse_version(usage, "--min-version", optarg);
+			have_min = 1;
+			break;
 		case 'P':
 			if (!(xo.part_size = cmd_parse_size(optarg)))
 				cmd_usage_error(usage, "bad --part-size '%s'", optarg);
@@ -94,23 +87,23 @@ int main(int argc, char **argv)
 			break;
 		}
 	}
-	if (argc - optind != 1)
+	if (argc - optind < 1)
 		cmd_usage_error(usage, "need STORE/NAME");
+	xo.trust = cmd_trust(min_version);
+	if (have_min && !xo.trust)
+		cmd_usage_error(usage, "--min-version needs a key (--verify-key or DCR_VERIFY_KEY)");
 	struct dcr_err e = {0};
-	char *surl, *name;
-	if (dcr_split_store_url(argv[optind], &surl, &name, &e))
-		cmd_usage_error(usage, "%s", e.msg);
-	if (xo.dense) {
-		/* dense copies live beside the deltas, as NAME.dense */
-		char *dn = dcr_asprintf("%s.dense", name);
-		if (!dn)
-			cmd_die("out of memory");
-		free(name);
-		name = dn;
+	size_t nsrc = (size_t)(argc - optind);
+	struct dcr_pull_source *src = dcr_calloc(nsrc, sizeof(*src));
+	if (!src)
+		cmd_die("out of memory");
+	for (size_t i = 0; i < nsrc; i++) {
+		int r = dcr_pull_source_open(argv[optind + (int)i], xo.dense, &so, &src[i], &e);
+		if (r == DCR_EFORMAT)
+			cmd_usage_error(usage, "%s", e.msg);
+		if (r)
+			cmd_die_err(&e, EXIT_FATAL);
 	}
-	struct dcr_store *s;
-	if (dcr_store_open(surl, &so, &s, &e))
-		cmd_die_err(&e, EXIT_FATAL);
 	struct dcr_pack_out out;
 	struct dcr_tar_out *tar;
 	int to_dir = strcmp(output, "-") != 0;
@@ -119,16 +112,17 @@ int main(int argc, char **argv)
 	xo.progress_ctx = "pull";
 	struct dcr_xfer_stats st = {0};
 	xo.fault = &cmd_fault;
-	int r = dcr_pull(s, name, out, to_dir ? dir_have : NULL, (void *)output, &xo, &st, &e);
+	int r = dcr_pull_from(src, nsrc, out, to_dir ? dcr_pack_dir_have : NULL, (void *)output, &xo, &st,
+			      &e);
 	r = cmd_pack_output_close(tar, r, &e);
-	dcr_store_close(s);
+	for (size_t i = 0; i < nsrc; i++)
+		dcr_pull_source_close(&src[i]);
+	free(src);
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);
 	cmd_progress_end();
 	if (!cmd_quiet && cmd_progress_on)
 		fprintf(stderr, "dcr-pull: %u payloads (%d already here), %llu bytes\n", st.payloads,
 			st.skipped, (unsigned long long)st.bytes);
-	free(surl);
-	free(name);
 	return cmd_finish(EXIT_OK);
 }

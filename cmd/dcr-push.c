@@ -158,7 +158,7 @@ int main(int argc, char **argv)
 			break;
 		case 'S': sign = optarg; break;
 		case 'V':
-			fo.version = cmd_parse_u64(usage, "--version", optarg, 0, UINT64_MAX);
+			fo.version = cmd_parse_version(usage, "--version", optarg);
 			fo.have_version = 1;
 			break;
 		default:

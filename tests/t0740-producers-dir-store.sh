@@ -8,7 +8,8 @@
 # to the canonical target, with the state id dcr-verify gives the target.
 # The manifest is the last object written and names the joined target; the
 # finalizer reads the summaries and 32 bytes of each payload, not the
-# payloads.
+# payloads. Finalize --sign makes a signed pack that a receiver with the
+# key takes, and one with another key refuses.
 . "$DCR_SRC/tests/lib-producers.sh"
 
 for spec in "qwen2-kv8 4 1" "qwen2-moe 2 2"; do
@@ -45,4 +46,21 @@ for spec in "qwen2-kv8 4 1" "qwen2-moe 2 2"; do
 	receive $cfg "$S/$cfg" "r2-$cfg"
 	echo "ok $cfg TP=$2 EP=$3: $np payloads, summaries $sum bytes"
 done
+
+# a signed pack: the same producers, finalized with --sign
+cfg=qwen2-kv8
+w="$T/w-$cfg"
+run_ok "$B/dcr-keygen" -p "$T/k.pub" -s "$T/k.sec"
+run_ok "$B/dcr-keygen" -p "$T/o.pub" -s "$T/o.sec"
+producers "$w" $cfg 4 "$S/signed" -s 4K
+rc=0
+"$B/dcr-push" --finalize --producers 4 --sign "$T/k.sec" "$S/signed" 2>"$T/err" || rc=$?
+[ $rc = 129 ] || fail "--sign without --version exited $rc"
+contains "$(head -n 1 "$T/err")" "--sign needs --version"
+run_ok "$B/dcr-push" --finalize --producers 4 --sign "$T/k.sec" --version 7 --policy llama \
+	"$S/signed"
+[ -f "$S/signed/manifest.dcrm.sig" ] || fail "no signature beside the manifest"
+receive $cfg "$S/signed" r-signed --verify-key "$T/k.pub"
+expect_fail 128 "$B/dcr-pull" --verify-key "$T/o.pub" "$S/signed"
+echo "ok signed"
 exit 0

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 
 #include "core/bytes.h"
+#include "core/cuda.h"
 #include "core/file.h"
 #include "core/state.h"
 #include "core/util.h"
@@ -176,6 +177,7 @@ struct worker {
 	struct dcr_changes ch;
 	uint64_t *oldv;
 	struct dcr_buf enc;
+	struct dcr_cuda_ctx *gpu; /* --device cuda: the chunks are compared there */
 };
 
 static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, uint64_t len,
@@ -245,7 +247,14 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 		if (same) {
 			w->ba = bt->data + s * unit;
 			w->ch.n = 0;
-			for (size_t at = 0; at < nb; at += SCAN_STEP) {
+			if (w->gpu) {
+				/* the chunk compared on the device, hashed here */
+				if ((r = dcr_cuda_scan_changes(w->gpu, w->ba, w->bb, nb, unit, w->ch.pos,
+								w->ch.val, &w->ch.n, &t->e)))
+					break;
+				hash_upto(td, nt->data, &hashed, s * unit + nb, last);
+			}
+			for (size_t at = 0; !w->gpu && at < nb; at += SCAN_STEP) {
 				size_t k = nb - at < SCAN_STEP ? nb - at : SCAN_STEP;
 				size_t got = dcr_scan_changes(w->ba + at, w->bb + at, k, unit,
 							      w->ch.pos + w->ch.n, w->ch.val + w->ch.n);
@@ -398,6 +407,9 @@ static int start_workers(struct dctx *d, struct worker *ws, int threads, pthread
 		if (!ws[k].oldv ||
 		    dcr_changes_reserve(&ws[k].ch, d->chunk))
 			return dcr_err_sys(e, ENOMEM, "diff");
+		int r;
+		if (d->o->device == DCR_DEVICE_CUDA && (r = dcr_cuda_ctx_new(&ws[k].gpu, e)))
+			return r;
 	}
 	for (int k = 0; k < threads; k++) {
 		if (pthread_create(&th[*nth], NULL, work, &ws[k])) {
@@ -471,6 +483,8 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		d.chunk = DCR_ITEM_MAX_ELEMS;
 	pthread_mutex_init(&d.mu, NULL);
 	pthread_cond_init(&d.cv, NULL);
+	if (o->device == DCR_DEVICE_CUDA && (r = dcr_cuda_probe(e)))
+		goto out;
 
 	if ((r = open_ckpts(o, &a, &b, e)))
 		goto out;
@@ -527,6 +541,7 @@ out:
 	if (ws)
 		for (int k = 0; k < threads; k++) {
 			free(ws[k].oldv);
+			dcr_cuda_ctx_free(ws[k].gpu);
 			dcr_changes_free(&ws[k].ch);
 			dcr_buf_free(&ws[k].enc);
 		}

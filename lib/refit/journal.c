@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/bytes.h"
+#include "core/cuda.h"
 #include "core/file.h"
 #include "core/state.h"
 #include "core/util.h"
@@ -423,6 +424,7 @@ struct replay {
 	struct dcr_changes ch;
 	struct dcr_delta_reader rd;
 	dcr_digest *dg;		/* per tensor, after the overwrites */
+	struct dcr_cuda_ctx *gpu; /* --device cuda: overwrites scattered there */
 	uint8_t *sel;		/* tensors to check: touched, or in a rebuilt file */
 	uint8_t *queued, *late;	/* handed to the threads; written to after that */
 	struct dcr_hpool *pool;	/* hashes them while the files are written */
@@ -503,8 +505,24 @@ static int rp_open_file(struct replay *rp, const struct dcr_ckpt_tensor *ct,
 	if (f->fd >= 0)
 		return 0;
 	char *path = dcr_path_join(rp->x->rc->dir, c->file_names[ct->file]);
-	f->fd = path ? open(path, O_RDWR | O_CLOEXEC) : -1;
+	f->fd = path ? open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC) : -1;
 	f->size = c->files[ct->file]->size;
+	/* the last line of defence (links are rebuilt before, stage.c): never
+	 * write in place through a symbolic link or into a file other names
+	 * share, which may be outside the receiver */
+	struct stat sb;
+	if ((f->fd < 0 && errno == ELOOP) ||
+	    (f->fd >= 0 && !fstat(f->fd, &sb) && (!S_ISREG(sb.st_mode) || sb.st_nlink != 1))) {
+		r = dcr_err_set(e, DCR_EFORMAT,
+				"refusing to write through '%s': it is %s (a file outside the receiver would change); replace it with a copy, then rerun",
+				path, f->fd < 0 ? "a symbolic link" : !S_ISREG(sb.st_mode) ? "not a regular file"
+										 : "a hard link with other names");
+		if (f->fd >= 0)
+			close(f->fd);
+		f->fd = -1;
+		free(path);
+		return r;
+	}
 	if (f->fd >= 0) {
 		void *m = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
 		f->map = m == MAP_FAILED ? NULL : m;
@@ -604,8 +622,16 @@ static int rp_overwrite(struct replay *rp, struct dcr_err *e)
 			cur = it.tensor;
 			rp->late[cur] |= rp->queued[cur]; /* out of order: hashed again */
 		}
-		dcr_scatter(f->map + ct->file_off + it.start * unit, unit, rp->ch.pos, rp->ch.val,
-			    rp->ch.n, 0);
+		uint8_t *dst = f->map + ct->file_off + it.start * unit;
+		if (x->o && x->o->device == DCR_DEVICE_CUDA) {
+			/* the same overwrites, scattered on the device */
+			if ((!rp->gpu && (r = dcr_cuda_ctx_new(&rp->gpu, e))) ||
+			    (r = dcr_cuda_scatter_host(rp->gpu, dst, (size_t)(it.len * unit), unit,
+						       rp->ch.pos, rp->ch.val, rp->ch.n, 0, e)))
+				break;
+		} else {
+			dcr_scatter(dst, unit, rp->ch.pos, rp->ch.val, rp->ch.n, 0);
+		}
 		p->t[it.tensor].touched = 1;
 		nitems++;
 		if (x->o && x->o->progress)
@@ -719,6 +745,7 @@ out:
 	free(rp.late);
 	dcr_delta_reader_release(&rp.rd);
 	dcr_changes_free(&rp.ch);
+	dcr_cuda_ctx_free(rp.gpu);
 	dcr_ckpt_close(rp.c);
 	ap_plan_free(&rp.p);
 	if (rp.fd >= 0)
@@ -730,6 +757,12 @@ out:
 int ap_recover(struct dcr_receiver *rc, const struct dcr_apply_opts *o,
 		      struct dcr_err *e)
 {
+	/* a device that is not there is said before anything is touched */
+	if (o && o->device == DCR_DEVICE_CUDA) {
+		int r = dcr_cuda_probe(e);
+		if (r)
+			return r;
+	}
 	char *jp = dcr_receiver_path(rc, "journal");
 	int have = jp && access(jp, F_OK) == 0;
 	free(jp);

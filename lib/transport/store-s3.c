@@ -176,12 +176,91 @@ static int s3_post(struct dcr_store *s, const char *name, const char *query,
 	return r;
 }
 
+/* 2. the parts, in parallel: this thread and up to parallel - 1 more */
+static int mp_upload_parts(struct mp *m, struct dcr_err *e)
+{
+	pthread_mutex_init(&m->mu, NULL);
+	unsigned par = (unsigned)m->s->o.parallel;
+	unsigned nt = par < m->nparts ? par : m->nparts;
+	pthread_t *th = dcr_calloc(nt, sizeof(*th));
+	unsigned started = 0;
+	for (unsigned i = 1; th && i < nt; i++, started++)
+		if (pthread_create(&th[started], NULL, mp_worker, m))
+			break;
+	mp_worker(m);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	free(th);
+	pthread_mutex_destroy(&m->mu);
+	if (m->rc && e)
+		*e = m->err;
+	return m->rc;
+}
+
+/* 3. complete: the parts' ETags in order, retried while S3 answers 200
+ * with InternalError or SlowDown in the body */
+static int mp_complete(struct mp *m, const char *what, struct dcr_buf *ans, struct dcr_err *e)
+{
+	struct dcr_store *s = m->s;
+	struct dcr_buf x = {0};
+	int r, bad = dcr_buf_add(&x, "<CompleteMultipartUpload>", 25);
+	for (unsigned i = 0; !bad && i < m->nparts; i++) {
+		char part[400];
+		int l = snprintf(part, sizeof(part),
+				 "<Part><PartNumber>%u</PartNumber><ETag>%s</ETag></Part>",
+				 i + 1, m->etags[i]);
+		bad = dcr_buf_add(&x, part, (size_t)l);
+	}
+	if (bad || dcr_buf_add(&x, "</CompleteMultipartUpload>", 27)) { /* with NUL */
+		dcr_buf_free(&x);
+		return dcr_err_sys(e, ENOMEM, "cannot upload '%s'", what);
+	}
+	for (int attempt = 0;; attempt++) {
+		dcr_buf_free(ans);
+		if ((r = s3_post(s, m->name, m->query_id, (char *)x.p, ans, e)))
+			break;
+		if (ans->len && memmem(ans->p, ans->len, "<CompleteMultipartUploadResult", 30))
+			break;
+		char *code = net_xml_text((char *)ans->p, ans->len, "Code", NULL);
+		char *msg = net_xml_text((char *)ans->p, ans->len, "Message", NULL);
+		int retry = code && (!strcmp(code, "InternalError") || !strcmp(code, "SlowDown")) &&
+			    attempt < s->o.retries;
+		if (!retry)
+			r = dcr_err_set(e, DCR_EREMOTE, "cannot complete the multipart upload of '%s': %s%s%s",
+					what, code ? code : "unexpected answer", msg ? ": " : "",
+					msg ? msg : "");
+		free(code);
+		free(msg);
+		if (!retry)
+			break;
+		net_backoff(s, attempt);
+	}
+	dcr_buf_free(&x);
+	return r;
+}
+
+/* Best effort after a failure: free the parts; the error already says why. */
+static void mp_abort(struct mp *m)
+{
+	struct net_req q;
+	char *w2 = NULL;
+	struct dcr_err ign;
+	if (m->query_id && !net_obj_req(m->s, m->name, &q, &w2, &ign)) {
+		q.method = "DELETE";
+		q.query = m->query_id;
+		q.no_retry = 1; /* never sleep on the way out */
+		net_perform(m->s, &q, &ign);
+		net_req_free(&q);
+		free(w2);
+	}
+}
+
 static int s3_multipart(struct dcr_store *s, const char *name, const uint8_t *buf,
 			int fd, uint64_t size, struct dcr_err *e)
 {
 	struct mp m = {.s = s, .name = name, .buf = buf, .fd = fd, .size = size};
 	struct dcr_buf ans = {0};
-	char *id = NULL, *what = NULL, *xml_s = NULL;
+	char *id = NULL, *what = NULL;
 	int r;
 	m.psize = s->o.part_size;
 	if (m.psize < 1)
@@ -211,89 +290,15 @@ static int s3_multipart(struct dcr_store *s, const char *name, const uint8_t *bu
 	m.query_id = eid ? dcr_asprintf("uploadId=%s", eid) : NULL;
 	free(eid);
 	m.etags = dcr_calloc(m.nparts, sizeof(*m.etags));
-	if (!m.query_id || !m.etags) {
+	if (!m.query_id || !m.etags)
 		r = dcr_err_sys(e, ENOMEM, "cannot upload '%s'", what);
-		goto abort;
-	}
-
-	/* 2. parts, in parallel: this thread and up to parallel-1 more */
-	pthread_mutex_init(&m.mu, NULL);
-	unsigned nt = (unsigned)s->o.parallel < m.nparts ? (unsigned)s->o.parallel : m.nparts;
-	pthread_t *th = dcr_calloc(nt, sizeof(*th));
-	unsigned started = 0;
-	for (unsigned i = 1; th && i < nt; i++, started++)
-		if (pthread_create(&th[started], NULL, mp_worker, &m))
-			break;
-	mp_worker(&m);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	free(th);
-	pthread_mutex_destroy(&m.mu);
-	if (m.rc) {
-		r = m.rc;
-		if (e)
-			*e = m.err;
-		goto abort;
-	}
-
-	/* 3. complete */
-	struct dcr_buf x = {0};
-	int bad = dcr_buf_add(&x, "<CompleteMultipartUpload>", 25);
-	for (unsigned i = 0; !bad && i < m.nparts; i++) {
-		char part[400];
-		int l = snprintf(part, sizeof(part),
-				 "<Part><PartNumber>%u</PartNumber><ETag>%s</ETag></Part>",
-				 i + 1, m.etags[i]);
-		bad = dcr_buf_add(&x, part, (size_t)l);
-	}
-	if (bad || dcr_buf_add(&x, "</CompleteMultipartUpload>", 27)) { /* with NUL */
-		dcr_buf_free(&x);
-		r = dcr_err_sys(e, ENOMEM, "cannot upload '%s'", what);
-		goto abort;
-	}
-	xml_s = (char *)x.p;
-	/* S3 may answer 200 and still report an error in the body. */
-	for (int attempt = 0;; attempt++) {
-		dcr_buf_free(&ans);
-		r = s3_post(s, name, m.query_id, xml_s, &ans, e);
-		if (r)
-			goto abort;
-		if (ans.len && memmem(ans.p, ans.len, "<CompleteMultipartUploadResult", 30))
-			break;
-		char *code = net_xml_text((char *)ans.p, ans.len, "Code", NULL);
-		char *msg = net_xml_text((char *)ans.p, ans.len, "Message", NULL);
-		int retry = code && (!strcmp(code, "InternalError") || !strcmp(code, "SlowDown")) &&
-			    attempt < s->o.retries;
-		if (!retry)
-			r = dcr_err_set(e, DCR_EREMOTE, "cannot complete the multipart upload of '%s': %s%s%s",
-					what, code ? code : "unexpected answer", msg ? ": " : "",
-					msg ? msg : "");
-		free(code);
-		free(msg);
-		if (!retry)
-			goto abort;
-		net_backoff(s, attempt);
-	}
-	goto out;
-abort: {
-		/* Best effort: free the parts; the error already says why. */
-		struct net_req q;
-		char *w2 = NULL;
-		struct dcr_err ign;
-		if (m.query_id && !net_obj_req(s, name, &q, &w2, &ign)) {
-			q.method = "DELETE";
-			q.query = m.query_id;
-			q.no_retry = 1; /* never sleep on the way out */
-			net_perform(s, &q, &ign);
-			net_req_free(&q);
-			free(w2);
-		}
-	}
+	/* 2. the parts, 3. complete; or free what was uploaded */
+	if (r || (r = mp_upload_parts(&m, e)) || (r = mp_complete(&m, what, &ans, e)))
+		mp_abort(&m);
 out:
 	dcr_buf_free(&ans);
 	free(id);
 	free(what);
-	free(xml_s);
 	free(m.query_id);
 	free(m.etags);
 	return r;
@@ -340,20 +345,20 @@ static int split_url(const char *url, char **origin, char **path)
 
 static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 {
-	int r = net_open(s, sizeof(struct s3), &s3_hooks, url, e);
+	int r = net_open(s, sizeof(struct s3), &s3_hooks, e);
 	if (r)
 		return r;
 	struct s3 *s3 = s3_of(s);
 	const char *b = url + 5, *slash = strchr(b, '/');
 	size_t bl = slash ? (size_t)(slash - b) : strlen(b);
 	if (!bl)
-		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no bucket", url);
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no bucket", s->url);
 	for (size_t i = 0; i < bl; i++) {
 		char c = b[i];
 		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
 		      c == '_' || (c >= 'A' && c <= 'Z')))
 			return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid bucket name '%.*s'",
-					   url, (int)bl, b);
+					   s->url, (int)bl, b);
 	}
 	s3->bucket = strndup(b, bl);
 	const char *pfx = slash ? slash + 1 : "";
@@ -362,10 +367,10 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 		pl--;
 	s3->prefix = strndup(pfx, pl);
 	if (!s3->bucket || !s3->prefix)
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
 	if (pl && dcr_store_check_name(s3->prefix, NULL))
 		return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid key prefix '%s'",
-				   url, s3->prefix);
+				   s->url, s3->prefix);
 	s3->akid = env("AWS_ACCESS_KEY_ID");
 	s3->secret = env("AWS_SECRET_ACCESS_KEY");
 	s3->token = env("AWS_SESSION_TOKEN");
@@ -377,7 +382,7 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	if (!s3->akid || !s3->secret)
 		return dcr_err_set(e, -EINVAL,
 				   "cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set",
-				   url);
+				   s->url);
 	char *ep = s->o.endpoint ? dcr_strdup(s->o.endpoint) : env("DCR_S3_ENDPOINT");
 	/* AWS itself wants virtual-hosted requests (BUCKET.s3.REGION...; path
 	 * style is refused for new buckets); S3-compatible servers at an
@@ -405,6 +410,8 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	char *epath = NULL;
 	r = ep ? split_url(ep, &s3->net.base, &epath) : -ENOMEM;
 	free(ep);
+	if (!r && (r = net_set_base(s, s3->net.base)))
+		s3->net.base = NULL;
 	if (!r) {
 		s3->epath = vhost ? dcr_strdup(epath) : dcr_asprintf("%s/%s", epath, s3->bucket);
 		s3->hostport = dcr_strdup(strstr(s3->net.base, "://") + 3);
@@ -416,9 +423,9 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	}
 	free(epath);
 	if (r)
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
 	if (!s3->hostport[0])
-		return dcr_err_set(e, -EINVAL, "cannot open store '%s': endpoint has no host", url);
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': endpoint has no host", s->url);
 	return 0;
 }
 
@@ -441,6 +448,42 @@ static void s3_close(struct dcr_store *s)
 }
 
 /* ---- listing --------------------------------------------------------- */
+
+int s3_list_page(const char *xml, size_t n, const char *full, size_t strip, const char *what,
+		 struct dcr_names *l, int *more, char **token, struct dcr_err *e)
+{
+	const char *x = xml, *end = xml + n, *after;
+	char *k;
+	*more = 0;
+	*token = NULL;
+	while (x < end && (k = net_xml_text(x, (size_t)(end - x), "Key", &after))) {
+		x = after;
+		if (strlen(k) < strip || strncmp(k, full, strlen(full)) || net_is_probe(k + strip)) {
+			free(k);
+			continue;
+		}
+		/* as for any store's listing: names it could not have stored
+		 * are an error, not names to act on */
+		struct dcr_err ne;
+		if (dcr_store_check_name(k + strip, &ne)) {
+			free(k);
+			return dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': the server listed a bad name: %s",
+					   what, ne.msg);
+		}
+		char *rel = dcr_strdup(k + strip);
+		free(k);
+		if (!rel || dcr_names_add(l, rel)) {
+			free(rel);
+			return dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
+		}
+	}
+	char *trunc = net_xml_text(xml, n, "IsTruncated", NULL);
+	*more = trunc && !strcmp(trunc, "true");
+	free(trunc);
+	if (*more)
+		*token = net_xml_text(xml, n, "NextContinuationToken", NULL);
+	return 0;
+}
 
 static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 		   struct dcr_err *e)
@@ -487,30 +530,15 @@ static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 			net_req_free(&q);
 			goto out;
 		}
-		const char *x = (const char *)q.resp.p, *end = x + q.resp.len;
-		const char *after;
-		char *k;
-		while (x < end && (k = net_xml_text(x, (size_t)(end - x), "Key", &after))) {
-			x = after;
-			if (strlen(k) < strip || strncmp(k, full, strlen(full)) || net_is_probe(k + strip)) {
-				free(k);
-				continue;
-			}
-			char *rel = dcr_strdup(k + strip);
-			free(k);
-			if (!rel || dcr_names_add(l, rel)) {
-				free(rel);
-				net_req_free(&q);
-				r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
-				goto out;
-			}
-		}
-		char *trunc = net_xml_text((char *)q.resp.p, q.resp.len, "IsTruncated", NULL);
+		int more = 0;
 		free(token);
-		token = trunc && !strcmp(trunc, "true")
-			? net_xml_text((char *)q.resp.p, q.resp.len, "NextContinuationToken", NULL) : NULL;
-		int more = trunc && !strcmp(trunc, "true");
-		free(trunc);
+		token = NULL;
+		r = s3_list_page((const char *)q.resp.p, q.resp.len, full, strip, what, l, &more,
+				 &token, e);
+		if (r) {
+			net_req_free(&q);
+			goto out;
+		}
 		net_req_free(&q);
 		if (!more)
 			break;

@@ -12,7 +12,10 @@
 #include "core/file.h"
 #include "core/manifest.h"
 #include "core/packio.h"
+#include "core/pset.h"
+#include "core/sign.h"
 #include "core/summary.h"
+#include "core/trust.h"
 #include "core/util.h"
 #include "transport/transfer.h"
 
@@ -21,10 +24,14 @@ int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_e
 	const char *slash = strrchr(arg, '/');
 	const char *scheme = strstr(arg, "://");
 	if (!slash || !slash[1] || (scheme && slash < scheme + 3) ||
-	    (scheme && !strchr(scheme + 3, '/')))
-		return dcr_err_set(e, DCR_EFORMAT,
-				   "'%s' is not STORE/NAME (e.g. /srv/store/v42 or s3://bucket/prefix/v42)",
-				   arg);
+	    (scheme && !strchr(scheme + 3, '/'))) {
+		char *shown = dcr_url_redact(arg);
+		int r = dcr_err_set(e, DCR_EFORMAT,
+				    "'%s' is not STORE/NAME (e.g. /srv/store/v42 or s3://bucket/prefix/v42)",
+				    shown ? shown : "the argument");
+		free(shown);
+		return r;
+	}
 	*store = slash == arg ? dcr_strdup("/") : strndup(arg, (size_t)(slash - arg));
 	*name = dcr_strdup(slash + 1);
 	if (!*store || !*name)
@@ -60,34 +67,155 @@ static int finish_slot(struct dcr_store *s, struct slot *sl, struct dcr_err *e)
 	return r;
 }
 
+/* The manifest (and its signature, when the pack is signed) of a pack
+ * being pushed, kept until every payload is up. */
+struct push_tail {
+	uint8_t *man, *sig;
+	size_t man_len, sig_len;
+	int summary;   /* man is a producer's summary (dcr-pack --producer) */
+	uint32_t prod; /* its producer */
+};
+
+/* Keep a copy of entry buf as *dst. */
+static int keep(uint8_t **dst, size_t *dlen, const uint8_t *buf, size_t len, struct dcr_err *e)
+{
+	if (!(*dst = malloc(len ? len : 1)))
+		return dcr_err_sys(e, ENOMEM, "push");
+	memcpy(*dst, buf, len);
+	*dlen = len;
+	return 0;
+}
+
+/* The manifest against the payloads that went up: each one it lists, with
+ * its size and digest, and no other. */
+static int push_check(const struct push_tail *t, const struct pset *up, struct dcr_err *e)
+{
+	struct dcr_manifest m;
+	int r = dcr_manifest_parse(t->man, t->man_len, DCR_MANIFEST_NAME, &m, e);
+	if (r)
+		return r;
+	for (uint32_t i = 0; i < m.npayloads && !r; i++) {
+		uint32_t idx = dcr_manifest_index(&m, i);
+		const struct pset_ent *pe = pset_find(up, idx);
+		if (!pe)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its manifest", idx);
+		else if (memcmp(pe->digest.b, m.pdigest[i].b, 32) || pe->size != m.psize[i])
+			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the manifest", idx);
+	}
+	/* each one the manifest lists is there, none twice: no others */
+	if (!r && up->n != m.npayloads)
+		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %zu payloads, its manifest %u", up->n,
+				m.npayloads);
+	dcr_manifest_release(&m);
+	return r;
+}
+
+/* The manifest or its signature, kept until the payloads are up: 1 when
+ * ename was one of them, 0 when it is something else. */
+static int push_tail_entry(struct push_tail *t, const char *ename, const uint8_t *buf,
+			   size_t len, struct dcr_err *e)
+{
+	int r;
+	uint32_t prod;
+	if (!strcmp(ename, DCR_MANIFEST_NAME)) {
+		r = keep(&t->man, &t->man_len, buf, len, e);
+	} else if (dcr_summary_name_parse(ename, &prod)) {
+		t->summary = 1;
+		t->prod = prod;
+		r = keep(&t->man, &t->man_len, buf, len, e);
+	} else if (!strcmp(ename, DCR_MANIFEST_SIG_NAME)) {
+		/* the signature goes up after the payloads, before the manifest:
+		 * whoever sees the manifest finds it */
+		if (t->sig)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack: two '%s' entries", ename);
+		else if (len > DCR_SIG_MAX)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack: '%s' is %zu bytes, not a signature",
+					ename, len);
+		else
+			r = keep(&t->sig, &t->sig_len, buf, len, e);
+	} else {
+		return 0;
+	}
+	return r ? r : 1;
+}
+
+/* A payload entry checked and noted in up: 1 to upload it, 0 when the
+ * same bytes are already going up (as dcr-apply skips them). */
+static int push_payload_entry(struct pset *up, const char *ename, const uint8_t *buf,
+			      size_t len, struct dcr_err *e)
+{
+	uint32_t idx;
+	struct dcr_payload pl;
+	if (!dcr_payload_name_parse(ename, &idx))
+		return dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", ename);
+	int r = dcr_payload_check(buf, len, ename, &pl, e);
+	if (r)
+		return r;
+	if (pl.index != idx)
+		return dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", ename, pl.index);
+	if (idx >= DCR_PAYLOADS_MAX)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: payload index %u is too large (at most %u)",
+				   ename, idx, DCR_PAYLOADS_MAX - 1);
+	if ((r = pset_add(up, idx, len, &pl.digest)) == -EEXIST)
+		return dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents", ename);
+	return r < 0 ? dcr_err_sys(e, -r, "push") : r;
+}
+
+/* Upload the entry in hand (len bytes) from slot sl, in the background. */
+static int push_submit(struct dcr_store *s, struct slot *sl, const char *name, const char *ename,
+		       struct dcr_pack_in *in, size_t len, struct dcr_err *e)
+{
+	int r = finish_slot(s, sl, e); /* wait for the slot to be free */
+	if (r)
+		return r;
+	if (!(sl->oname = obj(name, ename)))
+		return dcr_err_sys(e, ENOMEM, "push");
+	dcr_pack_in_take(in, &sl->data);
+	memset(&sl->job, 0, sizeof(sl->job));
+	sl->job.op = DCR_STORE_PUT;
+	sl->job.name = sl->oname;
+	sl->job.data = sl->data.p;
+	sl->job.len = len;
+	if ((r = dcr_store_submit(s, &sl->job, e))) {
+		dcr_blob_free(&sl->data);
+		free(sl->oname);
+		sl->oname = NULL;
+		return r;
+	}
+	sl->busy = 1;
+	return 0;
+}
+
 /* A producer's pack (dcr-pack --producer): its summary checked against the
- * payloads that went up, the producer's payloads of an earlier try that
- * this one no longer makes removed, and the summary put last. */
-static int push_summary(struct dcr_store *s, const char *name, const uint8_t *buf, size_t len,
-			uint32_t prod, uint32_t base, const dcr_digest *dig, const uint64_t *sizes,
-			size_t cap, uint32_t count, struct dcr_err *e)
+ * payloads that went up (each one it lists, and no other), the producer's
+ * payloads of an earlier try that this one no longer makes removed, and
+ * the summary put last. */
+static int push_summary(struct dcr_store *s, const char *name, const struct push_tail *t,
+			const struct pset *up, uint64_t *bytes, struct dcr_err *e)
 {
 	struct dcr_summary sm;
-	char *sn = dcr_summary_name(prod);
-	int r = sn ? dcr_summary_parse(buf, len, sn, &sm, e) : dcr_err_sys(e, ENOMEM, "push");
+	char *sn = dcr_summary_name(t->prod);
+	int r = sn ? dcr_summary_parse(t->man, t->man_len, sn, &sm, e)
+		   : dcr_err_sys(e, ENOMEM, "push");
 	if (r) {
 		free(sn);
 		return r;
 	}
-	if (sm.producer != prod)
+	if (sm.producer != t->prod)
 		r = dcr_err_set(e, DCR_EFORMAT, "%s is producer %u's summary", sn, sm.producer);
-	else if (count && base != dcr_producer_index(prod, 0))
-		r = dcr_err_set(e, DCR_EFORMAT, "pack: the payloads are not producer %u's", prod);
+	else if (t->sig)
+		r = dcr_err_set(e, DCR_EFORMAT, "pack: a producer's pack has no signature (dcr-push --finalize --sign signs the manifest)");
 	for (uint32_t i = 0; i < sm.npayloads && !r; i++) {
-		if (i >= cap || sizes[i] == UINT64_MAX)
+		const struct pset_ent *pe = pset_find(up, sm.pindex[i]);
+		if (!pe)
 			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its summary",
 					sm.pindex[i]);
-		else if (memcmp(dig[i].b, sm.pdigest[i].b, 32) || sizes[i] != sm.psize[i])
+		else if (memcmp(pe->digest.b, sm.pdigest[i].b, 32) || pe->size != sm.psize[i])
 			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the summary",
 					sm.pindex[i]);
 	}
-	if (!r && count != sm.npayloads)
-		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %u payloads, its summary %u", count,
+	if (!r && up->n != sm.npayloads)
+		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %zu payloads, its summary %u", up->n,
 				sm.npayloads);
 	/* an earlier try of this producer may have made more payloads */
 	char **names = NULL;
@@ -98,7 +226,7 @@ static int push_summary(struct dcr_store *s, const char *name, const uint8_t *bu
 	for (size_t i = 0; i < n && !r; i++) {
 		const char *b = strrchr(names[i], '/');
 		uint32_t idx;
-		if (b && dcr_payload_name_parse(b + 1, &idx) && idx / DCR_PRODUCER_STRIDE == prod &&
+		if (b && dcr_payload_name_parse(b + 1, &idx) && idx / DCR_PRODUCER_STRIDE == t->prod &&
 		    idx % DCR_PRODUCER_STRIDE >= sm.npayloads) {
 			r = dcr_store_delete(s, names[i], e);
 			if (r == DCR_ENOTFOUND)
@@ -109,10 +237,31 @@ static int push_summary(struct dcr_store *s, const char *name, const uint8_t *bu
 	free(pfx);
 	char *so = r ? NULL : obj(name, sn);
 	if (!r)
-		r = so ? dcr_store_put(s, so, buf, len, e) : dcr_err_sys(e, ENOMEM, "push");
+		r = so ? dcr_store_put(s, so, t->man, t->man_len, e) : dcr_err_sys(e, ENOMEM, "push");
 	free(so);
 	free(sn);
 	dcr_summary_release(&sm);
+	*bytes += t->man_len;
+	return r;
+}
+
+/* Once every payload is up: the signature, then the manifest, last. */
+static int push_tail_put(struct dcr_store *s, const char *name, const struct push_tail *t,
+			 uint64_t *bytes, struct dcr_err *e)
+{
+	int r = 0;
+	if (t->sig) {
+		char *so = obj(name, DCR_MANIFEST_SIG_NAME);
+		r = so ? dcr_store_put(s, so, t->sig, t->sig_len, e) : dcr_err_sys(e, ENOMEM, "push");
+		free(so);
+		*bytes += t->sig_len;
+		if (r)
+			return r;
+	}
+	char *mo = obj(name, DCR_MANIFEST_NAME);
+	r = mo ? dcr_store_put(s, mo, t->man, t->man_len, e) : dcr_err_sys(e, ENOMEM, "push");
+	free(mo);
+	*bytes += t->man_len;
 	return r;
 }
 
@@ -121,108 +270,33 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 {
 	int par = o && o->parallel > 0 ? o->parallel : 4;
 	struct slot *slots = dcr_calloc((size_t)par, sizeof(*slots));
-	dcr_digest *dig = NULL;
-	uint64_t *sizes = NULL;
-	size_t cap = 0;
-	uint8_t *man = NULL;
-	size_t man_len = 0;
-	int next = 0, r = 0, summary = 0;
+	struct pset up = {0}; /* payloads going up, by index: no room by index */
+	struct push_tail t = {0};
+	int next = 0, r = 0;
 	uint64_t bytes = 0;
-	uint32_t count = 0, base = 0, prod = 0;
+	uint32_t count = 0;
 	if (!slots)
 		return dcr_err_sys(e, ENOMEM, "push");
 	const char *ename;
 	const uint8_t *buf;
 	size_t len;
 	while ((r = dcr_pack_in_next(in, &ename, &buf, &len, e)) == 1) {
-		if (man) {
+		if (t.man) {
 			r = dcr_err_set(e, DCR_EFORMAT, "pack: entry '%s' after the manifest", ename);
 			break;
 		}
-		summary = dcr_summary_name_parse(ename, &prod);
-		if (!strcmp(ename, DCR_MANIFEST_NAME) || summary) {
-			man = malloc(len ? len : 1);
-			if (!man) {
-				r = dcr_err_sys(e, ENOMEM, "push");
-				break;
-			}
-			memcpy(man, buf, len);
-			man_len = len;
+		if ((r = push_tail_entry(&t, ename, buf, len, e)) < 0)
+			break;
+		if (r) /* the manifest or its signature, kept */
 			continue;
-		}
-		uint32_t idx;
-		struct dcr_payload pl;
-		if (!dcr_payload_name_parse(ename, &idx)) {
-			r = dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", ename);
+		if ((r = push_payload_entry(&up, ename, buf, len, e)) < 0)
 			break;
-		}
-		if ((r = dcr_payload_check(buf, len, ename, &pl, e)))
-			break;
-		dcr_payload_release(&pl);
-		if (pl.index != idx) {
-			r = dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", ename, pl.index);
-			break;
-		}
-		/* a producer's payloads are R * DCR_PRODUCER_STRIDE + j: kept
-		 * by j, all of one producer */
-		if (!count && !cap && idx >= DCR_PRODUCER_STRIDE)
-			base = idx / DCR_PRODUCER_STRIDE * DCR_PRODUCER_STRIDE;
-		if (idx < base || (base && idx - base >= DCR_PRODUCER_STRIDE)) {
-			r = dcr_err_set(e, DCR_EFORMAT, "pack: %s is another producer's payload", ename);
-			break;
-		}
-		idx -= base;
-		if (idx >= cap) {
-			size_t ncap = idx + 64;
-			dcr_digest *d = realloc(dig, ncap * sizeof(*d));
-			if (d)
-				dig = d;
-			uint64_t *z = realloc(sizes, ncap * sizeof(*z));
-			if (z)
-				sizes = z;
-			if (!d || !z || ncap > (1u << 24)) {
-				r = dcr_err_sys(e, ENOMEM, "push");
-				break;
-			}
-			for (size_t i = cap; i < ncap; i++)
-				sizes[i] = UINT64_MAX;
-			cap = ncap;
-		}
-		if (sizes[idx] != UINT64_MAX) {
-			/* a duplicate: the same bytes are already going up (as
-			 * dcr-apply skips them); other bytes are an error */
-			if (sizes[idx] != len || memcmp(dig[idx].b, pl.digest.b, 32)) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents",
-						ename);
-				break;
-			}
+		if (!r) /* a duplicate */
 			continue;
-		}
-		dig[idx] = pl.digest;
-		sizes[idx] = len;
-		/* wait for a free slot, then upload this payload in the background */
 		struct slot *sl = &slots[next];
 		next = (next + 1) % par;
-		if ((r = finish_slot(s, sl, e)))
+		if ((r = push_submit(s, sl, name, ename, in, len, e)))
 			break;
-		sl->oname = obj(name, ename);
-		if (!sl->oname) {
-			r = dcr_err_sys(e, ENOMEM, "push");
-			break;
-		}
-		dcr_pack_in_take(in, &sl->data);
-		memset(&sl->job, 0, sizeof(sl->job));
-		sl->job.op = DCR_STORE_PUT;
-		sl->job.name = sl->oname;
-		sl->job.data = sl->data.p;
-		sl->job.len = len;
-		if ((r = dcr_store_submit(s, &sl->job, e))) {
-			dcr_blob_free(&sl->data);
-			free(sl->oname);
-			sl->oname = NULL;
-			break;
-		}
-		sl->busy = 1;
 		bytes += len;
 		count++;
 		if (o && o->progress)
@@ -238,49 +312,25 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	}
 	if (r < 0)
 		goto out;
-	if (!man) {
+	if (!t.man) {
 		r = dcr_err_set(e, DCR_EFORMAT, "pack has no manifest; the manifest was not pushed");
 		goto out;
 	}
-	if (summary) {
-		r = push_summary(s, name, man, man_len, prod, base, dig, sizes, cap, count, e);
-		if (!r && st) {
-			st->payloads = count;
-			st->bytes = bytes + man_len;
-		}
-		goto out;
-	}
-	struct dcr_manifest m;
-	if ((r = dcr_manifest_parse(man, man_len, DCR_MANIFEST_NAME, &m, e)))
-		goto out;
-	for (uint32_t i = 0; i < m.npayloads && !r; i++) {
-		uint32_t k = dcr_manifest_index(&m, i) - base;
-		if (dcr_manifest_index(&m, i) < base || k >= cap || sizes[k] == UINT64_MAX)
-			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its manifest",
-					dcr_manifest_index(&m, i));
-		else if (memcmp(dig[k].b, m.pdigest[i].b, 32) || sizes[k] != m.psize[i])
-			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the manifest",
-					dcr_manifest_index(&m, i));
-	}
-	if (!r && count != m.npayloads)
-		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %u payloads, its manifest %u", count,
-				m.npayloads);
-	dcr_manifest_release(&m);
+	if (t.summary)
+		r = push_summary(s, name, &t, &up, &bytes, e);
+	else
+		r = (r = push_check(&t, &up, e)) ? r : push_tail_put(s, name, &t, &bytes, e);
 	if (r)
 		goto out;
-	char *mo = obj(name, DCR_MANIFEST_NAME);
-	r = mo ? dcr_store_put(s, mo, man, man_len, e) : dcr_err_sys(e, ENOMEM, "push");
-	free(mo);
-	bytes += man_len;
 	if (st) {
 		st->payloads = count;
 		st->bytes = bytes;
 	}
 out:
 	free(slots);
-	free(dig);
-	free(sizes);
-	free(man);
+	pset_free(&up);
+	free(t.man);
+	free(t.sig);
 	return r;
 }
 
@@ -429,17 +479,38 @@ static int run_ordered(struct ordered *f, struct dcr_err *e)
 	return r;
 }
 
-/* Payload idx of pack name: its entry name, object name and URL (for
- * messages); url is NULL when memory ran out. */
+/* The sources of one pack (dcr_pull_from) and the one in use: a source
+ * that fails hands over to the next, for every fetch after it. */
+struct sources {
+	const struct dcr_pull_source *v;
+	size_t n;
+	size_t cur; /* read and moved atomically */
+};
+
+static size_t src_cur(struct sources *ss)
+{
+	return __atomic_load_n(&ss->cur, __ATOMIC_RELAXED);
+}
+
+/* Source i failed: the next one is current (if nobody moved on already). */
+static void src_failed(struct sources *ss, size_t i)
+{
+	size_t want = i;
+	__atomic_compare_exchange_n(&ss->cur, &want, (i + 1) % ss->n, 0, __ATOMIC_RELAXED,
+				    __ATOMIC_RELAXED);
+}
+
+/* Payload idx of the pack at source i: its entry name, object name and
+ * URL (for messages); url is NULL when memory ran out. */
 struct pnames {
 	char *en, *on, *url;
 };
 
-static void pnames_get(struct dcr_store *s, const char *name, uint32_t idx, struct pnames *n)
+static void pnames_get(const struct sources *ss, size_t i, uint32_t idx, struct pnames *n)
 {
 	n->en = dcr_payload_name(idx);
-	n->on = n->en ? obj(name, n->en) : NULL;
-	n->url = n->on ? dcr_asprintf("%s/%s", dcr_store_url(s), n->on) : NULL;
+	n->on = n->en ? obj(ss->v[i].name, n->en) : NULL;
+	n->url = n->on ? dcr_asprintf("%s/%s", dcr_store_url(ss->v[i].s), n->on) : NULL;
 }
 
 static void pnames_free(struct pnames *n)
@@ -452,8 +523,7 @@ static void pnames_free(struct pnames *n)
 /* ---- whole payloads: fetched, checked, handed on ---- */
 
 struct fetch {
-	struct dcr_store *s;
-	const char *name;
+	struct sources *src;
 	const struct dcr_manifest *m; /* or NULL while waiting for it */
 	int (*have)(void *ctx, uint32_t index, dcr_digest *digest);
 	void *have_ctx;
@@ -474,24 +544,38 @@ static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 		sr->state = 3;
 		return;
 	}
-	struct pnames pn;
-	pnames_get(f->s, f->name, idx, &pn);
-	struct dcr_payload_hash ph;
-	struct dcr_hasher h = {dcr_payload_hash_update, &ph};
-	dcr_payload_hash_init(&ph);
-	if (!pn.url)
-		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
-	else if (!(sr->rc = dcr_store_get_blob_hashed(f->s, pn.on, &sr->b, 32, &h, &sr->err)))
-		sr->rc = dcr_payload_hash_final(&ph, &sum)
-				 ? dcr_err_sys(&sr->err, ENOMEM, "%s", pn.url)
-				 : check_payload(pn.url, sr->b.p, sr->b.len, idx, &sum, want, &sr->err);
-	else
-		dcr_payload_hash_final(&ph, &sum); /* frees it */
-	/* checked: write it out (and flush it) here, in parallel, where the
-	 * output can; the caller makes it visible in order */
-	if (!sr->rc && f->out.stage)
-		sr->rc = f->out.stage(f->out.ctx, pn.en, sr->b.p, sr->b.len, &sr->tok, &sr->err);
-	pnames_free(&pn);
+	/* from the current source; a failure tries the others, each once */
+	size_t first = src_cur(f->src);
+	for (size_t t = 0; t < f->src->n; t++) {
+		size_t i = (first + t) % f->src->n;
+		struct pnames pn;
+		pnames_get(f->src, i, idx, &pn);
+		struct dcr_payload_hash ph;
+		struct dcr_hasher h = {dcr_payload_hash_update, &ph};
+		dcr_payload_hash_init(&ph);
+		if (sr->b.map)
+			dcr_blob_free(&sr->b);
+		if (!pn.url)
+			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
+		else if (!(sr->rc = dcr_store_get_blob_hashed(f->src->v[i].s, pn.on, &sr->b, 32, &h,
+							       &sr->err)))
+			sr->rc = dcr_payload_hash_final(&ph, &sum)
+					 ? dcr_err_sys(&sr->err, ENOMEM, "%s", pn.url)
+					 : check_payload(pn.url, sr->b.p, sr->b.len, idx, &sum, want,
+							 &sr->err);
+		else
+			dcr_payload_hash_final(&ph, &sum); /* frees it */
+		/* checked: write it out (and flush it) here, in parallel, where
+		 * the output can; the caller makes it visible in order */
+		int out_rc = 0;
+		if (!sr->rc && f->out.stage)
+			out_rc = sr->rc = f->out.stage(f->out.ctx, pn.en, sr->b.p, sr->b.len, &sr->tok,
+						       &sr->err);
+		pnames_free(&pn);
+		if (!sr->rc || out_rc || !pn.url)
+			return;
+		src_failed(f->src, i);
+	}
 }
 
 static int emit_one(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
@@ -527,7 +611,7 @@ static void drop_one(void *ctx, struct slot_res *sr)
 }
 
 /* Fetch payloads [lo, hi) and hand each on in order. */
-static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_manifest *m,
+static int fetch_range(struct sources *src, const struct dcr_manifest *m,
 		       int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
 		       unsigned par, uint32_t lo, uint32_t hi, struct dcr_pack_out out,
 		       const struct dcr_xfer_opts *o, uint64_t *bytes, int *skipped,
@@ -535,7 +619,7 @@ static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_m
 {
 	if (lo >= hi)
 		return 0;
-	struct fetch f = {.s = s, .name = name, .m = m, .have = have, .have_ctx = have_ctx,
+	struct fetch f = {.src = src, .m = m, .have = have, .have_ctx = have_ctx,
 			  .lo = lo, .out = out, .o = o, .bytes = bytes, .skipped = skipped};
 	struct ordered q = {.work = fetch_one, .emit = emit_one, .discard = drop_one, .ctx = &f,
 			    .n = hi - lo, .par = par};
@@ -557,8 +641,7 @@ struct part {
 };
 
 struct stream {
-	struct dcr_store *s;
-	const char *name;
+	struct sources *src;
 	const struct dcr_manifest *m;
 	struct part *parts;
 	size_t part_cap; /* bytes of the largest part */
@@ -637,37 +720,66 @@ static int check_part(const struct stream *f, const struct part *pt, const uint8
 	return 0;
 }
 
+/* Where a part fetched (or failed) from one source may go on from
+ * another: past the pieces that checked out. */
+static uint64_t part_resume(const struct dcr_manifest *m, const struct part *pt,
+			    const struct piece_check *c)
+{
+	uint64_t at = c->pos >= c->end ? c->end : c->pos >> m->piece_log2 << m->piece_log2;
+	if (c->bad >= 0 && ((uint64_t)c->bad << m->piece_log2) < at)
+		at = (uint64_t)c->bad << m->piece_log2;
+	return at < pt->off ? pt->off : at;
+}
+
 static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
 {
 	struct stream *f = ctx;
 	const struct part *pt = &f->parts[job];
-	struct pnames pn;
-	pnames_get(f->s, f->name, dcr_manifest_index(f->m, pt->idx), &pn);
-	const char *url = pn.url;
-	if (!url) {
-		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
-	} else if (sr->b.cap < pt->len) {
+	if (sr->b.cap < pt->len) {
 		dcr_blob_free(&sr->b);
-		if (!(sr->b.p = malloc(f->part_cap)))
-			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "%s", url);
-		else
-			sr->b.cap = f->part_cap;
+		if (!(sr->b.p = malloc(f->part_cap))) {
+			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
+			return;
+		}
+		sr->b.cap = f->part_cap;
 	}
-	if (!sr->rc) {
-		struct piece_check c = {.m = f->m, .idx = pt->idx, .pos = pt->off,
+	sr->b.len = pt->len;
+	/* from the current source; when it fails, from the next, resuming
+	 * after the pieces that checked out */
+	uint64_t at = pt->off;
+	size_t first = src_cur(f->src);
+	for (size_t t = 0; t < f->src->n; t++) {
+		size_t i = (first + t) % f->src->n;
+		struct pnames pn;
+		pnames_get(f->src, i, dcr_manifest_index(f->m, pt->idx), &pn);
+		const char *url = pn.url;
+		struct piece_check c = {.m = f->m, .idx = pt->idx, .pos = at,
 					.end = f->m->psize[pt->idx] - 32, .bad = -1};
-		struct dcr_hasher h = {piece_check_update, &c};
-		sr->b.len = pt->len;
-		sr->rc = dcr_store_get_range_hashed(f->s, pn.on, pt->off, pt->len, sr->b.p, &h,
-						    &sr->err);
+		if (!url) {
+			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
+			pnames_free(&pn);
+			return;
+		}
+		if (at < pt->off + pt->len) {
+			struct dcr_hasher h = {piece_check_update, &c};
+			sr->rc = dcr_store_get_range_hashed(f->src->v[i].s, pn.on, at,
+							    (size_t)(pt->off + pt->len - at),
+							    sr->b.p + (at - pt->off), &h, &sr->err);
+		} else {
+			sr->rc = 0;
+		}
 		if (sr->rc == DCR_EFORMAT) /* shorter than the manifest says */
 			sr->rc = dcr_err_set(&sr->err, DCR_EFORMAT,
 					     "%s: body is shorter than the manifest's %llu bytes (truncated)",
 					     url, (unsigned long long)f->m->psize[pt->idx]);
-		else if (!sr->rc)
+		else if (!sr->rc) /* the part is whole in the buffer, wherever it came from */
 			sr->rc = check_part(f, pt, sr->b.p, &c, url, &sr->err);
+		pnames_free(&pn);
+		if (!sr->rc)
+			return;
+		src_failed(f->src, i);
+		at = part_resume(f->m, pt, &c);
 	}
-	pnames_free(&pn);
 }
 
 static int emit_part(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
@@ -691,7 +803,7 @@ static int emit_part(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_er
 	return r;
 }
 
-static int stream_range(struct dcr_store *s, const char *name, const struct dcr_manifest *m,
+static int stream_range(struct sources *src, const struct dcr_manifest *m,
 			unsigned par, uint32_t lo, uint32_t hi, struct dcr_pack_out out,
 			const struct dcr_xfer_opts *o, uint64_t *bytes, struct dcr_err *e)
 {
@@ -704,7 +816,7 @@ static int stream_range(struct dcr_store *s, const char *name, const struct dcr_
 							    : NULL;
 	if (!parts)
 		return dcr_err_sys(e, ENOMEM, "pull");
-	struct stream f = {.s = s, .name = name, .m = m, .parts = parts, .part_cap = 1, .out = out,
+	struct stream f = {.src = src, .m = m, .parts = parts, .part_cap = 1, .out = out,
 			   .o = o, .bytes = bytes};
 	n = 0;
 	for (uint32_t i = lo; i < hi; i++)
@@ -724,46 +836,170 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 	     int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
 	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
 {
+	struct dcr_pull_source src = {s, name};
+	return dcr_pull_from(&src, 1, out, have, have_ctx, o, st, e);
+}
+
+/* The manifest's signature beside it in source i (NULL and 0 when the
+ * pack is unsigned). */
+static int get_signature(struct sources *ss, size_t i, uint8_t **sig, size_t *sig_len,
+			 struct dcr_err *e)
+{
+	struct dcr_store *s = ss->v[i].s;
+	char *so = obj(ss->v[i].name, DCR_MANIFEST_SIG_NAME);
+	if (!so)
+		return dcr_err_sys(e, ENOMEM, "pull");
+	free(*sig);
+	*sig = NULL;
+	*sig_len = 0;
+	struct dcr_err ge;
+	int r = dcr_store_get(s, so, sig, sig_len, &ge);
+	if (r == DCR_ENOTFOUND)
+		r = 0;
+	else if (r)
+		*e = ge;
+	else if (*sig_len > DCR_SIG_MAX)
+		r = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %zu bytes, not a signature",
+				dcr_store_url(s), so, *sig_len);
+	if (r) {
+		free(*sig);
+		*sig = NULL;
+	}
+	free(so);
+	return r;
+}
+
+/* The manifest (and its signature) from the first source that has one
+ * that parses and, when o->trust asks for it, is signed by a trusted key:
+ * 0, or DCR_ENOTFOUND when none has one, or the last source's error. A
+ * source that serves a manifest the trust refuses is passed over like one
+ * that serves a broken one. */
+static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len, uint8_t **sig,
+			size_t *sig_len, struct dcr_manifest *m, const struct dcr_xfer_opts *o,
+			struct dcr_err *e)
+{
+	int r = DCR_ENOTFOUND, absent = 0;
+	size_t first = src_cur(ss);
+	for (size_t t = 0; t < ss->n; t++) {
+		size_t i = (first + t) % ss->n;
+		struct dcr_store *s = ss->v[i].s;
+		char *mo = obj(ss->v[i].name, DCR_MANIFEST_NAME);
+		char *url = mo ? dcr_asprintf("%s/%s", dcr_store_url(s), mo) : NULL;
+		if (!url) {
+			free(mo);
+			return dcr_err_sys(e, ENOMEM, "pull");
+		}
+		free(*man);
+		*man = NULL;
+		r = dcr_store_get(s, mo, man, man_len, e);
+		if (!r) {
+			r = dcr_manifest_parse(*man, *man_len, url, m, e);
+			if (!r && o && o->dense && !m->dense) {
+				dcr_manifest_release(m);
+				r = dcr_err_set(e, DCR_EFORMAT,
+						"'%s' is not a dense copy (dcr-diff --dense makes one)", url);
+			}
+			/* the signature: checked before anything of the pack goes
+			 * on; a pack that names no version is never signed
+			 * (dcr-pack --sign needs --version), so none is asked
+			 * for unless a key wants one */
+			int want_sig = m->have_version || (o && o->trust && o->trust->nkeys);
+			if (!r && ((want_sig && (r = get_signature(ss, i, sig, sig_len, e))) ||
+				   (r = dcr_trust_check(o ? o->trust : NULL, *man, *man_len, m, *sig,
+							*sig_len, url, e))))
+				dcr_manifest_release(m);
+		}
+		free(mo);
+		free(url);
+		if (!r) {
+			if (t)
+				__atomic_store_n(&ss->cur, i, __ATOMIC_RELAXED);
+			return 0;
+		}
+		absent += r == DCR_ENOTFOUND;
+		if (ss->n == 1 && r != DCR_ENOTFOUND)
+			return r;
+	}
+	if (absent == (int)ss->n)
+		return DCR_ENOTFOUND;
+	return r == DCR_ENOTFOUND ? dcr_err_set(e, -EIO, "no source of the pack answered") : r;
+}
+
+/* The payloads the current source lists (a push in progress): how many
+ * follow on from next without a gap. */
+static int listed_run(struct sources *ss, uint32_t next, uint32_t *limit, struct dcr_err *e)
+{
+	int r = 0;
+	size_t first = src_cur(ss);
+	for (size_t t = 0; t < ss->n; t++) {
+		size_t i = (first + t) % ss->n;
+		char **names = NULL;
+		size_t n = 0;
+		char *pfx = dcr_asprintf("%s/payload-", ss->v[i].name);
+		r = pfx ? dcr_store_list(ss->v[i].s, pfx, &names, &n, e)
+			: dcr_err_sys(e, ENOMEM, "pull");
+		free(pfx);
+		if (r)
+			continue;
+		*limit = next;
+		for (int more = 1; more;) {
+			more = 0;
+			char *want = dcr_payload_name(*limit);
+			for (size_t k = 0; want && k < n; k++) {
+				const char *b = strrchr(names[k], '/');
+				if (b && !strcmp(b + 1, want)) {
+					(*limit)++;
+					more = 1;
+					break;
+				}
+			}
+			free(want);
+		}
+		dcr_store_names_free(names, n);
+		return 0;
+	}
+	return r;
+}
+
+int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_out out,
+		  int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
+		  const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
+{
 	int par = o && o->parallel > 0 ? o->parallel : 4;
 	double deadline = now_s() + (o ? o->wait_s : 0);
-	char *mo = obj(name, DCR_MANIFEST_NAME);
-	uint8_t *man = NULL;
-	size_t man_len = 0;
+	struct sources ss = {v, nsrc, 0};
+	uint8_t *man = NULL, *sig = NULL;
+	size_t man_len = 0, sig_len = 0;
 	struct dcr_manifest m = {0};
-	int have_m = 0, r = 0;
+	int have_m = 0, r = 0, remote = 1;
 	uint32_t next = 0; /* next payload index to hand on */
 	uint64_t bytes = 0;
+	if (!nsrc)
+		return dcr_err_set(e, -EINVAL, "pull: no source");
+	for (size_t i = 0; i < nsrc; i++)
+		remote &= !dcr_store_is_local(v[i].s);
 	if (par > 256)
 		par = 256;
 	if (o && o->fault && o->fault->at) {
 		out.stage = NULL; /* whole entries, in order: see dcr_xfer_opts.fault */
 		out.begin = NULL;
 	}
-	if (!mo) {
-		r = dcr_err_sys(e, ENOMEM, "pull");
-		goto out;
-	}
 	for (;;) {
 		if (!have_m) {
-			r = dcr_store_get(s, mo, &man, &man_len, e);
+			r = get_manifest(&ss, &man, &man_len, &sig, &sig_len, &m, o, e);
 			if (!r) {
-				char *url = dcr_asprintf("%s/%s", dcr_store_url(s), mo);
-				r = url ? dcr_manifest_parse(man, man_len, url, &m, e)
-					: dcr_err_sys(e, ENOMEM, "pull");
-				if (!r && o && o->dense && !m.dense)
-					r = dcr_err_set(e, DCR_EFORMAT,
-							"'%s' is not a dense copy (dcr-diff --dense makes one)",
-							url);
-				free(url);
-				if (r)
-					goto out;
 				have_m = 1;
 			} else if (r != DCR_ENOTFOUND) {
 				goto out;
 			} else if (!o || o->wait_s <= 0) {
-				r = dcr_err_set(e, DCR_ENOTFOUND,
-						"no pack '%s' in '%s' (no manifest; --wait follows a push in progress)",
-						name, dcr_store_url(s));
+				if (nsrc == 1)
+					r = dcr_err_set(e, DCR_ENOTFOUND,
+							"no pack '%s' in '%s' (no manifest; --wait follows a push in progress)",
+							v[0].name, dcr_store_url(v[0].s));
+				else
+					r = dcr_err_set(e, DCR_ENOTFOUND,
+							"no pack '%s' in any of its %zu sources (no manifest; --wait follows a push in progress)",
+							v[0].name, nsrc);
 				goto out;
 			}
 			r = 0;
@@ -777,42 +1013,21 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 			for (uint32_t i = 0; i < next && !r; i++)
 				if (i >= m.npayloads || dcr_manifest_index(&m, i) != i)
 					r = dcr_err_set(e, DCR_EFORMAT,
-							"'%s' in '%s': its manifest does not list payload %u, which was passed on before it came",
-							name, dcr_store_url(s), i);
+							"pack '%s': its manifest does not list payload %u, which was passed on before it came",
+							v[0].name, i);
 			if (r)
 				goto out;
-		} else {
-			char **names = NULL;
-			size_t n = 0;
-			char *pfx = dcr_asprintf("%s/payload-", name);
-			r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "pull");
-			free(pfx);
-			if (r)
-				goto out;
-			/* contiguous run from next */
-			for (int more = 1; more;) {
-				more = 0;
-				char *want = dcr_payload_name(limit);
-				for (size_t i = 0; want && i < n; i++) {
-					const char *b = strrchr(names[i], '/');
-					if (b && !strcmp(b + 1, want)) {
-						limit++;
-						more = 1;
-						break;
-					}
-				}
-				free(want);
-			}
-			dcr_store_names_free(names, n);
+		} else if ((r = listed_run(&ss, next, &limit, e))) {
+			goto out;
 		}
 		/* fetch [next, limit) with par in flight, hand on in order:
 		 * piece by piece from a server when the manifest allows */
 		int skipped = 0;
-		if (have_m && m.pieces && out.begin && !have && !dcr_store_is_local(s))
-			r = stream_range(s, name, &m, (unsigned)par, next, limit, out, o, &bytes, e);
+		if (have_m && m.pieces && out.begin && !have && remote)
+			r = stream_range(&ss, &m, (unsigned)par, next, limit, out, o, &bytes, e);
 		else
-			r = fetch_range(s, name, have_m ? &m : NULL, have, have_ctx, (unsigned)par,
-					next, limit, out, o, &bytes, &skipped, e);
+			r = fetch_range(&ss, have_m ? &m : NULL, have, have_ctx, (unsigned)par, next,
+					limit, out, o, &bytes, &skipped, e);
 		if (st)
 			st->skipped += skipped;
 		if (r)
@@ -821,12 +1036,19 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 		if (have_m)
 			break;
 		if (now_s() > deadline) {
+			size_t i = src_cur(&ss);
 			r = dcr_err_set(e, DCR_ENOTFOUND,
 					"no manifest for '%s' in '%s' after waiting %.0f s (%u payloads seen)",
-					name, dcr_store_url(s), o ? o->wait_s : 0, next);
+					v[i].name, dcr_store_url(v[i].s), o ? o->wait_s : 0, next);
 			goto out;
 		}
 		usleep(200 * 1000);
+	}
+	if (sig) { /* the signature, then the manifest: as pack directories list them */
+		dcr_fault_point(o ? o->fault : NULL);
+		if ((r = out.entry(out.ctx, DCR_MANIFEST_SIG_NAME, sig, sig_len, e)))
+			goto out;
+		bytes += sig_len;
 	}
 	dcr_fault_point(o ? o->fault : NULL);
 	r = out.entry(out.ctx, DCR_MANIFEST_NAME, man, man_len, e);
@@ -836,8 +1058,43 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 		st->bytes = bytes;
 	}
 out:
-	free(mo);
 	free(man);
-	dcr_manifest_release(&m);
+	free(sig);
+	if (have_m)
+		dcr_manifest_release(&m);
 	return r;
+}
+
+int dcr_pull_source_open(const char *arg, int dense, const struct dcr_store_opts *so,
+			 struct dcr_pull_source *src, struct dcr_err *e)
+{
+	char *surl, *name;
+	memset(src, 0, sizeof(*src));
+	int r = dcr_split_store_url(arg, &surl, &name, e);
+	if (r)
+		return DCR_EFORMAT; /* e says what is wrong with it */
+	if (dense) {
+		char *dn = dcr_asprintf("%s.dense", name);
+		free(name);
+		if (!(name = dn)) {
+			free(surl);
+			return dcr_err_sys(e, ENOMEM, "%s", arg);
+		}
+	}
+	if ((r = dcr_store_open(surl, so, &src->s, e))) {
+		free(name);
+		if (r == DCR_EFORMAT)
+			r = -EINVAL; /* DCR_EFORMAT says the argument's form is wrong */
+	} else {
+		src->name = name;
+	}
+	free(surl);
+	return r;
+}
+
+void dcr_pull_source_close(struct dcr_pull_source *src)
+{
+	dcr_store_close(src->s);
+	free((char *)src->name);
+	memset(src, 0, sizeof(*src));
 }
