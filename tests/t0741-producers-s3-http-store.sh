@@ -6,7 +6,9 @@
 # last, once all four are in, and a receiver that pulls ends bit-identical
 # to the canonical target. A receiver that starts with --wait before any
 # producer follows the first producer's payloads and finishes on the
-# manifest.
+# manifest. A relay whose parent is the HTTP store serves the finalized
+# pack (payloads of every producer, by the manifest's index table) to two
+# receivers, fetching each object from its parent once.
 . "$DCR_SRC/tests/lib-producers.sh"
 need_node s3rver aws4
 cfg=qwen2-moe
@@ -48,4 +50,23 @@ for kind in s3 http; do
 	"$B/dcr-verify" -q "$T/rw-$kind" --against "$T/$cfg/c1" || fail "$kind: the waiting receiver differs"
 	echo "ok $kind"
 done
+
+# through a relay
+"$B/dcr-relay" --listen 127.0.0.1:0 --port-file "$T/relay.port" "$HTTP" 2>"$T/relay.log" &
+PIDS="$PIDS $!"
+i=0
+while [ ! -s "$T/relay.port" ]; do
+	i=$((i + 1))
+	[ $i -lt 400 ] || fail "the relay did not start: $(cat "$T/relay.log")"
+	sleep 0.05
+done
+R="http://127.0.0.1:$(cat "$T/relay.port")"
+unset DCR_S3_ENDPOINT
+gets=$(grep -c '^GET /store/v1/payload-' "$T/http.log") || true
+receive $cfg "$R/v1" r-relay1
+receive $cfg "$R/v1" r-relay2
+np=$(grep -c '^PUT /store/v1/payload-' "$T/http.log") || true
+now=$(grep -c '^GET /store/v1/payload-' "$T/http.log") || true
+[ $((now - gets)) -le "$np" ] || fail "the relay fetched $((now - gets)) payloads for $np"
+echo "ok relay"
 exit 0
