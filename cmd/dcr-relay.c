@@ -203,9 +203,15 @@ static void report(const struct job *j, const struct apply *a, int *code)
 			(unsigned long long)a->res.items, (unsigned long long)a->res.tensors_checked, t);
 }
 
-int main(int argc, char **argv)
+/* What the options name besides the relay's and the store's own. */
+struct args {
+	const char *port_file, *pack, *ckpt;
+	double wait_s;
+};
+
+static void parse_options(int argc, char **argv, struct dcr_relay_opts *ro,
+			  struct dcr_store_opts *so, struct args *a)
 {
-	cmd_init("dcr-relay", argc, argv);
 	static const struct option longopts[] = {
 		{"listen", required_argument, NULL, 'L'},
 		{"port-file", required_argument, NULL, 'F'},
@@ -226,77 +232,77 @@ int main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	struct dcr_store_opts so = {.retries = 2};
-	struct dcr_relay_opts ro = {.log = log_line};
-	const char *port_file = NULL, *pack = NULL, *ckpt = NULL;
-	double wait_s = 0;
 	long v;
 	int c;
 	while ((c = getopt_long(argc, argv, "j:qh", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'L': ro.listen = optarg; break;
-		case 'F': port_file = optarg; break;
-		case 'c': ro.cache_dir = optarg; break;
+		case 'L': ro->listen = optarg; break;
+		case 'F': a->port_file = optarg; break;
+		case 'c': ro->cache_dir = optarg; break;
 		case 'S':
-			if (!(ro.cache_size = parse_big_size(optarg)))
+			if (!(ro->cache_size = parse_big_size(optarg)))
 				cmd_usage_error(usage, "bad --cache-size '%s'", optarg);
 			break;
 		case 'w':
-			if (!(ro.window = parse_big_size(optarg)) || ro.window > (1ull << 30))
+			if (!(ro->window = parse_big_size(optarg)) || ro->window > (1ull << 30))
 				cmd_usage_error(usage, "bad --window '%s' (1M to 1G)", optarg);
 			break;
-		case 'N': ro.no_prefetch = 1; break;
+		case 'N': ro->no_prefetch = 1; break;
 		case 'T':
 			if ((v = parse_count(optarg, 1, 256)) < 0)
 				cmd_usage_error(usage, "--threads wants 1..256, not '%s'", optarg);
-			ro.threads = (int)v;
+			ro->threads = (int)v;
 			break;
 		case 'M':
 			if ((v = parse_count(optarg, 1, 1000000)) < 0)
 				cmd_usage_error(usage, "--max-connections wants 1..1000000, not '%s'",
 						optarg);
-			ro.max_connections = (unsigned)v;
+			ro->max_connections = (unsigned)v;
 			break;
 		case 'I':
 			if ((v = parse_count(optarg, 1, 86400)) < 0)
 				cmd_usage_error(usage, "--idle-timeout wants 1..86400 seconds, not '%s'",
 						optarg);
-			ro.idle_timeout_s = (unsigned)v;
+			ro->idle_timeout_s = (unsigned)v;
 			break;
 		case 't':
 			if ((v = parse_count(optarg, 1, 86400)) < 0)
 				cmd_usage_error(usage, "--timeout wants 1..86400 seconds, not '%s'",
 						optarg);
-			so.timeout_s = (int)v;
+			so->timeout_s = (int)v;
 			break;
 		case 'K': cmd_trust_key(optarg); break;
-		case 'P': pack = optarg; break;
-		case 'A': ckpt = optarg; break;
+		case 'P': a->pack = optarg; break;
+		case 'A': a->ckpt = optarg; break;
 		case 'W': {
 			char *end;
 			errno = 0;
-			wait_s = strtod(optarg, &end);
-			if (errno || *end || end == optarg || !(wait_s >= 0))
+			a->wait_s = strtod(optarg, &end);
+			if (errno || *end || end == optarg || !(a->wait_s >= 0))
 				cmd_usage_error(usage, "--wait wants seconds, not '%s'", optarg);
 			break;
 		}
 		default:
-			if (!cmd_store_option(c, optarg, &so, &ro.parallel, usage))
+			if (!cmd_store_option(c, optarg, so, &ro->parallel, usage))
 				cmd_common_option(c, usage);
 			break;
 		}
 	}
-	if (!ro.listen)
+	if (!ro->listen)
 		cmd_usage_error(usage, "need --listen ADDR:PORT");
 	if (optind >= argc)
 		cmd_usage_error(usage, "need a PARENT_URL");
-	if (ckpt && !pack)
+	if (a->ckpt && !a->pack)
 		cmd_usage_error(usage, "--apply needs --pack NAME");
-	ro.trust = cmd_trust(0);
-	ro.parents = (const char *const *)argv + optind;
-	ro.nparents = (size_t)(argc - optind);
-	ro.store = &so;
+	ro->trust = cmd_trust(0);
+	ro->parents = (const char *const *)argv + optind;
+	ro->nparents = (size_t)(argc - optind);
+	ro->store = so;
+}
 
+/* The process's setup: file descriptors, and signals for main alone. */
+static void setup_process(sigset_t *sigs)
+{
 	/* Room for every connection's socket (and the spool's files). */
 	struct rlimit rl;
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
@@ -304,14 +310,45 @@ int main(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	/* Signals go to main's sigwait alone; every thread inherits the mask. */
-	sigset_t sigs;
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGTERM);
-	sigaddset(&sigs, SIGHUP);
-	sigaddset(&sigs, SIGUSR1);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	sigemptyset(sigs);
+	sigaddset(sigs, SIGINT);
+	sigaddset(sigs, SIGTERM);
+	sigaddset(sigs, SIGHUP);
+	sigaddset(sigs, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
+}
+
+/* Say where the relay serves, and write --port-file. */
+static void announce(struct dcr_relay *r, const struct dcr_relay_opts *ro, const struct args *a)
+{
+	struct dcr_err e = {0};
+	if (!cmd_quiet) {
+		char *shown = dcr_url_redact(ro->parents[0]);
+		fprintf(stderr, "dcr-relay: serving on port %u, parents: %s%s\n", dcr_relay_port(r),
+			shown ? shown : "?", ro->nparents > 1 ? " (and failovers)" : "");
+		free(shown);
+	}
+	if (a->port_file) {
+		char buf[16];
+		int n = snprintf(buf, sizeof(buf), "%u\n", dcr_relay_port(r));
+		if (dcr_write_file_atomic(a->port_file, buf, (size_t)n, &e)) {
+			dcr_relay_stop(r);
+			cmd_die_err(&e, EXIT_FATAL);
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	cmd_init("dcr-relay", argc, argv);
+	struct dcr_store_opts so = {.retries = 2};
+	struct dcr_relay_opts ro = {.log = log_line};
+	struct args args = {0};
+	parse_options(argc, argv, &ro, &so, &args);
+	const char *pack = args.pack, *ckpt = args.ckpt;
+	sigset_t sigs;
+	setup_process(&sigs);
 
 	struct dcr_err e = {0};
 	struct dcr_receiver *rc = NULL;
@@ -320,22 +357,9 @@ int main(int argc, char **argv)
 	struct dcr_relay *r;
 	if (dcr_relay_start(&ro, &r, &e))
 		cmd_die_err(&e, EXIT_FATAL);
-	if (!cmd_quiet) {
-		char *shown = dcr_url_redact(ro.parents[0]);
-		fprintf(stderr, "dcr-relay: serving on port %u, parents: %s%s\n", dcr_relay_port(r),
-			shown ? shown : "?", ro.nparents > 1 ? " (and failovers)" : "");
-		free(shown);
-	}
-	if (port_file) {
-		char buf[16];
-		int n = snprintf(buf, sizeof(buf), "%u\n", dcr_relay_port(r));
-		if (dcr_write_file_atomic(port_file, buf, (size_t)n, &e)) {
-			dcr_relay_stop(r);
-			cmd_die_err(&e, EXIT_FATAL);
-		}
-	}
+	announce(r, &ro, &args);
 
-	struct job j = {.main = pthread_self(), .r = r, .pack = pack, .wait_s = wait_s, .fd = -1};
+	struct job j = {.main = pthread_self(), .r = r, .pack = pack, .wait_s = args.wait_s, .fd = -1};
 	struct apply a = {.main = pthread_self(), .rc = rc, .ckpt = ckpt, .pack = pack, .fd = -1};
 	pthread_t pt, at;
 	int have_pt = 0, have_at = 0;

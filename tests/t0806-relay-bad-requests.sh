@@ -57,7 +57,12 @@ while [ ! -e "$T/idle.open" ]; do
 	sleep 0.05
 done
 refit r3 "$A/v1"
-conns=$(status "$A" "d['connections']")
+# (the kernel queues what the relay has not accepted yet: give it time)
+i=0
+until conns=$(status "$A" "d['connections']"); [ "$conns" -ge 1000 ] || [ $i -ge 200 ]; do
+	i=$((i + 1))
+	sleep 0.05
+done
 [ "$conns" -ge 1000 ] || fail "the relay holds $conns connections, not 1000"
 threads=$(awk '/^Threads:/ { print $2 }' "/proc/$APID/status")
 rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$APID/status")
@@ -94,7 +99,7 @@ done
 [ "$(http_code "$H/v1/manifest.dcrm")" = 200 ] || fail "the relay stopped serving after a hang-up"
 
 # a parent that dies mid-object: the only one
-start_server slow http-store.js --rate 256K
+start_server slow http-store.js --rate 128K
 SS="http://127.0.0.1:$PORT/store"
 SPID=$pid
 run_ok dcr-push -q "$T/p" "$SS/v1"
@@ -102,7 +107,7 @@ start_relay one --retries 1 "$SS"
 ONE=$RURL
 curl -sS -f -o "$T/c1" "$ONE/v1/payload-000000.dcrp" 2>"$T/c1.err" &
 C1=$!
-start_server slow2 http-store.js --rate 256K
+start_server slow2 http-store.js --rate 128K
 SS2="http://127.0.0.1:$PORT/store"
 SPID2=$pid
 run_ok dcr-push -q "$T/p" "$SS2/v1"
