@@ -14,6 +14,7 @@
 
 static const char usage[] =
 	"usage: dcr-pack [options] [DELTA|-]\n"
+	"       dcr-pack --producer R/N [--attempt HEX] [options] [DELTA|-]\n"
 	"       dcr-pack --list [--porcelain] [-z] PACK|-\n"
 	"       dcr-pack --squash [--base CKPT] [--delta] [-o OUT] DELTA1 DELTA2...\n"
 	"\n"
@@ -26,6 +27,13 @@ static const char usage[] =
 	"  -s, --payload-size SIZE raw bytes per payload: 64M by default (K, M, G)\n"
 	"      --digest ALG        payload checksums: blake3 (default) or sha256, which\n"
 	"                          receivers built before BLAKE3 payloads need\n"
+	"      --producer R/N      be producer R of the N training ranks that make one\n"
+	"                          pack: payloads named by producer, then this rank's\n"
+	"                          summary in place of the manifest (dcr-push\n"
+	"                          --finalize joins the N summaries)\n"
+	"      --attempt HEX       with --producer: the pack's attempt id (32 hex\n"
+	"                          digits, the same on every producer; default: from\n"
+	"                          the base and N)\n"
 	"      --version V         name the version the pack reaches in its manifest\n"
 	"      --policy NAME       with --version: the policy it is a version of\n"
 	"      --sign KEY.sec      sign the manifest (needs --version): a detached\n"
@@ -104,6 +112,26 @@ static int list_entry(void *ctx, const struct dcr_pack_entry *en)
 	}
 	if (en->kind == DCR_ENTRY_MANIFEST) {
 		list_manifest(l, en);
+		return 0;
+	}
+	if (en->kind == DCR_ENTRY_SUMMARY) {
+		const struct dcr_summary *ps = en->producer;
+		char at[33];
+		uint64_t np = 0;
+		dcr_hex(ps->attempt, sizeof(ps->attempt), at);
+		for (uint32_t i = 0; i < ps->ntensors; i++)
+			np += ps->tensors[i].parts.n;
+		if (l->porcelain)
+			printf("summary\t%zu\t%u\t%u\t%u\t%u\t%llu\t%llu\t%llu\t%s%c", en->len,
+			       ps->producer, ps->nproducers, ps->npayloads, ps->ntensors,
+			       (unsigned long long)np, (unsigned long long)ps->nitems,
+			       (unsigned long long)ps->nchanges, at, l->eol);
+		else
+			printf("%-24s %12zu  summary of producer %u of %u: %u payloads, %u tensors, %llu digest parts, %llu items, %llu changes\n"
+			       "  attempt %s\n",
+			       en->name, en->len, ps->producer, ps->nproducers, ps->npayloads,
+			       ps->ntensors, (unsigned long long)np, (unsigned long long)ps->nitems,
+			       (unsigned long long)ps->nchanges, at);
 		return 0;
 	}
 	if (en->kind == DCR_ENTRY_SIGNATURE) {
@@ -212,6 +240,8 @@ int main(int argc, char **argv)
 		{"sign", required_argument, NULL, 'S'},
 		{"list", no_argument, NULL, 'l'},
 		{"squash", no_argument, NULL, 'Q'},
+		{"producer", required_argument, NULL, 'R'},
+		{"attempt", required_argument, NULL, 'A'},
 		{"delta", no_argument, NULL, 'D'},
 		{"base", required_argument, NULL, 'B'},
 		{"porcelain", no_argument, NULL, 'P'},
@@ -225,6 +255,7 @@ int main(int argc, char **argv)
 	struct dcr_pack_opts o = {0};
 	int list = 0, porcelain = 0, squash = 0, delta_out = 0, c;
 	char eol = '\n';
+	uint8_t attempt[16];
 	while ((c = getopt_long(argc, argv, ":o:s:lzqh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': output = optarg; break;
@@ -240,6 +271,33 @@ int main(int argc, char **argv)
 			else
 				cmd_usage_error(usage, "unknown --digest '%s' (blake3, sha256)", optarg);
 			break;
+		case 'R': {
+			const char *sl = strchr(optarg, '/');
+			char rs[32];
+			if (!sl || (size_t)(sl - optarg) >= sizeof(rs))
+				cmd_usage_error(usage, "--producer wants R/N, not '%s'", optarg);
+			memcpy(rs, optarg, (size_t)(sl - optarg));
+			rs[sl - optarg] = 0;
+			o.producers = (int)cmd_parse_u64(usage, "--producer N", sl + 1, 1,
+							 DCR_PRODUCERS_MAX);
+			o.producer = (uint32_t)cmd_parse_u64(usage, "--producer R", rs, 0,
+							     (uint64_t)o.producers - 1);
+			break;
+		}
+		case 'A': {
+			char hex[65];
+			dcr_digest d;
+			if (strlen(optarg) != 32)
+				cmd_usage_error(usage, "--attempt wants 32 hex digits, not '%s'", optarg);
+			memcpy(hex, optarg, 32);
+			memset(hex + 32, '0', 32);
+			hex[64] = 0;
+			if (dcr_digest_parse_hex(hex, &d))
+				cmd_usage_error(usage, "--attempt wants 32 hex digits, not '%s'", optarg);
+			memcpy(attempt, d.b, 16);
+			o.attempt = attempt;
+			break;
+		}
 		case 'V':
 			o.version = cmd_parse_version(usage, "--version", optarg);
 			o.have_version = 1;
@@ -257,6 +315,12 @@ int main(int argc, char **argv)
 	}
 	if (delta_out && !squash)
 		cmd_usage_error(usage, "--delta goes with --squash");
+	if (o.attempt && !o.producers)
+		cmd_usage_error(usage, "--attempt goes with --producer");
+	if (o.producers && (list || squash))
+		cmd_usage_error(usage, "--producer goes with neither --list nor --squash");
+	if (o.producers && (sign || o.have_version))
+		cmd_usage_error(usage, "--sign and --version name the manifest: with --producer, dcr-push --finalize takes them");
 	if (sign && !o.have_version)
 		cmd_usage_error(usage, "--sign needs --version: a signature vouches for the version a pack reaches");
 	if (o.policy && !o.have_version)
@@ -329,7 +393,12 @@ int main(int argc, char **argv)
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);
 	cmd_progress_end();
-	if (!cmd_quiet && cmd_progress_on)
+	if (!cmd_quiet && cmd_progress_on && o.producers)
+		fprintf(stderr, "dcr-pack: producer %u of %d: %u payloads, %llu items, %llu changes, %llu bytes (summary %llu)\n",
+			o.producer, o.producers, st.npayloads, (unsigned long long)st.items,
+			(unsigned long long)st.changes, (unsigned long long)st.bytes,
+			(unsigned long long)st.summary_bytes);
+	else if (!cmd_quiet && cmd_progress_on)
 		fprintf(stderr, "dcr-pack: %u payloads, %llu items, %llu changes, %llu bytes\n",
 			st.npayloads, (unsigned long long)st.items, (unsigned long long)st.changes,
 			(unsigned long long)st.bytes);

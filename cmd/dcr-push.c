@@ -14,14 +14,27 @@
 
 static const char usage[] =
 	"usage: dcr-push [options] PACK|- STORE/NAME\n"
+	"       dcr-push --finalize --producers N [--timeout S] [--sign KEY.sec --version V\n"
+	"                [--policy NAME]] STORE/NAME\n"
 	"       dcr-push --gc STORE --policy NAME [--keep N] [--dry-run]\n"
 	"\n"
 	"Upload a pack (a pack directory, a pack tar file, or a tar stream on standard\n"
 	"input) to STORE as NAME/payload-*.dcrp and NAME/manifest.dcrm. Each payload is\n"
 	"checked and uploaded while later ones are still arriving; the manifest goes\n"
 	"last, once every payload it lists is stored. STORE is a directory, s3://BUCKET[/PREFIX]\n"
-	"or http(s)://HOST/PATH.\n"
+	"or http(s)://HOST/PATH. A producer's pack (dcr-pack --producer) goes up the same\n"
+	"way, its summary last in place of the manifest.\n"
 	"\n"
+	"      --finalize       join the summaries of the N producers of NAME into its\n"
+	"                       manifest: every canonical element claimed by exactly one\n"
+	"                       producer, each payload in the store as its summary says;\n"
+	"                       the manifest is written last (moves kilobytes)\n"
+	"      --producers N    with --finalize: how many producers make the pack\n"
+	"      --timeout S      with --finalize: wait up to S seconds for the summaries\n"
+	"                       (default 0: they must be there)\n"
+	"      --sign KEY.sec   with --finalize: sign the manifest (needs --version)\n"
+	"      --version V      with --finalize: the version the pack reaches\n"
+	"      --policy NAME    with --finalize --version: the policy it is a version of\n"
 	"      --gc STORE       remove the packs NAME/vX/ of --policy NAME that no receiver\n"
 	"                       needs: X at most every receiver's latest acknowledged\n"
 	"                       version and at most the committed version minus --keep\n"
@@ -37,7 +50,64 @@ static const char usage[] =
 	"  -q, --quiet          print nothing but errors\n"
 	"  -h, --help           show this help\n"
 	"\n"
-	"Exit status: 0 pushed, 128 error, 129 usage error.\n";
+	"Exit status: 0 pushed (or finalized), 128 error, 129 usage error.\n";
+
+static void fin_progress(void *ctx, uint32_t have, uint32_t n)
+{
+	(void)ctx;
+	if (cmd_progress_on && !cmd_quiet)
+		fprintf(stderr, "dcr-push: %u of %u summaries in\n", have, n);
+}
+
+static int finalize(int argc, char **argv, const struct dcr_store_opts *so,
+		    struct dcr_finalize_opts *fo, const char *sign)
+{
+	if (argc - optind != 1)
+		cmd_usage_error(usage, "--finalize needs STORE/NAME and nothing else");
+	struct dcr_err e = {0};
+	char *surl, *name;
+	if (dcr_split_store_url(argv[optind], &surl, &name, &e))
+		cmd_usage_error(usage, "%s", e.msg);
+	struct dcr_seckey sk;
+	char *pub_name = NULL;
+	if (sign) {
+		if (dcr_seckey_load(sign, &sk, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+		fo->sign = &sk;
+		/* the comment names the public key beside it, as signify's does */
+		const char *b = strrchr(sign, '/');
+		b = b ? b + 1 : sign;
+		size_t bl = strlen(b);
+		pub_name = bl > 4 && !strcmp(b + bl - 4, ".sec")
+				   ? dcr_asprintf("%.*s.pub", (int)(bl - 4), b)
+				   : NULL;
+		fo->sign_pub = pub_name;
+	}
+	struct dcr_store *s;
+	if (dcr_store_open(surl, so, &s, &e))
+		cmd_die_err(&e, EXIT_FATAL);
+	fo->fault = &cmd_fault;
+	fo->progress = fin_progress;
+	struct dcr_finalize_stats st = {0};
+	int r = dcr_finalize(s, name, fo, &st, &e);
+	dcr_store_close(s);
+	if (r)
+		cmd_die_err(&e, EXIT_FATAL);
+	if (!cmd_quiet) {
+		char t[65];
+		dcr_digest_hex(&st.target, t);
+		fprintf(stderr,
+			"dcr-push: finalized %s: %u producers, %u payloads (%llu bytes, not moved), %u tensors; read %llu bytes of summaries and %llu of payload trailers, wrote %llu; waited %.1f s; target %s\n",
+			argv[optind], fo->producers, st.payloads, (unsigned long long)st.delta_bytes,
+			st.tensors, (unsigned long long)st.summary_bytes,
+			(unsigned long long)st.check_bytes, (unsigned long long)st.written_bytes,
+			st.wait_s, t);
+	}
+	free(pub_name);
+	free(surl);
+	free(name);
+	return cmd_finish(EXIT_OK);
+}
 
 static void gc_report(void *ctx, uint64_t version, size_t objects)
 {
@@ -54,6 +124,11 @@ int main(int argc, char **argv)
 		{"policy", required_argument, NULL, 'P'},
 		{"keep", required_argument, NULL, 'K'},
 		{"dry-run", no_argument, NULL, 'D'},
+		{"finalize", no_argument, NULL, 'F'},
+		{"producers", required_argument, NULL, 'N'},
+		{"timeout", required_argument, NULL, 'T'},
+		{"sign", required_argument, NULL, 'S'},
+		{"version", required_argument, NULL, 'V'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
 		{"quiet", no_argument, NULL, 'q'},
@@ -62,8 +137,9 @@ int main(int argc, char **argv)
 	};
 	struct dcr_store_opts so = {0};
 	struct dcr_xfer_opts xo = {0};
-	int c, dry = 0;
-	const char *gc = NULL, *policy = NULL;
+	int c, dry = 0, fin = 0, have_timeout = 0;
+	const char *gc = NULL, *policy = NULL, *sign = NULL;
+	struct dcr_finalize_opts fo = {0};
 	uint64_t keep = 1;
 	while ((c = getopt_long(argc, argv, ":j:qh", longopts, NULL)) != -1) {
 		switch (c) {
@@ -71,11 +147,45 @@ int main(int argc, char **argv)
 		case 'P': policy = optarg; break;
 		case 'D': dry = 1; break;
 		case 'K': keep = cmd_parse_u64(usage, "--keep", optarg, 0, UINT64_MAX); break;
+		case 'F': fin = 1; break;
+		case 'N':
+			fo.producers = (uint32_t)cmd_parse_u64(usage, "--producers", optarg, 1,
+							       DCR_PRODUCERS_MAX);
+			break;
+		case 'T':
+			fo.timeout_s = (double)cmd_parse_u64(usage, "--timeout", optarg, 0, 1u << 30);
+			have_timeout = 1;
+			break;
+		case 'S': sign = optarg; break;
+		case 'V':
+			fo.version = cmd_parse_version(usage, "--version", optarg);
+			fo.have_version = 1;
+			break;
 		default:
 			if (!cmd_store_option(c, optarg, &so, &xo.parallel, usage))
 				cmd_common_option(c, usage);
 			break;
 		}
+	}
+	if (!fin && (fo.producers || have_timeout || sign || fo.have_version))
+		cmd_usage_error(usage, "--producers, --timeout, --sign and --version go with --finalize");
+	if (fin) {
+		if (gc || dry)
+			cmd_usage_error(usage, "--finalize goes with neither --gc nor --dry-run");
+		if (!fo.producers)
+			cmd_usage_error(usage, "--finalize needs --producers N");
+		if (sign && !fo.have_version)
+			cmd_usage_error(usage, "--sign needs --version: a signature vouches for the version a pack reaches");
+		if (policy && !fo.have_version)
+			cmd_usage_error(usage, "--policy goes with --version");
+		if (policy && (!*policy || strlen(policy) > DCR_POLICY_MAX || strchr(policy, '/')))
+			cmd_usage_error(usage, "--policy wants a name of 1 to %d printable bytes without '/', not '%s'",
+					DCR_POLICY_MAX, policy);
+		for (const char *p = policy; p && *p; p++)
+			if (*p < 0x21 || *p > 0x7e)
+				cmd_usage_error(usage, "--policy wants printable bytes, not '%s'", policy);
+		fo.policy = policy;
+		return finalize(argc, argv, &so, &fo, sign);
 	}
 	if (gc) {
 		if (!policy || argc != optind)
@@ -119,7 +229,7 @@ int main(int argc, char **argv)
 		cmd_die_err(&e, EXIT_FATAL);
 	cmd_progress_end();
 	if (!cmd_quiet && cmd_progress_on)
-		fprintf(stderr, "dcr-push: %u payloads and the manifest, %llu bytes, to %s\n",
+		fprintf(stderr, "dcr-push: %u payloads and the manifest (or summary), %llu bytes, to %s\n",
 			st.payloads, (unsigned long long)st.bytes, dest);
 	free(surl);
 	free(name);

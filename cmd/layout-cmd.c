@@ -40,12 +40,13 @@ static uint32_t parse_rank(const char *usage, const char *s)
 }
 
 static const char diff_usage[] =
-	"usage: dcr-diff --layout MAP --rank R [options] BASE NEW\n"
+	"usage: dcr-diff --layout MAP --rank R [--base-id HEX] [options] BASE NEW\n"
 	"   or: dcr-diff --merge [--target-digests FILE --base-id HEX] [options] DELTA...\n"
 	"\n"
 	"With --layout, BASE and NEW are training rank R's shards (safetensors in the\n"
 	"layout MAP describes; MAP must list every rank): write a partial delta in\n"
-	"canonical coordinates, each replicated element sent by its lowest holder.\n"
+	"canonical coordinates, each replicated element sent by its lowest holder,\n"
+	"with the digest parts of those elements (dcr-pack --producer).\n"
 	"With --merge, combine the ranks' partial deltas into one canonical delta,\n"
 	"partial again unless the canonical target's digests make it a full delta.\n"
 	"\n"
@@ -57,7 +58,9 @@ static const char diff_usage[] =
 	"      --merge              merge partial deltas (files, '-' for stdin)\n"
 	"      --target-digests F   'HEX<TAB>NAME' lines of the canonical target, as\n"
 	"                           'dcr-verify --tensors NEW' prints them\n"
-	"      --base-id HEX        the canonical base's state id (with --target-digests)\n"
+	"      --base-id HEX        the canonical base's state id (with --layout: named\n"
+	"                           in the partial delta; with --merge: with\n"
+	"                           --target-digests)\n"
 	"      --chunk N            canonical elements an item may span (default 1048576)\n"
 	"      --stats              print a summary to stderr\n"
 	"  -q, --quiet              no summary\n"
@@ -113,8 +116,8 @@ int cmd_layout_diff(int argc, char **argv)
 		cmd_usage_error(diff_usage, "--merge and --layout do not go together");
 	if (merge && (have_rank || file))
 		cmd_usage_error(diff_usage, "--rank and --file go with --layout");
-	if (!merge && (digests || have_base))
-		cmd_usage_error(diff_usage, "--target-digests and --base-id go with --merge");
+	if (!merge && digests)
+		cmd_usage_error(diff_usage, "--target-digests goes with --merge");
 	if (digests && !have_base)
 		cmd_usage_error(diff_usage, "--target-digests needs --base-id (dcr-verify BASE)");
 	if (!merge && !have_rank)
@@ -163,13 +166,14 @@ int cmd_layout_diff(int argc, char **argv)
 			cmd_die_err(&e, EXIT_FATAL);
 		struct dcr_rankdiff_opts ro = {.map = L, .rank = rank, .base = argv[optind],
 					       .target = argv[optind + 1], .chunk_elems = chunk,
-					       .file = file, .what = what};
+					       .file = file, .what = what,
+					       .base_id = have_base ? &base_id : NULL};
 		struct dcr_rankdiff_stats rs = {0};
 		r = dcr_rankdiff(&ro, sink, &rs, &e);
 		dcr_layout_free(L);
 		if (!r && stats && !cmd_quiet)
 			fprintf(stderr,
-				"dcr-diff: rank %u: %llu stored tensors (%llu replicas only, skipped), %llu bytes; %llu stored values changed (%llu padding, %llu replicas of lower ranks, %llu residual unchanged after conversion); %llu canonical changes in %llu items over %llu tensors; delta %llu bytes\n",
+				"dcr-diff: rank %u: %llu stored tensors (%llu replicas only, skipped), %llu bytes; %llu stored values changed (%llu padding, %llu replicas of lower ranks, %llu residual unchanged after conversion); %llu canonical changes in %llu items over %llu tensors, %llu digest parts; delta %llu bytes\n",
 				(unsigned)rank, (unsigned long long)rs.stored_tensors,
 				(unsigned long long)rs.skipped_tensors,
 				(unsigned long long)rs.stored_bytes,
@@ -178,7 +182,7 @@ int cmd_layout_diff(int argc, char **argv)
 				(unsigned long long)rs.replica_changed,
 				(unsigned long long)rs.residual_same, (unsigned long long)rs.changed,
 				(unsigned long long)rs.items, (unsigned long long)rs.tensors,
-				(unsigned long long)rs.bytes_out);
+				(unsigned long long)rs.parts, (unsigned long long)rs.bytes_out);
 	}
 	if (!r && a.tmp)
 		r = dcr_atomic_commit(&a, &e);

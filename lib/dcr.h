@@ -41,10 +41,12 @@
 #include "core/sign.h"
 #include "core/cuda.h"
 #include "core/trust.h"
+#include "core/summary.h"
 
 #include "transport/store.h"
 #include "transport/transfer.h"
 #include "transport/relay.h"
+#include "transport/finalize.h"
 
 #include "refit/receiver.h"
 #include "refit/diff.h"

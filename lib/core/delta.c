@@ -445,6 +445,66 @@ int dcr_delta_parse_done(const struct dcr_delta_rec *rec, uint32_t *tensor, dcr_
 	return 0;
 }
 
+int dcr_delta_write_canon(struct dcr_delta_writer *w, uint32_t n, const dcr_digest *id,
+			  struct dcr_err *e)
+{
+	if (dcr_buf_add_le32(&w->rec, n) || dcr_buf_add(&w->rec, id->b, 32))
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	return w_record(w, DCR_REC_CANON, e);
+}
+
+int dcr_delta_parse_canon(const struct dcr_delta_rec *rec, uint32_t *n, dcr_digest *id,
+			  struct dcr_err *e)
+{
+	if (rec->len != 36)
+		return dcr_err_set(e, DCR_EFORMAT, "delta: malformed CANON record");
+	*n = get_le32(rec->body);
+	memcpy(id->b, rec->body + 4, 32);
+	return 0;
+}
+
+int dcr_delta_write_parts(struct dcr_delta_writer *w, uint32_t tensor,
+			  const struct dcr_blake3_part *v, size_t n, struct dcr_err *e)
+{
+	int r = dcr_buf_add_varint(&w->rec, tensor) || dcr_buf_add_varint(&w->rec, n);
+	for (size_t i = 0; i < n && !r; i++)
+		r = dcr_blake3_part_encode(&v[i], &w->rec);
+	if (r)
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	return w_record(w, DCR_REC_PARTS, e);
+}
+
+int dcr_delta_parse_parts(const struct dcr_delta_rec *rec, uint32_t *tensor,
+			  struct dcr_blake3_part **v, size_t *n, size_t *cap, struct dcr_err *e)
+{
+	struct dcr_rd rd;
+	dcr_rd_init(&rd, rec->body, rec->len);
+	uint64_t t = dcr_rd_varint(&rd), k = dcr_rd_varint(&rd);
+	/* a part is at least 24 bytes: k is bounded by the body */
+	if (rd.bad || t > UINT32_MAX || k > dcr_rd_left(&rd) / 24)
+		return dcr_err_set(e, DCR_EFORMAT, "delta: malformed PARTS record");
+	*tensor = (uint32_t)t;
+	if (*n + k > *cap) {
+		size_t nc = *n + (size_t)k;
+		struct dcr_blake3_part *nv = realloc(*v, (nc ? nc : 1) * sizeof(*nv));
+		if (!nv)
+			return dcr_err_sys(e, ENOMEM, "delta");
+		*v = nv;
+		*cap = nc;
+	}
+	for (uint64_t i = 0; i < k; i++) {
+		size_t used;
+		struct dcr_err e2;
+		if (dcr_blake3_part_decode(rd.p, dcr_rd_left(&rd), &used, &(*v)[*n], &e2))
+			return dcr_err_set(e, DCR_EFORMAT, "delta: PARTS record: %s", e2.msg);
+		(*n)++;
+		dcr_rd_bytes(&rd, used);
+	}
+	if (dcr_rd_left(&rd))
+		return dcr_err_set(e, DCR_EFORMAT, "delta: malformed PARTS record");
+	return 0;
+}
+
 int dcr_delta_write_bases(struct dcr_delta_writer *w, const dcr_digest *v, size_t n,
 			  struct dcr_err *e)
 {

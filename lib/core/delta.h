@@ -32,6 +32,8 @@ enum dcr_rec_type {
 	DCR_REC_JUNLINK = 0x21, /* journal only: remove F */
 	DCR_REC_ANCILLARY = 0x1000, /* types at or above may be skipped */
 	DCR_REC_BASES = 0x1001, /* alternative base state ids (overwrite-only deltas) */
+	DCR_REC_PARTS = 0x1002, /* a partial delta's digest parts of a tensor */
+	DCR_REC_CANON = 0x1003, /* a partial delta's whole canonical tensor set */
 };
 
 enum { DCR_TENSOR_NEW = 1 }; /* TENSOR flag: not XOR-able from base */
@@ -161,5 +163,20 @@ int dcr_delta_parse_bases(const struct dcr_delta_rec *rec, dcr_digest **v, size_
 			  struct dcr_err *e);
 int dcr_delta_parse_done(const struct dcr_delta_rec *rec, uint32_t *tensor, dcr_digest *d,
 			 struct dcr_err *e);
+/* PARTS: varint tensor, varint count, count x digest part (core/blake3.h,
+ * dcr_blake3_part_encode): the parts of the tensor's stripe stream that a
+ * training rank is responsible for. Parsed parts are added to *v (n of
+ * them, cap allocated: a struct dcr_parts of core/state.h). */
+/* CANON: le32 count, set id[32]: the canonical tensors of the whole
+ * layout (every rank's), of which a partial delta declares its own
+ * (dcr_tensor_set_id, core/summary.h). */
+int dcr_delta_write_canon(struct dcr_delta_writer *w, uint32_t n, const dcr_digest *id,
+			  struct dcr_err *e);
+int dcr_delta_parse_canon(const struct dcr_delta_rec *rec, uint32_t *n, dcr_digest *id,
+			  struct dcr_err *e);
+int dcr_delta_write_parts(struct dcr_delta_writer *w, uint32_t tensor,
+			  const struct dcr_blake3_part *v, size_t n, struct dcr_err *e);
+int dcr_delta_parse_parts(const struct dcr_delta_rec *rec, uint32_t *tensor,
+			  struct dcr_blake3_part **v, size_t *n, size_t *cap, struct dcr_err *e);
 
 #endif

@@ -30,7 +30,8 @@ int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct
 		dcr_buf_add_le32(out, (m->nalt ? DCR_MANIFEST_BASES : 0) |
 					      (m->dense ? DCR_MANIFEST_DENSE : 0) |
 					      (m->pieces ? DCR_MANIFEST_PIECES : 0) |
-					      (m->have_version ? DCR_MANIFEST_VERSION : 0)) ||
+					      (m->have_version ? DCR_MANIFEST_VERSION : 0) |
+					      (m->pindex ? DCR_MANIFEST_INDEX : 0)) ||
 		dcr_buf_add(out, m->base.b, 32) ||
 		dcr_buf_add(out, m->target.b, 32) || dcr_buf_add(out, m->attempt, 16) ||
 		dcr_buf_add_le32(out, m->npayloads);
@@ -63,6 +64,8 @@ int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct
 		}
 		r = r || dcr_buf_add_le64(out, m->version) || add_name(out, pol);
 	}
+	for (uint32_t i = 0; m->pindex && i < m->npayloads && !r; i++)
+		r = dcr_buf_add_le32(out, m->pindex[i]);
 	dcr_buf_free(&tb);
 	if (r || dcr_buf_reserve(out, 32))
 		return dcr_err_sys(e, ENOMEM, "manifest");
@@ -86,7 +89,23 @@ void dcr_manifest_release(struct dcr_manifest *m)
 	free(m->pieces);
 	free(m->piece0);
 	free(m->policy);
+	free(m->pindex);
 	memset(m, 0, sizeof(*m));
+}
+
+int64_t dcr_manifest_find(const struct dcr_manifest *m, uint32_t idx)
+{
+	if (!m->pindex)
+		return idx < m->npayloads ? (int64_t)idx : -1;
+	uint32_t lo = 0, hi = m->npayloads;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (m->pindex[mid] < idx)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < m->npayloads && m->pindex[lo] == idx ? (int64_t)lo : -1;
 }
 
 /* The pieces section: log2, then every payload's piece CVs, which must
@@ -196,7 +215,7 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	if (version != DCR_PACK_VERSION)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unsupported manifest version %u", what, version);
 	if (flags & ~(uint32_t)(DCR_MANIFEST_BASES | DCR_MANIFEST_DENSE | DCR_MANIFEST_PIECES |
-				DCR_MANIFEST_VERSION))
+				DCR_MANIFEST_VERSION | DCR_MANIFEST_INDEX))
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown manifest flags 0x%x", what, flags);
 	m->dense = (flags & DCR_MANIFEST_DENSE) != 0;
 	memcpy(m->base.b, dcr_rd_bytes(&rd, 32), 32);
@@ -277,6 +296,17 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 		if (!(m->policy = strndup((const char *)s, n)))
 			goto oom;
 		m->have_version = 1;
+	}
+	if (flags & DCR_MANIFEST_INDEX) {
+		if (rd.bad || m->npayloads > dcr_rd_left(&rd) / 4)
+			goto bad;
+		if (!(m->pindex = dcr_calloc(m->npayloads ? m->npayloads : 1, sizeof(uint32_t))))
+			goto oom;
+		for (uint32_t i = 0; i < m->npayloads; i++) {
+			m->pindex[i] = dcr_rd_le32(&rd);
+			if (i && m->pindex[i] <= m->pindex[i - 1])
+				goto bad; /* strictly increasing: no payload twice */
+		}
 	}
 	if (rd.bad || dcr_rd_left(&rd))
 		goto bad;

@@ -10,13 +10,16 @@
  *            [flags & 1: le32 nalt, nalt x alternative base id[32]]
  *            [flags & 4: le32 log2, every payload's piece CVs[32]]
  *            [flags & 8: le64 version, policy as a varint-length string]
+ *            [flags & 16: npayloads x le32 index, strictly increasing]
  *            trailer SHA-256 of all before.
  *   Manifest flag 1 (DCR_MANIFEST_BASES): the delta is overwrite-only and
  *   also applies to receivers at the alternative bases (see
  *   dcr-format-delta(5), BASES); flag 2 (DCR_MANIFEST_DENSE): a dense
  *   copy; flag 4 (DCR_MANIFEST_PIECES): the piece table; flag 8
- *   (DCR_MANIFEST_VERSION): the version and policy. Readers refuse flags
- *   they do not know.
+ *   (DCR_MANIFEST_VERSION): the version and policy; flag 16
+ *   (DCR_MANIFEST_INDEX): the payloads' indices (a pack of several
+ *   producers, whose payloads are named by producer: dcr_producer_index),
+ *   else payload i has index i. Readers refuse flags they do not know.
  */
 #ifndef DCR_CORE_MANIFEST_H
 #define DCR_CORE_MANIFEST_H
@@ -60,12 +63,16 @@ struct dcr_manifest {
 	int have_version;
 	uint64_t version;
 	char *policy;
+	/* manifest flag 16: payload i's index, its entry name and header
+	 * index (NULL: i itself); strictly increasing */
+	uint32_t *pindex;
 };
 enum {
 	DCR_MANIFEST_BASES = 1,
 	DCR_MANIFEST_DENSE = 2,
 	DCR_MANIFEST_PIECES = 4,
 	DCR_MANIFEST_VERSION = 8,
+	DCR_MANIFEST_INDEX = 16,
 };
 #define DCR_POLICY_MAX 255 /* bytes of a policy name */
 /* The detached signature of a signed pack (core/sign.h), beside the manifest. */
@@ -75,6 +82,14 @@ static inline size_t dcr_manifest_npieces(const struct dcr_manifest *m, uint32_t
 {
 	return dcr_blake3_npieces(m->psize[i] - 32, m->piece_log2);
 }
+
+/* The index (entry name, header index) of the manifest's payload i. */
+static inline uint32_t dcr_manifest_index(const struct dcr_manifest *m, uint32_t i)
+{
+	return m->pindex ? m->pindex[i] : i;
+}
+/* The position of the payload with index idx in the manifest, or -1. */
+int64_t dcr_manifest_find(const struct dcr_manifest *m, uint32_t idx);
 
 int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct dcr_err *e);
 int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,

@@ -14,6 +14,7 @@
 #include "core/pack.h"
 #include "core/payload.h"
 #include "core/sign.h"
+#include "core/summary.h"
 #include "core/util.h"
 
 /* ---- the packer ---- */
@@ -31,6 +32,11 @@ struct packer {
 	struct dcr_buf pieces; /* BLAKE3 piece CVs of the payloads so far */
 	size_t rcap_names;
 	uint64_t bytes;
+	struct dcr_parts *parts; /* a producer's: per tensor, by global index */
+	uint8_t *have_parts;
+	int have_canon;          /* the layout's tensor set (a CANON record) */
+	uint32_t ncanon;
+	dcr_digest canon;
 };
 
 static int raw_record(struct dcr_buf *b, uint32_t type, const uint8_t *body, size_t len)
@@ -44,6 +50,12 @@ static int flush_payload(struct packer *k, struct dcr_err *e)
 	if (!k->raw.len)
 		return 0;
 	uint32_t idx = k->m.npayloads;
+	if (k->o && k->o->producers) {
+		if (idx >= DCR_PRODUCER_STRIDE)
+			return dcr_err_set(e, -EFBIG, "pack: a producer makes at most %u payloads",
+					   DCR_PRODUCER_STRIDE);
+		idx = dcr_producer_index(k->o->producer, idx);
+	}
 	dcr_digest d;
 	if (idx >= DCR_PAYLOADS_MAX)
 		return dcr_err_set(e, DCR_EFORMAT,
@@ -53,16 +65,16 @@ static int flush_payload(struct packer *k, struct dcr_err *e)
 				  k->o ? k->o->digest : DCR_PDIGEST_BLAKE3, &k->img, &d, &k->pieces, e);
 	if (r)
 		return r;
-	uint64_t *ps = realloc(k->m.psize, ((size_t)idx + 1) * sizeof(uint64_t));
+	uint64_t *ps = realloc(k->m.psize, ((size_t)k->m.npayloads + 1) * sizeof(uint64_t));
 	if (ps)
 		k->m.psize = ps;
-	dcr_digest *pd = realloc(k->m.pdigest, ((size_t)idx + 1) * sizeof(dcr_digest));
+	dcr_digest *pd = realloc(k->m.pdigest, ((size_t)k->m.npayloads + 1) * sizeof(dcr_digest));
 	if (pd)
 		k->m.pdigest = pd;
 	if (!ps || !pd)
 		return dcr_err_sys(e, ENOMEM, "pack");
-	k->m.psize[idx] = k->img.len;
-	k->m.pdigest[idx] = d;
+	k->m.psize[k->m.npayloads] = k->img.len;
+	k->m.pdigest[k->m.npayloads] = d;
 	k->m.npayloads++;
 	char *name = dcr_payload_name(idx);
 	r = name ? k->out.entry(k->out.ctx, name, k->img.p, k->img.len, e)
@@ -95,7 +107,13 @@ static int pack_record(struct packer *k, const struct dcr_delta_rec *rec, struct
 			uint32_t *u = realloc(k->used, cap * sizeof(*u));
 			if (u)
 				k->used = u;
-			if (!t || !b || !l || !u)
+			struct dcr_parts *pp = realloc(k->parts, cap * sizeof(*pp));
+			if (pp)
+				k->parts = pp;
+			uint8_t *hp = realloc(k->have_parts, cap);
+			if (hp)
+				k->have_parts = hp;
+			if (!t || !b || !l || !u || !pp || !hp)
 				return dcr_err_sys(e, ENOMEM, "pack");
 			k->tcap = cap;
 		}
@@ -107,6 +125,8 @@ static int pack_record(struct packer *k, const struct dcr_delta_rec *rec, struct
 			return dcr_err_set(e, DCR_EFORMAT, "delta: tensor '%s' is out of order",
 					   k->m.tensors[i].name);
 		memset(&k->tbody[i], 0, sizeof(k->tbody[i]));
+		memset(&k->parts[i], 0, sizeof(k->parts[i]));
+		k->have_parts[i] = 0;
 		k->local[i] = -1;
 		if (dcr_buf_add(&k->tbody[i], rec->body, rec->len))
 			return dcr_err_sys(e, ENOMEM, "pack");
@@ -168,6 +188,29 @@ static int pack_record(struct packer *k, const struct dcr_delta_rec *rec, struct
 		k->m.tensors[ti].have_digest = 1;
 		return 0;
 	}
+	case DCR_REC_PARTS: {
+		uint32_t ti;
+		if (!k->o || !k->o->producers)
+			return 0; /* ancillary: a whole pack's manifest has the digests */
+		struct dcr_parts tmp = {0};
+		if ((r = dcr_delta_parse_parts(rec, &ti, &tmp.v, &tmp.n, &tmp.cap, e))) {
+			dcr_parts_free(&tmp);
+			return r;
+		}
+		if (ti + 1 != k->m.ntensors || k->have_parts[ti]) {
+			dcr_parts_free(&tmp);
+			return dcr_err_set(e, DCR_EFORMAT, "delta: digest parts out of place for tensor %u",
+					   ti);
+		}
+		k->parts[ti] = tmp;
+		k->have_parts[ti] = 1;
+		return 0;
+	}
+	case DCR_REC_CANON:
+		if (k->have_canon)
+			return dcr_err_set(e, DCR_EFORMAT, "delta: two CANON records");
+		k->have_canon = 1;
+		return dcr_delta_parse_canon(rec, &k->ncanon, &k->canon, e);
 	case DCR_REC_BASES: {
 		dcr_digest *v;
 		size_t n;
@@ -183,17 +226,126 @@ static int pack_record(struct packer *k, const struct dcr_delta_rec *rec, struct
 	}
 }
 
+void dcr_producers_attempt(const dcr_digest *base, uint32_t n, uint8_t attempt[16])
+{
+	struct dcr_blake3 h;
+	uint8_t le[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
+	dcr_digest d;
+	dcr_blake3_init(&h);
+	dcr_blake3_update(&h, "dcr-producers\n", 14);
+	dcr_blake3_update(&h, base->b, 32);
+	dcr_blake3_update(&h, le, 4);
+	dcr_blake3_final(&h, &d);
+	memcpy(attempt, d.b, 16);
+}
+
+/* A producer's end: the last payload, then its summary (its payloads, its
+ * tensors with their digest parts) in place of a manifest. */
+static int producer_finish(struct packer *k, const char *what, struct dcr_pack_stats *st,
+			   struct dcr_err *e)
+{
+	const struct dcr_pack_opts *o = k->o;
+	struct dcr_summary s = {.base = k->m.base, .producer = o->producer,
+				.nproducers = (uint32_t)o->producers};
+	struct dcr_buf out = {0};
+	char *name = NULL;
+	int r;
+	if (k->m.nremoved)
+		return dcr_err_set(e, DCR_EFORMAT, "%s removes tensors: producers send changes only",
+				   what);
+	if (!k->have_canon)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s does not name its layout's tensors (a producer's delta comes from dcr-diff --layout)",
+				   what);
+	s.ncanon = k->ncanon;
+	s.canon = k->canon;
+	for (uint32_t i = 0; i < k->m.ntensors; i++)
+		if (!k->have_parts[i])
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "%s: no digest parts for tensor '%s' (a producer's delta comes from dcr-diff --layout)",
+					   what, k->m.tensors[i].name);
+	if ((r = flush_payload(k, e)))
+		return r;
+	memcpy(s.attempt, k->m.attempt, 16);
+	s.npayloads = k->m.npayloads;
+	s.psize = k->m.psize;
+	s.pdigest = k->m.pdigest;
+	s.pindex = dcr_calloc(s.npayloads + 1, sizeof(*s.pindex));
+	s.tensors = dcr_calloc(k->m.ntensors + 1, sizeof(*s.tensors));
+	if (!s.pindex || !s.tensors) {
+		r = dcr_err_sys(e, ENOMEM, "pack");
+		goto out;
+	}
+	for (uint32_t i = 0; i < s.npayloads; i++)
+		s.pindex[i] = dcr_producer_index(o->producer, i);
+	if (k->pieces.len) {
+		s.piece_log2 = DCR_PIECE_LOG2;
+		s.pieces = (uint8_t(*)[32])k->pieces.p;
+		s.npieces = k->pieces.len / 32;
+	}
+	s.ntensors = k->m.ntensors;
+	for (uint32_t i = 0; i < s.ntensors; i++) {
+		s.tensors[i].t = k->m.tensors[i];
+		s.tensors[i].parts = k->parts[i];
+	}
+	s.nitems = k->m.nitems;
+	s.nchanges = k->m.nchanges;
+	if ((r = dcr_summary_build(&s, &out, e)))
+		goto out;
+	/* it must parse back */
+	struct dcr_summary check;
+	if ((r = dcr_summary_parse(out.p, out.len, what, &check, e)))
+		goto out;
+	dcr_summary_release(&check);
+	if (!(name = dcr_summary_name(o->producer))) {
+		r = dcr_err_sys(e, ENOMEM, "pack");
+		goto out;
+	}
+	r = k->out.entry(k->out.ctx, name, out.p, out.len, e);
+	k->bytes += out.len;
+	if (st) {
+		st->npayloads = k->m.npayloads;
+		st->bytes = k->bytes;
+		st->summary_bytes = out.len;
+		st->items = k->m.nitems;
+		st->changes = k->m.nchanges;
+		st->base = k->m.base;
+	}
+out:
+	free(s.pindex);
+	free(s.tensors);
+	free(name);
+	dcr_buf_free(&out);
+	return r;
+}
+
 int dcr_pack(struct dcr_source src, const char *what, const struct dcr_pack_opts *o,
 	     struct dcr_pack_out out, struct dcr_pack_stats *st, struct dcr_err *e)
 {
 	struct packer k = {.out = out, .o = o};
 	struct dcr_delta_reader rd;
 	struct dcr_buf man = {0};
-	int r = dcr_delta_reader_init_flags(&rd, src, NULL, 0, DCR_DELTA_DENSE, what, e);
+	int prod = o && o->producers;
+	int r = dcr_delta_reader_init_flags(&rd, src, NULL, 0,
+					    prod ? DCR_DELTA_PARTIAL : DCR_DELTA_DENSE, what, e);
 	if (!r) {
 		k.m.base = rd.base;
 		memcpy(k.m.attempt, rd.attempt, 16);
 		k.m.dense = (rd.flags & DCR_DELTA_DENSE) != 0;
+	}
+	if (!r && prod) {
+		static const dcr_digest zero;
+		if (o->producers > DCR_PRODUCERS_MAX || o->producer >= (uint32_t)o->producers)
+			r = dcr_err_set(e, -EINVAL, "producer %u of %d: want R/N with R < N <= %d",
+					o->producer, o->producers, DCR_PRODUCERS_MAX);
+		else if (!memcmp(rd.base.b, zero.b, 32))
+			r = dcr_err_set(e, DCR_EFORMAT,
+					"%s names no base: a producer's delta must name the canonical base (dcr-diff --layout --base-id)",
+					what);
+		else if (o->attempt)
+			memcpy(k.m.attempt, o->attempt, 16);
+		else
+			dcr_producers_attempt(&rd.base, (uint32_t)o->producers, k.m.attempt);
 	}
 	struct dcr_delta_rec rec;
 	while (!r && (r = dcr_delta_next(&rd, &rec, e)) == 1) {
@@ -203,6 +355,10 @@ int dcr_pack(struct dcr_source src, const char *what, const struct dcr_pack_opts
 	}
 	if (r)
 		goto out;
+	if (prod) {
+		r = producer_finish(&k, what, st, e);
+		goto out;
+	}
 	for (uint32_t i = 0; i < k.m.ntensors; i++)
 		if (!k.m.tensors[i].have_digest) {
 			r = dcr_err_set(e, DCR_EFORMAT, "%s: no digest for tensor '%s'", what,
@@ -259,8 +415,13 @@ int dcr_pack(struct dcr_source src, const char *what, const struct dcr_pack_opts
 	}
 out:
 	dcr_delta_reader_release(&rd);
-	for (uint32_t i = 0; i < k.m.ntensors; i++)
+	for (uint32_t i = 0; i < k.m.ntensors; i++) {
 		dcr_buf_free(&k.tbody[i]);
+		if (k.have_parts[i])
+			dcr_parts_free(&k.parts[i]);
+	}
+	free(k.parts);
+	free(k.have_parts);
 	free(k.tbody);
 	free(k.local);
 	free(k.used);

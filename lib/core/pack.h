@@ -40,13 +40,26 @@ struct dcr_pack_opts {
 	 * (needs have_version); sign_pub names the public key in its comment */
 	const struct dcr_seckey *sign;
 	const char *sign_pub;
+	/* one producer of several (dcr-pack --producer R/N; see
+	 * core/summary.h): the delta may be partial but must name the
+	 * canonical base and carry every tensor's digest parts; the payloads
+	 * are named by producer and the producer's summary comes last, in
+	 * place of the manifest. attempt (16 bytes, or NULL: derived from
+	 * the base and N, the same on every producer) names the pack. */
+	int producers;         /* N, or 0 */
+	uint32_t producer;     /* R */
+	const uint8_t *attempt;
 };
 
 struct dcr_pack_stats {
 	uint32_t npayloads;
+	uint64_t summary_bytes; /* a producer's summary */
 	uint64_t bytes, items, changes;
 	dcr_digest base, target;
 };
+
+/* The attempt id that producers of one pack share when not given one. */
+void dcr_producers_attempt(const dcr_digest *base, uint32_t n, uint8_t attempt[16]);
 
 /* Read one delta stream and write a pack. */
 int dcr_pack(struct dcr_source src, const char *what, const struct dcr_pack_opts *o,

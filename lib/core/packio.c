@@ -196,10 +196,14 @@ struct dcr_pack_in {
 	char *name;
 };
 
-/* Payloads in index order, then the signature, then the manifest: last. */
+/* Payloads in index order, then the signature, then the manifest (or a
+ * producer's summary): last. */
 static int entry_rank(const char *s)
 {
-	return !strcmp(s, DCR_MANIFEST_NAME) ? 2 : !strcmp(s, DCR_MANIFEST_SIG_NAME);
+	uint32_t p;
+	return !strcmp(s, DCR_MANIFEST_NAME) || dcr_summary_name_parse(s, &p)
+		       ? 2
+		       : !strcmp(s, DCR_MANIFEST_SIG_NAME);
 }
 
 static int cmp_entry(const void *a, const void *b)
@@ -408,6 +412,7 @@ int dcr_pack_walk(struct dcr_pack_in *in, int (*fn)(void *ctx, const struct dcr_
 		struct dcr_manifest m;
 		struct dcr_payload pl;
 		struct dcr_payload_summary sum;
+		struct dcr_summary ps;
 		uint32_t idx;
 		n++;
 		if (!strcmp(name, DCR_MANIFEST_NAME)) {
@@ -416,6 +421,17 @@ int dcr_pack_walk(struct dcr_pack_in *in, int (*fn)(void *ctx, const struct dcr_
 				en.manifest = &m;
 		} else if (!strcmp(name, DCR_MANIFEST_SIG_NAME)) {
 			en.kind = DCR_ENTRY_SIGNATURE;
+		} else if (dcr_summary_name_parse(name, &idx)) {
+			en.kind = DCR_ENTRY_SUMMARY;
+			if (!(en.rc = dcr_summary_parse(buf, len, name, &ps, &en.err))) {
+				if (ps.producer != idx) {
+					en.rc = dcr_err_set(&en.err, DCR_EFORMAT, "%s is producer %u's",
+							    name, ps.producer);
+					dcr_summary_release(&ps);
+				} else {
+					en.producer = &ps;
+				}
+			}
 		} else if (dcr_payload_name_parse(name, &idx)) {
 			en.kind = DCR_ENTRY_PAYLOAD;
 			if (!(en.rc = dcr_payload_check(buf, len, name, &pl, &en.err))) {
@@ -438,6 +454,8 @@ int dcr_pack_walk(struct dcr_pack_in *in, int (*fn)(void *ctx, const struct dcr_
 		int stop = fn(ctx, &en);
 		if (en.manifest)
 			dcr_manifest_release(&m);
+		if (en.producer)
+			dcr_summary_release(&ps);
 		if (stop)
 			break;
 	}

@@ -6,6 +6,7 @@
 
 #include "core/file.h"
 #include "core/pack.h"
+#include "core/summary.h"
 
 /* Pack outputs: a directory (each entry written atomically), or a tar
  * stream on an fd (libarchive, ustar). */
@@ -48,6 +49,7 @@ enum dcr_pack_entry_kind {
 	DCR_ENTRY_PAYLOAD,
 	DCR_ENTRY_MANIFEST,
 	DCR_ENTRY_SIGNATURE,
+	DCR_ENTRY_SUMMARY, /* a producer's summary (dcr-pack --producer) */
 };
 struct dcr_pack_entry {
 	const char *name;
@@ -58,6 +60,7 @@ struct dcr_pack_entry {
 	const struct dcr_manifest *manifest;       /* MANIFEST, when rc == 0 */
 	const struct dcr_payload *payload;         /* PAYLOAD, when rc == 0 */
 	const struct dcr_payload_summary *summary; /* PAYLOAD, when rc == 0 */
+	const struct dcr_summary *producer;        /* SUMMARY, when rc == 0 */
 	const uint8_t *bytes;                      /* the entry's bytes */
 };
 /* Walk in, calling fn for each entry in stream order (fn returns nonzero to

@@ -10,6 +10,7 @@
 
 #include "core/file.h"
 #include "core/state.h"
+#include "core/summary.h"
 #include "core/util.h"
 #include "placement/lchg.h"
 #include "placement/merge.h"
@@ -25,6 +26,10 @@ struct min {
 	int at_end;               /* rec is past END */
 	uint32_t ntensors;        /* TENSOR records seen */
 	struct dcr_delta_tensor cur;
+	int have_parts;           /* a PARTS record for cur came */
+	int have_canon;           /* CANON: the layout's whole tensor set */
+	uint32_t ncanon;
+	dcr_digest canon;
 };
 
 static int min_advance(struct min *m, struct dcr_err *e)
@@ -36,6 +41,17 @@ static int min_advance(struct min *m, struct dcr_err *e)
 		if (q == 0 || m->rec.type == DCR_REC_END) {
 			m->at_end = 1;
 			return 0;
+		}
+		if (m->rec.type == DCR_REC_PARTS)
+			return 0;
+		if (m->rec.type == DCR_REC_CANON) {
+			if (m->have_canon)
+				return dcr_err_set(e, DCR_EFORMAT, "%s: two CANON records", m->path);
+			m->have_canon = 1;
+			int r = dcr_delta_parse_canon(&m->rec, &m->ncanon, &m->canon, e);
+			if (r)
+				return r;
+			continue;
 		}
 		if (m->rec.type >= DCR_REC_ANCILLARY)
 			continue;
@@ -172,6 +188,8 @@ struct merge {
 	size_t nent, capent;
 	char *cur_name;			/* the tensor being merged */
 	int partial;
+	int join;			/* target digests joined from the inputs' parts */
+	struct dcr_parts parts;		/* the tensor's, over all inputs */
 	uint64_t chunk, dups;
 };
 
@@ -200,9 +218,23 @@ static int merge_open(struct merge *mg, struct dcr_sink sink, struct dcr_err *e)
 	}
 	uint8_t attempt[16];
 	dcr_digest zero = {{0}};
+	const dcr_digest *base = o->base_id ? o->base_id : &zero;
+	/* ranks that named the canonical base (dcr-diff --layout --base-id)
+	 * give digest parts that join into the target digests */
+	if (!o->target_digests && o->ninputs) {
+		mg->join = 1;
+		for (size_t i = 0; i < o->ninputs; i++)
+			if (!memcmp(mg->in[i].rd.base.b, zero.b, 32) ||
+			    memcmp(mg->in[i].rd.base.b, mg->in[0].rd.base.b, 32))
+				mg->join = 0;
+		if (mg->join) {
+			mg->partial = 0;
+			base = &mg->in[0].rd.base;
+		}
+	}
 	if ((r = dcr_attempt_id(o->attempt, attempt, e)))
 		return r;
-	return dcr_delta_writer_init_flags(&mg->w, sink, o->base_id ? o->base_id : &zero, attempt,
+	return dcr_delta_writer_init_flags(&mg->w, sink, base, attempt,
 					   mg->partial ? DCR_DELTA_PARTIAL : 0, o->what, e);
 }
 
@@ -248,7 +280,19 @@ static int read_items(struct merge *mg, size_t i, const char *name, struct dcr_e
 	unsigned unit = dcr_dtype_unit(m->cur.dtype);
 	uint64_t units = m->cur.nelem * dcr_dtype_bits(m->cur.dtype) / 8 / unit;
 	int r;
-	while (!(r = min_advance(m, e)) && !m->at_end && m->rec.type == DCR_REC_ITEM) {
+	while (!(r = min_advance(m, e)) && !m->at_end &&
+	       (m->rec.type == DCR_REC_ITEM || m->rec.type == DCR_REC_PARTS)) {
+		if (m->rec.type == DCR_REC_PARTS) {
+			uint32_t t;
+			if ((r = dcr_delta_parse_parts(&m->rec, &t, &mg->parts.v, &mg->parts.n,
+						       &mg->parts.cap, e)))
+				return r;
+			if (t != m->ntensors - 1)
+				return dcr_err_set(e, DCR_EFORMAT, "%s: digest parts out of place for '%s'",
+						   m->path, name);
+			m->have_parts = 1;
+			continue;
+		}
 		struct dcr_item it;
 		if ((r = dcr_delta_parse_item(&m->rec, &it, e)))
 			return r;
@@ -277,8 +321,12 @@ static int gather_tensor(struct merge *mg, const char *name,
 	size_t first_in = 0;
 	int r;
 	mg->l.n = 0;
+	for (size_t i = 0; i < mg->parts.n; i++)
+		dcr_blake3_part_free(&mg->parts.v[i]);
+	mg->parts.n = 0;
 	for (size_t i = 0; i < mg->o->ninputs; i++) {
 		struct min *m = &mg->in[i];
+		m->have_parts = 0;
 		if (m->at_end || strcmp(m->cur.name, name))
 			continue;
 		if (!first) {
@@ -321,39 +369,68 @@ static int union_changes(struct merge *mg, const char *name, size_t *pn, struct 
 	return 0;
 }
 
-/* A full merge's tensor: its DONE record with the target digest, and its
- * entry for the target state id. */
+/* A full merge's tensor: its DONE record with the target digest (given,
+ * or joined from the inputs' parts), and its entry for the target state
+ * id. */
 static int record_target(struct merge *mg, uint32_t out_idx, const char *name,
 			 const struct dcr_delta_tensor *first, struct dcr_err *e)
 {
 	struct digests *g = &mg->g;
 	int r;
-	long k = digests_find(g, name);
-	if (k < 0)
-		return dcr_err_set(e, DCR_EFORMAT, "%s has no digest for tensor '%s'",
-				   mg->o->target_digests, name);
-	g->used[k] = 1;
-	if ((r = dcr_delta_write_done(&mg->w, out_idx, &g->d[k], e)))
+	long k = -1;
+	dcr_digest jd;
+	const char *ename;
+	if (mg->join) {
+		struct dcr_stripes s;
+		struct dcr_err e2;
+		for (size_t i = 0; i < mg->o->ninputs; i++)
+			if (mg->in[i].cur.name && !strcmp(mg->in[i].cur.name, name) &&
+			    !mg->in[i].have_parts)
+				return dcr_err_set(e, DCR_EFORMAT,
+						   "%s has no digest parts for tensor '%s' (give --target-digests)",
+						   mg->in[i].path, name);
+		dcr_stripes_init(&s, first->dtype, first->ndim, first->shape);
+		if ((r = dcr_blake3_join(mg->parts.v, mg->parts.n, s.nbytes, &jd, &e2)))
+			return dcr_err_set(e, r, "tensor '%s': the ranks' digest parts do not cover it once: %s",
+					   name, e2.msg);
+		if (!(ename = dcr_strdup(name)))
+			return dcr_err_sys(e, ENOMEM, "merge");
+	} else {
+		k = digests_find(g, name);
+		if (k < 0)
+			return dcr_err_set(e, DCR_EFORMAT, "%s has no digest for tensor '%s'",
+					   mg->o->target_digests, name);
+		g->used[k] = 1;
+		jd = g->d[k];
+		ename = g->name[k];
+	}
+	if ((r = dcr_delta_write_done(&mg->w, out_idx, &jd, e))) {
+		if (mg->join)
+			free((void *)ename);
 		return r;
+	}
 	if (mg->nent == mg->capent) {
 		mg->capent = mg->capent ? mg->capent * 2 : 256;
 		void *ne = realloc(mg->ent, mg->capent * sizeof(*mg->ent));
-		if (!ne)
+		if (!ne) {
+			if (mg->join)
+				free((void *)ename);
 			return dcr_err_sys(e, ENOMEM, "merge");
+		}
 		mg->ent = ne;
 	}
 	struct dcr_state_entry *en = &mg->ent[mg->nent];
-	en->name = g->name[k];
+	en->name = ename;
 	en->dtype = first->dtype;
 	en->ndim = first->ndim;
 	en->shape = NULL; /* filled below: first is about to go */
-	en->digest = g->d[k];
+	en->digest = jd;
+	mg->nent++;
 	uint64_t *shape = malloc((first->ndim + 1) * sizeof(uint64_t));
 	if (!shape)
 		return dcr_err_sys(e, ENOMEM, "merge");
 	memcpy(shape, first->shape, first->ndim * sizeof(uint64_t));
 	en->shape = shape;
-	mg->nent++;
 	return 0;
 }
 
@@ -395,10 +472,25 @@ static int merge_finish(struct merge *mg, struct dcr_merge_stats *st, struct dcr
 	dcr_digest target = {{0}};
 	int r;
 	if (!mg->partial) {
-		for (size_t k = 0; k < mg->g.n; k++)
+		for (size_t k = 0; k < mg->g.n && !mg->join; k++)
 			if (!mg->g.used[k])
 				return dcr_err_set(e, DCR_EFORMAT, "%s names tensor '%s', which no input declares",
 						   mg->o->target_digests, mg->g.name[k]);
+		for (size_t i = 0; i < mg->o->ninputs && mg->join; i++) {
+			const struct min *m = &mg->in[i], *m0 = &mg->in[0];
+			dcr_digest set;
+			if (!m->have_canon)
+				return dcr_err_set(e, DCR_EFORMAT, "%s does not name its layout's tensors (give --target-digests)",
+						   m->path);
+			if (m->ncanon != m0->ncanon || memcmp(m->canon.b, m0->canon.b, 32))
+				return dcr_err_set(e, DCR_EFORMAT, "%s and %s come from other layouts",
+						   m0->path, m->path);
+			dcr_tensor_set_id(mg->ent, mg->nent, &set);
+			if (mg->nent != m0->ncanon || memcmp(set.b, m0->canon.b, 32))
+				return dcr_err_set(e, DCR_EFORMAT,
+						   "the inputs declare %zu of the layout's %u tensors: a rank's delta is missing",
+						   mg->nent, m0->ncanon);
+		}
 		dcr_state_id(mg->ent, mg->nent, &target);
 	}
 	if ((r = dcr_delta_write_end(&mg->w, &target, e)))
@@ -446,8 +538,12 @@ out:
 	}
 	free(mg.in);
 	free(mg.cur_name);
-	for (size_t k = 0; k < mg.nent; k++)
+	for (size_t k = 0; k < mg.nent; k++) {
 		free((void *)mg.ent[k].shape);
+		if (mg.join)
+			free((void *)mg.ent[k].name);
+	}
+	dcr_parts_free(&mg.parts);
 	free(mg.ent);
 	digests_free(&mg.g);
 	lvec_free(&mg.l);

@@ -11,6 +11,7 @@
 #include "core/bytes.h"
 #include "core/file.h"
 #include "core/state.h"
+#include "core/summary.h"
 #include "core/util.h"
 #include "placement/lchg.h"
 #include "placement/rankdiff.h"
@@ -319,6 +320,263 @@ static int diff_rank(struct rdctx *d, struct dcr_err *e)
 	return 0;
 }
 
+/* ---- the digest parts of the elements the rank is responsible for ---- */
+
+/* A run of canonical elements [cf, cf + len) that stored tensor t holds at
+ * [sf, sf + len) through piece pi. */
+struct orun {
+	uint64_t cf, len, sf;
+	uint32_t t, pi;
+};
+
+struct oruns {
+	struct orun *v;
+	size_t n, cap;
+	struct rdctx *d;
+	uint32_t t, pi;
+};
+
+static int oruns_push(struct oruns *o, uint64_t sf, uint64_t cf, uint64_t len)
+{
+	if (o->n && o->v[o->n - 1].t == o->t && o->v[o->n - 1].pi == o->pi &&
+	    o->v[o->n - 1].cf + o->v[o->n - 1].len == cf && o->v[o->n - 1].sf + o->v[o->n - 1].len == sf) {
+		o->v[o->n - 1].len += len;
+		return 0;
+	}
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? 2 * o->cap : 64;
+		struct orun *nv = realloc(o->v, cap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		o->v = nv;
+		o->cap = cap;
+	}
+	o->v[o->n++] = (struct orun){cf, len, sf, o->t, o->pi};
+	return 0;
+}
+
+/* Whether a lower holder than piece pi's tensor holds canonical element cf. */
+static int lower_holds(const struct rdctx *d, uint32_t pi, uint64_t cf)
+{
+	const struct dcr_layout *L = d->L;
+	const struct dcr_layout_piece *p = &L->pieces[pi];
+	const struct dcr_layout_canon *cn = &L->canon[p->canon];
+	uint64_t mine = holder_key(L, p->tensor), sf;
+	for (size_t k = 0; k < cn->npieces; k++) {
+		const struct dcr_layout_piece *q = &L->pieces[cn->pieces[k]];
+		if (holder_key(L, q->tensor) < mine && cf >= q->clo && cf < q->chi &&
+		    dcr_layout_piece_c2s(q, cf, &sf) == 1)
+			return 1;
+	}
+	return 0;
+}
+
+/* A run of a piece: the elements the rank owns (no lower holder). */
+static int orun_fn(void *arg, uint64_t sflat, uint64_t cflat, uint64_t len)
+{
+	struct oruns *o = arg;
+	if (!o->d->shared[o->pi])
+		return oruns_push(o, sflat, cflat, len);
+	for (uint64_t i = 0; i < len;) {
+		if (lower_holds(o->d, o->pi, cflat + i)) {
+			i++;
+			continue;
+		}
+		uint64_t j = i + 1;
+		while (j < len && !lower_holds(o->d, o->pi, cflat + j))
+			j++;
+		int r = oruns_push(o, sflat + i, cflat + i, j - i);
+		if (r)
+			return r;
+		i = j;
+	}
+	return 0;
+}
+
+static int cmp_orun(const void *x, const void *y)
+{
+	const struct orun *a = x, *b = y;
+	return (a->cf > b->cf) - (a->cf < b->cf);
+}
+
+/* A block of the canonical matrix, rows [r0, r1) x columns [c0, c1), and
+ * the runs (row-major within it) that fill it. */
+struct oblock {
+	uint64_t r0, r1, c0, c1;
+	struct orun *seg;
+	size_t n, cap;
+};
+
+static int block_add(struct oblock **bv, size_t *nb, size_t *cb, uint64_t r, uint64_t nr,
+		     uint64_t c0, uint64_t c1, const struct orun *seg)
+{
+	struct oblock *b = NULL;
+	/* the latest blocks first: a column slice continues its own */
+	for (size_t k = *nb; k > 0 && k + 16 > *nb; k--)
+		if ((*bv)[k - 1].c0 == c0 && (*bv)[k - 1].c1 == c1 && (*bv)[k - 1].r1 == r) {
+			b = &(*bv)[k - 1];
+			break;
+		}
+	if (!b) {
+		if (*nb == *cb) {
+			size_t cap = *cb ? 2 * *cb : 8;
+			struct oblock *nv = realloc(*bv, cap * sizeof(*nv));
+			if (!nv)
+				return -ENOMEM;
+			*bv = nv;
+			*cb = cap;
+		}
+		b = &(*bv)[(*nb)++];
+		*b = (struct oblock){.r0 = r, .r1 = r, .c0 = c0, .c1 = c1};
+	}
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? 2 * b->cap : 8;
+		struct orun *nv = realloc(b->seg, cap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		b->seg = nv;
+		b->cap = cap;
+	}
+	b->seg[b->n++] = *seg;
+	b->r1 = r + nr;
+	return 0;
+}
+
+/* The block's canonical NEW bytes, row-major, from the rank's shards. */
+static int block_fill(struct rdctx *d, const struct dcr_stripes *s, const struct oblock *b,
+		      uint8_t *local, int cdt, struct dcr_err *e)
+{
+	const struct dcr_layout *L = d->L;
+	unsigned cu = dcr_dtype_unit(cdt);
+	uint64_t w = b->c1 - b->c0;
+	for (size_t k = 0; k < b->n; k++) {
+		const struct orun *g = &b->seg[k];
+		const struct dcr_layout_tensor *lt = &L->tensors[g->t];
+		const struct dcr_layout_piece *p = &L->pieces[g->pi];
+		const struct dcr_ckpt_tensor *nt = dcr_ckpt_find(d->b, lt->name);
+		unsigned su = dcr_dtype_unit(lt->dtype);
+		uint8_t *at = local + ((g->cf / s->cols - b->r0) * w + g->cf % s->cols - b->c0) * cu;
+		for (uint64_t x = 0; x < g->len; x += READ_ELEMS) {
+			uint64_t n = g->len - x < READ_ELEMS ? g->len - x : READ_ELEMS;
+			int r = dcr_pread_full(nt->fd, d->bb, (size_t)(n * su),
+					       nt->file_off + (g->sf + x) * su);
+			if (r)
+				return dcr_err_sys(e, r, "cannot read tensor '%s'", lt->name);
+			if (p->kind == DCR_PIECE_AFFINE) {
+				memcpy(at + x * cu, d->bb, (size_t)(n * cu));
+				continue;
+			}
+			for (uint64_t i = 0; i < n; i++)
+				store_unit(at + (x + i) * cu, cu,
+					   dcr_xform_forward(p->xform, lt->dtype, cdt,
+							     load_unit(d->bb + i * su, su)));
+		}
+	}
+	return 0;
+}
+
+/* The digest parts of canonical tensor c that the rank is responsible for:
+ * the elements it holds with no lower holder, read from NEW and cut into
+ * blocks of the canonical matrix (row slices, column slices). */
+static int canon_parts(struct rdctx *d, uint32_t c, struct dcr_parts *ps, struct dcr_err *e)
+{
+	const struct dcr_layout *L = d->L;
+	const struct dcr_layout_canon *cn = &L->canon[c];
+	struct oruns o = {.d = d};
+	struct oblock *bv = NULL;
+	size_t nb = 0, cb = 0;
+	int r = 0;
+	for (size_t k = 0; k < cn->npieces && !r; k++) {
+		uint32_t pi = cn->pieces[k];
+		const struct dcr_layout_piece *p = &L->pieces[pi];
+		if (L->tensors[p->tensor].rank != d->o->rank || d->dominated[pi])
+			continue;
+		o.t = p->tensor;
+		o.pi = pi;
+		r = dcr_layout_piece_runs(p, orun_fn, &o);
+	}
+	if (r)
+		goto oom;
+	qsort(o.v, o.n, sizeof(*o.v), cmp_orun);
+	struct dcr_stripes s;
+	dcr_stripes_init(&s, cn->dtype, cn->ndim, cn->shape);
+	for (size_t i = 0; i < o.n; i++) {
+		if (i && o.v[i - 1].cf + o.v[i - 1].len > o.v[i].cf) {
+			r = dcr_err_set(e, DCR_EFORMAT,
+					"layout map: element %llu of '%s' is held twice by rank %u",
+					(unsigned long long)o.v[i].cf, cn->name, (unsigned)d->o->rank);
+			goto out;
+		}
+		/* cut the run at row ends: a head, whole rows, a tail */
+		struct orun g = o.v[i];
+		while (g.len) {
+			uint64_t row = g.cf / s.cols, col = g.cf % s.cols, n, nr;
+			if (!col && g.len >= s.cols) {
+				nr = g.len / s.cols;
+				n = nr * s.cols;
+				r = block_add(&bv, &nb, &cb, row, nr, 0, s.cols,
+					      &(struct orun){g.cf, n, g.sf, g.t, g.pi});
+			} else {
+				n = s.cols - col < g.len ? s.cols - col : g.len;
+				r = block_add(&bv, &nb, &cb, row, 1, col, col + n,
+					      &(struct orun){g.cf, n, g.sf, g.t, g.pi});
+			}
+			if (r)
+				goto oom;
+			g.cf += n;
+			g.sf += n;
+			g.len -= n;
+		}
+	}
+	unsigned cu = dcr_dtype_unit(cn->dtype);
+	for (size_t k = 0; k < nb && !r; k++) {
+		const struct oblock *b = &bv[k];
+		uint64_t bytes;
+		if (mul_ovf((b->r1 - b->r0) * (b->c1 - b->c0), cu, &bytes) || bytes > SIZE_MAX)
+			goto oom;
+		uint8_t *local = malloc(bytes ? (size_t)bytes : 1);
+		if (!local)
+			goto oom;
+		r = block_fill(d, &s, b, local, cn->dtype, e);
+		if (!r)
+			r = dcr_stripes_parts(&s, local, b->r0, b->r1, b->c0, b->c1, ps, e);
+		free(local);
+	}
+	goto out;
+oom:
+	r = dcr_err_sys(e, ENOMEM, "layout diff: digest parts of '%s'", cn->name);
+out:
+	for (size_t k = 0; k < nb; k++)
+		free(bv[k].seg);
+	free(bv);
+	free(o.v);
+	return r;
+}
+
+/* The id of the layout's whole canonical tensor set, so that whoever joins
+ * the ranks' parts knows when a rank's tensors are missing. */
+static int canon_set(const struct dcr_layout *L, dcr_digest *id, struct dcr_err *e)
+{
+	uint32_t *ord = dcr_calloc(L->ncanon + 1, sizeof(*ord));
+	struct dcr_state_entry *ent = dcr_calloc(L->ncanon + 1, sizeof(*ent));
+	if (!ord || !ent) {
+		free(ord);
+		free(ent);
+		return dcr_err_sys(e, ENOMEM, "layout diff");
+	}
+	for (uint32_t c = 0; c < L->ncanon; c++)
+		ord[c] = c;
+	qsort_r(ord, L->ncanon, sizeof(*ord), cmp_name, (void *)L);
+	for (size_t i = 0; i < L->ncanon; i++) {
+		const struct dcr_layout_canon *cn = &L->canon[ord[i]];
+		ent[i] = (struct dcr_state_entry){cn->name, cn->dtype, cn->ndim, cn->shape, {{0}}};
+	}
+	dcr_tensor_set_id(ent, L->ncanon, id);
+	free(ord);
+	free(ent);
+	return 0;
+}
+
 /* The partial delta: each held canonical tensor with its encoded items,
  * in name order; fills the totals. */
 static int write_rank_delta(struct rdctx *d, struct dcr_sink sink, struct dcr_err *e)
@@ -329,8 +587,12 @@ static int write_rank_delta(struct rdctx *d, struct dcr_sink sink, struct dcr_er
 	dcr_digest zero = {{0}};
 	int r;
 	if ((r = dcr_attempt_id(o->attempt, attempt, e)) ||
-	    (r = dcr_delta_writer_init_flags(&d->w, sink, &zero, attempt, DCR_DELTA_PARTIAL, o->what,
-					     e)))
+	    (r = dcr_delta_writer_init_flags(&d->w, sink, o->base_id ? o->base_id : &zero, attempt,
+					     DCR_DELTA_PARTIAL, o->what, e)))
+		return r;
+	dcr_digest set;
+	if ((r = canon_set(L, &set, e)) ||
+	    (r = dcr_delta_write_canon(&d->w, (uint32_t)L->ncanon, &set, e)))
 		return r;
 	for (size_t i = 0; i < d->nheld; i++) {
 		const struct dcr_layout_canon *cn = &L->canon[d->order[i]];
@@ -339,9 +601,16 @@ static int write_rank_delta(struct rdctx *d, struct dcr_sink sink, struct dcr_er
 					      .file = (char *)(o->file ? o->file : "model.safetensors"),
 					      .dtype = cn->dtype, .ndim = cn->ndim};
 		memcpy(dt.shape, cn->shape, sizeof(dt.shape));
+		struct dcr_parts ps = {0};
 		if ((r = dcr_delta_write_tensor(&d->w, &dt, e)) ||
-		    (r = dcr_delta_write_raw(&d->w, ca->recs.p, ca->recs.len, ca->items, ca->changed, e)))
+		    (r = dcr_delta_write_raw(&d->w, ca->recs.p, ca->recs.len, ca->items, ca->changed, e)) ||
+		    (r = canon_parts(d, d->order[i], &ps, e)) ||
+		    (r = dcr_delta_write_parts(&d->w, (uint32_t)i, ps.v, ps.n, e))) {
+			dcr_parts_free(&ps);
 			return r;
+		}
+		d->st.parts += ps.n;
+		dcr_parts_free(&ps);
 		d->st.changed += ca->changed;
 		dcr_buf_free(&ca->recs);
 	}

@@ -12,6 +12,13 @@
  * index in the map). Changes are collected per canonical tensor, which is
  * encoded as soon as the rank's last stored tensor holding it has been
  * read, so memory follows the rank's shards, never the model.
+ *
+ * After each tensor's items come its digest parts (a PARTS record,
+ * dcr-format-delta(5)): the parts of the canonical tensor's stripe stream
+ * that hold the elements this rank sends (its own and, of replicas, those
+ * it is the owner of), from NEW's values, so that the parts of all ranks
+ * join into the canonical target digest without any rank seeing the
+ * whole tensor.
  */
 #ifndef DCR_PLACEMENT_RANKDIFF_H
 #define DCR_PLACEMENT_RANKDIFF_H
@@ -24,6 +31,7 @@ struct dcr_rankdiff_opts {
 	uint32_t rank;
 	const char *base, *target;     /* the rank's shards: directory or file */
 	const uint8_t *attempt;        /* 16 bytes, or NULL for random */
+	const dcr_digest *base_id;     /* the canonical base's state id, or NULL (zero) */
 	uint64_t chunk_elems;          /* canonical elements an item may span (1Mi) */
 	const char *file;              /* TENSOR records' file (model.safetensors) */
 	const char *what;              /* output name for messages */
@@ -35,6 +43,7 @@ struct dcr_rankdiff_stats {
 	uint64_t stored_changed;       /* stored elements whose bits changed */
 	uint64_t padding_changed, replica_changed, residual_same;
 	uint64_t changed, items, tensors, bytes_out;
+	uint64_t parts;                /* digest parts written */
 };
 
 int dcr_rankdiff(const struct dcr_rankdiff_opts *o, struct dcr_sink sink,

@@ -225,8 +225,9 @@ static int check_manifest(const struct items *s, const struct pack_seen *ps,
 				   "%s: the manifest belongs to another delta than its payloads", what);
 	int r = 0;
 	for (uint32_t i = 0; i < m->npayloads && !r; i++) {
-		const struct pset_ent *pe = pset_find(&ps->seen, i);
-		char *pn = dcr_payload_name(i);
+		uint32_t idx = dcr_manifest_index(m, i);
+		const struct pset_ent *pe = pset_find(&ps->seen, idx);
+		char *pn = dcr_payload_name(idx);
 		if (!pe)
 			r = dcr_err_set(e, DCR_EFORMAT, "%s is missing %s; nothing was written", what,
 					pn ? pn : "a payload");
@@ -235,7 +236,7 @@ static int check_manifest(const struct items *s, const struct pack_seen *ps,
 					pn ? pn : "a payload");
 		free(pn);
 	}
-	if (!r && !pset_is_range(&ps->seen, m->npayloads))
+	if (!r && ps->seen.n != m->npayloads) /* each listed one is there, none twice */
 		r = dcr_err_set(e, DCR_EFORMAT, "%s: a payload is not in the manifest", what);
 	if (!r && (s->n != m->nitems || s->nchanges != m->nchanges))
 		r = dcr_err_set(e, DCR_EFORMAT,

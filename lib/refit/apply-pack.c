@@ -399,8 +399,9 @@ static int ak_check(struct apack *ak, struct dcr_err *e)
 				ak->s.xor_seen, e)))
 		return r;
 	for (uint32_t i = 0; i < m->npayloads; i++) {
-		const struct pset_ent *pe = pset_find(&ak->seen, i);
-		char *pn = dcr_payload_name(i);
+		uint32_t idx = dcr_manifest_index(m, i);
+		const struct pset_ent *pe = pset_find(&ak->seen, idx);
+		char *pn = dcr_payload_name(idx);
 		if (!pe)
 			r = dcr_err_set(e, DCR_EFORMAT, "pack is missing %s; nothing was written",
 					pn ? pn : "a payload");
@@ -411,9 +412,12 @@ static int ak_check(struct apack *ak, struct dcr_err *e)
 		if (r)
 			return r;
 	}
-	if (!pset_is_range(&ak->seen, m->npayloads))
-		return dcr_err_set(e, DCR_EFORMAT, "pack: payload %u is not in the manifest",
-				   ak->seen.v[ak->seen.n - 1].idx);
+	/* every manifest payload is there, and no payload arrived twice: no
+	 * more may have arrived */
+	for (size_t k = 0; ak->seen.n != m->npayloads && k < ak->seen.n; k++)
+		if (dcr_manifest_find(m, ak->seen.v[k].idx) < 0)
+			return dcr_err_set(e, DCR_EFORMAT, "pack: payload %u is not in the manifest",
+					   ak->seen.v[k].idx);
 	return 0;
 }
 

@@ -69,10 +69,20 @@ static void hash_src(struct dcr_tdigest *h, const uint8_t *src, uint64_t off, ui
 	}
 }
 
+/* An item that meets the rows being hashed, decoded once: its changes
+ * and the next one not yet put in place. */
+struct jactive {
+	size_t q;
+	struct dcr_changes ch;
+	size_t cc;
+};
+
 /* The new bytes of rows [r0, r1) of a tensor: its current bytes (zeros for
  * a new tensor) with the overwrites of the items that meet those rows,
  * put together a step of the digest at a time (so that it copies nothing
- * more); a step no item meets is hashed where it lies. */
+ * more); a step no item meets is hashed where it lies. Items may span
+ * overlapping ranges (the producers of one pack each send their own
+ * elements of a tensor) but never change one element twice. */
 static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 {
 	struct jtensor *jt = ctx;
@@ -82,53 +92,99 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 	dcr_stripes_init(&st, pt->t.dtype, pt->t.ndim, pt->t.shape);
 	const uint8_t *src = (pt->t.flags & DCR_TENSOR_NEW) || !pt->cur ? NULL : pt->cur->data;
 	uint64_t a = r0 * st.pitch, b = r1 * st.pitch, step = dcr_tdigest_step(td);
-	struct dcr_changes ch = {0};
-	struct dcr_buf tmp = {0};
-	size_t k = 0, decoded = SIZE_MAX, cc = 0; /* cc: the decoded item's next change */
+	struct dcr_buf tmp = {0}, seen = {0};
+	struct jactive *act = NULL;
+	size_t k = 0, nact = 0, capact = 0;
 	int r = 0;
-	while (k < jt->n && jt->items[k]->it.start * unit + jt->items[k]->it.len * unit <= a)
+#define IT_END(q) (jt->items[q]->it.start * unit + jt->items[q]->it.len * unit)
+	while (k < jt->n && IT_END(k) <= a)
 		k++;
 	for (uint64_t x0 = a; x0 < b && !r; x0 += step) {
 		uint64_t x1 = b - x0 < step ? b : x0 + step;
-		/* the items that meet [x0, x1): k, k+1, ... */
-		size_t q = k;
+		/* the items that meet [x0, x1): from k on */
+		size_t q = k, meet = 0;
 		if (q >= jt->n || jt->items[q]->it.start * unit >= x1) {
 			hash_src(td, src, x0, x1 - x0);
 			continue;
 		}
+		for (size_t z = q; z < jt->n && jt->items[z]->it.start * unit < x1 && meet < 2; z++)
+			meet += IT_END(z) > x0;
 		tmp.len = 0;
-		if (dcr_buf_reserve(&tmp, (size_t)(x1 - x0))) {
+		seen.len = 0;
+		size_t nbits = (size_t)((x1 - x0) / unit);
+		if (dcr_buf_reserve(&tmp, (size_t)(x1 - x0)) ||
+		    (meet > 1 && dcr_buf_reserve(&seen, nbits / 8 + 1))) {
 			r = dcr_err_sys(&jt->e, ENOMEM, "journal");
 			break;
 		}
+		if (meet > 1)
+			memset(seen.p, 0, nbits / 8 + 1);
 		if (src)
 			memcpy(tmp.p, src + x0, (size_t)(x1 - x0));
 		else
 			memset(tmp.p, 0, (size_t)(x1 - x0));
-		for (; q < jt->n && jt->items[q]->it.start * unit < x1; q++) {
+		for (; q < jt->n && jt->items[q]->it.start * unit < x1 && !r; q++) {
 			const struct dcr_item *it = &jt->items[q]->it;
 			uint64_t s0 = it->start * unit;
-			if (decoded != q) {
-				if ((r = dcr_item_decode(it, unit, &ch, &jt->e)))
+			if (IT_END(q) <= x0)
+				continue; /* done with in an earlier step */
+			struct jactive *ja = NULL;
+			for (size_t z = 0; z < nact && !ja; z++)
+				if (act[z].q == q)
+					ja = &act[z];
+			if (!ja) {
+				if (nact == capact) {
+					size_t nc = capact ? 2 * capact : 4;
+					struct jactive *nv = realloc(act, nc * sizeof(*nv));
+					if (!nv) {
+						r = dcr_err_sys(&jt->e, ENOMEM, "journal");
+						break;
+					}
+					act = nv;
+					capact = nc;
+				}
+				ja = &act[nact++];
+				*ja = (struct jactive){.q = q};
+				if ((r = dcr_item_decode(it, unit, &ja->ch, &jt->e)))
 					break;
-				decoded = q;
-				cc = 0;
 			}
-			for (; cc < ch.n && s0 + ch.pos[cc] * unit < x1; cc++) {
-				uint64_t at = s0 + ch.pos[cc] * unit;
-				if (at >= x0) /* else in the band before */
-					store_unit(tmp.p + (at - x0), unit, ch.val[cc]);
+			for (; ja->cc < ja->ch.n && s0 + ja->ch.pos[ja->cc] * unit < x1; ja->cc++) {
+				uint64_t at = s0 + ja->ch.pos[ja->cc] * unit;
+				if (at < x0)
+					continue; /* in the band before */
+				size_t u = (size_t)((at - x0) / unit);
+				if (meet > 1) {
+					if (seen.p[u / 8] & (1u << (u % 8))) {
+						r = dcr_err_set(&jt->e, DCR_EFORMAT,
+								"delta has items that change element %llu of '%s' twice",
+								(unsigned long long)(at / unit), pt->t.name);
+						break;
+					}
+					seen.p[u / 8] |= (uint8_t)(1u << (u % 8));
+				}
+				store_unit(tmp.p + (at - x0), unit, ja->ch.val[ja->cc]);
 			}
 		}
 		if (r)
 			break;
 		dcr_tdigest_update(td, tmp.p, (size_t)(x1 - x0));
 		/* items that end in this step are done with */
-		while (k < jt->n && jt->items[k]->it.start * unit + jt->items[k]->it.len * unit <= x1)
+		for (size_t z = 0; z < nact;)
+			if (IT_END(act[z].q) <= x1) {
+				dcr_changes_free(&act[z].ch);
+				act[z] = act[--nact];
+			} else {
+				z++;
+			}
+		while (k < jt->n && IT_END(k) <= x1)
 			k++;
 	}
-	dcr_changes_free(&ch);
+#undef IT_END
+	for (size_t z = 0; z < nact; z++)
+		dcr_changes_free(&act[z].ch);
+	free(act);
 	dcr_buf_free(&tmp);
+	dcr_buf_free(&seen);
 	if (r)
 		jt->err = r;
 	return r;
@@ -149,12 +205,6 @@ static int jc_queue(struct jcheck *jc, uint32_t t)
 	jt->late = 0;
 	if (jt->n > 1)
 		qsort(jt->items, jt->n, sizeof(*jt->items), cmp_jitem);
-	for (size_t k = 1; k < jt->n; k++)
-		if (jt->items[k]->it.start < jt->items[k - 1]->it.start + jt->items[k - 1]->it.len) {
-			jt->err = dcr_err_set(&jt->e, DCR_EFORMAT, "delta has overlapping items for '%s'",
-					      pt->t.name);
-			return 0;
-		}
 	return dcr_hpool_add(jc->pool, pt->t.dtype, pt->t.ndim, pt->t.shape, NULL, jt_feed, jt, 0,
 			     &jt->got);
 }

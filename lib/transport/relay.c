@@ -382,6 +382,13 @@ static void obj_drop(struct dcr_relay *r, struct robj *o)
 /* Under mu: the object named name, created (in state O_NEW) when absent.
  * NULL with *code set: DCR_ENOTFOUND for a payload outside its pack's
  * manifest, -ENOMEM. */
+/* The position in manifest m of the payload with index idx (its entry
+ * name's), or -1: a pack of several producers has an index table. */
+static long mpos(const struct dcr_manifest *m, long idx)
+{
+	return idx < 0 || idx > (long)UINT32_MAX ? -1 : (long)dcr_manifest_find(m, (uint32_t)idx);
+}
+
 static struct robj *obj_get(struct dcr_relay *r, const char *name, int *code)
 {
 	struct robj *o = tab_find(r, name);
@@ -398,7 +405,7 @@ static struct robj *obj_get(struct dcr_relay *r, const char *name, int *code)
 		*code = -ENOMEM;
 		return NULL;
 	}
-	if (idx >= 0 && p->have_m && (uint64_t)idx >= p->m.npayloads) {
+	if (idx >= 0 && p->have_m && mpos(&p->m, idx) < 0) {
 		*code = DCR_ENOTFOUND;
 		p->nobj++;
 		pack_put(r, p);
@@ -419,7 +426,7 @@ static struct robj *obj_get(struct dcr_relay *r, const char *name, int *code)
 	o->src = -1;
 	o->seq = ++r->seq;
 	if (idx >= 0 && p->have_m) {
-		o->size = p->m.psize[idx];
+		o->size = p->m.psize[mpos(&p->m, idx)];
 		o->have_size = 1;
 	}
 	o->refs = 1; /* the table's */
@@ -546,23 +553,24 @@ static void manifest_loaded(struct dcr_relay *r, struct rpack *p)
 			next = o->hnext;
 			if (o->pack != p || o->idx < 0)
 				continue;
-			if ((uint64_t)o->idx >= p->m.npayloads) {
+			long at = mpos(&p->m, o->idx);
+			if (at < 0) {
 				obj_drop(r, o);
 				continue;
 			}
 			if (!o->have_size) {
-				o->size = p->m.psize[o->idx];
+				o->size = p->m.psize[at];
 				o->have_size = 1;
 			}
 			if (o->state == O_DONE && o->check == V_WHOLE &&
-			    (o->size != p->m.psize[o->idx] ||
-			     memcmp(o->digest.b, p->m.pdigest[o->idx].b, 32)))
+			    (o->size != p->m.psize[at] ||
+			     memcmp(o->digest.b, p->m.pdigest[at].b, 32)))
 				obj_drop(r, o);
 		}
 	if (r->o.no_prefetch)
 		return;
 	for (uint32_t i = 0; i < p->m.npayloads; i++) {
-		char *en = dcr_payload_name(i);
+		char *en = dcr_payload_name(dcr_manifest_index(&p->m, i));
 		char *name = en ? dcr_asprintf("%s/%s", p->name, en) : NULL;
 		free(en);
 		int code;
@@ -787,7 +795,7 @@ static void pcheck_update(void *ctx, const void *p, size_t n)
 		uint8_t cv[32];
 		dcr_blake3_final_piece(&c->h, c->np, cv);
 		c->open = 0;
-		if (DCR_CHECKSUM_DIFFERS(cv, m->pieces[m->piece0[c->o->idx] + k])) {
+		if (DCR_CHECKSUM_DIFFERS(cv, m->pieces[m->piece0[mpos(m, c->o->idx)] + k])) {
 			c->bad = (long)k;
 			break;
 		}
@@ -837,7 +845,7 @@ static int fetch_pieces(struct dcr_relay *r, struct robj *o, const struct dcr_ma
 			if (pos + len < size && pos + len > end)
 				len = end - pos; /* the trailer comes whole, on its own */
 			struct pcheck c = {.r = r, .o = o, .m = m, .buf = buf, .woff = pos, .pos = pos,
-					   .end = end, .np = dcr_manifest_npieces(m, (uint32_t)o->idx),
+					   .end = end, .np = dcr_manifest_npieces(m, (uint32_t)mpos(m, o->idx)),
 					   .bad = -1, .e = e};
 			struct dcr_hasher h = {pcheck_update, &c};
 			rc = dcr_store_get_range_hashed(pa->s, o->name, pos, (size_t)len, buf, &h, e);
@@ -852,7 +860,7 @@ static int fetch_pieces(struct dcr_relay *r, struct robj *o, const struct dcr_ma
 						 pa->url, o->name, (unsigned long long)pos);
 			if (!rc && pos + len == size) {
 				const uint8_t *tr = buf + (end - pos);
-				if (DCR_CHECKSUM_DIFFERS(m->pdigest[o->idx].b, tr))
+				if (DCR_CHECKSUM_DIFFERS(m->pdigest[mpos(m, o->idx)].b, tr))
 					rc = dcr_err_set(e, DCR_EDIGEST,
 							 "'%s/%s' is corrupt: checksum mismatch", pa->url,
 							 o->name);
@@ -940,7 +948,8 @@ static int whole_check(struct robj *o, const struct dcr_manifest *m, struct wche
 		return dcr_err_set(e, DCR_EFORMAT, "'%s' holds payload %u", url, pl.index);
 	if (DCR_CHECKSUM_DIFFERS(sum.b, tr))
 		return dcr_err_set(e, DCR_EDIGEST, "'%s' is corrupt: checksum mismatch", url);
-	if (m && (o->size != m->psize[o->idx] || memcmp(sum.b, m->pdigest[o->idx].b, 32)))
+	if (m && (mpos(m, o->idx) < 0 || o->size != m->psize[mpos(m, o->idx)] ||
+		  memcmp(sum.b, m->pdigest[mpos(m, o->idx)].b, 32)))
 		return dcr_err_set(e, DCR_EDIGEST, "'%s' does not match the manifest's digest", url);
 	*digest = sum;
 	return 0;
@@ -1025,13 +1034,13 @@ static int fetch_payload(struct dcr_relay *r, struct robj *o, uint8_t *buf, stru
 	ensure_manifest(r, p, buf);
 	pthread_mutex_lock(&r->mu);
 	const struct dcr_manifest *m = p->have_m ? &p->m : NULL;
-	if (m && (uint64_t)o->idx >= m->npayloads) {
+	if (m && mpos(m, o->idx) < 0) {
 		pthread_mutex_unlock(&r->mu);
 		return dcr_err_set(e, DCR_ENOTFOUND, "'%s' is not in pack '%s' (%u payloads)", o->name,
 				   p->name, m->npayloads);
 	}
 	if (m && !o->have_size) {
-		o->size = m->psize[o->idx];
+		o->size = m->psize[mpos(m, o->idx)];
 		o->have_size = 1;
 	}
 	count_obj(r, o);
@@ -1421,9 +1430,9 @@ static enum MHD_Result answer_obj(struct rreq *q)
 		etag[0] = '"';
 		dcr_digest_hex(&o->digest, etag + 1);
 		strcat(etag, "\"");
-	} else if (o->idx >= 0 && o->pack->have_m) {
+	} else if (o->idx >= 0 && o->pack->have_m && mpos(&o->pack->m, o->idx) >= 0) {
 		etag[0] = '"';
-		dcr_digest_hex(&o->pack->m.pdigest[o->idx], etag + 1);
+		dcr_digest_hex(&o->pack->m.pdigest[mpos(&o->pack->m, o->idx)], etag + 1);
 		strcat(etag, "\"");
 	}
 	pthread_mutex_unlock(&r->mu);
@@ -2041,7 +2050,7 @@ int dcr_relay_pull(struct dcr_relay *r, const char *name, struct dcr_pack_out ou
 	have_m = 1;
 	uint64_t bytes = 0;
 	for (uint32_t i = 0; i < m.npayloads && !rc; i++) {
-		char *en = dcr_payload_name(i);
+		char *en = dcr_payload_name(dcr_manifest_index(&m, i));
 		char *on = en ? dcr_asprintf("%s/%s", name, en) : NULL;
 		rc = on ? stream_payload(r, en, on, m.psize[i], out, buf, 1u << 20, e)
 			: dcr_err_sys(e, ENOMEM, "relay");
@@ -2158,11 +2167,11 @@ static void reload_dir(struct dcr_relay *r, const char *rel)
 						memcpy(p->mtrailer, b.p + b.len - 32, 32);
 						ok = 1;
 					}
-				} else if (p && p->have_m && (uint64_t)idx < p->m.npayloads &&
-					   b.len == p->m.psize[idx] && b.len > 32) {
+				} else if (p && p->have_m && mpos(&p->m, idx) >= 0 &&
+					   b.len == p->m.psize[mpos(&p->m, idx)] && b.len > 32) {
 					dcr_digest d;
 					dcr_payload_digest(b.p, b.len - 32, &d);
-					ok = !memcmp(d.b, p->m.pdigest[idx].b, 32) &&
+					ok = !memcmp(d.b, p->m.pdigest[mpos(&p->m, idx)].b, 32) &&
 					     !memcmp(d.b, b.p + b.len - 32, 32);
 				}
 				int code;

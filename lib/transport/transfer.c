@@ -14,6 +14,7 @@
 #include "core/packio.h"
 #include "core/pset.h"
 #include "core/sign.h"
+#include "core/summary.h"
 #include "core/trust.h"
 #include "core/util.h"
 #include "transport/transfer.h"
@@ -71,6 +72,8 @@ static int finish_slot(struct dcr_store *s, struct slot *sl, struct dcr_err *e)
 struct push_tail {
 	uint8_t *man, *sig;
 	size_t man_len, sig_len;
+	int summary;   /* man is a producer's summary (dcr-pack --producer) */
+	uint32_t prod; /* its producer */
 };
 
 /* Keep a copy of entry buf as *dst. */
@@ -92,13 +95,15 @@ static int push_check(const struct push_tail *t, const struct pset *up, struct d
 	if (r)
 		return r;
 	for (uint32_t i = 0; i < m.npayloads && !r; i++) {
-		const struct pset_ent *pe = pset_find(up, i);
+		uint32_t idx = dcr_manifest_index(&m, i);
+		const struct pset_ent *pe = pset_find(up, idx);
 		if (!pe)
-			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its manifest", i);
+			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its manifest", idx);
 		else if (memcmp(pe->digest.b, m.pdigest[i].b, 32) || pe->size != m.psize[i])
-			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the manifest", i);
+			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the manifest", idx);
 	}
-	if (!r && !pset_is_range(up, m.npayloads))
+	/* each one the manifest lists is there, none twice: no others */
+	if (!r && up->n != m.npayloads)
 		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %zu payloads, its manifest %u", up->n,
 				m.npayloads);
 	dcr_manifest_release(&m);
@@ -111,7 +116,12 @@ static int push_tail_entry(struct push_tail *t, const char *ename, const uint8_t
 			   size_t len, struct dcr_err *e)
 {
 	int r;
+	uint32_t prod;
 	if (!strcmp(ename, DCR_MANIFEST_NAME)) {
+		r = keep(&t->man, &t->man_len, buf, len, e);
+	} else if (dcr_summary_name_parse(ename, &prod)) {
+		t->summary = 1;
+		t->prod = prod;
 		r = keep(&t->man, &t->man_len, buf, len, e);
 	} else if (!strcmp(ename, DCR_MANIFEST_SIG_NAME)) {
 		/* the signature goes up after the payloads, before the manifest:
@@ -174,6 +184,65 @@ static int push_submit(struct dcr_store *s, struct slot *sl, const char *name, c
 	}
 	sl->busy = 1;
 	return 0;
+}
+
+/* A producer's pack (dcr-pack --producer): its summary checked against the
+ * payloads that went up (each one it lists, and no other), the producer's
+ * payloads of an earlier try that this one no longer makes removed, and
+ * the summary put last. */
+static int push_summary(struct dcr_store *s, const char *name, const struct push_tail *t,
+			const struct pset *up, uint64_t *bytes, struct dcr_err *e)
+{
+	struct dcr_summary sm;
+	char *sn = dcr_summary_name(t->prod);
+	int r = sn ? dcr_summary_parse(t->man, t->man_len, sn, &sm, e)
+		   : dcr_err_sys(e, ENOMEM, "push");
+	if (r) {
+		free(sn);
+		return r;
+	}
+	if (sm.producer != t->prod)
+		r = dcr_err_set(e, DCR_EFORMAT, "%s is producer %u's summary", sn, sm.producer);
+	else if (t->sig)
+		r = dcr_err_set(e, DCR_EFORMAT, "pack: a producer's pack has no signature (dcr-push --finalize --sign signs the manifest)");
+	for (uint32_t i = 0; i < sm.npayloads && !r; i++) {
+		const struct pset_ent *pe = pset_find(up, sm.pindex[i]);
+		if (!pe)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its summary",
+					sm.pindex[i]);
+		else if (memcmp(pe->digest.b, sm.pdigest[i].b, 32) || pe->size != sm.psize[i])
+			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the summary",
+					sm.pindex[i]);
+	}
+	if (!r && up->n != sm.npayloads)
+		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %zu payloads, its summary %u", up->n,
+				sm.npayloads);
+	/* an earlier try of this producer may have made more payloads */
+	char **names = NULL;
+	size_t n = 0;
+	char *pfx = r ? NULL : dcr_asprintf("%s/payload-", name);
+	if (!r)
+		r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "push");
+	for (size_t i = 0; i < n && !r; i++) {
+		const char *b = strrchr(names[i], '/');
+		uint32_t idx;
+		if (b && dcr_payload_name_parse(b + 1, &idx) && idx / DCR_PRODUCER_STRIDE == t->prod &&
+		    idx % DCR_PRODUCER_STRIDE >= sm.npayloads) {
+			r = dcr_store_delete(s, names[i], e);
+			if (r == DCR_ENOTFOUND)
+				r = 0;
+		}
+	}
+	dcr_store_names_free(names, n);
+	free(pfx);
+	char *so = r ? NULL : obj(name, sn);
+	if (!r)
+		r = so ? dcr_store_put(s, so, t->man, t->man_len, e) : dcr_err_sys(e, ENOMEM, "push");
+	free(so);
+	free(sn);
+	dcr_summary_release(&sm);
+	*bytes += t->man_len;
+	return r;
 }
 
 /* Once every payload is up: the signature, then the manifest, last. */
@@ -247,7 +316,11 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 		r = dcr_err_set(e, DCR_EFORMAT, "pack has no manifest; the manifest was not pushed");
 		goto out;
 	}
-	if ((r = push_check(&t, &up, e)) || (r = push_tail_put(s, name, &t, &bytes, e)))
+	if (t.summary)
+		r = push_summary(s, name, &t, &up, &bytes, e);
+	else
+		r = (r = push_check(&t, &up, e)) ? r : push_tail_put(s, name, &t, &bytes, e);
+	if (r)
 		goto out;
 	if (st) {
 		st->payloads = count;
@@ -464,9 +537,9 @@ struct fetch {
 static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 {
 	struct fetch *f = ctx;
-	uint32_t idx = f->lo + (uint32_t)job;
+	uint32_t pos = f->lo + (uint32_t)job, idx = f->m ? dcr_manifest_index(f->m, pos) : pos;
 	dcr_digest d, sum;
-	const dcr_digest *want = f->m ? &f->m->pdigest[idx] : NULL;
+	const dcr_digest *want = f->m ? &f->m->pdigest[pos] : NULL;
 	if (f->have && f->have(f->have_ctx, idx, &d) && (!want || !memcmp(d.b, want->b, 32))) {
 		sr->state = 3;
 		return;
@@ -508,7 +581,7 @@ static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 static int emit_one(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
 {
 	struct fetch *f = ctx;
-	uint32_t idx = f->lo + (uint32_t)job;
+	uint32_t pos = f->lo + (uint32_t)job, idx = f->m ? dcr_manifest_index(f->m, pos) : pos;
 	if (sr->state == 3) {
 		(*f->skipped)++;
 		return 0;
@@ -526,7 +599,7 @@ static int emit_one(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err
 	}
 	*f->bytes += sr->b.len;
 	if (!r && f->o && f->o->progress)
-		f->o->progress(f->o->progress_ctx, *f->bytes, idx + 1 - (uint64_t)*f->skipped);
+		f->o->progress(f->o->progress_ctx, *f->bytes, pos + 1 - (uint64_t)*f->skipped);
 	return r;
 }
 
@@ -627,7 +700,7 @@ static int check_part(const struct stream *f, const struct part *pt, const uint8
 		/* another payload under this name says so first */
 		struct dcr_payload pl;
 		if (pt->len >= DCR_PAYLOAD_HDR_LEN && !memcmp(buf, DCR_PAYLOAD_MAGIC, 8) &&
-		    get_le32(buf + 64) != pt->idx)
+		    get_le32(buf + 64) != dcr_manifest_index(m, pt->idx))
 			return dcr_err_set(e, DCR_EFORMAT, "'%s' holds payload %u", url,
 					   get_le32(buf + 64));
 		int r = dcr_payload_check_head(buf, pt->len, size, url, &pl, e);
@@ -678,7 +751,7 @@ static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
 	for (size_t t = 0; t < f->src->n; t++) {
 		size_t i = (first + t) % f->src->n;
 		struct pnames pn;
-		pnames_get(f->src, i, pt->idx, &pn);
+		pnames_get(f->src, i, dcr_manifest_index(f->m, pt->idx), &pn);
 		const char *url = pn.url;
 		struct piece_check c = {.m = f->m, .idx = pt->idx, .pos = at,
 					.end = f->m->psize[pt->idx] - 32, .bad = -1};
@@ -716,7 +789,7 @@ static int emit_part(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_er
 	uint64_t size = f->m->psize[pt->idx];
 	int r = 0;
 	if (pt->off == 0) {
-		char *en = dcr_payload_name(pt->idx);
+		char *en = dcr_payload_name(dcr_manifest_index(f->m, pt->idx));
 		r = en ? f->out.begin(f->out.ctx, en, size, e) : dcr_err_sys(e, ENOMEM, "pull");
 		free(en);
 	}
@@ -933,10 +1006,20 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 		}
 		/* which payloads may we fetch now? all up to npayloads, or those listed */
 		uint32_t limit = next;
-		if (have_m)
+		if (have_m) {
 			limit = m.npayloads;
-		else if ((r = listed_run(&ss, next, &limit, e)))
+			/* those passed on while waiting (the first producer's, in
+			 * order) must be the manifest's first */
+			for (uint32_t i = 0; i < next && !r; i++)
+				if (i >= m.npayloads || dcr_manifest_index(&m, i) != i)
+					r = dcr_err_set(e, DCR_EFORMAT,
+							"pack '%s': its manifest does not list payload %u, which was passed on before it came",
+							v[0].name, i);
+			if (r)
+				goto out;
+		} else if ((r = listed_run(&ss, next, &limit, e))) {
 			goto out;
+		}
 		/* fetch [next, limit) with par in flight, hand on in order:
 		 * piece by piece from a server when the manifest allows */
 		int skipped = 0;

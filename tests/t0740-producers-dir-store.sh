@@ -1,0 +1,66 @@
+#!/bin/sh
+# Many producers, one pack, through a directory store: the training ranks
+# of Megatron layouts with replicated tensors (TP=4 of a dense GQA model,
+# whose norms every rank holds; TP=2 x EP=2 of a MoE model, whose
+# non-expert weights both expert groups hold) each diff, pack and push
+# only their own shards, as separate processes at once; any process
+# finalizes; a receiver pulls and applies the pack and ends bit-identical
+# to the canonical target, with the state id dcr-verify gives the target.
+# The manifest is the last object written and names the joined target; the
+# finalizer reads the summaries and 32 bytes of each payload, not the
+# payloads. Finalize --sign makes a signed pack that a receiver with the
+# key takes, and one with another key refuses.
+. "$DCR_SRC/tests/lib-producers.sh"
+
+for spec in "qwen2-kv8 4 1" "qwen2-moe 2 2"; do
+	set -- $spec
+	cfg=$1
+	pair $cfg
+	w="$T/w-$cfg"
+	ranks $cfg $2 $3 "$w"
+	[ "$NR" = 4 ] || fail "$cfg TP=$2 EP=$3: $NR ranks, want 4"
+	S="$T/store"
+	producers "$w" $cfg $NR "$S/$cfg" -s 4K
+	[ ! -e "$S/$cfg/manifest.dcrm" ] || fail "a manifest before finalize"
+	for r in $(seq 0 $((NR - 1))); do
+		[ -f "$S/$cfg/summary-00000$r.dcrs" ] || fail "no summary of producer $r"
+		# producer R's payloads are R * 10000 + j: payload-0R000j.dcrp
+		[ -f "$S/$cfg/payload-0${r}0000.dcrp" ] || fail "no payload of producer $r"
+	done
+	run_ok "$B/dcr-push" --finalize --producers $NR --timeout 10 "$S/$cfg"
+	fin=$(cat "$T/err")
+	contains "$fin" "finalized $S/$cfg: 4 producers"
+	contains "$fin" "target $(cat "$T/$cfg/new-id")"
+	# what the finalizer read: the summaries and a trailer per payload
+	sum=$(cat "$S/$cfg"/summary-*.dcrs | wc -c)
+	np=$(ls "$S/$cfg" | grep -c '^payload-')
+	contains "$fin" "read $sum bytes of summaries and $((32 * np)) of payload trailers"
+	# the manifest lists every producer's payloads and the joined target
+	"$B/dcr-pack" --list --porcelain "$S/$cfg" >"$T/list" || fail "list the finalized pack"
+	grep "^manifest" "$T/list" | cut -f4 | grep -qx "$(cat "$T/$cfg/new-id")" ||
+		fail "the manifest does not name the target"
+	[ "$(grep "^manifest" "$T/list" | cut -f6)" = "$np" ] || fail "the manifest does not list $np payloads"
+	receive $cfg "$S/$cfg" "r-$cfg"
+	# finalizing again changes nothing
+	run_ok "$B/dcr-push" --finalize --producers $NR "$S/$cfg"
+	receive $cfg "$S/$cfg" "r2-$cfg"
+	echo "ok $cfg TP=$2 EP=$3: $np payloads, summaries $sum bytes"
+done
+
+# a signed pack: the same producers, finalized with --sign
+cfg=qwen2-kv8
+w="$T/w-$cfg"
+run_ok "$B/dcr-keygen" -p "$T/k.pub" -s "$T/k.sec"
+run_ok "$B/dcr-keygen" -p "$T/o.pub" -s "$T/o.sec"
+producers "$w" $cfg 4 "$S/signed" -s 4K
+rc=0
+"$B/dcr-push" --finalize --producers 4 --sign "$T/k.sec" "$S/signed" 2>"$T/err" || rc=$?
+[ $rc = 129 ] || fail "--sign without --version exited $rc"
+contains "$(head -n 1 "$T/err")" "--sign needs --version"
+run_ok "$B/dcr-push" --finalize --producers 4 --sign "$T/k.sec" --version 7 --policy llama \
+	"$S/signed"
+[ -f "$S/signed/manifest.dcrm.sig" ] || fail "no signature beside the manifest"
+receive $cfg "$S/signed" r-signed --verify-key "$T/k.pub"
+expect_fail 128 "$B/dcr-pull" --verify-key "$T/o.pub" "$S/signed"
+echo "ok signed"
+exit 0
