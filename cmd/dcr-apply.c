@@ -22,6 +22,9 @@ static const char usage[] =
 	"      --version V      the version the delta reaches, recorded for dcr-commit\n"
 	"                       (default: from DELTA|PACK's name when it is vV, vV.tar,\n"
 	"                       vV.delta or vV.dcrd)\n"
+	"      --device D       scatter the changes on D: cpu (default) or cuda (the GPU\n"
+	"                       kernels; an error where libdcr has no CUDA or there is\n"
+	"                       no device, before anything is written)\n"
 	"      --progress       show progress on stderr\n"
 	"      --no-progress    do not show progress\n"
 	"  -q, --quiet          print nothing but errors\n"
@@ -49,13 +52,14 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"recover", no_argument, NULL, 'R'},
 		{"version", required_argument, NULL, 'V'},
+		{"device", required_argument, NULL, 'G'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	int recover_only = 0, have_version = 0, c;
+	int recover_only = 0, have_version = 0, device = DCR_DEVICE_CPU, c;
 	uint64_t version = 0;
 	while ((c = getopt_long(argc, argv, ":qh", longopts, NULL)) != -1) {
 		switch (c) {
@@ -63,6 +67,10 @@ int main(int argc, char **argv)
 		case 'V':
 			version = cmd_parse_version(usage, "--version", optarg);
 			have_version = 1;
+			break;
+		case 'G':
+			if ((device = dcr_device_parse(optarg)) < 0)
+				cmd_usage_error(usage, "--device wants cpu or cuda, not '%s'", optarg);
 			break;
 		default: cmd_common_option(c, usage); break;
 		}
@@ -72,7 +80,8 @@ int main(int argc, char **argv)
 	const char *ckpt = argv[optind];
 	const char *input = argc - optind == 2 ? argv[optind + 1] : "-";
 	struct dcr_apply_opts o = {.progress = progress, .fault = &cmd_fault,
-				   .have_version = have_version, .version = version};
+				   .have_version = have_version, .version = version,
+				   .device = device};
 	struct dcr_err e = {0};
 	struct dcr_receiver *rc;
 	int r = dcr_receiver_open(ckpt, 1, &rc, &e);

@@ -26,6 +26,8 @@ static const char usage[] =
 	"                       holding CKPT (an earlier attempt's target); repeatable\n"
 	"      --chunk N        elements per item (default 1048576)\n"
 	"      --threads N      compare with N threads (default: one per core)\n"
+	"      --device D       compare on D: cpu (default) or cuda (the GPU kernels;\n"
+	"                       an error where libdcr has no CUDA or there is no device)\n"
 	"      --codec C        item codec: auto (default: the delta codec where it\n"
 	"                       pays), plain (xor-zstd: squashable without the\n"
 	"                       receiver's bits) or delta\n"
@@ -82,6 +84,7 @@ int main(int argc, char **argv)
 		{"no-cache", no_argument, NULL, 'N'},
 		{"codec", required_argument, NULL, 'K'},
 		{"threads", required_argument, NULL, 'T'},
+		{"device", required_argument, NULL, 'G'},
 		{"porcelain", no_argument, NULL, 'P'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
@@ -121,6 +124,10 @@ int main(int argc, char **argv)
 			break;
 		case 'T': o.threads = (int)cmd_parse_u64(usage, "--threads", optarg, 1, 64); break;
 		case 'P': porcelain = 1; break;
+		case 'G':
+			if ((o.device = dcr_device_parse(optarg)) < 0)
+				cmd_usage_error(usage, "--device wants cpu or cuda, not '%s'", optarg);
+			break;
 		default: cmd_common_option(c, usage); break;
 		}
 	}
@@ -154,6 +161,8 @@ int main(int argc, char **argv)
 	}
 	if (nalso && !overwrite)
 		cmd_usage_error(usage, "--also-base needs --overwrite");
+	if (overwrite && o.device != DCR_DEVICE_CPU)
+		cmd_usage_error(usage, "--overwrite goes with no --device but cpu");
 	struct dcr_diff_stats st = {0};
 	int r;
 	if (overwrite) {

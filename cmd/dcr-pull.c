@@ -10,12 +10,15 @@
 #include "dcr.h"
 
 static const char usage[] =
-	"usage: dcr-pull [options] STORE/NAME\n"
+	"usage: dcr-pull [options] STORE/NAME [STORE2/NAME2...]\n"
 	"\n"
 	"Download the pack NAME from STORE and write it to standard output as a pack\n"
 	"tar stream (for dcr-apply), or with -o DIR into a pack directory. Payloads\n"
 	"are fetched in parallel and each is checked against its own checksum and\n"
 	"the manifest's digest before it is passed on; the manifest comes last.\n"
+	"Several sources of the same pack (relays, then the store behind them) are\n"
+	"tried in order: when one fails or serves bad bytes, the pull goes on at the\n"
+	"next from where it stopped.\n"
 	"\n"
 	"  -o, --output DIR|-   where the pack goes (default '-': a tar stream)\n"
 	"      --dense          fetch the dense copy of NAME, stored as NAME.dense\n"
@@ -36,29 +39,6 @@ static const char usage[] =
 	"\n"
 	"With -o DIR, payloads already in DIR that check out are not fetched again\n"
 	"(resume). Exit status: 0 pulled, 128 error, 129 usage error.\n";
-
-static int dir_have(void *ctx, uint32_t index, dcr_digest *digest)
-{
-	const char *dir = ctx;
-	char *en = dcr_payload_name(index);
-	char *path = en ? dcr_path_join(dir, en) : NULL;
-	uint8_t *buf = NULL;
-	size_t len;
-	struct dcr_err e;
-	int ok = 0;
-	if (path && !dcr_read_file(path, 2ull << 30, &buf, &len, &e)) {
-		struct dcr_payload pl;
-		if (!dcr_payload_open(buf, len, path, &pl, &e)) {
-			ok = pl.index == index;
-			*digest = pl.digest;
-			dcr_payload_release(&pl);
-		}
-	}
-	free(buf);
-	free(path);
-	free(en);
-	return ok;
-}
 
 int main(int argc, char **argv)
 {
@@ -94,23 +74,20 @@ int main(int argc, char **argv)
 			break;
 		}
 	}
-	if (argc - optind != 1)
+	if (argc - optind < 1)
 		cmd_usage_error(usage, "need STORE/NAME");
 	struct dcr_err e = {0};
-	char *surl, *name;
-	if (dcr_split_store_url(argv[optind], &surl, &name, &e))
-		cmd_usage_error(usage, "%s", e.msg);
-	if (xo.dense) {
-		/* dense copies live beside the deltas, as NAME.dense */
-		char *dn = dcr_asprintf("%s.dense", name);
-		if (!dn)
-			cmd_die("out of memory");
-		free(name);
-		name = dn;
+	size_t nsrc = (size_t)(argc - optind);
+	struct dcr_pull_source *src = dcr_calloc(nsrc, sizeof(*src));
+	if (!src)
+		cmd_die("out of memory");
+	for (size_t i = 0; i < nsrc; i++) {
+		int r = dcr_pull_source_open(argv[optind + (int)i], xo.dense, &so, &src[i], &e);
+		if (r == -EINVAL)
+			cmd_usage_error(usage, "%s", e.msg);
+		if (r)
+			cmd_die_err(&e, EXIT_FATAL);
 	}
-	struct dcr_store *s;
-	if (dcr_store_open(surl, &so, &s, &e))
-		cmd_die_err(&e, EXIT_FATAL);
 	struct dcr_pack_out out;
 	struct dcr_tar_out *tar;
 	int to_dir = strcmp(output, "-") != 0;
@@ -119,16 +96,17 @@ int main(int argc, char **argv)
 	xo.progress_ctx = "pull";
 	struct dcr_xfer_stats st = {0};
 	xo.fault = &cmd_fault;
-	int r = dcr_pull(s, name, out, to_dir ? dir_have : NULL, (void *)output, &xo, &st, &e);
+	int r = dcr_pull_from(src, nsrc, out, to_dir ? dcr_pack_dir_have : NULL, (void *)output, &xo, &st,
+			      &e);
 	r = cmd_pack_output_close(tar, r, &e);
-	dcr_store_close(s);
+	for (size_t i = 0; i < nsrc; i++)
+		dcr_pull_source_close(&src[i]);
+	free(src);
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);
 	cmd_progress_end();
 	if (!cmd_quiet && cmd_progress_on)
 		fprintf(stderr, "dcr-pull: %u payloads (%d already here), %llu bytes\n", st.payloads,
 			st.skipped, (unsigned long long)st.bytes);
-	free(surl);
-	free(name);
 	return cmd_finish(EXIT_OK);
 }

@@ -1,15 +1,21 @@
-/* dcr_cuda.h - the GPU versions of dcr's two hot loops.
+/* dcr_cuda.h - the CUDA side of libdcr: diff, scatter and the positions
+ * scan on device memory, and the few runtime calls libdcr needs.
  *
- * Both are bit-identical to the CPU reference in lib/ (the test oracle,
- * tests/test-gpu.c): dcr_gpu_diff finds the changed 16-bit units of a range
- * (positions in increasing order and XOR masks, as lib/diff.c's scan does),
- * dcr_gpu_apply scatters new stored bits into device memory (as apply's
- * replay writes them into the file). Pointers are host pointers; the
- * functions copy to and from the device. Return 0, -ENODEV when no CUDA
- * device is usable, or another negative code.
+ * Reached only through lib/core/cuda.c (the dcr_cuda_* module), which
+ * checks arguments, turns the codes into messages and is what callers see;
+ * these dk_ functions are internal to libdcr (not exported). Every pointer
+ * named d_* is device memory, h_* host memory. Each function returns 0 or
+ * a cudaError_t (> 0): lib/core/cuda.c turns it into a negative code and a
+ * message with dk_error_name and dk_error_string. Nothing here allocates
+ * behind the caller's back, copies behind its back or synchronizes, but
+ * dk_sync and the runtime calls that do so by their nature.
+ *
+ * The CPU references (the tests' oracle): dcr_scan_changes (refit/diff.h)
+ * for dk_diff, dcr_scatter (core/item.h) for dk_scatter, dcr_gap_positions
+ * (core/cuda.h) for dk_positions.
  */
-#ifndef DCR_CUDA_H
-#define DCR_CUDA_H
+#ifndef DCR_KERNELS_CUDA_H
+#define DCR_KERNELS_CUDA_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -18,18 +24,54 @@
 extern "C" {
 #endif
 
-/* 1 if a CUDA device can be used. */
-int dcr_gpu_available(void);
+const char *dk_error_name(int err);
+const char *dk_error_string(int err);
+/* the codes lib/core/cuda.c tells apart */
+int dk_err_no_device(int err);     /* no device, no driver, driver too old */
+int dk_err_out_of_memory(int err);
+int dk_err_invalid_value(int err);
 
-/* Changed 16-bit units of a[0..n) vs b[0..n): writes *nout positions (sorted)
- * and masks (a ^ b); pos and val must hold n entries. */
-int dcr_gpu_diff16(const uint16_t *a, const uint16_t *b, size_t n, uint64_t *pos,
-		   uint16_t *val, size_t *nout);
+int dk_device_count(int *n);
+/* "NAME, sm_XY, G GiB" of the current device */
+int dk_device_name(char *out, size_t n);
+int dk_malloc(void **d_p, size_t n);
+int dk_free(void *d_p);
+int dk_host_alloc(void **h_p, size_t n); /* page-locked */
+int dk_host_free(void *h_p);
+int dk_stream_new(void **stream);
+int dk_stream_free(void *stream);
+/* dir: 1 host to device, 2 device to host, 3 device to device; async on stream */
+int dk_copy(void *dst, const void *src, size_t n, int dir, void *stream);
+int dk_fill(void *d_p, int byte, size_t n, void *stream);
+int dk_sync(void *stream);
+/* *is_device: 1 when p is device (or managed) memory of this process */
+int dk_is_device(const void *p, int *is_device);
 
-/* dst[pos[i]] = val[i] for 16-bit units (overwrite), or dst[pos[i]] ^= val[i]
- * when xor is non-zero; dst has n units and is updated in place. */
-int dcr_gpu_apply16(uint16_t *dst, size_t n, const uint64_t *pos, const uint16_t *val,
-		    size_t m, int xor_);
+/* Changed units of d_a[0..n) vs d_b[0..n) (unit 1, 2, 4 or 8 bytes): the
+ * positions in increasing order into d_pos and, per newv, d_b's units
+ * (newv != 0) or XOR masks d_a ^ d_b (newv == 0) into d_val (unit wide),
+ * at most cap of them; *d_count (device) gets the number of changes, which
+ * may exceed cap (then only the first cap are written). One
+ * cub::DeviceSelect::If, that reads the data once, by method:
+ * DK_DIFF_POSITIONS (lib/core/cuda.c's) selects positions, the predicate
+ * loading the units; DK_DIFF_TRIPLES selects (position, old, new) items
+ * that a transform iterator loads. The same result; scripts/bench-cuda
+ * times both. With d_scratch NULL, *scratch_bytes gets the scratch size
+ * for n (and method) and nothing runs. */
+enum { DK_DIFF_POSITIONS = 0, DK_DIFF_TRIPLES = 1 };
+int dk_diff(const void *d_a, const void *d_b, uint64_t n, unsigned unit, int newv,
+	    uint64_t *d_pos, void *d_val, uint64_t cap, unsigned long long *d_count,
+	    void *d_scratch, size_t *scratch_bytes, int method, void *stream);
+
+/* d_dst[d_pos[k]] = d_val[k], or ^= when xor_, for k < m; positions at or
+ * past n are skipped. Positions must be distinct. */
+int dk_scatter(void *d_dst, uint64_t n, unsigned unit, const uint64_t *d_pos, const void *d_val,
+	       uint64_t m, int xor_, void *stream);
+
+/* d_pos[k] = first + sum over j <= k of (d_gaps[j] + 1) - 1: positions from
+ * the gaps between them (cub::DeviceScan::InclusiveSum). Scratch as above. */
+int dk_positions(const uint32_t *d_gaps, uint64_t m, uint64_t first, uint64_t *d_pos,
+		 void *d_scratch, size_t *scratch_bytes, void *stream);
 
 #ifdef __cplusplus
 }

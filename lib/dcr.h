@@ -8,7 +8,8 @@
  *               verify
  *   transport/  stores behind one table of operations, the transfer pipeline
  *   core/       safetensors, checkpoints, dtypes, digests and state ids,
- *               delta streams, item codecs, payloads, manifests, packs
+ *               delta streams, item codecs, payloads, manifests, packs,
+ *               the CUDA device primitives (core/cuda.h)
  *
  * The library never prints and never exits: every fallible function returns
  * 0 (or a count) on success and a negative errno-style code or DCR_E* on
@@ -38,15 +39,18 @@
 #include "core/pack.h"
 #include "core/packio.h"
 #include "core/sign.h"
+#include "core/cuda.h"
 
 #include "transport/store.h"
 #include "transport/transfer.h"
+#include "transport/relay.h"
 
 #include "refit/receiver.h"
 #include "refit/diff.h"
 #include "refit/apply.h"
 #include "refit/apply-input.h"
 #include "refit/apply-pack.h"
+#include "refit/apply-mem.h"
 #include "refit/commit.h"
 #include "refit/policy.h"
 #include "refit/retry.h"

@@ -34,6 +34,12 @@ $SLICE slice "$D/$cfg.json" "$tmp/c2" --framework megatron --tp 2 -o "$tmp/t2" |
 grep -q "disagree on element" "$tmp/err" || fail "message: $(cat "$tmp/err")"
 [ -e "$tmp/bad.delta" ] && fail "a failed merge left its output"
 
+# a bad line after a good one in the target digests is refused, not a crash
+{ head -n 1 "$c/digests"; echo bad; } >"$tmp/bad-digests"
+"$B/dcr-diff" --merge --target-digests "$tmp/bad-digests" --base-id "$(cat "$c/base-id")" \
+	"$w"/r-*.delta -o "$tmp/bd.delta" 2>"$tmp/err"
+[ $? = 128 ] && grep -q "want 'HEX<TAB>NAME'" "$tmp/err" || fail "bad target digests: $(cat "$tmp/err")"
+
 # a rank the map does not have; files that are not the rank's shards
 "$B/dcr-diff" --layout "$w/map.json" --rank 5 "$w/t0/rank-0" "$w/t1/rank-0" >/dev/null 2>"$tmp/err"
 [ $? = 128 ] && grep -q "has no rank 5" "$tmp/err" || fail "rank 5: $(cat "$tmp/err")"

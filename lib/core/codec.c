@@ -565,13 +565,281 @@ values_pass(const unsigned unit, size_t n, const uint64_t *oldv,
 	*pemax = emax;
 }
 
+/* What the DELTA encoder's steps share: the changes' count and value map,
+ * the work buffers, and the exponent histograms with the contexts chosen
+ * over them. */
+struct denc {
+	unsigned unit, vnsym;
+	size_t n;
+	struct vmap vm;
+	uint8_t *sym, *ex, *scratch, *bits;
+	size_t scap;
+	uint64_t *hist;		/* NE x VAL_NSYM_MAX counts, per exponent */
+	struct esym *es;	/* MAXCTX x VAL_NSYM_MAX encoder symbols */
+	struct dcr_buf sec;	/* the section being built */
+	unsigned emin, emax;	/* exponents seen */
+	unsigned used[VAL_NSYM_MAX], nused; /* value symbols seen */
+	unsigned pivot, nctx;	/* the contexts chosen */
+};
+
+/* The positions section: gap symbols under one table, rANS-coded in
+ * reverse, then their extra bits; appended to out after its length. */
+static int encode_positions(struct denc *d, const uint64_t *pos,
+			    struct dcr_buf *out)
+{
+	const size_t n = d->n;
+	uint8_t *sym = d->sym;
+	struct esym *es = d->es;
+	uint64_t cnt[GAP_NSYM] = {0};
+	uint32_t f[GAP_NSYM];
+	struct bitw w = {d->bits, 0, 0, 0};
+	uint64_t next = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned nb;
+		uint64_t x;
+		unsigned s = gap_sym(pos[i] - next + 1, &nb, &x);
+		next = pos[i] + 1;
+		sym[i] = (uint8_t)s;
+		cnt[s]++;
+		bw_put(&w, x, nb);
+	}
+	bw_flush(&w);
+	normalize(cnt, GAP_NSYM, f);
+	uint32_t start = 0;
+	for (unsigned s = 0; s < GAP_NSYM; s++) {
+		if (f[s])
+			esym_init(&es[s], start, f[s]);
+		start += f[s];
+	}
+	if (table_write(&d->sec, f, GAP_NSYM) < 0)
+		return -ENOMEM;
+	uint8_t *end = d->scratch + d->scap;
+	struct renc re = {d->scratch, end, {RL, RL}};
+	size_t i = n;
+	if (i & 1) {
+		i--;
+		renc_put(&re, 0, &es[sym[i]]);
+	}
+	while (i) {
+		i -= 2;
+		renc_put(&re, 1, &es[sym[i + 1]]);
+		renc_put(&re, 0, &es[sym[i]]);
+	}
+	if (renc_finish(&re, end, &d->sec) < 0 ||
+	    dcr_buf_add(&d->sec, d->bits, w.len) < 0)
+		return -ENOMEM;
+	if (dcr_buf_add_varint(out, d->sec.len) < 0 ||
+	    dcr_buf_add(out, d->sec.p, d->sec.len) < 0)
+		return -ENOMEM;
+	d->sec.len = 0;
+	return 0;
+}
+
+/* The values' symbols, exponents, histograms and extra bits (values_pass
+ * for the unit), then the symbols in use; returns the extra bits' length. */
+static size_t value_symbols(struct denc *d, const uint64_t *oldv,
+			    const uint64_t *newv)
+{
+	const size_t n = d->n;
+	const struct vmap vm = d->vm;
+	uint8_t *sym = d->sym, *ex = d->ex;
+	uint64_t *hist = d->hist;
+	struct bitw w = {d->bits, 0, 0, 0};
+	unsigned emin = NE, emax = 0;
+	switch (d->unit) {
+	case 1: values_pass(1, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
+	case 2: values_pass(2, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
+	case 4: values_pass(4, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
+	default: values_pass(8, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
+	}
+	bw_flush(&w);
+
+	/* symbols in use, and cumulative histograms over exponents */
+	d->nused = 0;
+	for (unsigned s = 0; s < d->vnsym; s++) {
+		uint64_t c = 0;
+		for (unsigned ev = emin; ev <= emax; ev++)
+			c += hist[(size_t)ev * VAL_NSYM_MAX + s];
+		if (c)
+			d->used[d->nused++] = s;
+	}
+	d->emin = emin;
+	d->emax = emax;
+	return w.len;
+}
+
+/* Choose pivot and nctx: the cost of each context is the cost of its
+ * merged exponent range; one context unless splitting is cheaper. */
+static void choose_contexts(struct denc *d)
+{
+	const uint64_t *hist = d->hist;
+	const unsigned *used = d->used, nused = d->nused;
+	const unsigned emin = d->emin, emax = d->emax;
+	unsigned best_pivot = 0, best_nctx = 1;
+	double best = 0;
+	{
+		uint64_t all[VAL_NSYM_MAX] = {0};
+		for (unsigned ev = emin; ev <= emax; ev++)
+			for (unsigned j = 0; j < nused; j++)
+				all[used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+		best = hist_cost(all, used, nused);
+	}
+	if (d->vm.ebits && d->n >= 256 && emax > emin) {
+		/* pivots over the exponents that carry 99.8% of the changes */
+		uint64_t lo_cut = d->n / 1000, acc = 0;
+		unsigned plo = emin, phi = emax;
+		for (unsigned ev = emin; ev <= emax; ev++) {
+			for (unsigned j = 0; j < nused; j++)
+				acc += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+			if (acc <= lo_cut)
+				plo = ev + 1;
+		}
+		acc = 0;
+		for (unsigned ev = emax + 1; ev-- > emin;) {
+			for (unsigned j = 0; j < nused; j++)
+				acc += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+			if (acc <= lo_cut)
+				phi = ev ? ev - 1 : 0;
+		}
+		if (phi < plo)
+			phi = plo;
+		if (phi > plo + 47)
+			phi = plo + 47;
+		/* Each (pivot, nctx) splits the exponents into [pivot, emax],
+		 * the single exponents pivot-1 .. pivot-nctx+2, and [emin,
+		 * pivot-nctx+1]; precompute those costs once (running sums
+		 * from either end), then every candidate is a few lookups. */
+		double cs[NE], chi[NE], clo[NE];
+		uint64_t acc_h[VAL_NSYM_MAX];
+		memset(acc_h, 0, sizeof(acc_h));
+		for (unsigned ev = emax + 1; ev-- > emin;) {
+			for (unsigned j = 0; j < nused; j++)
+				acc_h[used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+			chi[ev] = hist_cost(acc_h, used, nused);
+			cs[ev] = hist_cost(&hist[(size_t)ev * VAL_NSYM_MAX], used, nused);
+		}
+		memset(acc_h, 0, sizeof(acc_h));
+		for (unsigned ev = emin; ev <= emax; ev++) {
+			for (unsigned j = 0; j < nused; j++)
+				acc_h[used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
+			clo[ev] = hist_cost(acc_h, used, nused);
+		}
+		const double empty = 8; /* hist_cost of no counts */
+		for (unsigned pv = plo; pv <= phi + 1 && pv < NE; pv++) {
+			double hi = pv > emax ? empty : chi[pv < emin ? emin : pv];
+			double mid = 0;
+			for (unsigned nc = 2; nc <= MAXCTX; nc++) {
+				if (nc > 2) {
+					int ev = (int)pv - (int)(nc - 2);
+					mid += ev >= (int)emin && ev <= (int)emax ? cs[ev] : empty;
+				}
+				int x = (int)pv - (int)(nc - 1);
+				double lo = x < (int)emin ? empty
+							  : clo[x > (int)emax ? emax : (unsigned)x];
+				double cost = hi + mid + lo;
+				if (cost < best) {
+					best = cost;
+					best_pivot = pv;
+					best_nctx = nc;
+				}
+			}
+		}
+	}
+	d->pivot = best_pivot;
+	d->nctx = best_nctx;
+}
+
+/* The values section's head: value map, pivot and nctx, then one table
+ * per context over its merged histograms; sets the encoder symbols. */
+static int write_value_tables(struct denc *d)
+{
+	const unsigned vnsym = d->vnsym, nused = d->nused;
+	uint64_t (*ctxh)[VAL_NSYM_MAX] = calloc(MAXCTX, sizeof(*ctxh));
+	int rc = -ENOMEM;
+	if (!ctxh)
+		return -ENOMEM;
+	for (unsigned ev = d->emin; ev <= d->emax; ev++) {
+		int c = d->nctx == 1 ? 0 : (int)d->pivot - (int)ev;
+		c = c < 0 ? 0 : c > (int)d->nctx - 1 ? (int)d->nctx - 1 : c;
+		for (unsigned j = 0; j < nused; j++)
+			ctxh[c][d->used[j]] += d->hist[(size_t)ev * VAL_NSYM_MAX + d->used[j]];
+	}
+
+	if (dcr_buf_add_u8(&d->sec, (uint8_t)d->vm.flags) < 0 ||
+	    dcr_buf_add_u8(&d->sec, (uint8_t)d->vm.mshift) < 0 ||
+	    dcr_buf_add_u8(&d->sec, (uint8_t)d->vm.ebits) < 0 ||
+	    dcr_buf_add_u8(&d->sec, (uint8_t)d->pivot) < 0 ||
+	    dcr_buf_add_u8(&d->sec, (uint8_t)d->nctx) < 0)
+		goto out;
+	for (unsigned c = 0; c < d->nctx; c++) {
+		uint32_t f[VAL_NSYM_MAX];
+		uint64_t t = 0;
+		for (unsigned s = 0; s < vnsym; s++)
+			t += ctxh[c][s];
+		if (t)
+			normalize(ctxh[c], vnsym, f);
+		else
+			memset(f, 0, sizeof(f));
+		uint32_t start = 0;
+		for (unsigned s = 0; s < vnsym; s++) {
+			if (f[s])
+				esym_init(&d->es[c * VAL_NSYM_MAX + s], start, f[s]);
+			start += f[s];
+		}
+		if (table_write(&d->sec, f, vnsym) < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	free(ctxh);
+	return rc;
+}
+
+/* The values section: symbols, contexts and tables, then the values
+ * rANS-coded in reverse and their extra bits; appended to out (it runs
+ * to the end, so without a length). */
+static int encode_values(struct denc *d, const uint64_t *oldv,
+			 const uint64_t *newv, struct dcr_buf *out)
+{
+	size_t nbits = value_symbols(d, oldv, newv);
+	choose_contexts(d);
+	if (write_value_tables(d) < 0)
+		return -ENOMEM;
+
+	/* contexts per change, then the reverse rANS pass */
+	const uint8_t *sym = d->sym, *ex = d->ex;
+	const struct esym *es = d->es;
+	uint32_t cbase[NE]; /* esym offset of each exponent */
+	for (int ev = 0; ev < NE; ev++) {
+		int c = (int)d->pivot - ev;
+		c = c < 0 ? 0 : c > (int)d->nctx - 1 ? (int)d->nctx - 1 : c;
+		cbase[ev] = (uint32_t)c * VAL_NSYM_MAX;
+	}
+	uint8_t *end = d->scratch + d->scap;
+	struct renc re = {d->scratch, end, {RL, RL}};
+	size_t i = d->n;
+	if (i & 1) {
+		i--;
+		renc_put(&re, 0, &es[cbase[ex[i]] + sym[i]]);
+	}
+	while (i) {
+		i -= 2;
+		renc_put(&re, 1, &es[cbase[ex[i + 1]] + sym[i + 1]]);
+		renc_put(&re, 0, &es[cbase[ex[i]] + sym[i]]);
+	}
+	if (renc_finish(&re, end, &d->sec) < 0 ||
+	    dcr_buf_add(&d->sec, d->bits, nbits) < 0 ||
+	    dcr_buf_add(out, d->sec.p, d->sec.len) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 static int delta_encode(unsigned unit, int dtype, size_t n, const uint64_t *pos,
 			const uint64_t *oldv, const uint64_t *newv,
 			struct dcr_buf *out, struct dcr_err *e)
 {
-	const unsigned vnsym = 1 + 16 * unit;
-	struct vmap vm;
-	vmap_for_dtype(dtype, unit, &vm);
+	struct denc d = { .unit = unit, .vnsym = 1 + 16 * unit, .n = n };
+	vmap_for_dtype(dtype, unit, &d.vm);
 
 	if (dcr_buf_add_varint(out, n) < 0)
 		return dcr_err_set(e, -ENOMEM, "out of memory");
@@ -579,229 +847,27 @@ static int delta_encode(unsigned unit, int dtype, size_t n, const uint64_t *pos,
 		return 0;
 
 	int rc = -ENOMEM;
-	uint8_t *sym = malloc(n), *ex = malloc(n);
-	size_t scap = 2 * n + 16; /* at most one 16-bit word per symbol */
-	uint8_t *scratch = malloc(scap);
-	uint8_t *bits = malloc(8 * n + 16);
-	uint64_t *hist = calloc((size_t)NE * VAL_NSYM_MAX, sizeof(uint64_t));
-	struct esym *es = malloc(sizeof(*es) * MAXCTX * VAL_NSYM_MAX);
-	struct dcr_buf sec = {0};
-	if (!sym || !ex || !scratch || !bits || !hist || !es)
+	d.sym = malloc(n);
+	d.ex = malloc(n);
+	d.scap = 2 * n + 16; /* at most one 16-bit word per symbol */
+	d.scratch = malloc(d.scap);
+	d.bits = malloc(8 * n + 16);
+	d.hist = calloc((size_t)NE * VAL_NSYM_MAX, sizeof(uint64_t));
+	d.es = malloc(sizeof(*d.es) * MAXCTX * VAL_NSYM_MAX);
+	if (!d.sym || !d.ex || !d.scratch || !d.bits || !d.hist || !d.es)
 		goto out;
-
-	/* -- positions section -- */
-	{
-		uint64_t cnt[GAP_NSYM] = {0};
-		uint32_t f[GAP_NSYM];
-		struct bitw w = {bits, 0, 0, 0};
-		uint64_t next = 0;
-		for (size_t i = 0; i < n; i++) {
-			unsigned nb;
-			uint64_t x;
-			unsigned s = gap_sym(pos[i] - next + 1, &nb, &x);
-			next = pos[i] + 1;
-			sym[i] = (uint8_t)s;
-			cnt[s]++;
-			bw_put(&w, x, nb);
-		}
-		bw_flush(&w);
-		normalize(cnt, GAP_NSYM, f);
-		uint32_t start = 0;
-		for (unsigned s = 0; s < GAP_NSYM; s++) {
-			if (f[s])
-				esym_init(&es[s], start, f[s]);
-			start += f[s];
-		}
-		if (table_write(&sec, f, GAP_NSYM) < 0)
-			goto out;
-		uint8_t *end = scratch + scap;
-		struct renc re = {scratch, end, {RL, RL}};
-		size_t i = n;
-		if (i & 1) {
-			i--;
-			renc_put(&re, 0, &es[sym[i]]);
-		}
-		while (i) {
-			i -= 2;
-			renc_put(&re, 1, &es[sym[i + 1]]);
-			renc_put(&re, 0, &es[sym[i]]);
-		}
-		if (renc_finish(&re, end, &sec) < 0 ||
-		    dcr_buf_add(&sec, bits, w.len) < 0)
-			goto out;
-		if (dcr_buf_add_varint(out, sec.len) < 0 ||
-		    dcr_buf_add(out, sec.p, sec.len) < 0)
-			goto out;
-		sec.len = 0;
-	}
-
-	/* -- values section -- */
-	{
-		struct bitw w = {bits, 0, 0, 0};
-		unsigned emin = NE, emax = 0;
-		switch (unit) {
-		case 1: values_pass(1, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
-		case 2: values_pass(2, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
-		case 4: values_pass(4, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
-		default: values_pass(8, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
-		}
-		bw_flush(&w);
-
-		/* symbols in use, and cumulative histograms over exponents */
-		unsigned used[VAL_NSYM_MAX], nused = 0;
-		for (unsigned s = 0; s < vnsym; s++) {
-			uint64_t c = 0;
-			for (unsigned ev = emin; ev <= emax; ev++)
-				c += hist[(size_t)ev * VAL_NSYM_MAX + s];
-			if (c)
-				used[nused++] = s;
-		}
-		/* choose pivot and nctx: cost of each context is the cost of
-		 * its merged exponent range */
-		unsigned best_pivot = 0, best_nctx = 1;
-		uint64_t (*ctxh)[VAL_NSYM_MAX] = calloc(MAXCTX, sizeof(*ctxh));
-		if (!ctxh)
-			goto out;
-		double best = 0;
-		{
-			uint64_t all[VAL_NSYM_MAX] = {0};
-			for (unsigned ev = emin; ev <= emax; ev++)
-				for (unsigned j = 0; j < nused; j++)
-					all[used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
-			best = hist_cost(all, used, nused);
-		}
-		if (vm.ebits && n >= 256 && emax > emin) {
-			/* pivots over the exponents that carry 99.8% of the changes */
-			uint64_t lo_cut = n / 1000, acc = 0;
-			unsigned plo = emin, phi = emax;
-			for (unsigned ev = emin; ev <= emax; ev++) {
-				for (unsigned j = 0; j < nused; j++)
-					acc += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
-				if (acc <= lo_cut)
-					plo = ev + 1;
-			}
-			acc = 0;
-			for (unsigned ev = emax + 1; ev-- > emin;) {
-				for (unsigned j = 0; j < nused; j++)
-					acc += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
-				if (acc <= lo_cut)
-					phi = ev ? ev - 1 : 0;
-			}
-			if (phi < plo)
-				phi = plo;
-			if (phi > plo + 47)
-				phi = plo + 47;
-			/* Each (pivot, nctx) splits the exponents into [pivot, emax],
-			 * the single exponents pivot-1 .. pivot-nctx+2, and [emin,
-			 * pivot-nctx+1]; precompute those costs once (running sums
-			 * from either end), then every candidate is a few lookups. */
-			double cs[NE], chi[NE], clo[NE];
-			uint64_t acc_h[VAL_NSYM_MAX];
-			memset(acc_h, 0, sizeof(acc_h));
-			for (unsigned ev = emax + 1; ev-- > emin;) {
-				for (unsigned j = 0; j < nused; j++)
-					acc_h[used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
-				chi[ev] = hist_cost(acc_h, used, nused);
-				cs[ev] = hist_cost(&hist[(size_t)ev * VAL_NSYM_MAX], used, nused);
-			}
-			memset(acc_h, 0, sizeof(acc_h));
-			for (unsigned ev = emin; ev <= emax; ev++) {
-				for (unsigned j = 0; j < nused; j++)
-					acc_h[used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
-				clo[ev] = hist_cost(acc_h, used, nused);
-			}
-			const double empty = 8; /* hist_cost of no counts */
-			for (unsigned pv = plo; pv <= phi + 1 && pv < NE; pv++) {
-				double hi = pv > emax ? empty : chi[pv < emin ? emin : pv];
-				double mid = 0;
-				for (unsigned nc = 2; nc <= MAXCTX; nc++) {
-					if (nc > 2) {
-						int ev = (int)pv - (int)(nc - 2);
-						mid += ev >= (int)emin && ev <= (int)emax ? cs[ev] : empty;
-					}
-					int x = (int)pv - (int)(nc - 1);
-					double lo = x < (int)emin ? empty
-								  : clo[x > (int)emax ? emax : (unsigned)x];
-					double cost = hi + mid + lo;
-					if (cost < best) {
-						best = cost;
-						best_pivot = pv;
-						best_nctx = nc;
-					}
-				}
-			}
-		}
-		memset(ctxh, 0, MAXCTX * sizeof(*ctxh));
-		for (unsigned ev = emin; ev <= emax; ev++) {
-			int c = best_nctx == 1 ? 0 : (int)best_pivot - (int)ev;
-			c = c < 0 ? 0 : c > (int)best_nctx - 1 ? (int)best_nctx - 1 : c;
-			for (unsigned j = 0; j < nused; j++)
-				ctxh[c][used[j]] += hist[(size_t)ev * VAL_NSYM_MAX + used[j]];
-		}
-
-		if (dcr_buf_add_u8(&sec, (uint8_t)vm.flags) < 0 ||
-		    dcr_buf_add_u8(&sec, (uint8_t)vm.mshift) < 0 ||
-		    dcr_buf_add_u8(&sec, (uint8_t)vm.ebits) < 0 ||
-		    dcr_buf_add_u8(&sec, (uint8_t)best_pivot) < 0 ||
-		    dcr_buf_add_u8(&sec, (uint8_t)best_nctx) < 0) {
-			free(ctxh);
-			goto out;
-		}
-		for (unsigned c = 0; c < best_nctx; c++) {
-			uint32_t f[VAL_NSYM_MAX];
-			uint64_t t = 0;
-			for (unsigned s = 0; s < vnsym; s++)
-				t += ctxh[c][s];
-			if (t)
-				normalize(ctxh[c], vnsym, f);
-			else
-				memset(f, 0, sizeof(f));
-			uint32_t start = 0;
-			for (unsigned s = 0; s < vnsym; s++) {
-				if (f[s])
-					esym_init(&es[c * VAL_NSYM_MAX + s], start, f[s]);
-				start += f[s];
-			}
-			if (table_write(&sec, f, vnsym) < 0) {
-				free(ctxh);
-				goto out;
-			}
-		}
-		free(ctxh);
-
-		/* contexts per change, then the reverse rANS pass */
-		uint32_t cbase[NE]; /* esym offset of each exponent */
-		for (int ev = 0; ev < NE; ev++) {
-			int c = (int)best_pivot - ev;
-			c = c < 0 ? 0 : c > (int)best_nctx - 1 ? (int)best_nctx - 1 : c;
-			cbase[ev] = (uint32_t)c * VAL_NSYM_MAX;
-		}
-		uint8_t *end = scratch + scap;
-		struct renc re = {scratch, end, {RL, RL}};
-		size_t i = n;
-		if (i & 1) {
-			i--;
-			renc_put(&re, 0, &es[cbase[ex[i]] + sym[i]]);
-		}
-		while (i) {
-			i -= 2;
-			renc_put(&re, 1, &es[cbase[ex[i + 1]] + sym[i + 1]]);
-			renc_put(&re, 0, &es[cbase[ex[i]] + sym[i]]);
-		}
-		if (renc_finish(&re, end, &sec) < 0 ||
-		    dcr_buf_add(&sec, bits, w.len) < 0 ||
-		    dcr_buf_add(out, sec.p, sec.len) < 0)
-			goto out;
-	}
+	if (encode_positions(&d, pos, out) < 0 ||
+	    encode_values(&d, oldv, newv, out) < 0)
+		goto out;
 	rc = 0;
 out:
-	free(sym);
-	free(ex);
-	free(scratch);
-	free(bits);
-	free(hist);
-	free(es);
-	dcr_buf_free(&sec);
+	free(d.sym);
+	free(d.ex);
+	free(d.scratch);
+	free(d.bits);
+	free(d.hist);
+	free(d.es);
+	dcr_buf_free(&d.sec);
 	if (rc < 0)
 		dcr_err_set(e, rc, "out of memory");
 	return rc;
@@ -1127,6 +1193,29 @@ value_vals(const unsigned unit, size_t n, const uint64_t *op,
 	return smax >= vnsym ? -1 : 0;
 }
 
+/* The values section's head: the value map, the pivot and the number of
+ * contexts, each checked against the unit. */
+static int values_head(struct dcr_rd *r, unsigned unit, struct vmap *vm,
+		       unsigned *pivot, unsigned *nctx, struct dcr_err *e)
+{
+	vm->flags = dcr_rd_u8(r);
+	vm->mshift = dcr_rd_u8(r);
+	vm->ebits = dcr_rd_u8(r);
+	*pivot = dcr_rd_u8(r);
+	*nctx = dcr_rd_u8(r);
+	if (r->bad)
+		return bad(e, "delta", "truncated values header");
+	if (vm->flags & ~VF_KNOWN)
+		return bad(e, "delta", "unknown value flags");
+	if ((vm->flags & VF_FOLD) && !(vm->flags & VF_FLOAT))
+		return bad(e, "delta", "sign folding without the float map");
+	if (vm->ebits > 11 || vm->mshift + vm->ebits > 8 * unit)
+		return bad(e, "delta", "exponent field outside the unit");
+	if (*nctx < 1 || *nctx > MAXCTX || (!vm->ebits && *nctx != 1))
+		return bad(e, "delta", "bad number of value contexts");
+	return 0;
+}
+
 static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
 			       uint64_t range_len, size_t n,
 			       const uint64_t *oldv, uint64_t *newv,
@@ -1141,20 +1230,10 @@ static int delta_decode_values(const uint8_t *p, size_t len, unsigned unit,
 	struct dcr_rd r;
 	dcr_rd_init(&r, vs, vn);
 	struct vmap vm;
-	vm.flags = dcr_rd_u8(&r);
-	vm.mshift = dcr_rd_u8(&r);
-	vm.ebits = dcr_rd_u8(&r);
-	unsigned pivot = dcr_rd_u8(&r), nctx = dcr_rd_u8(&r);
-	if (r.bad)
-		return bad(e, "delta", "truncated values header");
-	if (vm.flags & ~VF_KNOWN)
-		return bad(e, "delta", "unknown value flags");
-	if ((vm.flags & VF_FOLD) && !(vm.flags & VF_FLOAT))
-		return bad(e, "delta", "sign folding without the float map");
-	if (vm.ebits > 11 || vm.mshift + vm.ebits > 8 * unit)
-		return bad(e, "delta", "exponent field outside the unit");
-	if (nctx < 1 || nctx > MAXCTX || (!vm.ebits && nctx != 1))
-		return bad(e, "delta", "bad number of value contexts");
+	unsigned pivot, nctx;
+	rc = values_head(&r, unit, &vm, &pivot, &nctx, e);
+	if (rc < 0)
+		return rc;
 	size_t nfield = (size_t)1 << vm.ebits;
 	/* the loops' tables (VT_*), the dent tables as read, the context of
 	 * each exponent field value; the symbols; zeros when there are no

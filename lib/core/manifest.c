@@ -128,6 +128,54 @@ static int parse_pieces(struct dcr_rd *rd, const char *what, struct dcr_manifest
 	return 0;
 }
 
+/* The manifest's tensor table: TENSOR record bodies, each with its target
+ * digest, in name order; 0, -ENOMEM, or 1 when it is malformed. */
+static int read_tensors(struct dcr_rd *rd, struct dcr_manifest *m, struct dcr_err *e)
+{
+	uint32_t nt = dcr_rd_le32(rd);
+	if (rd->bad || nt > dcr_rd_left(rd) / 40)
+		return 1;
+	m->tensors = dcr_calloc(nt, sizeof(*m->tensors));
+	if (!m->tensors)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < nt; i++) {
+		uint64_t bl = dcr_rd_varint(rd);
+		const uint8_t *body = rd->bad ? NULL : dcr_rd_bytes(rd, bl);
+		const uint8_t *dg = dcr_rd_bytes(rd, 32);
+		if (!body || !dg)
+			return 1;
+		struct dcr_delta_rec rec = {.type = DCR_REC_TENSOR, .len = bl, .body = body};
+		if (dcr_delta_parse_tensor(&rec, &m->tensors[i], e))
+			return 1;
+		m->ntensors = i + 1;
+		memcpy(m->tensors[i].digest.b, dg, 32);
+		m->tensors[i].have_digest = 1;
+		if (i && strcmp(m->tensors[i - 1].name, m->tensors[i].name) >= 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* Whether the tensor table adds up to the target state id the manifest
+ * names: 1 or 0, or -ENOMEM. */
+static int tensors_add_up(const struct dcr_manifest *m)
+{
+	dcr_digest d;
+	struct dcr_state_entry *ent = dcr_calloc(m->ntensors, sizeof(*ent));
+	if (!ent)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < m->ntensors; i++) {
+		ent[i].name = m->tensors[i].name;
+		ent[i].dtype = m->tensors[i].dtype;
+		ent[i].ndim = m->tensors[i].ndim;
+		ent[i].shape = m->tensors[i].shape;
+		ent[i].digest = m->tensors[i].digest;
+	}
+	dcr_state_id(ent, m->ntensors, &d);
+	free(ent);
+	return !memcmp(d.b, m->target.b, 32);
+}
+
 int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
 		       struct dcr_err *e)
 {
@@ -164,27 +212,11 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 			goto bad;
 		memcpy(m->pdigest[i].b, p, 32);
 	}
-	uint32_t nt = dcr_rd_le32(&rd);
-	if (rd.bad || nt > dcr_rd_left(&rd) / 40)
-		goto bad;
-	m->tensors = dcr_calloc(nt, sizeof(*m->tensors));
-	if (!m->tensors)
+	int r = read_tensors(&rd, m, e);
+	if (r == -ENOMEM)
 		goto oom;
-	for (uint32_t i = 0; i < nt; i++) {
-		uint64_t bl = dcr_rd_varint(&rd);
-		const uint8_t *body = rd.bad ? NULL : dcr_rd_bytes(&rd, bl);
-		const uint8_t *dg = dcr_rd_bytes(&rd, 32);
-		if (!body || !dg)
-			goto bad;
-		struct dcr_delta_rec rec = {.type = DCR_REC_TENSOR, .len = bl, .body = body};
-		if (dcr_delta_parse_tensor(&rec, &m->tensors[i], e))
-			goto bad;
-		m->ntensors = i + 1;
-		memcpy(m->tensors[i].digest.b, dg, 32);
-		m->tensors[i].have_digest = 1;
-		if (i && strcmp(m->tensors[i - 1].name, m->tensors[i].name) >= 0)
-			goto bad;
-	}
+	if (r)
+		goto bad;
 	uint32_t nr = dcr_rd_le32(&rd);
 	if (rd.bad || nr > dcr_rd_left(&rd))
 		goto bad;
@@ -214,7 +246,7 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 		m->nalt = na;
 	}
 	if (flags & DCR_MANIFEST_PIECES) {
-		int r = parse_pieces(&rd, what, m, e);
+		r = parse_pieces(&rd, what, m, e);
 		if (r == -ENOMEM)
 			goto oom;
 		if (r) {
@@ -238,19 +270,9 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	if (rd.bad || dcr_rd_left(&rd))
 		goto bad;
 	/* the tensor table must add up to the target state id */
-	struct dcr_state_entry *ent = dcr_calloc(m->ntensors, sizeof(*ent));
-	if (!ent)
+	if ((r = tensors_add_up(m)) < 0)
 		goto oom;
-	for (uint32_t i = 0; i < m->ntensors; i++) {
-		ent[i].name = m->tensors[i].name;
-		ent[i].dtype = m->tensors[i].dtype;
-		ent[i].ndim = m->tensors[i].ndim;
-		ent[i].shape = m->tensors[i].shape;
-		ent[i].digest = m->tensors[i].digest;
-	}
-	dcr_state_id(ent, m->ntensors, &d);
-	free(ent);
-	if (memcmp(d.b, m->target.b, 32)) {
+	if (!r) {
 		dcr_manifest_release(m);
 		return dcr_err_set(e, DCR_EDIGEST,
 				   "%s: its tensors do not add up to the target state id it names", what);

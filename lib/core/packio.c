@@ -442,3 +442,24 @@ int dcr_pack_walk(struct dcr_pack_in *in, int (*fn)(void *ctx, const struct dcr_
 	}
 	return r < 0 ? r : n;
 }
+
+int dcr_pack_dir_have(void *ctx, uint32_t index, dcr_digest *digest)
+{
+	char *en = dcr_payload_name(index);
+	char *path = en ? dcr_path_join(ctx, en) : NULL;
+	struct dcr_blob b;
+	struct dcr_err e;
+	int ok = 0;
+	if (path && !dcr_blob_map(&b, path, PAYLOAD_FILE_MAX, &e)) {
+		struct dcr_payload pl;
+		if (!dcr_payload_check(b.p, b.len, path, &pl, &e)) {
+			ok = pl.index == index;
+			*digest = pl.digest;
+			dcr_payload_release(&pl);
+		}
+		dcr_blob_free(&b);
+	}
+	free(path);
+	free(en);
+	return ok;
+}

@@ -16,6 +16,9 @@ int dcr_pack_dir_stage(void *ctx, const char *name, const uint8_t *buf, size_t l
 		       struct dcr_err *e);
 int dcr_pack_dir_commit(void *ctx, void *tok, struct dcr_err *e);
 void dcr_pack_dir_drop(void *ctx, void *tok);
+/* For a resumed pull into a pack directory (ctx: const char *dir): 1 and
+ * its digest if payload `index` is already there and checks out, else 0. */
+int dcr_pack_dir_have(void *ctx, uint32_t index, dcr_digest *digest);
 struct dcr_tar_out;
 int dcr_tar_out_open(int fd, struct dcr_tar_out **out, struct dcr_err *e);
 int dcr_tar_out_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,

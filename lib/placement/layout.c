@@ -262,31 +262,16 @@ static int dominate(const struct dcr_layout_piece *p, int canon,
 	return 0;
 }
 
-int dcr_layout_add_piece(struct dcr_layout *L, uint32_t tensor, int kind,
-			 int xform, const char *canon, uint64_t soff,
-			 uint64_t coff, unsigned ndim,
-			 const struct dcr_layout_dim *dims, struct dcr_err *e)
+/* The piece's canonical side by its kind: none for padding; a known
+ * canonical tensor for affine (same dtype, no transform) and residual (a
+ * supported transform) pieces. */
+static int piece_canon(const struct dcr_layout *L, struct dcr_layout_piece *p,
+		       const char *canon, uint64_t coff, struct dcr_err *e)
 {
-	if (L->finished)
-		return dcr_err_set(e, -EINVAL, "layout map already finished");
-	if (tensor >= L->ntensors)
-		return dcr_err_set(e, -EINVAL, "piece for unknown stored tensor %u", tensor);
-	struct dcr_layout_tensor *t = &L->tensors[tensor];
+	const struct dcr_layout_tensor *t = &L->tensors[p->tensor];
 	const char *tn = t->name;
-	uint32_t ordinal = (uint32_t)t->npieces;
-	if (ndim > DCR_MAX_NDIM)
-		return dcr_err_set(e, DCR_EFORMAT,
-				   "stored tensor '%s' piece %u: %u dims (at most %d)",
-				   tn, ordinal, ndim, DCR_MAX_NDIM);
-	struct dcr_layout_piece p;
-	memset(&p, 0, sizeof(p));
-	p.kind = kind;
-	p.xform = xform;
-	p.tensor = tensor;
-	p.canon = DCR_LAYOUT_NONE;
-	p.soff = soff;
-	p.ordinal = ordinal;
-	int ci = -1;
+	uint32_t ordinal = p->ordinal;
+	int kind = p->kind, xform = p->xform, ci;
 	switch (kind) {
 	case DCR_PIECE_PADDING:
 		if (canon || xform != DCR_XF_NONE)
@@ -304,8 +289,8 @@ int dcr_layout_add_piece(struct dcr_layout *L, uint32_t tensor, int kind,
 			return dcr_err_set(e, DCR_EFORMAT,
 					   "stored tensor '%s' piece %u: unknown canonical tensor '%s'",
 					   tn, ordinal, canon);
-		p.canon = (uint32_t)ci;
-		p.coff = coff;
+		p->canon = (uint32_t)ci;
+		p->coff = coff;
 		if (kind == DCR_PIECE_AFFINE) {
 			if (xform != DCR_XF_NONE)
 				return dcr_err_set(e, DCR_EFORMAT,
@@ -328,11 +313,19 @@ int dcr_layout_add_piece(struct dcr_layout *L, uint32_t tensor, int kind,
 		return dcr_err_set(e, DCR_EFORMAT, "stored tensor '%s' piece %u: unknown kind",
 				   tn, ordinal);
 	}
-	/* Normalize: drop count-1 dims, merge dims contiguous on both sides. */
+	return 0;
+}
+
+/* Normalize the piece's dims: drop count-1 dims, merge dims contiguous on
+ * both sides; sets its element count. */
+static int piece_dims(struct dcr_layout_piece *p, const char *tn, unsigned ndim,
+		      const struct dcr_layout_dim *dims, struct dcr_err *e)
+{
+	uint32_t ordinal = p->ordinal;
 	uint64_t nelem = 1;
 	for (unsigned k = 0; k < ndim; k++) {
 		struct dcr_layout_dim d = dims[k];
-		if (kind == DCR_PIECE_PADDING)
+		if (p->kind == DCR_PIECE_PADDING)
 			d.cstride = 0;
 		if (d.count == 0)
 			return dcr_err_set(e, DCR_EFORMAT,
@@ -344,45 +337,90 @@ int dcr_layout_add_piece(struct dcr_layout *L, uint32_t tensor, int kind,
 					   tn, ordinal);
 		if (d.count == 1)
 			continue;
-		p.dim[p.ndim++] = d;
+		p->dim[p->ndim++] = d;
 	}
-	for (unsigned k = p.ndim; k-- > 1;) {
-		struct dcr_layout_dim *a = &p.dim[k - 1], *b = &p.dim[k];
+	for (unsigned k = p->ndim; k-- > 1;) {
+		struct dcr_layout_dim *a = &p->dim[k - 1], *b = &p->dim[k];
 		uint64_t ms, mc;
 		if (!mul_ovf(b->count, b->sstride, &ms) && ms == a->sstride &&
 		    !mul_ovf(b->count, b->cstride, &mc) && mc == a->cstride &&
 		    !mul_ovf(a->count, b->count, &ms)) {
 			b->count = ms;
-			memmove(a, b, (p.ndim - k) * sizeof(*a));
-			p.ndim--;
+			memmove(a, b, (p->ndim - k) * sizeof(*a));
+			p->ndim--;
 		}
 	}
-	p.nelem = nelem;
+	p->nelem = nelem;
+	return 0;
+}
+
+/* Each side's dim order, injectivity and range: the stored side within
+ * the stored tensor, the canonical side (but for padding) within the
+ * canonical tensor named canon. */
+static int piece_ranges(const struct dcr_layout *L, struct dcr_layout_piece *p,
+			const char *canon, struct dcr_err *e)
+{
+	const struct dcr_layout_tensor *t = &L->tensors[p->tensor];
+	const char *tn = t->name;
+	uint32_t ordinal = p->ordinal;
 	uint64_t span;
-	order_dims(&p, 0, p.sorder);
-	if (dominate(&p, 0, p.sorder, &span) < 0)
+	order_dims(p, 0, p->sorder);
+	if (dominate(p, 0, p->sorder, &span) < 0)
 		return dcr_err_set(e, DCR_EFORMAT,
 				   "stored tensor '%s' piece %u: stored strides are not injective (elements would alias) or overflow",
 				   tn, ordinal);
-	p.slo = soff;
-	if (add_ovf(soff, span, &p.shi) || add_ovf(p.shi, 1, &p.shi) ||
-	    p.shi > t->nelem)
+	p->slo = p->soff;
+	if (add_ovf(p->soff, span, &p->shi) || add_ovf(p->shi, 1, &p->shi) ||
+	    p->shi > t->nelem)
 		return dcr_err_set(e, DCR_EFORMAT,
 				   "stored tensor '%s' piece %u: reaches past the tensor's %" PRIu64 " elements",
 				   tn, ordinal, t->nelem);
-	if (kind != DCR_PIECE_PADDING) {
-		order_dims(&p, 1, p.corder);
-		if (dominate(&p, 1, p.corder, &span) < 0)
+	if (p->kind != DCR_PIECE_PADDING) {
+		const struct dcr_layout_canon *cn = &L->canon[p->canon];
+		order_dims(p, 1, p->corder);
+		if (dominate(p, 1, p->corder, &span) < 0)
 			return dcr_err_set(e, DCR_EFORMAT,
 					   "stored tensor '%s' piece %u: canonical strides are not injective or overflow",
 					   tn, ordinal);
-		p.clo = coff;
-		if (add_ovf(coff, span, &p.chi) || add_ovf(p.chi, 1, &p.chi) ||
-		    p.chi > L->canon[ci].nelem)
+		p->clo = p->coff;
+		if (add_ovf(p->coff, span, &p->chi) || add_ovf(p->chi, 1, &p->chi) ||
+		    p->chi > cn->nelem)
 			return dcr_err_set(e, DCR_EFORMAT,
 					   "stored tensor '%s' piece %u: reaches past canonical tensor '%s' (%" PRIu64 " elements)",
-					   tn, ordinal, canon, L->canon[ci].nelem);
+					   tn, ordinal, canon, cn->nelem);
 	}
+	return 0;
+}
+
+int dcr_layout_add_piece(struct dcr_layout *L, uint32_t tensor, int kind,
+			 int xform, const char *canon, uint64_t soff,
+			 uint64_t coff, unsigned ndim,
+			 const struct dcr_layout_dim *dims, struct dcr_err *e)
+{
+	if (L->finished)
+		return dcr_err_set(e, -EINVAL, "layout map already finished");
+	if (tensor >= L->ntensors)
+		return dcr_err_set(e, -EINVAL, "piece for unknown stored tensor %u", tensor);
+	struct dcr_layout_tensor *t = &L->tensors[tensor];
+	const char *tn = t->name;
+	uint32_t ordinal = (uint32_t)t->npieces;
+	int r;
+	if (ndim > DCR_MAX_NDIM)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "stored tensor '%s' piece %u: %u dims (at most %d)",
+				   tn, ordinal, ndim, DCR_MAX_NDIM);
+	struct dcr_layout_piece p;
+	memset(&p, 0, sizeof(p));
+	p.kind = kind;
+	p.xform = xform;
+	p.tensor = tensor;
+	p.canon = DCR_LAYOUT_NONE;
+	p.soff = soff;
+	p.ordinal = ordinal;
+	if ((r = piece_canon(L, &p, canon, coff, e)) ||
+	    (r = piece_dims(&p, tn, ndim, dims, e)) ||
+	    (r = piece_ranges(L, &p, canon, e)))
+		return r;
 	if (grow((void **)&L->pieces, &L->cap_pieces, L->npieces, sizeof(*L->pieces)) < 0)
 		return dcr_err_sys(e, ENOMEM, "layout map");
 	L->pieces[L->npieces++] = p;
@@ -1106,10 +1144,10 @@ static int js_shape(json_t *a, unsigned *ndim, uint64_t *shape)
 
 static const char *kind_names[] = {"affine", "residual", "padding"};
 
-static int parse_root(json_t *root, struct dcr_layout *L, struct dcr_err *e)
+/* The map's version and its header fields (framework, model type, sizes,
+ * completeness). */
+static int parse_info(json_t *root, struct dcr_layout *L, struct dcr_err *e)
 {
-	if (!json_is_object(root))
-		return dcr_err_set(e, DCR_EFORMAT, "layout map: not a JSON object");
 	uint64_t v;
 	json_t *ver = json_object_get(root, "dcr_layout");
 	if (!ver)
@@ -1131,16 +1169,14 @@ static int parse_root(json_t *root, struct dcr_layout *L, struct dcr_err *e)
 	x = json_object_get(root, "complete");
 	if (x && !json_is_boolean(x))
 		return dcr_err_set(e, DCR_EFORMAT, "layout map: complete must be true or false");
-	int rc = dcr_layout_set_info(L, fw ? json_string_value(fw) : NULL,
-				     mt ? json_string_value(mt) : NULL, (uint32_t)tp,
-				     (uint32_t)ep, (uint32_t)world, x && json_is_true(x), e);
-	if (rc < 0)
-		return rc;
+	return dcr_layout_set_info(L, fw ? json_string_value(fw) : NULL,
+				   mt ? json_string_value(mt) : NULL, (uint32_t)tp,
+				   (uint32_t)ep, (uint32_t)world, x && json_is_true(x), e);
+}
 
-	json_t *canon = json_object_get(root, "canonical");
-	json_t *stored = json_object_get(root, "stored");
-	if (!json_is_array(canon) || !json_is_array(stored))
-		return dcr_err_set(e, DCR_EFORMAT, "layout map: \"canonical\" and \"stored\" must be arrays");
+/* The "canonical" array: each entry's name, dtype and shape. */
+static int parse_canon(json_t *canon, struct dcr_layout *L, struct dcr_err *e)
+{
 	size_t i;
 	json_t *it;
 	json_array_foreach(canon, i, it) {
@@ -1156,10 +1192,82 @@ static int parse_root(json_t *root, struct dcr_layout *L, struct dcr_err *e)
 		if (dt < 0)
 			return dcr_err_set(e, DCR_EFORMAT, "canonical tensor '%s': unknown dtype '%s'",
 					   json_string_value(n), json_string_value(d));
-		rc = dcr_layout_add_canon(L, json_string_value(n), dt, ndim, shape, e);
+		int rc = dcr_layout_add_canon(L, json_string_value(n), dt, ndim, shape, e);
 		if (rc < 0)
 			return rc;
 	}
+	return 0;
+}
+
+/* Piece j of stored tensor ti (named tn): kind, transform, canonical
+ * tensor, offsets and dims. */
+static int parse_piece(json_t *pj, struct dcr_layout *L, int ti, const char *tn, size_t j,
+		       struct dcr_err *e)
+{
+	json_t *k = json_object_get(pj, "kind"), *x;
+	int kind = -1, xf = DCR_XF_NONE;
+	if (!json_is_object(pj) || !json_is_string(k))
+		return dcr_err_set(e, DCR_EFORMAT, "stored tensor '%s' piece %zu: no kind", tn, j);
+	for (int q = 0; q < 3; q++)
+		if (!strcmp(json_string_value(k), kind_names[q]))
+			kind = q;
+	if (kind < 0)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "stored tensor '%s' piece %zu: unknown kind '%s'",
+				   tn, j, json_string_value(k));
+	json_t *tf = json_object_get(pj, "transform");
+	if (kind == DCR_PIECE_RESIDUAL) {
+		if (!json_is_string(tf) || (xf = dcr_xform_parse(json_string_value(tf))) < 0)
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "stored tensor '%s' piece %zu: residual piece needs a known transform (cast, add1)",
+					   tn, j);
+	} else if (tf) {
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "stored tensor '%s' piece %zu: only residual pieces have a transform",
+				   tn, j);
+	}
+	json_t *cj = json_object_get(pj, "canon");
+	if (cj && !json_is_string(cj))
+		return dcr_err_set(e, DCR_EFORMAT, "stored tensor '%s' piece %zu: canon must be a string", tn, j);
+	uint64_t soff = 0, coff = 0;
+	if (((x = json_object_get(pj, "soff")) && js_u64(x, &soff) < 0) ||
+	    ((x = json_object_get(pj, "coff")) && js_u64(x, &coff) < 0))
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "stored tensor '%s' piece %zu: soff and coff must be non-negative integers",
+				   tn, j);
+	json_t *dj = json_object_get(pj, "dims");
+	struct dcr_layout_dim dims[DCR_MAX_NDIM];
+	if (!json_is_array(dj) || json_array_size(dj) > DCR_MAX_NDIM)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "stored tensor '%s' piece %zu: dims must be an array of at most %d entries",
+				   tn, j, DCR_MAX_NDIM);
+	unsigned nd = (unsigned)json_array_size(dj);
+	for (unsigned q = 0; q < nd; q++) {
+		json_t *dd = json_array_get(dj, q);
+		size_t want = kind == DCR_PIECE_PADDING ? 2 : 3;
+		if (!json_is_array(dd) ||
+		    (json_array_size(dd) != want && json_array_size(dd) != 3) ||
+		    js_u64(json_array_get(dd, 0), &dims[q].count) < 0 ||
+		    js_u64(json_array_get(dd, 1), &dims[q].sstride) < 0 ||
+		    (json_array_size(dd) == 3 &&
+		     js_u64(json_array_get(dd, 2), &dims[q].cstride) < 0))
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "stored tensor '%s' piece %zu: dimension %u must be [count, stored stride, canonical stride]",
+					   tn, j, q);
+		if (json_array_size(dd) == 2)
+			dims[q].cstride = 0;
+	}
+	int rc = dcr_layout_add_piece(L, (uint32_t)ti, kind, xf,
+				      cj ? json_string_value(cj) : NULL,
+				      soff, coff, nd, dims, e);
+	return rc < 0 ? rc : 0;
+}
+
+/* The "stored" array: each entry's name, dtype, shape, rank and pieces. */
+static int parse_stored(json_t *stored, struct dcr_layout *L, struct dcr_err *e)
+{
+	size_t i;
+	json_t *it, *x;
 	json_array_foreach(stored, i, it) {
 		json_t *n = json_object_get(it, "name"), *d = json_object_get(it, "dtype");
 		json_t *pcs = json_object_get(it, "pieces");
@@ -1182,66 +1290,28 @@ static int parse_root(json_t *root, struct dcr_layout *L, struct dcr_err *e)
 		size_t j;
 		json_t *pj;
 		json_array_foreach(pcs, j, pj) {
-			json_t *k = json_object_get(pj, "kind");
-			int kind = -1, xf = DCR_XF_NONE;
-			if (!json_is_object(pj) || !json_is_string(k))
-				return dcr_err_set(e, DCR_EFORMAT, "stored tensor '%s' piece %zu: no kind", tn, j);
-			for (int q = 0; q < 3; q++)
-				if (!strcmp(json_string_value(k), kind_names[q]))
-					kind = q;
-			if (kind < 0)
-				return dcr_err_set(e, DCR_EFORMAT,
-						   "stored tensor '%s' piece %zu: unknown kind '%s'",
-						   tn, j, json_string_value(k));
-			json_t *tf = json_object_get(pj, "transform");
-			if (kind == DCR_PIECE_RESIDUAL) {
-				if (!json_is_string(tf) || (xf = dcr_xform_parse(json_string_value(tf))) < 0)
-					return dcr_err_set(e, DCR_EFORMAT,
-							   "stored tensor '%s' piece %zu: residual piece needs a known transform (cast, add1)",
-							   tn, j);
-			} else if (tf) {
-				return dcr_err_set(e, DCR_EFORMAT,
-						   "stored tensor '%s' piece %zu: only residual pieces have a transform",
-						   tn, j);
-			}
-			json_t *cj = json_object_get(pj, "canon");
-			if (cj && !json_is_string(cj))
-				return dcr_err_set(e, DCR_EFORMAT, "stored tensor '%s' piece %zu: canon must be a string", tn, j);
-			uint64_t soff = 0, coff = 0;
-			if (((x = json_object_get(pj, "soff")) && js_u64(x, &soff) < 0) ||
-			    ((x = json_object_get(pj, "coff")) && js_u64(x, &coff) < 0))
-				return dcr_err_set(e, DCR_EFORMAT,
-						   "stored tensor '%s' piece %zu: soff and coff must be non-negative integers",
-						   tn, j);
-			json_t *dj = json_object_get(pj, "dims");
-			struct dcr_layout_dim dims[DCR_MAX_NDIM];
-			if (!json_is_array(dj) || json_array_size(dj) > DCR_MAX_NDIM)
-				return dcr_err_set(e, DCR_EFORMAT,
-						   "stored tensor '%s' piece %zu: dims must be an array of at most %d entries",
-						   tn, j, DCR_MAX_NDIM);
-			unsigned nd = (unsigned)json_array_size(dj);
-			for (unsigned q = 0; q < nd; q++) {
-				json_t *dd = json_array_get(dj, q);
-				size_t want = kind == DCR_PIECE_PADDING ? 2 : 3;
-				if (!json_is_array(dd) ||
-				    (json_array_size(dd) != want && json_array_size(dd) != 3) ||
-				    js_u64(json_array_get(dd, 0), &dims[q].count) < 0 ||
-				    js_u64(json_array_get(dd, 1), &dims[q].sstride) < 0 ||
-				    (json_array_size(dd) == 3 &&
-				     js_u64(json_array_get(dd, 2), &dims[q].cstride) < 0))
-					return dcr_err_set(e, DCR_EFORMAT,
-							   "stored tensor '%s' piece %zu: dimension %u must be [count, stored stride, canonical stride]",
-							   tn, j, q);
-				if (json_array_size(dd) == 2)
-					dims[q].cstride = 0;
-			}
-			rc = dcr_layout_add_piece(L, (uint32_t)ti, kind, xf,
-						  cj ? json_string_value(cj) : NULL,
-						  soff, coff, nd, dims, e);
+			int rc = parse_piece(pj, L, ti, tn, j, e);
 			if (rc < 0)
 				return rc;
 		}
 	}
+	return 0;
+}
+
+static int parse_root(json_t *root, struct dcr_layout *L, struct dcr_err *e)
+{
+	if (!json_is_object(root))
+		return dcr_err_set(e, DCR_EFORMAT, "layout map: not a JSON object");
+	int rc = parse_info(root, L, e);
+	if (rc < 0)
+		return rc;
+
+	json_t *canon = json_object_get(root, "canonical");
+	json_t *stored = json_object_get(root, "stored");
+	if (!json_is_array(canon) || !json_is_array(stored))
+		return dcr_err_set(e, DCR_EFORMAT, "layout map: \"canonical\" and \"stored\" must be arrays");
+	if ((rc = parse_canon(canon, L, e)) < 0 || (rc = parse_stored(stored, L, e)) < 0)
+		return rc;
 	return dcr_layout_finish(L, e);
 }
 

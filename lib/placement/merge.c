@@ -134,7 +134,7 @@ static int load_digests(const char *path, struct digests *g, struct dcr_err *e)
 
 static void digests_free(struct digests *g)
 {
-	for (size_t i = 0; i < g->n; i++)
+	for (size_t i = 0; g->name && i < g->n; i++) /* no names when loading failed early */
 		free(g->name[i]);
 	free(g->name);
 	free(g->d);
@@ -157,229 +157,302 @@ static long digests_find(const struct digests *g, const char *name)
 	return -1;
 }
 
-int dcr_merge(const struct dcr_merge_opts *o, struct dcr_sink sink, struct dcr_merge_stats *st,
-	      struct dcr_err *e)
+/* What the merge's steps share: the options, the inputs, the target
+ * digests and the state entries they give, the writer, and the buffers
+ * reused from tensor to tensor. */
+struct merge {
+	const struct dcr_merge_opts *o;
+	struct min *in;
+	struct digests g;
+	struct dcr_delta_writer w;
+	struct lvec l;			/* the tensor's changes over all inputs */
+	struct dcr_changes ch;		/* one item's changes */
+	struct dcr_buf recs;		/* the tensor's item records */
+	struct dcr_state_entry *ent;	/* the target's entries (full merge) */
+	size_t nent, capent;
+	char *cur_name;			/* the tensor being merged */
+	int partial;
+	uint64_t chunk, dups;
+};
+
+/* Load the target digests, open every input at its first record, and
+ * start the output. */
+static int merge_open(struct merge *mg, struct dcr_sink sink, struct dcr_err *e)
 {
-	struct min *in = dcr_calloc(o->ninputs + 1, sizeof(*in));
-	struct digests g = {0};
-	struct dcr_delta_writer w = {0};
-	struct lvec l = {0};
-	struct dcr_changes ch = {0};
-	struct dcr_buf recs = {0};
-	struct dcr_state_entry *ent = NULL;
-	size_t nent = 0, capent = 0;
-	char *cur_name = NULL;
-	int r = 0, partial = !o->target_digests;
-	uint64_t chunk = o->chunk_elems ? o->chunk_elems : (1u << 20), dups = 0;
-	if (chunk > DCR_ITEM_MAX_ELEMS)
-		chunk = DCR_ITEM_MAX_ELEMS;
-	if (!in)
-		return dcr_err_sys(e, ENOMEM, "merge");
-	if (o->target_digests && !o->base_id) {
-		r = dcr_err_set(e, -EINVAL, "target digests need the canonical base id");
-		goto out;
-	}
-	if (o->target_digests && (r = load_digests(o->target_digests, &g, e)))
-		goto out;
+	const struct dcr_merge_opts *o = mg->o;
+	int r;
+	if (o->target_digests && !o->base_id)
+		return dcr_err_set(e, -EINVAL, "target digests need the canonical base id");
+	if (o->target_digests && (r = load_digests(o->target_digests, &mg->g, e)))
+		return r;
 	for (size_t i = 0; i < o->ninputs; i++) {
-		in[i].path = o->inputs[i];
-		in[i].fd = strcmp(o->inputs[i], "-") ? open(o->inputs[i], O_RDONLY | O_CLOEXEC) : 0;
-		if (in[i].fd < 0) {
-			r = dcr_err_sys(e, errno, "cannot open '%s'", o->inputs[i]);
-			goto out;
-		}
-		r = dcr_delta_reader_init_flags(&in[i].rd,
-						(struct dcr_source){dcr_source_fd_read, &in[i].fd}, NULL,
-						0, DCR_DELTA_PARTIAL, in[i].path, e);
-		in[i].inited = 1;
-		if (r || (r = min_advance(&in[i], e)))
-			goto out;
+		struct min *m = &mg->in[i];
+		m->path = o->inputs[i];
+		m->fd = strcmp(o->inputs[i], "-") ? open(o->inputs[i], O_RDONLY | O_CLOEXEC) : 0;
+		if (m->fd < 0)
+			return dcr_err_sys(e, errno, "cannot open '%s'", o->inputs[i]);
+		r = dcr_delta_reader_init_flags(&m->rd,
+						(struct dcr_source){dcr_source_fd_read, &m->fd}, NULL,
+						0, DCR_DELTA_PARTIAL, m->path, e);
+		m->inited = 1;
+		if (r || (r = min_advance(m, e)))
+			return r;
 	}
 	uint8_t attempt[16];
 	dcr_digest zero = {{0}};
-	if ((r = dcr_attempt_id(o->attempt, attempt, e)) ||
-	    (r = dcr_delta_writer_init_flags(&w, sink, o->base_id ? o->base_id : &zero, attempt,
-					     partial ? DCR_DELTA_PARTIAL : 0, o->what, e)))
-		goto out;
-	for (uint32_t out_idx = 0;; out_idx++) {
-		/* the smallest next tensor name over the inputs */
-		const char *name = NULL;
-		free(cur_name);
-		cur_name = NULL;
-		for (size_t i = 0; i < o->ninputs; i++) {
-			struct min *m = &in[i];
-			if (m->at_end)
-				continue;
-			if (m->rec.type != DCR_REC_TENSOR) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s: an item before its tensor", m->path);
-				goto out;
-			}
-			if (!m->cur.name) {
-				if ((r = dcr_delta_parse_tensor(&m->rec, &m->cur, e)))
-					goto out;
-				if (m->cur.flags & DCR_TENSOR_NEW) {
-					r = dcr_err_set(e, DCR_EFORMAT, "%s: tensor '%s' is not in the base; a layout merge takes changes only",
-							m->path, m->cur.name);
-					goto out;
-				}
-				m->ntensors++;
-			}
-			if (!name || strcmp(m->cur.name, name) < 0)
-				name = m->cur.name;
+	if ((r = dcr_attempt_id(o->attempt, attempt, e)))
+		return r;
+	return dcr_delta_writer_init_flags(&mg->w, sink, o->base_id ? o->base_id : &zero, attempt,
+					   mg->partial ? DCR_DELTA_PARTIAL : 0, o->what, e);
+}
+
+/* The smallest next tensor name over the inputs (a copy in mg->cur_name),
+ * each input's TENSOR record parsed on the way; NULL when all are done. */
+static int next_tensor(struct merge *mg, const char **pname, struct dcr_err *e)
+{
+	const char *name = NULL;
+	int r;
+	free(mg->cur_name);
+	mg->cur_name = NULL;
+	*pname = NULL;
+	for (size_t i = 0; i < mg->o->ninputs; i++) {
+		struct min *m = &mg->in[i];
+		if (m->at_end)
+			continue;
+		if (m->rec.type != DCR_REC_TENSOR)
+			return dcr_err_set(e, DCR_EFORMAT, "%s: an item before its tensor", m->path);
+		if (!m->cur.name) {
+			if ((r = dcr_delta_parse_tensor(&m->rec, &m->cur, e)))
+				return r;
+			if (m->cur.flags & DCR_TENSOR_NEW)
+				return dcr_err_set(e, DCR_EFORMAT, "%s: tensor '%s' is not in the base; a layout merge takes changes only",
+						   m->path, m->cur.name);
+			m->ntensors++;
 		}
-		if (!name)
-			break;
-		if (!(cur_name = dcr_strdup(name))) {
-			r = dcr_err_sys(e, ENOMEM, "merge");
-			goto out;
-		}
-		name = cur_name;
-		struct dcr_delta_tensor *first = NULL;
-		size_t first_in = 0;
-		l.n = 0;
-		for (size_t i = 0; i < o->ninputs; i++) {
-			struct min *m = &in[i];
-			if (m->at_end || strcmp(m->cur.name, name))
-				continue;
-			if (!first) {
-				first = &m->cur;
-				first_in = i;
-			} else if (first->dtype != m->cur.dtype || first->ndim != m->cur.ndim ||
-				   memcmp(first->shape, m->cur.shape, first->ndim * sizeof(uint64_t)) ||
-				   strcmp(first->file, m->cur.file)) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s and %s disagree on tensor '%s' (dtype, shape or file)",
-						in[first_in].path, m->path, name);
-				goto out;
-			}
-			unsigned unit = dcr_dtype_unit(m->cur.dtype);
-			uint64_t units = m->cur.nelem * dcr_dtype_bits(m->cur.dtype) / 8 / unit;
-			/* its items */
-			while (!(r = min_advance(m, e)) && !m->at_end && m->rec.type == DCR_REC_ITEM) {
-				struct dcr_item it;
-				if ((r = dcr_delta_parse_item(&m->rec, &it, e)))
-					goto out;
-				if (it.tensor != m->ntensors - 1 || it.start > units ||
-				    it.len > units - it.start) {
-					r = dcr_err_set(e, DCR_EFORMAT, "%s: item out of place for '%s'",
-							m->path, name);
-					goto out;
-				}
-				if ((r = dcr_item_decode(&it, unit, &ch, e)))
-					goto out;
-				for (size_t k = 0; k < ch.n; k++) {
-					struct lchg c = {.c = it.start + ch.pos[k], .val = ch.val[k],
-							 .key = (uint32_t)i, .enc = it.enc};
-					if (lvec_push(&l, &c)) {
-						r = dcr_err_sys(e, ENOMEM, "merge");
-						goto out;
-					}
-				}
-			}
-			if (r)
-				goto out;
-		}
-		/* union, each element once */
-		if (l.n > 1)
-			qsort(l.v, l.n, sizeof(*l.v), lchg_cmp);
-		size_t n = 0;
-		for (size_t k = 0; k < l.n; k++) {
-			if (n && l.v[n - 1].c == l.v[k].c) {
-				if (l.v[n - 1].enc != l.v[k].enc || l.v[n - 1].val != l.v[k].val) {
-					r = dcr_err_set(e, DCR_EFORMAT,
-							"%s and %s disagree on element %llu of '%s'",
-							in[l.v[n - 1].key].path, in[l.v[k].key].path,
-							(unsigned long long)l.v[k].c, name);
-					goto out;
-				}
-				dups++;
-				continue;
-			}
-			l.v[n++] = l.v[k];
-		}
-		uint64_t nitems = 0;
-		recs.len = 0;
-		if ((r = dcr_delta_write_tensor(&w, first, e)) ||
-		    (r = lchg_emit_items(&recs, out_idx, l.v, n, dcr_dtype_unit(first->dtype), chunk,
-				    &nitems, e)) ||
-		    (r = dcr_delta_write_raw(&w, recs.p, recs.len, nitems, n, e)))
-			goto out;
-		if (!partial) {
-			long k = digests_find(&g, name);
-			if (k < 0) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s has no digest for tensor '%s'",
-						o->target_digests, name);
-				goto out;
-			}
-			g.used[k] = 1;
-			if ((r = dcr_delta_write_done(&w, out_idx, &g.d[k], e)))
-				goto out;
-			if (nent == capent) {
-				capent = capent ? capent * 2 : 256;
-				void *ne = realloc(ent, capent * sizeof(*ent));
-				if (!ne) {
-					r = dcr_err_sys(e, ENOMEM, "merge");
-					goto out;
-				}
-				ent = ne;
-			}
-			ent[nent].name = g.name[k];
-			ent[nent].dtype = first->dtype;
-			ent[nent].ndim = first->ndim;
-			ent[nent].shape = NULL; /* filled below: first is about to go */
-			ent[nent].digest = g.d[k];
-			uint64_t *shape = malloc((first->ndim + 1) * sizeof(uint64_t));
-			if (!shape) {
-				r = dcr_err_sys(e, ENOMEM, "merge");
-				goto out;
-			}
-			memcpy(shape, first->shape, first->ndim * sizeof(uint64_t));
-			ent[nent++].shape = shape;
-		}
-		/* the inputs at this tensor move on */
-		for (size_t i = 0; i < o->ninputs; i++)
-			if (in[i].cur.name && !strcmp(in[i].cur.name, name))
-				dcr_delta_tensor_clear(&in[i].cur);
-		if (st) {
-			st->changed += n;
-			st->items += nitems;
+		if (!name || strcmp(m->cur.name, name) < 0)
+			name = m->cur.name;
+	}
+	if (!name)
+		return 0;
+	if (!(mg->cur_name = dcr_strdup(name)))
+		return dcr_err_sys(e, ENOMEM, "merge");
+	*pname = mg->cur_name;
+	return 0;
+}
+
+/* Input i's items for the tensor it is at, decoded onto mg->l with each
+ * change keyed by its input; leaves the input at its next TENSOR or end. */
+static int read_items(struct merge *mg, size_t i, const char *name, struct dcr_err *e)
+{
+	struct min *m = &mg->in[i];
+	unsigned unit = dcr_dtype_unit(m->cur.dtype);
+	uint64_t units = m->cur.nelem * dcr_dtype_bits(m->cur.dtype) / 8 / unit;
+	int r;
+	while (!(r = min_advance(m, e)) && !m->at_end && m->rec.type == DCR_REC_ITEM) {
+		struct dcr_item it;
+		if ((r = dcr_delta_parse_item(&m->rec, &it, e)))
+			return r;
+		if (it.tensor != m->ntensors - 1 || it.start > units ||
+		    it.len > units - it.start)
+			return dcr_err_set(e, DCR_EFORMAT, "%s: item out of place for '%s'",
+					   m->path, name);
+		if ((r = dcr_item_decode(&it, unit, &mg->ch, e)))
+			return r;
+		for (size_t k = 0; k < mg->ch.n; k++) {
+			struct lchg c = {.c = it.start + mg->ch.pos[k], .val = mg->ch.val[k],
+					 .key = (uint32_t)i, .enc = it.enc};
+			if (lvec_push(&mg->l, &c))
+				return dcr_err_sys(e, ENOMEM, "merge");
 		}
 	}
-	dcr_digest target = zero;
-	if (!partial) {
-		for (size_t k = 0; k < g.n; k++)
-			if (!g.used[k]) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s names tensor '%s', which no input declares",
-						o->target_digests, g.name[k]);
-				goto out;
-			}
-		dcr_state_id(ent, nent, &target);
+	return r;
+}
+
+/* Every input at tensor name: its declaration checked against the first
+ * one's (*pfirst), its changes gathered onto mg->l. */
+static int gather_tensor(struct merge *mg, const char *name,
+			 struct dcr_delta_tensor **pfirst, struct dcr_err *e)
+{
+	struct dcr_delta_tensor *first = NULL;
+	size_t first_in = 0;
+	int r;
+	mg->l.n = 0;
+	for (size_t i = 0; i < mg->o->ninputs; i++) {
+		struct min *m = &mg->in[i];
+		if (m->at_end || strcmp(m->cur.name, name))
+			continue;
+		if (!first) {
+			first = &m->cur;
+			first_in = i;
+		} else if (first->dtype != m->cur.dtype || first->ndim != m->cur.ndim ||
+			   memcmp(first->shape, m->cur.shape, first->ndim * sizeof(uint64_t)) ||
+			   strcmp(first->file, m->cur.file)) {
+			return dcr_err_set(e, DCR_EFORMAT, "%s and %s disagree on tensor '%s' (dtype, shape or file)",
+					   mg->in[first_in].path, m->path, name);
+		}
+		if ((r = read_items(mg, i, name, e)))
+			return r;
 	}
-	if ((r = dcr_delta_write_end(&w, &target, e)))
-		goto out;
+	*pfirst = first;
+	return 0;
+}
+
+/* The union of the tensor's changes, each element once (*pn of them, at
+ * the front of mg->l, sorted); inputs that disagree on one are an error. */
+static int union_changes(struct merge *mg, const char *name, size_t *pn, struct dcr_err *e)
+{
+	struct lvec *l = &mg->l;
+	if (l->n > 1)
+		qsort(l->v, l->n, sizeof(*l->v), lchg_cmp);
+	size_t n = 0;
+	for (size_t k = 0; k < l->n; k++) {
+		if (n && l->v[n - 1].c == l->v[k].c) {
+			if (l->v[n - 1].enc != l->v[k].enc || l->v[n - 1].val != l->v[k].val)
+				return dcr_err_set(e, DCR_EFORMAT,
+						   "%s and %s disagree on element %llu of '%s'",
+						   mg->in[l->v[n - 1].key].path, mg->in[l->v[k].key].path,
+						   (unsigned long long)l->v[k].c, name);
+			mg->dups++;
+			continue;
+		}
+		l->v[n++] = l->v[k];
+	}
+	*pn = n;
+	return 0;
+}
+
+/* A full merge's tensor: its DONE record with the target digest, and its
+ * entry for the target state id. */
+static int record_target(struct merge *mg, uint32_t out_idx, const char *name,
+			 const struct dcr_delta_tensor *first, struct dcr_err *e)
+{
+	struct digests *g = &mg->g;
+	int r;
+	long k = digests_find(g, name);
+	if (k < 0)
+		return dcr_err_set(e, DCR_EFORMAT, "%s has no digest for tensor '%s'",
+				   mg->o->target_digests, name);
+	g->used[k] = 1;
+	if ((r = dcr_delta_write_done(&mg->w, out_idx, &g->d[k], e)))
+		return r;
+	if (mg->nent == mg->capent) {
+		mg->capent = mg->capent ? mg->capent * 2 : 256;
+		void *ne = realloc(mg->ent, mg->capent * sizeof(*mg->ent));
+		if (!ne)
+			return dcr_err_sys(e, ENOMEM, "merge");
+		mg->ent = ne;
+	}
+	struct dcr_state_entry *en = &mg->ent[mg->nent];
+	en->name = g->name[k];
+	en->dtype = first->dtype;
+	en->ndim = first->ndim;
+	en->shape = NULL; /* filled below: first is about to go */
+	en->digest = g->d[k];
+	uint64_t *shape = malloc((first->ndim + 1) * sizeof(uint64_t));
+	if (!shape)
+		return dcr_err_sys(e, ENOMEM, "merge");
+	memcpy(shape, first->shape, first->ndim * sizeof(uint64_t));
+	en->shape = shape;
+	mg->nent++;
+	return 0;
+}
+
+/* Merge tensor name, output tensor out_idx: gather, unite, write its
+ * items (and its DONE record), and move the inputs at it on. */
+static int merge_tensor(struct merge *mg, uint32_t out_idx, const char *name,
+			struct dcr_merge_stats *st, struct dcr_err *e)
+{
+	struct dcr_delta_tensor *first = NULL;
+	size_t n = 0;
+	int r;
+	if ((r = gather_tensor(mg, name, &first, e)) ||
+	    (r = union_changes(mg, name, &n, e)))
+		return r;
+	uint64_t nitems = 0;
+	mg->recs.len = 0;
+	if ((r = dcr_delta_write_tensor(&mg->w, first, e)) ||
+	    (r = lchg_emit_items(&mg->recs, out_idx, mg->l.v, n, dcr_dtype_unit(first->dtype),
+				 mg->chunk, &nitems, e)) ||
+	    (r = dcr_delta_write_raw(&mg->w, mg->recs.p, mg->recs.len, nitems, n, e)))
+		return r;
+	if (!mg->partial && (r = record_target(mg, out_idx, name, first, e)))
+		return r;
+	/* the inputs at this tensor move on */
+	for (size_t i = 0; i < mg->o->ninputs; i++)
+		if (mg->in[i].cur.name && !strcmp(mg->in[i].cur.name, name))
+			dcr_delta_tensor_clear(&mg->in[i].cur);
+	if (st) {
+		st->changed += n;
+		st->items += nitems;
+	}
+	return 0;
+}
+
+/* The END record, with the target state id of a full merge (every target
+ * digest used), and the totals. */
+static int merge_finish(struct merge *mg, struct dcr_merge_stats *st, struct dcr_err *e)
+{
+	dcr_digest target = {{0}};
+	int r;
+	if (!mg->partial) {
+		for (size_t k = 0; k < mg->g.n; k++)
+			if (!mg->g.used[k])
+				return dcr_err_set(e, DCR_EFORMAT, "%s names tensor '%s', which no input declares",
+						   mg->o->target_digests, mg->g.name[k]);
+		dcr_state_id(mg->ent, mg->nent, &target);
+	}
+	if ((r = dcr_delta_write_end(&mg->w, &target, e)))
+		return r;
 	if (st) {
 		st->target = target;
-		st->partial = partial;
-		st->tensors = w.ntensors;
-		st->duplicates = dups;
-		st->bytes_out = w.bytes;
+		st->partial = mg->partial;
+		st->tensors = mg->w.ntensors;
+		st->duplicates = mg->dups;
+		st->bytes_out = mg->w.bytes;
 	}
+	return 0;
+}
+
+int dcr_merge(const struct dcr_merge_opts *o, struct dcr_sink sink, struct dcr_merge_stats *st,
+	      struct dcr_err *e)
+{
+	struct merge mg = {.o = o, .partial = !o->target_digests};
+	int r = 0;
+	mg.chunk = o->chunk_elems ? o->chunk_elems : (1u << 20);
+	if (mg.chunk > DCR_ITEM_MAX_ELEMS)
+		mg.chunk = DCR_ITEM_MAX_ELEMS;
+	mg.in = dcr_calloc(o->ninputs + 1, sizeof(*mg.in));
+	if (!mg.in)
+		return dcr_err_sys(e, ENOMEM, "merge");
+	if ((r = merge_open(&mg, sink, e)))
+		goto out;
+	for (uint32_t out_idx = 0;; out_idx++) {
+		const char *name;
+		if ((r = next_tensor(&mg, &name, e)))
+			goto out;
+		if (!name)
+			break;
+		if ((r = merge_tensor(&mg, out_idx, name, st, e)))
+			goto out;
+	}
+	r = merge_finish(&mg, st, e);
 out:
 	for (size_t i = 0; i < o->ninputs; i++) {
-		if (in[i].inited)
-			dcr_delta_reader_release(&in[i].rd);
-		dcr_delta_tensor_clear(&in[i].cur);
-		if (in[i].fd > 0)
-			close(in[i].fd);
+		if (mg.in[i].inited)
+			dcr_delta_reader_release(&mg.in[i].rd);
+		dcr_delta_tensor_clear(&mg.in[i].cur);
+		if (mg.in[i].fd > 0)
+			close(mg.in[i].fd);
 	}
-	free(in);
-	free(cur_name);
-	for (size_t k = 0; k < nent; k++)
-		free((void *)ent[k].shape);
-	free(ent);
-	digests_free(&g);
-	lvec_free(&l);
-	dcr_changes_free(&ch);
-	dcr_buf_free(&recs);
-	dcr_delta_writer_release(&w);
+	free(mg.in);
+	free(mg.cur_name);
+	for (size_t k = 0; k < mg.nent; k++)
+		free((void *)mg.ent[k].shape);
+	free(mg.ent);
+	digests_free(&mg.g);
+	lvec_free(&mg.l);
+	dcr_changes_free(&mg.ch);
+	dcr_buf_free(&mg.recs);
+	dcr_delta_writer_release(&mg.w);
 	return r;
 }

@@ -389,181 +389,208 @@ out:
 
 /* ---- the whole placement ---- */
 
-int dcr_place(struct dcr_receiver *rc, const struct dcr_layout *L, uint32_t rank,
-	      struct dcr_source src, const uint8_t *head, size_t head_len,
-	      const struct dcr_apply_opts *o, struct dcr_place_result *res,
-	      struct dcr_err *e)
-{
-	struct pctx x = {.L = L, .rank = rank};
-	struct dcr_ckpt *c = NULL;
-	dcr_digest *dg = NULL, cur;
-	struct dcr_delta_reader rd = {0};
-	struct hsrc hs = {.in = src};
-	struct dcr_delta_writer w = {0};
-	struct dcr_buf out = {0}, recs = {0};
-	struct dcr_state_entry *ent = NULL;
-	uint8_t *buf = NULL;
-	int r, rd_inited = 0;
-	memset(res, 0, sizeof(*res));
+/* What the placement's steps share: the rank's map and the changes placed
+ * on it, the receiver's checkpoint and state, the canonical delta's reader
+ * (hashing what it reads), the placed delta being written, and the
+ * placement record. */
+struct place {
+	struct pctx x;
+	struct dcr_receiver *rc;
+	struct dcr_ckpt *c;
+	dcr_digest *dg, cur;
+	struct hsrc hs;
+	struct dcr_delta_reader rd;
+	int rd_inited;
+	struct dcr_delta_writer w;
+	struct dcr_buf out, recs;	/* the placed delta; one tensor's items */
+	struct dcr_state_entry *ent;	/* the placed delta's target state */
+	uint8_t *buf;
+	struct placed pl;
+};
 
-	if ((r = dcr_apply_recover(rc, o, e)) < 0)
-		return r;
-	if ((r = dcr_ckpt_open(rc->dir, &c, e)) ||
-	    (r = dcr_receiver_state(rc, c, 1, &cur, &dg, NULL, e)))
-		goto out;
-	/* the rank's stored tensors must all be there, as the map says */
+/* The rank's stored tensors must all be in the receiver, as the map says. */
+static int check_rank(const struct place *pc, struct dcr_err *e)
+{
+	const struct dcr_layout *L = pc->x.L;
+	uint32_t rank = pc->x.rank;
 	int any = 0;
 	for (uint32_t t = 0; t < L->ntensors; t++) {
 		const struct dcr_layout_tensor *lt = &L->tensors[t];
 		if (lt->rank != rank)
 			continue;
 		any = 1;
-		const struct dcr_ckpt_tensor *ct = dcr_ckpt_find(c, lt->name);
-		if (!ct) {
-			r = dcr_err_set(e, DCR_ENOTFOUND, "receiver '%s' has no tensor '%s' (rank %u of the map)",
-					rc->dir, lt->name, (unsigned)rank);
-			goto out;
-		}
-		if (!dcr_ckpt_tensor_is(ct, lt->dtype, lt->ndim, lt->shape)) {
-			r = dcr_err_set(e, DCR_EFORMAT,
-					"receiver '%s': tensor '%s' does not match the map (dtype or shape)",
-					rc->dir, lt->name);
-			goto out;
-		}
+		const struct dcr_ckpt_tensor *ct = dcr_ckpt_find(pc->c, lt->name);
+		if (!ct)
+			return dcr_err_set(e, DCR_ENOTFOUND, "receiver '%s' has no tensor '%s' (rank %u of the map)",
+					   pc->rc->dir, lt->name, (unsigned)rank);
+		if (!dcr_ckpt_tensor_is(ct, lt->dtype, lt->ndim, lt->shape))
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "receiver '%s': tensor '%s' does not match the map (dtype or shape)",
+					   pc->rc->dir, lt->name);
 	}
-	if (!any) {
-		r = dcr_err_set(e, DCR_ENOTFOUND, "the layout map has no rank %u", (unsigned)rank);
-		goto out;
-	}
+	if (!any)
+		return dcr_err_set(e, DCR_ENOTFOUND, "the layout map has no rank %u", (unsigned)rank);
+	return 0;
+}
 
-	/* read and place the canonical delta */
-	x.pt = dcr_calloc(L->ntensors + 1, sizeof(*x.pt));
-	hs.sha = dcr_sha_new();
-	buf = malloc((size_t)READ_ELEMS * 8);
-	if (!x.pt || !hs.sha || !buf) {
-		r = dcr_err_sys(e, ENOMEM, "placement");
-		goto out;
-	}
+/* Read and place the canonical delta (head, then the source), which must
+ * end at its trailer; pc->pl gets its digest, its ids and the receiver's
+ * state before it. */
+static int read_delta(struct place *pc, const uint8_t *head, size_t head_len, const char *what,
+		      struct dcr_err *e)
+{
+	const struct dcr_source src = pc->hs.in;
+	int r;
+	pc->x.pt = dcr_calloc(pc->x.L->ntensors + 1, sizeof(*pc->x.pt));
+	pc->hs.sha = dcr_sha_new();
+	pc->buf = malloc((size_t)READ_ELEMS * 8);
+	if (!pc->x.pt || !pc->hs.sha || !pc->buf)
+		return dcr_err_sys(e, ENOMEM, "placement");
 	if (head_len)
-		dcr_sha_update(hs.sha, head, head_len);
-	const char *what = o && o->what ? o->what : "delta";
-	r = dcr_delta_reader_init_flags(&rd, (struct dcr_source){hsrc_read, &hs}, head, head_len,
-					DCR_DELTA_PARTIAL, what, e);
-	rd_inited = 1;
-	if (r || (r = read_canonical(&x, &rd, e)))
-		goto out;
+		dcr_sha_update(pc->hs.sha, head, head_len);
+	r = dcr_delta_reader_init_flags(&pc->rd, (struct dcr_source){hsrc_read, &pc->hs}, head,
+					head_len, DCR_DELTA_PARTIAL, what, e);
+	pc->rd_inited = 1;
+	if (r || (r = read_canonical(&pc->x, &pc->rd, e)))
+		return r;
 	uint8_t extra;
 	int q = src.read(src.ctx, &extra, 1);
-	if (q == 0) {
-		r = dcr_err_set(e, DCR_EFORMAT, "%s has bytes after its trailer", what);
-		goto out;
-	} else if (q != -EPIPE) {
-		r = dcr_err_sys(e, q, "cannot read %s", what);
-		goto out;
-	}
-	struct placed pl = {0}, was;
-	dcr_sha_final(hs.sha, &pl.delta);
-	pl.before = cur;
-	pl.cbase = rd.base;
-	pl.ctarget = rd.target;
-	res->canon_changes = x.changes;
-	res->stored_changes = x.placed;
-	int have_was = !placed_read(rc, &was);
-	if (have_was && !memcmp(was.delta.b, pl.delta.b, 32) && !memcmp(was.after.b, cur.b, 32)) {
-		res->already = 1;
-		res->apply.already = 1;
-		res->apply.base = was.before;
-		res->apply.target = cur;
-		goto out;
-	}
-	if (have_was && !memcmp(was.after.b, cur.b, 32) && !(rd.flags & DCR_DELTA_PARTIAL) &&
-	    !dcr_digest_is_zero(&was.ctarget) && memcmp(was.ctarget.b, rd.base.b, 32)) {
-		char a[65], b[65];
-		dcr_digest_hex(&was.ctarget, a);
-		dcr_digest_hex(&rd.base, b);
-		r = dcr_err_set(e, DCR_EBASE,
-				"receiver '%s' holds canonical state %.12s, the delta's base is %.12s",
-				rc->dir, a, b);
-		goto out;
-	}
+	if (q == 0)
+		return dcr_err_set(e, DCR_EFORMAT, "%s has bytes after its trailer", what);
+	else if (q != -EPIPE)
+		return dcr_err_sys(e, q, "cannot read %s", what);
+	dcr_sha_final(pc->hs.sha, &pc->pl.delta);
+	pc->pl.before = pc->cur;
+	pc->pl.cbase = pc->rd.base;
+	pc->pl.ctarget = pc->rd.target;
+	return 0;
+}
 
-	/* an ordinary delta from the receiver's state */
-	ent = dcr_calloc(c->ntensors + 1, sizeof(*ent));
-	if (!ent) {
-		r = dcr_err_sys(e, ENOMEM, "placement");
-		goto out;
-	}
+/* The placed delta: an ordinary delta from the receiver's state over all
+ * its tensors, with the rank's changes resolved into items; pc->pl.after
+ * is its target state. */
+static int write_placed(struct place *pc, struct dcr_err *e)
+{
+	const struct dcr_layout *L = pc->x.L;
+	const struct dcr_ckpt *c = pc->c;
+	struct dcr_state_entry *ent;
+	int r;
+	pc->ent = ent = dcr_calloc(c->ntensors + 1, sizeof(*ent));
+	if (!ent)
+		return dcr_err_sys(e, ENOMEM, "placement");
 	uint8_t attempt[16];
-	memcpy(attempt, rd.attempt, 16);
-	if ((r = dcr_delta_writer_init(&w, (struct dcr_sink){buf_sink, &out}, &cur, attempt,
-				       "placed delta", e)))
-		goto out;
+	memcpy(attempt, pc->rd.attempt, 16);
+	if ((r = dcr_delta_writer_init(&pc->w, (struct dcr_sink){buf_sink, &pc->out}, &pc->cur,
+				       attempt, "placed delta", e)))
+		return r;
 	for (size_t i = 0; i < c->ntensors; i++) {
 		const struct dcr_ckpt_tensor *ct = &c->tensors[i];
 		const struct dcr_tensor_info *ti = ct->info;
 		struct dcr_delta_tensor dt = {.name = ti->name, .file = c->file_names[ct->file],
 					      .dtype = ti->dtype, .ndim = ti->ndim};
 		memcpy(dt.shape, ti->shape, sizeof(dt.shape));
-		if ((r = dcr_delta_write_tensor(&w, &dt, e)))
-			goto out;
+		if ((r = dcr_delta_write_tensor(&pc->w, &dt, e)))
+			return r;
 		ent[i].name = ti->name;
 		ent[i].dtype = ti->dtype;
 		ent[i].ndim = ti->ndim;
 		ent[i].shape = ti->shape;
-		ent[i].digest = dg[i];
-		int t = dcr_layout_find_tensor(L, rank, ti->name);
-		if (t < 0 || !x.pt[t].n)
+		ent[i].digest = pc->dg[i];
+		int t = dcr_layout_find_tensor(L, pc->x.rank, ti->name);
+		if (t < 0 || !pc->x.pt[t].n)
 			continue;
 		uint64_t ni = 0, nc = 0;
-		recs.len = 0;
-		if ((r = resolve_tensor(L, (uint32_t)t, &x.pt[t], ct, buf, (uint32_t)i, &recs, &ni,
-					&nc, &ent[i].digest, e)) ||
-		    (r = dcr_delta_write_raw(&w, recs.p, recs.len, ni, nc, e)))
-			goto out;
-		free(x.pt[t].v);
-		memset(&x.pt[t], 0, sizeof(x.pt[t]));
+		pc->recs.len = 0;
+		if ((r = resolve_tensor(L, (uint32_t)t, &pc->x.pt[t], ct, pc->buf, (uint32_t)i,
+					&pc->recs, &ni, &nc, &ent[i].digest, e)) ||
+		    (r = dcr_delta_write_raw(&pc->w, pc->recs.p, pc->recs.len, ni, nc, e)))
+			return r;
+		free(pc->x.pt[t].v);
+		memset(&pc->x.pt[t], 0, sizeof(pc->x.pt[t]));
 	}
 	for (size_t i = 0; i < c->ntensors; i++)
-		if ((r = dcr_delta_write_done(&w, (uint32_t)i, &ent[i].digest, e)))
-			goto out;
-	dcr_state_id(ent, c->ntensors, &pl.after);
-	if ((r = dcr_delta_write_end(&w, &pl.after, e)))
+		if ((r = dcr_delta_write_done(&pc->w, (uint32_t)i, &ent[i].digest, e)))
+			return r;
+	dcr_state_id(ent, c->ntensors, &pc->pl.after);
+	return dcr_delta_write_end(&pc->w, &pc->pl.after, e);
+}
+
+int dcr_place(struct dcr_receiver *rc, const struct dcr_layout *L, uint32_t rank,
+	      struct dcr_source src, const uint8_t *head, size_t head_len,
+	      const struct dcr_apply_opts *o, struct dcr_place_result *res,
+	      struct dcr_err *e)
+{
+	struct place pc = {.x = {.L = L, .rank = rank}, .rc = rc, .hs = {.in = src}};
+	int r;
+	memset(res, 0, sizeof(*res));
+
+	if ((r = dcr_apply_recover(rc, o, e)) < 0)
+		return r;
+	if ((r = dcr_ckpt_open(rc->dir, &pc.c, e)) ||
+	    (r = dcr_receiver_state(rc, pc.c, 1, &pc.cur, &pc.dg, NULL, e)) ||
+	    (r = check_rank(&pc, e)))
 		goto out;
-	if (!memcmp(pl.after.b, cur.b, 32)) { /* nothing of it lands on this rank */
-		res->apply.base = res->apply.target = cur;
-		if ((r = placed_write(rc, &pl, e)))
-			goto out;
+	const char *what = o && o->what ? o->what : "delta";
+	if ((r = read_delta(&pc, head, head_len, what, e)))
+		goto out;
+	res->canon_changes = pc.x.changes;
+	res->stored_changes = pc.x.placed;
+	struct placed was;
+	int have_was = !placed_read(rc, &was);
+	if (have_was && !memcmp(was.delta.b, pc.pl.delta.b, 32) && !memcmp(was.after.b, pc.cur.b, 32)) {
+		res->already = 1;
+		res->apply.already = 1;
+		res->apply.base = was.before;
+		res->apply.target = pc.cur;
 		goto out;
 	}
-	dcr_ckpt_close(c);
-	c = NULL;
-	if ((r = placed_write(rc, &pl, e)))
+	if (have_was && !memcmp(was.after.b, pc.cur.b, 32) && !(pc.rd.flags & DCR_DELTA_PARTIAL) &&
+	    !dcr_digest_is_zero(&was.ctarget) && memcmp(was.ctarget.b, pc.rd.base.b, 32)) {
+		char a[65], b[65];
+		dcr_digest_hex(&was.ctarget, a);
+		dcr_digest_hex(&pc.rd.base, b);
+		r = dcr_err_set(e, DCR_EBASE,
+				"receiver '%s' holds canonical state %.12s, the delta's base is %.12s",
+				rc->dir, a, b);
+		goto out;
+	}
+
+	if ((r = write_placed(&pc, e)))
+		goto out;
+	if (!memcmp(pc.pl.after.b, pc.cur.b, 32)) { /* nothing of it lands on this rank */
+		res->apply.base = res->apply.target = pc.cur;
+		r = placed_write(rc, &pc.pl, e);
+		goto out;
+	}
+	dcr_ckpt_close(pc.c);
+	pc.c = NULL;
+	if ((r = placed_write(rc, &pc.pl, e)))
 		goto out;
 	struct dcr_apply_opts ao = {0};
 	if (o)
 		ao = *o;
 	ao.head = NULL;
 	ao.what = "placed delta";
-	struct msrc ms = {.p = out.p, .len = out.len};
+	struct msrc ms = {.p = pc.out.p, .len = pc.out.len};
 	r = dcr_apply(rc, (struct dcr_source){msrc_read, &ms}, NULL, 0, &ao, &res->apply, e);
 out:
-	if (rd_inited)
-		dcr_delta_reader_release(&rd);
-	dcr_sha_free(hs.sha);
-	if (x.pt)
+	if (pc.rd_inited)
+		dcr_delta_reader_release(&pc.rd);
+	dcr_sha_free(pc.hs.sha);
+	if (pc.x.pt)
 		for (size_t t = 0; t < L->ntensors; t++)
-			free(x.pt[t].v);
-	free(x.pt);
-	free(x.canon_of);
-	free(x.tflags);
-	free(x.idx);
-	dcr_changes_free(&x.ch);
-	dcr_delta_writer_release(&w);
-	dcr_buf_free(&out);
-	dcr_buf_free(&recs);
-	free(ent);
-	free(dg);
-	free(buf);
-	dcr_ckpt_close(c);
+			free(pc.x.pt[t].v);
+	free(pc.x.pt);
+	free(pc.x.canon_of);
+	free(pc.x.tflags);
+	free(pc.x.idx);
+	dcr_changes_free(&pc.x.ch);
+	dcr_delta_writer_release(&pc.w);
+	dcr_buf_free(&pc.out);
+	dcr_buf_free(&pc.recs);
+	free(pc.ent);
+	free(pc.dg);
+	free(pc.buf);
+	dcr_ckpt_close(pc.c);
 	return r;
 }

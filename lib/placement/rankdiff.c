@@ -35,6 +35,13 @@ struct rdctx {
 	uint8_t *shared, *dominated; /* per piece */
 	uint64_t chunk;
 	struct dcr_rankdiff_stats st;
+	/* the whole diff's */
+	struct dcr_ckpt *a, *b;		/* base and target shards */
+	uint32_t *mark;			/* per canonical tensor: last rank tensor + 1 */
+	uint32_t *order;		/* held canonical tensors, by name */
+	size_t nheld;
+	uint8_t *ba, *bb;		/* read buffers */
+	struct dcr_delta_writer w;
 };
 
 static uint64_t holder_key(const struct dcr_layout *L, uint32_t tensor)
@@ -218,35 +225,13 @@ static int diff_tensor(struct rdctx *d, uint32_t t, const struct dcr_ckpt_tensor
 	return 0;
 }
 
-int dcr_rankdiff(const struct dcr_rankdiff_opts *o, struct dcr_sink sink,
-		 struct dcr_rankdiff_stats *st, struct dcr_err *e)
+/* The rank's stored tensors: each in both checkpoints, as the map says,
+ * and nothing else in them; counts each canonical tensor's holders. */
+static int check_rank_tensors(struct rdctx *d, struct dcr_err *e)
 {
-	const struct dcr_layout *L = o->map;
-	struct rdctx d = {.o = o, .L = L};
-	struct dcr_ckpt *a = NULL, *b = NULL;
-	struct dcr_delta_writer w = {0};
-	uint32_t *mark = NULL, *order = NULL;
-	uint8_t *ba = NULL, *bb = NULL;
-	size_t nheld = 0;
-	int r = 0;
-	d.chunk = o->chunk_elems ? o->chunk_elems : (1u << 20);
-	if (d.chunk > DCR_ITEM_MAX_ELEMS)
-		d.chunk = DCR_ITEM_MAX_ELEMS;
-	d.ca = dcr_calloc(L->ncanon + 1, sizeof(*d.ca));
-	d.shared = dcr_calloc(L->npieces + 1, 1);
-	d.dominated = dcr_calloc(L->npieces + 1, 1);
-	mark = dcr_calloc(L->ncanon + 1, sizeof(*mark));
-	order = dcr_calloc(L->ncanon + 1, sizeof(*order));
-	ba = malloc((size_t)READ_ELEMS * 8);
-	bb = malloc((size_t)READ_ELEMS * 8);
-	if (!d.ca || !d.shared || !d.dominated || !mark || !order || !ba || !bb) {
-		r = dcr_err_sys(e, ENOMEM, "layout diff");
-		goto out;
-	}
-	if ((r = dcr_ckpt_open(o->base, &a, e)) || (r = dcr_ckpt_open(o->target, &b, e)))
-		goto out;
-
-	/* the rank's stored tensors: each in both checkpoints, as the map says */
+	const struct dcr_layout *L = d->L;
+	const struct dcr_rankdiff_opts *o = d->o;
+	const struct dcr_ckpt *a = d->a, *b = d->b;
 	size_t nrank = 0;
 	for (uint32_t t = 0; t < L->ntensors; t++) {
 		const struct dcr_layout_tensor *lt = &L->tensors[t];
@@ -255,108 +240,147 @@ int dcr_rankdiff(const struct dcr_rankdiff_opts *o, struct dcr_sink sink,
 		nrank++;
 		const struct dcr_ckpt_tensor *x = dcr_ckpt_find(a, lt->name),
 					     *y = dcr_ckpt_find(b, lt->name);
-		if (!x || !y) {
-			r = dcr_err_set(e, DCR_ENOTFOUND, "'%s' has no tensor '%s' (rank %u of the map)",
-					x ? b->path : a->path, lt->name, (unsigned)o->rank);
-			goto out;
-		}
-		if (!same_shape(x->info, lt) || !same_shape(y->info, lt)) {
-			r = dcr_err_set(e, DCR_EFORMAT,
-					"tensor '%s' of '%s' does not match the map (dtype or shape)",
-					lt->name, same_shape(x->info, lt) ? b->path : a->path);
-			goto out;
-		}
-		if (dcr_dtype_bits(lt->dtype) % 8) {
-			r = dcr_err_set(e, DCR_EFORMAT, "tensor '%s': sub-byte dtypes have no layout",
-					lt->name);
-			goto out;
-		}
+		if (!x || !y)
+			return dcr_err_set(e, DCR_ENOTFOUND, "'%s' has no tensor '%s' (rank %u of the map)",
+					   x ? b->path : a->path, lt->name, (unsigned)o->rank);
+		if (!same_shape(x->info, lt) || !same_shape(y->info, lt))
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "tensor '%s' of '%s' does not match the map (dtype or shape)",
+					   lt->name, same_shape(x->info, lt) ? b->path : a->path);
+		if (dcr_dtype_bits(lt->dtype) % 8)
+			return dcr_err_set(e, DCR_EFORMAT, "tensor '%s': sub-byte dtypes have no layout",
+					   lt->name);
 		for (size_t k = 0; k < lt->npieces; k++) {
 			const struct dcr_layout_piece *p = dcr_layout_tensor_piece(L, t, k);
-			if (p->kind == DCR_PIECE_PADDING || mark[p->canon] == t + 1)
+			if (p->kind == DCR_PIECE_PADDING || d->mark[p->canon] == t + 1)
 				continue;
-			mark[p->canon] = t + 1;
-			d.ca[p->canon].remaining++;
-			d.ca[p->canon].held = 1;
+			d->mark[p->canon] = t + 1;
+			d->ca[p->canon].remaining++;
+			d->ca[p->canon].held = 1;
 		}
 	}
-	if (!nrank) {
-		r = dcr_err_set(e, DCR_ENOTFOUND, "the layout map has no rank %u", (unsigned)o->rank);
-		goto out;
-	}
+	if (!nrank)
+		return dcr_err_set(e, DCR_ENOTFOUND, "the layout map has no rank %u", (unsigned)o->rank);
 	for (size_t i = 0; i < a->ntensors; i++)
-		if (dcr_layout_find_tensor(L, o->rank, a->tensors[i].info->name) < 0) {
-			r = dcr_err_set(e, DCR_EFORMAT, "tensor '%s' of '%s' is not in the map's rank %u",
-					a->tensors[i].info->name, a->path, (unsigned)o->rank);
-			goto out;
-		}
+		if (dcr_layout_find_tensor(L, o->rank, a->tensors[i].info->name) < 0)
+			return dcr_err_set(e, DCR_EFORMAT, "tensor '%s' of '%s' is not in the map's rank %u",
+					   a->tensors[i].info->name, a->path, (unsigned)o->rank);
 	for (size_t i = 0; i < b->ntensors; i++)
-		if (dcr_layout_find_tensor(L, o->rank, b->tensors[i].info->name) < 0) {
-			r = dcr_err_set(e, DCR_EFORMAT, "tensor '%s' of '%s' is not in the map's rank %u",
-					b->tensors[i].info->name, b->path, (unsigned)o->rank);
-			goto out;
-		}
-	memset(mark, 0, (L->ncanon + 1) * sizeof(*mark));
-	for (uint32_t c = 0; c < L->ncanon; c++)
-		if (d.ca[c].held)
-			order[nheld++] = c;
-	qsort_r(order, nheld, sizeof(*order), cmp_name, (void *)L);
-	for (size_t i = 0; i < nheld; i++)
-		d.ca[order[i]].out = (uint32_t)i;
-	owner_flags(&d);
+		if (dcr_layout_find_tensor(L, o->rank, b->tensors[i].info->name) < 0)
+			return dcr_err_set(e, DCR_EFORMAT, "tensor '%s' of '%s' is not in the map's rank %u",
+					   b->tensors[i].info->name, b->path, (unsigned)o->rank);
+	return 0;
+}
 
-	/* diff tensor by tensor; a canonical tensor is encoded once complete */
+/* The canonical tensors the rank holds, in name order (their output
+ * TENSOR indices). */
+static void order_held(struct rdctx *d)
+{
+	const struct dcr_layout *L = d->L;
+	for (uint32_t c = 0; c < L->ncanon; c++)
+		if (d->ca[c].held)
+			d->order[d->nheld++] = c;
+	qsort_r(d->order, d->nheld, sizeof(*d->order), cmp_name, (void *)L);
+	for (size_t i = 0; i < d->nheld; i++)
+		d->ca[d->order[i]].out = (uint32_t)i;
+}
+
+/* Diff tensor by tensor; a canonical tensor is encoded once complete. */
+static int diff_rank(struct rdctx *d, struct dcr_err *e)
+{
+	const struct dcr_layout *L = d->L;
+	int r;
 	for (uint32_t t = 0; t < L->ntensors; t++) {
 		const struct dcr_layout_tensor *lt = &L->tensors[t];
-		if (lt->rank != o->rank)
+		if (lt->rank != d->o->rank)
 			continue;
-		const struct dcr_ckpt_tensor *x = dcr_ckpt_find(a, lt->name),
-					     *y = dcr_ckpt_find(b, lt->name);
-		d.st.stored_tensors++;
-		d.st.stored_bytes += dcr_tensor_bytes(y->info);
+		const struct dcr_ckpt_tensor *x = dcr_ckpt_find(d->a, lt->name),
+					     *y = dcr_ckpt_find(d->b, lt->name);
+		d->st.stored_tensors++;
+		d->st.stored_bytes += dcr_tensor_bytes(y->info);
 		int skip = 1;
 		for (size_t k = 0; k < lt->npieces && skip; k++) {
 			const struct dcr_layout_piece *p = dcr_layout_tensor_piece(L, t, k);
-			skip = p->kind == DCR_PIECE_PADDING || d.dominated[lt->first_piece + k];
+			skip = p->kind == DCR_PIECE_PADDING || d->dominated[lt->first_piece + k];
 		}
 		if (skip)
-			d.st.skipped_tensors++;
-		else if ((r = diff_tensor(&d, t, x, y, ba, bb, e)))
-			goto out;
+			d->st.skipped_tensors++;
+		else if ((r = diff_tensor(d, t, x, y, d->ba, d->bb, e)))
+			return r;
 		for (size_t k = 0; k < lt->npieces; k++) {
 			const struct dcr_layout_piece *p = dcr_layout_tensor_piece(L, t, k);
-			if (p->kind == DCR_PIECE_PADDING || mark[p->canon] == t + 1)
+			if (p->kind == DCR_PIECE_PADDING || d->mark[p->canon] == t + 1)
 				continue;
-			mark[p->canon] = t + 1;
-			if (!--d.ca[p->canon].remaining && (r = finish_canon(&d, p->canon, e)))
-				goto out;
+			d->mark[p->canon] = t + 1;
+			if (!--d->ca[p->canon].remaining && (r = finish_canon(d, p->canon, e)))
+				return r;
 		}
 	}
+	return 0;
+}
 
+/* The partial delta: each held canonical tensor with its encoded items,
+ * in name order; fills the totals. */
+static int write_rank_delta(struct rdctx *d, struct dcr_sink sink, struct dcr_err *e)
+{
+	const struct dcr_layout *L = d->L;
+	const struct dcr_rankdiff_opts *o = d->o;
 	uint8_t attempt[16];
 	dcr_digest zero = {{0}};
+	int r;
 	if ((r = dcr_attempt_id(o->attempt, attempt, e)) ||
-	    (r = dcr_delta_writer_init_flags(&w, sink, &zero, attempt, DCR_DELTA_PARTIAL, o->what,
+	    (r = dcr_delta_writer_init_flags(&d->w, sink, &zero, attempt, DCR_DELTA_PARTIAL, o->what,
 					     e)))
-		goto out;
-	for (size_t i = 0; i < nheld; i++) {
-		const struct dcr_layout_canon *cn = &L->canon[order[i]];
-		struct cacc *ca = &d.ca[order[i]];
+		return r;
+	for (size_t i = 0; i < d->nheld; i++) {
+		const struct dcr_layout_canon *cn = &L->canon[d->order[i]];
+		struct cacc *ca = &d->ca[d->order[i]];
 		struct dcr_delta_tensor dt = {.name = cn->name,
 					      .file = (char *)(o->file ? o->file : "model.safetensors"),
 					      .dtype = cn->dtype, .ndim = cn->ndim};
 		memcpy(dt.shape, cn->shape, sizeof(dt.shape));
-		if ((r = dcr_delta_write_tensor(&w, &dt, e)) ||
-		    (r = dcr_delta_write_raw(&w, ca->recs.p, ca->recs.len, ca->items, ca->changed, e)))
-			goto out;
-		d.st.changed += ca->changed;
+		if ((r = dcr_delta_write_tensor(&d->w, &dt, e)) ||
+		    (r = dcr_delta_write_raw(&d->w, ca->recs.p, ca->recs.len, ca->items, ca->changed, e)))
+			return r;
+		d->st.changed += ca->changed;
 		dcr_buf_free(&ca->recs);
 	}
-	if ((r = dcr_delta_write_end(&w, &zero, e)))
+	if ((r = dcr_delta_write_end(&d->w, &zero, e)))
+		return r;
+	d->st.items = d->w.nitems;
+	d->st.tensors = d->nheld;
+	d->st.bytes_out = d->w.bytes;
+	return 0;
+}
+
+int dcr_rankdiff(const struct dcr_rankdiff_opts *o, struct dcr_sink sink,
+		 struct dcr_rankdiff_stats *st, struct dcr_err *e)
+{
+	const struct dcr_layout *L = o->map;
+	struct rdctx d = {.o = o, .L = L};
+	int r = 0;
+	d.chunk = o->chunk_elems ? o->chunk_elems : (1u << 20);
+	if (d.chunk > DCR_ITEM_MAX_ELEMS)
+		d.chunk = DCR_ITEM_MAX_ELEMS;
+	d.ca = dcr_calloc(L->ncanon + 1, sizeof(*d.ca));
+	d.shared = dcr_calloc(L->npieces + 1, 1);
+	d.dominated = dcr_calloc(L->npieces + 1, 1);
+	d.mark = dcr_calloc(L->ncanon + 1, sizeof(*d.mark));
+	d.order = dcr_calloc(L->ncanon + 1, sizeof(*d.order));
+	d.ba = malloc((size_t)READ_ELEMS * 8);
+	d.bb = malloc((size_t)READ_ELEMS * 8);
+	if (!d.ca || !d.shared || !d.dominated || !d.mark || !d.order || !d.ba || !d.bb) {
+		r = dcr_err_sys(e, ENOMEM, "layout diff");
 		goto out;
-	d.st.items = w.nitems;
-	d.st.tensors = nheld;
-	d.st.bytes_out = w.bytes;
+	}
+	if ((r = dcr_ckpt_open(o->base, &d.a, e)) || (r = dcr_ckpt_open(o->target, &d.b, e)) ||
+	    (r = check_rank_tensors(&d, e)))
+		goto out;
+	memset(d.mark, 0, (L->ncanon + 1) * sizeof(*d.mark));
+	order_held(&d);
+	owner_flags(&d);
+	if ((r = diff_rank(&d, e)) || (r = write_rank_delta(&d, sink, e)))
+		goto out;
 	if (st)
 		*st = d.st;
 out:
@@ -368,13 +392,13 @@ out:
 	free(d.ca);
 	free(d.shared);
 	free(d.dominated);
-	free(mark);
-	free(order);
-	free(ba);
-	free(bb);
-	dcr_delta_writer_release(&w);
-	dcr_ckpt_close(a);
-	dcr_ckpt_close(b);
+	free(d.mark);
+	free(d.order);
+	free(d.ba);
+	free(d.bb);
+	dcr_delta_writer_release(&d.w);
+	dcr_ckpt_close(d.a);
+	dcr_ckpt_close(d.b);
 	return r;
 }
 

@@ -246,216 +246,239 @@ static int plan_from_manifest(struct plan *p, const struct dcr_manifest *m, stru
 	return 0;
 }
 
+/* What applying a pack's steps share: the receiver's current state, the
+ * spool, the manifest and the plan made from it, the base and attempt the
+ * payloads name, and which payloads arrived with which digests. */
+struct apack {
+	struct ctx x;
+	struct plan p;
+	struct dcr_ckpt *c;
+	dcr_digest cur, *cur_dg, base;
+	uint8_t attempt[16];
+	struct spool s;
+	struct dcr_manifest m;
+	int have_manifest, have_base, mismatch;
+	dcr_digest *pdig;	/* per payload index, once seen */
+	uint8_t *pseen;
+	size_t pcap;
+};
+
+/* Room in pdig and pseen for payload index idx. */
+static int ak_grow_seen(struct apack *ak, uint32_t idx, const char *name, struct dcr_err *e)
+{
+	size_t ncap = idx + 64;
+	if (ncap > (1u << 24))
+		return dcr_err_set(e, DCR_EFORMAT, "%s: index too large", name);
+	dcr_digest *d = realloc(ak->pdig, ncap * sizeof(*d));
+	uint8_t *sn = d ? realloc(ak->pseen, ncap) : NULL;
+	if (d)
+		ak->pdig = d;
+	if (sn)
+		ak->pseen = sn;
+	if (!d || !sn)
+		return dcr_err_sys(e, ENOMEM, "apply");
+	memset(ak->pseen + ak->pcap, 0, ncap - ak->pcap);
+	ak->pcap = ncap;
+	return 0;
+}
+
+/* An opened payload: its index and delta checked, then spooled unless it
+ * is a duplicate; 1 when spooled, 0 for a duplicate. */
+static int ak_take(struct apack *ak, const char *name, uint32_t idx,
+		   const struct dcr_payload *pl, struct dcr_err *e)
+{
+	int r;
+	if (pl->index != idx)
+		return dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", name, pl->index);
+	if (!ak->have_base) {
+		ak->base = pl->base;
+		memcpy(ak->attempt, pl->attempt, 16);
+		ak->have_base = 1;
+		ak->mismatch = memcmp(ak->cur.b, ak->base.b, 32) != 0;
+	} else if (memcmp(ak->base.b, pl->base.b, 32) || memcmp(ak->attempt, pl->attempt, 16)) {
+		return dcr_err_set(e, DCR_EFORMAT, "%s belongs to another delta", name);
+	}
+	if (idx >= ak->pcap && (r = ak_grow_seen(ak, idx, name, e)))
+		return r;
+	if (ak->pseen[idx]) {
+		if (memcmp(ak->pdig[idx].b, pl->digest.b, 32))
+			return dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents",
+					   name);
+		return 0; /* a duplicate: already spooled */
+	}
+	ak->pseen[idx] = 1;
+	ak->pdig[idx] = pl->digest;
+	/* from another state than the base, XOR items cannot be resolved:
+	 * they are left out and the delta is refused at the manifest,
+	 * unless the receiver is at an alternative base (overwrites only) */
+	if ((r = spool_payload(&ak->s, pl, name, ak->c, !ak->mismatch, e)))
+		return r;
+	return 1;
+}
+
+/* The pack stream: payloads spooled as they arrive, then the manifest,
+ * which must come last. */
+static int ak_receive(struct apack *ak, struct dcr_pack_in *in, struct dcr_err *e)
+{
+	const struct dcr_apply_opts *o = ak->x.o;
+	const char *name;
+	const uint8_t *buf;
+	size_t len;
+	uint64_t got = 0;
+	int r;
+	while ((r = dcr_pack_in_next(in, &name, &buf, &len, e)) == 1) {
+		uint32_t idx;
+		if (ak->have_manifest)
+			return dcr_err_set(e, DCR_EFORMAT, "pack: entry '%s' after the manifest", name);
+		if (!strcmp(name, DCR_MANIFEST_NAME)) {
+			if ((r = dcr_manifest_parse(buf, len, name, &ak->m, e)))
+				return r;
+			ak->have_manifest = 1;
+			continue;
+		}
+		if (!dcr_payload_name_parse(name, &idx))
+			return dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", name);
+		struct dcr_payload pl;
+		if ((r = dcr_payload_open(buf, len, name, &pl, e)))
+			return r;
+		r = ak_take(ak, name, idx, &pl, e);
+		dcr_payload_release(&pl);
+		if (r < 0)
+			return r;
+		if (!r)
+			continue;
+		ap_step(&ak->x); /* between payloads: nothing durable yet */
+		got += len;
+		if (o && o->progress)
+			o->progress(o->progress_ctx, got >> 20, 0);
+	}
+	if (r < 0)
+		return r;
+	if (!ak->have_manifest)
+		return dcr_err_set(e, DCR_EFORMAT, "pack stream ended without a manifest%s",
+				   ak->have_base ? " (payloads were checked; nothing was written)" : "");
+	return 0;
+}
+
+/* The manifest against the payloads and the receiver: the same delta, a
+ * base the receiver may take it from, every payload there with its digest
+ * and none more; makes the plan. */
+static int ak_check(struct apack *ak, struct dcr_err *e)
+{
+	const struct dcr_apply_opts *o = ak->x.o;
+	const struct dcr_manifest *m = &ak->m;
+	int r;
+	if (ak->have_base &&
+	    (memcmp(ak->base.b, m->base.b, 32) || memcmp(ak->attempt, m->attempt, 16)))
+		return dcr_err_set(e, DCR_EFORMAT, "pack: the manifest belongs to another delta than its payloads");
+	if ((r = plan_from_manifest(&ak->p, m, e)) ||
+	    (r = ap_check_bases(&ak->p, ak->c, ak->x.rc->dir, &ak->cur, o ? o->head : NULL,
+				ak->s.xor_seen, e)))
+		return r;
+	for (uint32_t i = 0; i < m->npayloads; i++) {
+		char *pn = dcr_payload_name(i);
+		if (i >= ak->pcap || !ak->pseen[i])
+			r = dcr_err_set(e, DCR_EFORMAT, "pack is missing %s; nothing was written",
+					pn ? pn : "a payload");
+		else if (memcmp(ak->pdig[i].b, m->pdigest[i].b, 32))
+			r = dcr_err_set(e, DCR_EDIGEST, "%s does not match the manifest's digest",
+					pn ? pn : "a payload");
+		free(pn);
+		if (r)
+			return r;
+	}
+	for (size_t i = m->npayloads; i < ak->pcap; i++)
+		if (ak->pseen[i])
+			return dcr_err_set(e, DCR_EFORMAT, "pack: payload %zu is not in the manifest", i);
+	return 0;
+}
+
+/* Read the spool back: mark touched tensors, check items against the
+ * manifest (their tensors, their ranges, their number). */
+static int ak_read_spool(struct apack *ak, struct dcr_err *e)
+{
+	struct spool *s = &ak->s;
+	int r;
+	off_t sl = lseek(s->fd, 0, SEEK_END);
+	if (sl < 0 || dcr_buf_reserve(&s->buf, (size_t)sl + 1) ||
+	    dcr_pread_full(s->fd, s->buf.p, (size_t)sl, 0))
+		return dcr_err_sys(e, errno ? errno : EIO, "cannot read the spool");
+	s->buf.len = (size_t)sl;
+	char namebuf[65536];
+	const char *nm;
+	struct dcr_item it;
+	while ((r = spool_read(s, &nm, &it, namebuf, e)) == 1) {
+		struct ptensor *pt = plan_find(&ak->p, nm);
+		if (!pt)
+			return dcr_err_set(e, DCR_EFORMAT, "pack: item for '%s', which the manifest lacks",
+					   nm);
+		unsigned unit = dcr_dtype_unit(pt->t.dtype);
+		uint64_t units = pt->t.nelem * dcr_dtype_bits(pt->t.dtype) / 8 / unit;
+		if (it.start > units || it.len > units - it.start)
+			return dcr_err_set(e, DCR_EFORMAT, "pack: item for '%s' runs past its end", nm);
+		pt->touched = 1;
+	}
+	if (r < 0)
+		return r;
+	s->off = 0;
+	if (s->nitems != ak->m.nitems || s->nchanges != ak->m.nchanges)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "pack: payloads hold %llu items, the manifest says %llu",
+				   (unsigned long long)s->nitems, (unsigned long long)ak->m.nitems);
+	return 0;
+}
+
 static int apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 		   const struct dcr_apply_opts *o, struct dcr_apply_result *res,
 		   struct dcr_err *e)
 {
-	struct ctx x = {.rc = rc, .o = o};
-	struct plan p = {0};
-	struct dcr_ckpt *c = NULL;
-	dcr_digest cur, *cur_dg = NULL, base = {{0}};
-	uint8_t attempt[16] = {0};
-	struct spool s = {.fd = -1};
-	struct dcr_manifest m = {0};
-	int have_manifest = 0, have_base = 0, mismatch = 0;
-	dcr_digest *pdig = NULL;
-	uint8_t *pseen = NULL;
-	size_t pcap = 0;
+	struct apack ak = {.x = {.rc = rc, .o = o}, .s = {.fd = -1}};
 	char *sp = dcr_receiver_path(rc, "spool");
 	int r;
 	if (!sp)
 		return dcr_err_sys(e, ENOMEM, "apply");
 	if ((r = ap_begin(rc, o, res, e)))
 		goto out;
-	if ((r = ap_current_state(rc, &c, &cur, &cur_dg, e)))
+	if ((r = ap_current_state(rc, &ak.c, &ak.cur, &ak.cur_dg, e)))
 		goto out;
 	unlink(sp);
-	s.fd = open(sp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (s.fd < 0) {
+	ak.s.fd = open(sp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (ak.s.fd < 0) {
 		r = dcr_err_sys(e, errno, "cannot create '%s'", sp);
 		goto out;
 	}
-
-	const char *name;
-	const uint8_t *buf;
-	size_t len;
-	uint64_t got = 0;
-	while ((r = dcr_pack_in_next(in, &name, &buf, &len, e)) == 1) {
-		uint32_t idx;
-		if (have_manifest) {
-			r = dcr_err_set(e, DCR_EFORMAT, "pack: entry '%s' after the manifest", name);
-			goto out;
-		}
-		if (!strcmp(name, DCR_MANIFEST_NAME)) {
-			if ((r = dcr_manifest_parse(buf, len, name, &m, e)))
-				goto out;
-			have_manifest = 1;
-			continue;
-		}
-		if (!dcr_payload_name_parse(name, &idx)) {
-			r = dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", name);
-			goto out;
-		}
-		struct dcr_payload pl;
-		if ((r = dcr_payload_open(buf, len, name, &pl, e)))
-			goto out;
-		if (pl.index != idx) {
-			dcr_payload_release(&pl);
-			r = dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", name, pl.index);
-			goto out;
-		}
-		if (!have_base) {
-			base = pl.base;
-			memcpy(attempt, pl.attempt, 16);
-			have_base = 1;
-			mismatch = memcmp(cur.b, base.b, 32) != 0;
-		} else if (memcmp(base.b, pl.base.b, 32) || memcmp(attempt, pl.attempt, 16)) {
-			dcr_payload_release(&pl);
-			r = dcr_err_set(e, DCR_EFORMAT, "%s belongs to another delta", name);
-			goto out;
-		}
-		if (idx >= pcap) {
-			size_t ncap = idx + 64;
-			if (ncap > (1u << 24)) {
-				dcr_payload_release(&pl);
-				r = dcr_err_set(e, DCR_EFORMAT, "%s: index too large", name);
-				goto out;
-			}
-			dcr_digest *d = realloc(pdig, ncap * sizeof(*d));
-			uint8_t *sn = d ? realloc(pseen, ncap) : NULL;
-			if (d)
-				pdig = d;
-			if (sn)
-				pseen = sn;
-			if (!d || !sn) {
-				dcr_payload_release(&pl);
-				r = dcr_err_sys(e, ENOMEM, "apply");
-				goto out;
-			}
-			memset(pseen + pcap, 0, ncap - pcap);
-			pcap = ncap;
-		}
-		if (pseen[idx]) {
-			int same = !memcmp(pdig[idx].b, pl.digest.b, 32);
-			dcr_payload_release(&pl);
-			if (!same) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents",
-						name);
-				goto out;
-			}
-			continue; /* a duplicate: already spooled */
-		}
-		pseen[idx] = 1;
-		pdig[idx] = pl.digest;
-		/* from another state than the base, XOR items cannot be resolved:
-		 * they are left out and the delta is refused at the manifest,
-		 * unless the receiver is at an alternative base (overwrites only) */
-		r = spool_payload(&s, &pl, name, c, !mismatch, e);
-		dcr_payload_release(&pl);
-		if (r)
-			goto out;
-		ap_step(&x); /* between payloads: nothing durable yet */
-		got += len;
-		if (o && o->progress)
-			o->progress(o->progress_ctx, got >> 20, 0);
-	}
-	if (r < 0)
+	if ((r = ak_receive(&ak, in, e)))
 		goto out;
-	if (!have_manifest) {
-		r = dcr_err_set(e, DCR_EFORMAT, "pack stream ended without a manifest%s",
-				have_base ? " (payloads were checked; nothing was written)" : "");
-		goto out;
-	}
 	if (res) {
-		res->base = m.base;
-		res->target = m.target;
-		memcpy(res->attempt, m.attempt, 16);
+		res->base = ak.m.base;
+		res->target = ak.m.target;
+		memcpy(res->attempt, ak.m.attempt, 16);
 	}
-	if (!memcmp(cur.b, m.target.b, 32)) {
+	if (!memcmp(ak.cur.b, ak.m.target.b, 32)) {
 		if (res)
 			res->already = 1;
 		r = 0;
 		goto out;
 	}
-	if (have_base && (memcmp(base.b, m.base.b, 32) || memcmp(attempt, m.attempt, 16))) {
-		r = dcr_err_set(e, DCR_EFORMAT, "pack: the manifest belongs to another delta than its payloads");
+	if ((r = ak_check(&ak, e)) || (r = ak_read_spool(&ak, e)))
 		goto out;
-	}
-	if ((r = plan_from_manifest(&p, &m, e)))
-		goto out;
-	if ((r = ap_check_bases(&p, c, rc->dir, &cur, o ? o->head : NULL, s.xor_seen, e)))
-		goto out;
-	for (uint32_t i = 0; i < m.npayloads; i++) {
-		char *pn = dcr_payload_name(i);
-		if (i >= pcap || !pseen[i])
-			r = dcr_err_set(e, DCR_EFORMAT, "pack is missing %s; nothing was written",
-					pn ? pn : "a payload");
-		else if (memcmp(pdig[i].b, m.pdigest[i].b, 32))
-			r = dcr_err_set(e, DCR_EDIGEST, "%s does not match the manifest's digest",
-					pn ? pn : "a payload");
-		free(pn);
-		if (r)
-			goto out;
-	}
-	for (size_t i = m.npayloads; i < pcap; i++)
-		if (pseen[i]) {
-			r = dcr_err_set(e, DCR_EFORMAT, "pack: payload %zu is not in the manifest", i);
-			goto out;
-		}
-
-	/* read the spool back: mark touched tensors, check items against the manifest */
-	off_t sl = lseek(s.fd, 0, SEEK_END);
-	if (sl < 0 || dcr_buf_reserve(&s.buf, (size_t)sl + 1) ||
-	    dcr_pread_full(s.fd, s.buf.p, (size_t)sl, 0)) {
-		r = dcr_err_sys(e, errno ? errno : EIO, "cannot read the spool");
-		goto out;
-	}
-	s.buf.len = (size_t)sl;
-	{
-		char namebuf[65536];
-		const char *nm;
-		struct dcr_item it;
-		while ((r = spool_read(&s, &nm, &it, namebuf, e)) == 1) {
-			struct ptensor *pt = plan_find(&p, nm);
-			if (!pt) {
-				r = dcr_err_set(e, DCR_EFORMAT, "pack: item for '%s', which the manifest lacks",
-						nm);
-				goto out;
-			}
-			unsigned unit = dcr_dtype_unit(pt->t.dtype);
-			uint64_t units = pt->t.nelem * dcr_dtype_bits(pt->t.dtype) / 8 / unit;
-			if (it.start > units || it.len > units - it.start) {
-				r = dcr_err_set(e, DCR_EFORMAT, "pack: item for '%s' runs past its end", nm);
-				goto out;
-			}
-			pt->touched = 1;
-		}
-		if (r < 0)
-			goto out;
-		s.off = 0;
-	}
-	if (s.nitems != m.nitems || s.nchanges != m.nchanges) {
-		r = dcr_err_set(e, DCR_EFORMAT,
-				"pack: payloads hold %llu items, the manifest says %llu",
-				(unsigned long long)s.nitems, (unsigned long long)m.nitems);
-		goto out;
-	}
-	r = ap_commit_plan(&x, &p, c, &cur, cur_dg, (struct item_src){spool_next, &s}, res, e);
+	r = ap_commit_plan(&ak.x, &ak.p, ak.c, &ak.cur, ak.cur_dg,
+			   (struct item_src){spool_next, &ak.s}, res, e);
 out:
-	if (s.fd >= 0)
-		close(s.fd);
+	if (ak.s.fd >= 0)
+		close(ak.s.fd);
 	unlink(sp);
 	free(sp);
-	dcr_buf_free(&s.rec);
-	dcr_buf_free(&s.enc);
-	dcr_buf_free(&s.buf);
-	dcr_changes_free(&s.ch);
-	free(pdig);
-	free(pseen);
-	free(cur_dg);
-	dcr_manifest_release(&m);
-	dcr_ckpt_close(c);
-	ap_plan_free(&p);
+	dcr_buf_free(&ak.s.rec);
+	dcr_buf_free(&ak.s.enc);
+	dcr_buf_free(&ak.s.buf);
+	dcr_changes_free(&ak.s.ch);
+	free(ak.pdig);
+	free(ak.pseen);
+	free(ak.cur_dg);
+	dcr_manifest_release(&ak.m);
+	dcr_ckpt_close(ak.c);
+	ap_plan_free(&ak.p);
 	return r;
 }
 

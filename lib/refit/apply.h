@@ -19,6 +19,9 @@ struct dcr_apply_opts {
 	/* the version the delta reaches, for the applied record (dcr-commit) */
 	int have_version;
 	uint64_t version;
+	/* DCR_DEVICE_CPU (default) or DCR_DEVICE_CUDA (core/cuda.h): where the
+	 * journal's overwrites are scattered into the tensors' bytes */
+	int device;
 };
 
 struct dcr_apply_result {

@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 
 #include "core/bytes.h"
+#include "core/cuda.h"
 #include "core/file.h"
 #include "core/state.h"
 #include "core/util.h"
@@ -174,6 +175,7 @@ struct worker {
 	uint64_t *oldv;
 	struct dcr_buf enc;
 	struct dcr_sha *sha;
+	struct dcr_cuda_ctx *gpu; /* --device cuda: the chunks are compared there */
 };
 
 static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, uint64_t len,
@@ -227,7 +229,13 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 		dcr_sha_update(w->sha, w->bb, nb);
 		if (same) {
 			w->ba = bt->data + s * unit;
-			w->ch.n = dcr_scan_changes(w->ba, w->bb, nb, unit, w->ch.pos, w->ch.val);
+			if (w->gpu)
+				r = dcr_cuda_scan_changes(w->gpu, w->ba, w->bb, nb, unit, w->ch.pos,
+							  w->ch.val, &w->ch.n, &t->e);
+			else
+				w->ch.n = dcr_scan_changes(w->ba, w->bb, nb, unit, w->ch.pos, w->ch.val);
+			if (r)
+				break;
 			if (w->ch.n)
 				r = add_item(t, (uint32_t)i, DCR_ENC_XOR, s, len, 0, w, unit, ni->dtype,
 					     &t->e);
@@ -340,6 +348,93 @@ int dcr_diff_write_targets(struct dcr_delta_writer *w, const struct dcr_ckpt *b,
 	return dcr_delta_write_end(w, target, e);
 }
 
+/* The two checkpoints: the base (an empty one for a dense copy) and the
+ * target. */
+static int open_ckpts(const struct dcr_diff_opts *o, struct dcr_ckpt **pa, struct dcr_ckpt **pb,
+		      struct dcr_err *e)
+{
+	int r;
+	if (o->dense) {
+		/* a dense copy: against an empty checkpoint, every tensor is new */
+		struct dcr_ckpt *a = *pa = dcr_calloc(1, sizeof(*a));
+		if (!a || !(a->path = dcr_strdup("(none)")))
+			return dcr_err_sys(e, ENOMEM, "diff");
+	} else if ((r = dcr_ckpt_open(o->base, pa, e))) {
+		return r;
+	}
+	return dcr_ckpt_open(o->target, pb, e);
+}
+
+/* Each worker's buffers, then up to threads threads (*nth of them
+ * started; fewer than asked is fine, none is an error). */
+static int start_workers(struct dctx *d, struct worker *ws, int threads, pthread_t *th, int *nth,
+			 struct dcr_err *e)
+{
+	for (int k = 0; k < threads; k++) {
+		ws[k].d = d;
+		ws[k].sha = dcr_sha_new();
+		ws[k].oldv = malloc((size_t)d->chunk * sizeof(uint64_t));
+		if (!ws[k].sha || !ws[k].oldv ||
+		    dcr_changes_reserve(&ws[k].ch, d->chunk))
+			return dcr_err_sys(e, ENOMEM, "diff");
+		int r;
+		if (d->o->device == DCR_DEVICE_CUDA && (r = dcr_cuda_ctx_new(&ws[k].gpu, e)))
+			return r;
+	}
+	for (int k = 0; k < threads; k++) {
+		if (pthread_create(&th[*nth], NULL, work, &ws[k])) {
+			if (!*nth)
+				return dcr_err_sys(e, EAGAIN, "cannot start a thread");
+			break;
+		}
+		(*nth)++;
+	}
+	return 0;
+}
+
+/* Every target tensor's record and, once its worker is done, its items,
+ * in tensor order; dg gets their digests, *changed and *total_bytes the
+ * totals. */
+static int write_tensors(struct dctx *d, struct dcr_delta_writer *w, dcr_digest *dg,
+			 uint64_t *changed, uint64_t *total_bytes, struct dcr_err *e)
+{
+	const struct dcr_diff_opts *o = d->o;
+	const struct dcr_ckpt *a = d->a, *b = d->b;
+	uint64_t done_bytes = 0;
+	int r;
+	for (size_t i = 0; i < b->ntensors; i++)
+		*total_bytes += dcr_tensor_bytes(b->tensors[i].info);
+	for (size_t i = 0; i < b->ntensors; i++) {
+		struct dcr_delta_tensor dt;
+		dcr_diff_tensor_record(a, b, i, &dt);
+		if ((r = dcr_delta_write_tensor(w, &dt, e)))
+			return r;
+		pthread_mutex_lock(&d->mu);
+		while (!d->out[i].done)
+			pthread_cond_wait(&d->cv, &d->mu);
+		pthread_mutex_unlock(&d->mu);
+		struct tout *t = &d->out[i];
+		if (t->err) {
+			*e = t->e;
+			return t->err;
+		}
+		r = dcr_delta_write_raw(w, t->recs.p, t->recs.len, t->items, t->changed, e);
+		dg[i] = t->digest;
+		*changed += t->changed;
+		dcr_buf_free(&t->recs);
+		pthread_mutex_lock(&d->mu);
+		d->written = i + 1;
+		pthread_cond_broadcast(&d->cv);
+		pthread_mutex_unlock(&d->mu);
+		if (r)
+			return r;
+		done_bytes += dcr_tensor_bytes(b->tensors[i].info);
+		if (o->progress)
+			o->progress(o->progress_ctx, done_bytes, *total_bytes);
+	}
+	return 0;
+}
+
 int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_diff_stats *st,
 	     struct dcr_err *e)
 {
@@ -358,18 +453,10 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		d.chunk = DCR_ITEM_MAX_ELEMS;
 	pthread_mutex_init(&d.mu, NULL);
 	pthread_cond_init(&d.cv, NULL);
-
-	if (o->dense) {
-		/* a dense copy: against an empty checkpoint, every tensor is new */
-		a = dcr_calloc(1, sizeof(*a));
-		if (!a || !(a->path = dcr_strdup("(none)"))) {
-			r = dcr_err_sys(e, ENOMEM, "diff");
-			goto out;
-		}
-	} else if ((r = dcr_ckpt_open(o->base, &a, e))) {
+	if (o->device == DCR_DEVICE_CUDA && (r = dcr_cuda_probe(e)))
 		goto out;
-	}
-	if ((r = dcr_ckpt_open(o->target, &b, e)))
+
+	if ((r = open_ckpts(o, &a, &b, e)))
 		goto out;
 	d.a = a;
 	d.b = b;
@@ -397,61 +484,11 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 		    (r = dcr_delta_write_remove(&w, a->tensors[i].info->name, e)))
 			goto out;
 
-	for (int k = 0; k < threads; k++) {
-		ws[k].d = &d;
-		ws[k].sha = dcr_sha_new();
-		ws[k].oldv = malloc((size_t)d.chunk * sizeof(uint64_t));
-		if (!ws[k].sha || !ws[k].oldv ||
-		    dcr_changes_reserve(&ws[k].ch, d.chunk)) {
-			r = dcr_err_sys(e, ENOMEM, "diff");
-			goto out;
-		}
-	}
-	for (int k = 0; k < threads; k++) {
-		if (pthread_create(&th[nth], NULL, work, &ws[k])) {
-			if (!nth) {
-				r = dcr_err_sys(e, EAGAIN, "cannot start a thread");
-				goto out;
-			}
-			break;
-		}
-		nth++;
-	}
-
-	uint64_t done_bytes = 0, total_bytes = 0, changed = 0;
-	for (size_t i = 0; i < b->ntensors; i++)
-		total_bytes += dcr_tensor_bytes(b->tensors[i].info);
-	for (size_t i = 0; i < b->ntensors; i++) {
-		struct dcr_delta_tensor dt;
-		dcr_diff_tensor_record(a, b, i, &dt);
-		if ((r = dcr_delta_write_tensor(&w, &dt, e)))
-			goto out;
-		pthread_mutex_lock(&d.mu);
-		while (!d.out[i].done)
-			pthread_cond_wait(&d.cv, &d.mu);
-		pthread_mutex_unlock(&d.mu);
-		struct tout *t = &d.out[i];
-		if (t->err) {
-			*e = t->e;
-			r = t->err;
-			goto out;
-		}
-		r = dcr_delta_write_raw(&w, t->recs.p, t->recs.len, t->items, t->changed, e);
-		dg[i] = t->digest;
-		changed += t->changed;
-		dcr_buf_free(&t->recs);
-		pthread_mutex_lock(&d.mu);
-		d.written = i + 1;
-		pthread_cond_broadcast(&d.cv);
-		pthread_mutex_unlock(&d.mu);
-		if (r)
-			goto out;
-		done_bytes += dcr_tensor_bytes(b->tensors[i].info);
-		if (o->progress)
-			o->progress(o->progress_ctx, done_bytes, total_bytes);
-	}
+	uint64_t total_bytes = 0, changed = 0;
 	dcr_digest target;
-	if ((r = dcr_diff_write_targets(&w, b, dg, &target, e)))
+	if ((r = start_workers(&d, ws, threads, th, &nth, e)) ||
+	    (r = write_tensors(&d, &w, dg, &changed, &total_bytes, e)) ||
+	    (r = dcr_diff_write_targets(&w, b, dg, &target, e)))
 		goto out;
 	if (!o->no_cache)
 		save_target_state(b, &target, dg);
@@ -475,6 +512,7 @@ out:
 		for (int k = 0; k < threads; k++) {
 			free(ws[k].oldv);
 			dcr_sha_free(ws[k].sha);
+			dcr_cuda_ctx_free(ws[k].gpu);
 			dcr_changes_free(&ws[k].ch);
 			dcr_buf_free(&ws[k].enc);
 		}

@@ -15,6 +15,8 @@ struct dcr_diff_opts {
 	int dense;                     /* a dense copy of target: no base (base ignored) */
 	int codec;                     /* DCR_CODEC_AUTO (default), _PLAIN or DCR_CODEC_DELTA */
 	int no_cache;                  /* do not leave NEW's digests in NEW/.dcr/state */
+	int device;                    /* DCR_DEVICE_CPU (default) or DCR_DEVICE_CUDA (core/cuda.h):
+					  where the chunks are compared */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
 };

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/cuda.h"
 #include "core/file.h"
 #include "core/state.h"
 #include "core/util.h"
@@ -248,31 +249,29 @@ struct wfile {
 	uint64_t size;
 };
 
-int ap_replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e)
-{
-	char *jp = dcr_receiver_path(x->rc, "journal");
-	struct plan p = {0};
-	struct dcr_ckpt *c = NULL;
-	struct wfile *wf = NULL;
-	struct dcr_changes ch = {0};
-	struct dcr_delta_reader rd = {0};
-	dcr_digest *dg = NULL;
-	int fd = -1, r;
-	if (!jp)
-		return dcr_err_sys(e, ENOMEM, "journal");
-	fd = open(jp, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		r = dcr_err_sys(e, errno, "cannot open '%s'", jp);
-		goto out;
-	}
-	if ((r = ap_read_plan((struct dcr_source){dcr_source_fd_read, &fd}, NULL, 0, -1, 1,
-			   "journal", &p, e)))
-		goto out;
+/* What the replay's steps share: the journal (its plan and its reader),
+ * the receiver's checkpoint, the files being written, the digests. */
+struct replay {
+	struct ctx *x;
+	int fd;			/* the journal */
+	struct plan p;
+	struct dcr_ckpt *c;
+	struct wfile *wf;	/* per file of c, opened when first written */
+	struct dcr_changes ch;
+	struct dcr_delta_reader rd;
+	dcr_digest *dg;		/* per tensor, after the overwrites */
+	struct dcr_cuda_ctx *gpu; /* --device cuda: overwrites scattered there */
+};
 
-	/* 1. staged files into place */
-	for (size_t i = 0; i < p.nrenames; i++) {
-		char *from = dcr_asprintf("%s/stage/%s", x->rc->sdir, p.renames[i]);
-		char *to = dcr_path_join(x->rc->dir, p.renames[i]);
+/* 1. staged files into place, removed files gone, the directory synced */
+static int rp_move_files(struct replay *rp, struct dcr_err *e)
+{
+	struct ctx *x = rp->x;
+	const struct plan *p = &rp->p;
+	int r = 0;
+	for (size_t i = 0; i < p->nrenames; i++) {
+		char *from = dcr_asprintf("%s/stage/%s", x->rc->sdir, p->renames[i]);
+		char *to = dcr_path_join(x->rc->dir, p->renames[i]);
 		if (!from || !to)
 			r = dcr_err_sys(e, ENOMEM, "journal");
 		else if (access(from, F_OK) == 0) {
@@ -283,63 +282,96 @@ int ap_replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e)
 		free(from);
 		free(to);
 		if (r)
-			goto out;
+			return r;
 	}
-	for (size_t i = 0; i < p.nunlinks; i++) {
-		char *f = dcr_path_join(x->rc->dir, p.unlinks[i]);
+	for (size_t i = 0; i < p->nunlinks; i++) {
+		char *f = dcr_path_join(x->rc->dir, p->unlinks[i]);
 		if (f && unlink(f) && errno != ENOENT)
 			r = dcr_err_sys(e, errno, "cannot remove '%s'", f);
 		free(f);
 		if (r)
-			goto out;
+			return r;
 	}
-	if (p.nrenames || p.nunlinks) {
+	if (p->nrenames || p->nunlinks) {
 		ap_step(x);
-		if ((r = dcr_fsync_dir(x->rc->dir))) {
-			r = dcr_err_sys(e, r, "cannot fsync '%s'", x->rc->dir);
-			goto out;
-		}
+		if ((r = dcr_fsync_dir(x->rc->dir)))
+			return dcr_err_sys(e, r, "cannot fsync '%s'", x->rc->dir);
 	}
+	return 0;
+}
 
-	/* 2. overwrites */
-	if ((r = dcr_ckpt_open(x->rc->dir, &c, e)))
-		goto out;
-	if (c->ntensors != p.n) {
-		r = dcr_err_set(e, DCR_EFORMAT, "receiver '%s' holds %zu tensors, the journal %zu",
-				x->rc->dir, c->ntensors, p.n);
-		goto out;
-	}
-	for (size_t i = 0; i < p.n; i++) {
+/* The receiver's checkpoint, opened; each of its tensors must be the
+ * journal's, in the same order, with the same dtype, shape and file. */
+static int rp_open_ckpt(struct replay *rp, struct dcr_err *e)
+{
+	struct ctx *x = rp->x;
+	struct plan *p = &rp->p;
+	int r;
+	if ((r = dcr_ckpt_open(x->rc->dir, &rp->c, e)))
+		return r;
+	const struct dcr_ckpt *c = rp->c;
+	if (c->ntensors != p->n)
+		return dcr_err_set(e, DCR_EFORMAT, "receiver '%s' holds %zu tensors, the journal %zu",
+				   x->rc->dir, c->ntensors, p->n);
+	for (size_t i = 0; i < p->n; i++) {
 		const struct dcr_ckpt_tensor *ct = &c->tensors[i];
-		const struct dcr_delta_tensor *t = &p.t[i].t;
+		const struct dcr_delta_tensor *t = &p->t[i].t;
 		if (strcmp(ct->info->name, t->name) ||
 		    !dcr_ckpt_tensor_is(ct, t->dtype, t->ndim, t->shape) ||
-		    strcmp(c->file_names[ct->file], t->file)) {
-			r = dcr_err_set(e, DCR_EFORMAT,
-					"receiver '%s': tensor '%s' does not have the layout the journal expects",
-					x->rc->dir, t->name);
-			goto out;
-		}
-		p.t[i].cur = ct;
+		    strcmp(c->file_names[ct->file], t->file))
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "receiver '%s': tensor '%s' does not have the layout the journal expects",
+					   x->rc->dir, t->name);
+		p->t[i].cur = ct;
 	}
-	wf = dcr_calloc(c->nfiles, sizeof(*wf));
-	if (!wf) {
-		r = dcr_err_sys(e, ENOMEM, "journal");
-		goto out;
+	return 0;
+}
+
+/* The file of tensor ct opened and mapped for writing, once. */
+static int rp_open_file(struct replay *rp, const struct dcr_ckpt_tensor *ct,
+			struct wfile **pf, struct dcr_err *e)
+{
+	const struct dcr_ckpt *c = rp->c;
+	struct wfile *f = &rp->wf[ct->file];
+	int r = 0;
+	*pf = f;
+	if (f->fd >= 0)
+		return 0;
+	char *path = dcr_path_join(rp->x->rc->dir, c->file_names[ct->file]);
+	f->fd = path ? open(path, O_RDWR | O_CLOEXEC) : -1;
+	f->size = c->files[ct->file]->size;
+	if (f->fd >= 0) {
+		void *m = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
+		f->map = m == MAP_FAILED ? NULL : m;
 	}
+	if (f->fd < 0 || !f->map)
+		r = dcr_err_sys(e, errno, "cannot open '%s' for writing", path);
+	free(path);
+	return r;
+}
+
+/* 2. overwrites: the journal read again, each item scattered into its
+ * file's mapping, then every written file synced */
+static int rp_overwrite(struct replay *rp, struct dcr_err *e)
+{
+	struct ctx *x = rp->x;
+	struct plan *p = &rp->p;
+	const struct dcr_ckpt *c = rp->c;
+	int r;
+	rp->wf = dcr_calloc(c->nfiles, sizeof(*rp->wf));
+	if (!rp->wf)
+		return dcr_err_sys(e, ENOMEM, "journal");
 	for (size_t i = 0; i < c->nfiles; i++)
-		wf[i].fd = -1;
-	if (lseek(fd, 0, SEEK_SET)) {
-		r = dcr_err_sys(e, errno, "cannot rewind the journal");
-		goto out;
-	}
-	if ((r = dcr_delta_reader_init(&rd, (struct dcr_source){dcr_source_fd_read, &fd},
+		rp->wf[i].fd = -1;
+	if (lseek(rp->fd, 0, SEEK_SET))
+		return dcr_err_sys(e, errno, "cannot rewind the journal");
+	if ((r = dcr_delta_reader_init(&rp->rd, (struct dcr_source){dcr_source_fd_read, &rp->fd},
 				       "journal", e)))
-		goto out;
-	rd.journal = 1;
+		return r;
+	rp->rd.journal = 1;
 	struct dcr_delta_rec rec;
 	uint64_t nitems = 0;
-	while ((r = dcr_delta_next(&rd, &rec, e)) == 1) {
+	while ((r = dcr_delta_next(&rp->rd, &rec, e)) == 1) {
 		if (rec.type != DCR_REC_ITEM)
 			continue;
 		struct dcr_item it;
@@ -349,114 +381,142 @@ int ap_replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e)
 			r = dcr_err_set(e, DCR_EFORMAT, "journal holds a non-overwrite item");
 			break;
 		}
-		const struct dcr_ckpt_tensor *ct = p.t[it.tensor].cur;
+		const struct dcr_ckpt_tensor *ct = p->t[it.tensor].cur;
 		unsigned unit = dcr_dtype_unit(ct->info->dtype);
-		if ((r = dcr_item_decode(&it, unit, &ch, e)))
+		if ((r = dcr_item_decode(&it, unit, &rp->ch, e)))
 			break;
-		struct wfile *f = &wf[ct->file];
-		if (f->fd < 0) {
-			char *path = dcr_path_join(x->rc->dir, c->file_names[ct->file]);
-			f->fd = path ? open(path, O_RDWR | O_CLOEXEC) : -1;
-			f->size = c->files[ct->file]->size;
-			if (f->fd >= 0) {
-				void *m = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
-				f->map = m == MAP_FAILED ? NULL : m;
-			}
-			if (f->fd < 0 || !f->map)
-				r = dcr_err_sys(e, errno, "cannot open '%s' for writing", path);
-			free(path);
-			if (r)
+		struct wfile *f;
+		if ((r = rp_open_file(rp, ct, &f, e)))
+			break;
+		uint8_t *dst = f->map + ct->file_off + it.start * unit;
+		if (x->o && x->o->device == DCR_DEVICE_CUDA) {
+			/* the same overwrites, scattered on the device */
+			if ((!rp->gpu && (r = dcr_cuda_ctx_new(&rp->gpu, e))) ||
+			    (r = dcr_cuda_scatter_host(rp->gpu, dst, (size_t)(it.len * unit), unit,
+						       rp->ch.pos, rp->ch.val, rp->ch.n, 0, e)))
 				break;
+		} else {
+			dcr_scatter(dst, unit, rp->ch.pos, rp->ch.val, rp->ch.n, 0);
 		}
-		dcr_scatter(f->map + ct->file_off + it.start * unit, unit, ch.pos, ch.val, ch.n, 0);
-		p.t[it.tensor].touched = 1;
+		p->t[it.tensor].touched = 1;
 		nitems++;
 		if (x->o && x->o->progress)
-			x->o->progress(x->o->progress_ctx, p.nitems + nitems, p.nitems * 2);
+			x->o->progress(x->o->progress_ctx, p->nitems + nitems, p->nitems * 2);
 	}
 	if (r < 0)
-		goto out;
-	r = 0;
+		return r;
 	for (size_t i = 0; i < c->nfiles; i++) {
-		if (wf[i].fd < 0)
+		if (rp->wf[i].fd < 0)
 			continue;
 		ap_step(x);
-		if (msync(wf[i].map, wf[i].size, MS_SYNC) || fsync(wf[i].fd)) {
-			r = dcr_err_sys(e, errno, "cannot sync '%s'", c->file_names[i]);
-			goto out;
-		}
+		if (msync(rp->wf[i].map, rp->wf[i].size, MS_SYNC) || fsync(rp->wf[i].fd))
+			return dcr_err_sys(e, errno, "cannot sync '%s'", c->file_names[i]);
 	}
+	return 0;
+}
 
-	/* 3. check touched tensors and those in rebuilt files */
-	dg = dcr_calloc(p.n, sizeof(*dg));
-	if (!dg) {
-		r = dcr_err_sys(e, ENOMEM, "journal");
-		goto out;
-	}
-	uint8_t *sel = dcr_calloc(p.n, 1);
-	if (!sel) {
-		r = dcr_err_sys(e, ENOMEM, "journal");
-		goto out;
-	}
-	for (size_t i = 0; i < p.n; i++) {
+/* 3. check touched tensors and those in rebuilt files (rp->dg: every
+ * tensor's digest, the others' taken from the journal) */
+static int rp_check(struct replay *rp, struct dcr_apply_result *res, struct dcr_err *e)
+{
+	const struct plan *p = &rp->p;
+	int r = 0;
+	rp->dg = dcr_calloc(p->n, sizeof(*rp->dg));
+	if (!rp->dg)
+		return dcr_err_sys(e, ENOMEM, "journal");
+	dcr_digest *dg = rp->dg;
+	uint8_t *sel = dcr_calloc(p->n, 1);
+	if (!sel)
+		return dcr_err_sys(e, ENOMEM, "journal");
+	for (size_t i = 0; i < p->n; i++) {
 		int rebuilt = 0;
-		for (size_t k = 0; k < p.nrenames; k++)
-			rebuilt |= !strcmp(p.renames[k], p.t[i].t.file);
-		sel[i] = p.t[i].touched || rebuilt;
+		for (size_t k = 0; k < p->nrenames; k++)
+			rebuilt |= !strcmp(p->renames[k], p->t[i].t.file);
+		sel[i] = p->t[i].touched || rebuilt;
 		if (!sel[i])
-			dg[i] = p.t[i].t.digest; /* checked against the base before the commit */
+			dg[i] = p->t[i].t.digest; /* checked against the base before the commit */
 	}
-	dcr_ckpt_digests_sel(c, dg, sel, 0); /* c's order is the plan's (checked above) */
-	for (size_t i = 0; i < p.n; i++) {
+	dcr_ckpt_digests_sel(rp->c, dg, sel, 0); /* c's order is the plan's (checked above) */
+	for (size_t i = 0; i < p->n; i++) {
 		if (!sel[i])
 			continue;
-		if (memcmp(dg[i].b, p.t[i].t.digest.b, 32)) {
+		if (memcmp(dg[i].b, p->t[i].t.digest.b, 32)) {
 			r = dcr_err_set(e, DCR_EDIGEST,
 					"receiver '%s': tensor '%s' does not match its target digest after apply",
-					x->rc->dir, p.t[i].t.name);
-			free(sel);
-			goto out;
+					rp->x->rc->dir, p->t[i].t.name);
+			break;
 		}
 		if (res)
 			res->tensors_checked++;
 	}
 	free(sel);
-	/* 4. done: cache the new state, drop the journal and the staging area */
+	return r;
+}
+
+/* 4. done: cache the new state, drop the journal and the staging area */
+static int rp_done(struct replay *rp, const char *jp, struct dcr_apply_result *res,
+		   struct dcr_err *e)
+{
+	struct ctx *x = rp->x;
+	const struct plan *p = &rp->p;
+	int r;
 	ap_step(x);
-	if ((r = dcr_receiver_save_state(x->rc, c, &p.target, dg, e)))
-		goto out;
+	if ((r = dcr_receiver_save_state(x->rc, rp->c, &p->target, rp->dg, e)))
+		return r;
 	ap_step(x);
-	if (unlink(jp)) {
-		r = dcr_err_sys(e, errno, "cannot remove '%s'", jp);
-		goto out;
-	}
+	if (unlink(jp))
+		return dcr_err_sys(e, errno, "cannot remove '%s'", jp);
 	dcr_fsync_dir(x->rc->sdir);
 	char hex[65];
-	dcr_digest_hex(&p.target, hex);
-	dcr_receiver_log(x->rc, "applied %llu items, state %s", (unsigned long long)p.nitems, hex);
+	dcr_digest_hex(&p->target, hex);
+	dcr_receiver_log(x->rc, "applied %llu items, state %s", (unsigned long long)p->nitems, hex);
 	if (res) {
-		res->base = p.base; /* the state the journal was made against */
-		memcpy(res->attempt, p.attempt, 16);
-		res->target = p.target;
-		res->items = p.nitems;
-		res->changes = p.nchanges;
+		res->base = p->base; /* the state the journal was made against */
+		memcpy(res->attempt, p->attempt, 16);
+		res->target = p->target;
+		res->items = p->nitems;
+		res->changes = p->nchanges;
 	}
+	return 0;
+}
+
+int ap_replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e)
+{
+	char *jp = dcr_receiver_path(x->rc, "journal");
+	struct replay rp = {.x = x, .fd = -1};
+	int r;
+	if (!jp)
+		return dcr_err_sys(e, ENOMEM, "journal");
+	rp.fd = open(jp, O_RDONLY | O_CLOEXEC);
+	if (rp.fd < 0) {
+		r = dcr_err_sys(e, errno, "cannot open '%s'", jp);
+		goto out;
+	}
+	if ((r = ap_read_plan((struct dcr_source){dcr_source_fd_read, &rp.fd}, NULL, 0, -1, 1,
+			      "journal", &rp.p, e)) ||
+	    (r = rp_move_files(&rp, e)) ||
+	    (r = rp_open_ckpt(&rp, e)) ||
+	    (r = rp_overwrite(&rp, e)) ||
+	    (r = rp_check(&rp, res, e)))
+		goto out;
+	r = rp_done(&rp, jp, res, e);
 out:
-	if (wf)
-		for (size_t i = 0; c && i < c->nfiles; i++) {
-			if (wf[i].map)
-				munmap(wf[i].map, wf[i].size);
-			if (wf[i].fd >= 0)
-				close(wf[i].fd);
+	if (rp.wf)
+		for (size_t i = 0; rp.c && i < rp.c->nfiles; i++) {
+			if (rp.wf[i].map)
+				munmap(rp.wf[i].map, rp.wf[i].size);
+			if (rp.wf[i].fd >= 0)
+				close(rp.wf[i].fd);
 		}
-	free(wf);
-	free(dg);
-	dcr_delta_reader_release(&rd);
-	dcr_changes_free(&ch);
-	dcr_ckpt_close(c);
-	ap_plan_free(&p);
-	if (fd >= 0)
-		close(fd);
+	free(rp.wf);
+	free(rp.dg);
+	dcr_delta_reader_release(&rp.rd);
+	dcr_changes_free(&rp.ch);
+	dcr_cuda_ctx_free(rp.gpu);
+	dcr_ckpt_close(rp.c);
+	ap_plan_free(&rp.p);
+	if (rp.fd >= 0)
+		close(rp.fd);
 	free(jp);
 	return r;
 }
@@ -464,6 +524,12 @@ out:
 int ap_recover(struct dcr_receiver *rc, const struct dcr_apply_opts *o,
 		      struct dcr_err *e)
 {
+	/* a device that is not there is said before anything is touched */
+	if (o && o->device == DCR_DEVICE_CUDA) {
+		int r = dcr_cuda_probe(e);
+		if (r)
+			return r;
+	}
 	char *jp = dcr_receiver_path(rc, "journal");
 	int have = jp && access(jp, F_OK) == 0;
 	free(jp);

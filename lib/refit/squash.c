@@ -241,36 +241,34 @@ static int emit_run(struct dcr_delta_writer *w, uint32_t ti, uint8_t enc, uint64
 	return dcr_delta_write_item(w, &it, e);
 }
 
-int dcr_squash(const char *const *paths, size_t n, const uint8_t *attempt_in,
-	       struct dcr_sink sink, const char *what, struct dcr_squash_stats *st,
-	       struct dcr_err *e)
+/* What the squash's steps share: the chain's inputs, the writer, the cell
+ * and the buffers reused from run to run. */
+struct squash {
+	struct sq_in *in;
+	size_t n;
+	struct dcr_delta_writer w;
+	struct cell cl;
+	struct dcr_changes out;	/* one run's changes */
+	struct dcr_buf tmp;	/* one run's encoded item */
+	size_t C;		/* elements per cell */
+	uint64_t maxlen, bytes_in;
+};
+
+/* Pass 1 over every input (opened here), and the chain check: each
+ * delta's base is the target of the one before. */
+static int sq_pass1(struct squash *sq, const char *const *paths, struct dcr_err *e)
 {
-	struct sq_in *in = dcr_calloc(n ? n : 1, sizeof(*in));
-	struct dcr_delta_writer w = {0};
-	struct cell cl = {0};
-	struct dcr_changes out = {0};
-	struct dcr_buf tmp = {0};
-	uint64_t maxlen = 1, bytes_in = 0;
+	struct sq_in *in = sq->in;
 	int r = 0;
-	if (!in)
-		return dcr_err_sys(e, ENOMEM, "squash");
-	for (size_t i = 0; i < n; i++)
-		in[i].fd = -1;
-	if (n < 1) {
-		r = dcr_err_set(e, DCR_EFORMAT, "squash needs at least one delta");
-		goto out;
-	}
-	for (size_t i = 0; i < n && !r; i++) {
+	for (size_t i = 0; i < sq->n && !r; i++) {
 		in[i].path = paths[i];
 		in[i].fd = open(paths[i], O_RDONLY | O_CLOEXEC);
 		struct stat sb;
-		if (in[i].fd < 0 || fstat(in[i].fd, &sb)) {
-			r = dcr_err_sys(e, errno, "cannot open '%s'", paths[i]);
-			break;
-		}
-		bytes_in += (uint64_t)sb.st_size;
-		if ((r = pass1(&in[i], &maxlen, e)))
-			break;
+		if (in[i].fd < 0 || fstat(in[i].fd, &sb))
+			return dcr_err_sys(e, errno, "cannot open '%s'", paths[i]);
+		sq->bytes_in += (uint64_t)sb.st_size;
+		if ((r = pass1(&in[i], &sq->maxlen, e)))
+			return r;
 		if (i && memcmp(in[i].base.b, in[i - 1].target.b, 32)) {
 			char a[65], b[65];
 			dcr_digest_hex(&in[i - 1].target, a);
@@ -280,180 +278,261 @@ int dcr_squash(const char *const *paths, size_t n, const uint8_t *attempt_in,
 					paths[i], paths[i - 1], b, a);
 		}
 	}
-	if (r)
-		goto out;
-	size_t C = maxlen < CELL_MAX ? (size_t)maxlen : CELL_MAX;
-	cl.kind = dcr_calloc(C, 1);
-	cl.val = dcr_calloc(C, sizeof(uint64_t));
-	cl.touched = dcr_calloc(C, sizeof(uint32_t));
-	if (!cl.kind || !cl.val || !cl.touched || dcr_changes_reserve(&out, C)) {
-		r = dcr_err_sys(e, ENOMEM, "squash");
-		goto out;
-	}
-	for (size_t i = 0; i < n && !r; i++) {
-		if (lseek(in[i].fd, 0, SEEK_SET)) {
-			r = dcr_err_sys(e, errno, "cannot rewind '%s'", paths[i]);
-			break;
-		}
+	return r;
+}
+
+/* The cell (as long as the longest item, at most CELL_MAX) and a run's
+ * worth of changes. */
+static int sq_cells(struct squash *sq, struct dcr_err *e)
+{
+	struct cell *cl = &sq->cl;
+	sq->C = sq->maxlen < CELL_MAX ? (size_t)sq->maxlen : CELL_MAX;
+	cl->kind = dcr_calloc(sq->C, 1);
+	cl->val = dcr_calloc(sq->C, sizeof(uint64_t));
+	cl->touched = dcr_calloc(sq->C, sizeof(uint32_t));
+	if (!cl->kind || !cl->val || !cl->touched || dcr_changes_reserve(&sq->out, sq->C))
+		return dcr_err_sys(e, ENOMEM, "squash");
+	return 0;
+}
+
+/* Pass 2's start: every input rewound, read again, at its first item. */
+static int sq_rewind(struct squash *sq, const char *const *paths, struct dcr_err *e)
+{
+	struct sq_in *in = sq->in;
+	int r = 0;
+	for (size_t i = 0; i < sq->n && !r; i++) {
+		if (lseek(in[i].fd, 0, SEEK_SET))
+			return dcr_err_sys(e, errno, "cannot rewind '%s'", paths[i]);
 		if ((r = dcr_delta_reader_init(&in[i].rd,
 					       (struct dcr_source){dcr_source_fd_read, &in[i].fd},
 					       paths[i], e)))
-			break;
+			return r;
 		in[i].have_rd = 1;
 		in[i].last_tensor = -1;
 		r = fetch(&in[i], e);
 	}
-	if (r)
-		goto out;
-	uint8_t attempt[16];
-	if ((r = dcr_attempt_id(attempt_in, attempt, e)))
-		goto out;
-	struct sq_in *last = &in[n - 1];
-	if ((r = dcr_delta_writer_init(&w, sink, &in[0].base, attempt, what, e)))
-		goto out;
-	/* removals: tensors of v1 that vk lacks */
-	for (size_t i = 0; i < in[0].nremoved && !r; i++)
-		if (!find(last, in[0].removed[i], NULL))
-			r = dcr_delta_write_remove(&w, in[0].removed[i], e);
-	for (size_t i = 0; i < in[0].nt && !r; i++)
-		if (!(in[0].t[i].flags & DCR_TENSOR_NEW) && !find(last, in[0].t[i].name, NULL))
-			r = dcr_delta_write_remove(&w, in[0].t[i].name, e);
-	for (size_t ti = 0; ti < last->nt && !r; ti++) {
-		const struct dcr_delta_tensor *T = &last->t[ti];
-		/* the last delta that creates T, if any */
-		long j = -1;
-		for (size_t i = 0; i < n; i++) {
-			const struct dcr_delta_tensor *x = find(&in[i], T->name, NULL);
-			if (!x) {
-				j = -2;
+	return r;
+}
+
+/* Removals: tensors of v1 that vk lacks (removed by v1, or in v1 and not
+ * new there). */
+static int sq_removals(struct squash *sq, struct dcr_err *e)
+{
+	const struct sq_in *first = &sq->in[0], *last = &sq->in[sq->n - 1];
+	int r = 0;
+	for (size_t i = 0; i < first->nremoved && !r; i++)
+		if (!find(last, first->removed[i], NULL))
+			r = dcr_delta_write_remove(&sq->w, first->removed[i], e);
+	for (size_t i = 0; i < first->nt && !r; i++)
+		if (!(first->t[i].flags & DCR_TENSOR_NEW) && !find(last, first->t[i].name, NULL))
+			r = dcr_delta_write_remove(&sq->w, first->t[i].name, e);
+	return r;
+}
+
+/* The next position any input from j0 on changes in tensor name
+ * (UINT64_MAX when none does), fetching past used-up items. */
+static int sq_next_change(struct squash *sq, const char *name, size_t j0, uint64_t *pnext,
+			  struct dcr_err *e)
+{
+	uint64_t next = UINT64_MAX;
+	int r = 0;
+	for (size_t i = j0; i < sq->n && !r; i++) {
+		struct sq_in *x = &sq->in[i];
+		while (!r && x->valid && !strcmp(x->t[x->tensor].name, name) &&
+		       x->idx >= x->ch.n)
+			r = fetch(x, e);
+		if (!r && x->valid && !strcmp(x->t[x->tensor].name, name)) {
+			uint64_t p = x->start + x->ch.pos[x->idx];
+			if (p < next)
+				next = p;
+		}
+	}
+	*pnext = next;
+	return r;
+}
+
+/* Compose into the cell [g, cend) every input's changes there, in chain
+ * order from j0; the cells touched are listed in cl.touched. */
+static int sq_gather_cell(struct squash *sq, const char *name, size_t j0, uint64_t g,
+			  uint64_t cend, struct dcr_err *e)
+{
+	struct cell *cl = &sq->cl;
+	int r = 0;
+	cl->ntouched = 0;
+	for (size_t i = j0; i < sq->n && !r; i++) {
+		struct sq_in *x = &sq->in[i];
+		while (!r && x->valid && !strcmp(x->t[x->tensor].name, name)) {
+			if (x->idx >= x->ch.n) {
+				r = fetch(x, e);
 				continue;
 			}
-			if (x->flags & DCR_TENSOR_NEW)
-				j = (long)i;
-		}
-		if (j == -2) {
-			/* absent from some step yet never created after it */
-			r = dcr_err_set(e, DCR_EFORMAT, "tensor '%s' disappears in the chain without being recreated",
-					T->name);
-			break;
-		}
-		size_t j0 = j < 0 ? 0 : (size_t)j;
-		int isnew = j >= 0;
-		struct dcr_delta_tensor ot = *T;
-		ot.flags = isnew ? DCR_TENSOR_NEW : 0;
-		if ((r = dcr_delta_write_tensor(&w, &ot, e)))
-			break;
-		for (size_t i = 0; i < n && !r; i++)
-			r = skip_to(&in[i], T->name, i < j0, e);
-		if (r)
-			break;
-		unsigned unit = dcr_dtype_unit(T->dtype);
-		uint64_t units = T->nelem * dcr_dtype_bits(T->dtype) / 8 / unit;
-		for (;;) {
-			/* the next position any input changes in T */
-			uint64_t next = UINT64_MAX;
-			for (size_t i = j0; i < n && !r; i++) {
-				struct sq_in *x = &in[i];
-				while (!r && x->valid && !strcmp(x->t[x->tensor].name, T->name) &&
-				       x->idx >= x->ch.n)
-					r = fetch(x, e);
-				if (!r && x->valid && !strcmp(x->t[x->tensor].name, T->name)) {
-					uint64_t p = x->start + x->ch.pos[x->idx];
-					if (p < next)
-						next = p;
-				}
-			}
-			if (r || next == UINT64_MAX)
+			uint64_t p = x->start + x->ch.pos[x->idx];
+			if (p >= cend)
 				break;
-			if (next >= units) {
-				r = dcr_err_set(e, DCR_EFORMAT, "item for '%s' runs past its end", T->name);
-				break;
+			size_t c = (size_t)(p - g);
+			uint64_t v = x->ch.val[x->idx++];
+			if (!cl->kind[c])
+				cl->touched[cl->ntouched++] = (uint32_t)c;
+			if (x->enc == DCR_ENC_OVERWRITE) {
+				cl->kind[c] = 2;
+				cl->val[c] = v;
+			} else if (cl->kind[c]) {
+				cl->val[c] ^= v;
+			} else {
+				cl->kind[c] = 1;
+				cl->val[c] = v;
 			}
-			uint64_t g = next / C * C, cend = g + C < units ? g + C : units;
-			cl.ntouched = 0;
-			for (size_t i = j0; i < n && !r; i++) {
-				struct sq_in *x = &in[i];
-				while (!r && x->valid && !strcmp(x->t[x->tensor].name, T->name)) {
-					if (x->idx >= x->ch.n) {
-						r = fetch(x, e);
-						continue;
-					}
-					uint64_t p = x->start + x->ch.pos[x->idx];
-					if (p >= cend)
-						break;
-					size_t c = (size_t)(p - g);
-					uint64_t v = x->ch.val[x->idx++];
-					if (!cl.kind[c])
-						cl.touched[cl.ntouched++] = (uint32_t)c;
-					if (x->enc == DCR_ENC_OVERWRITE) {
-						cl.kind[c] = 2;
-						cl.val[c] = v;
-					} else if (cl.kind[c]) {
-						cl.val[c] ^= v;
-					} else {
-						cl.kind[c] = 1;
-						cl.val[c] = v;
-					}
-				}
-			}
-			if (r)
-				break;
-			qsort(cl.touched, cl.ntouched, sizeof(uint32_t), cmp_u32);
-			/* runs of one kind; each run's range reaches the next run */
-			size_t k = 0;
-			uint64_t run_start = g;
-			while (k < cl.ntouched && !r) {
-				uint8_t kind = 0;
-				out.n = 0;
-				size_t q = k;
-				for (; q < cl.ntouched; q++) {
-					uint32_t c = cl.touched[q];
-					uint8_t kd = isnew ? 2 : cl.kind[c];
-					if (kd == 1 && !cl.val[c])
-						continue; /* masks that cancelled */
-					if (kind && kd != kind)
-						break;
-					kind = kd;
-					out.pos[out.n] = g + c - run_start;
-					out.val[out.n++] = cl.val[c];
-				}
-				uint64_t run_end = q < cl.ntouched ? g + cl.touched[q] : cend;
-				if (out.n)
-					r = emit_run(&w, (uint32_t)ti,
-						     kind == 2 ? DCR_ENC_OVERWRITE : DCR_ENC_XOR, run_start,
-						     run_end - run_start, &out, unit, &tmp, e);
-				run_start = run_end;
-				k = q;
-			}
-			for (size_t q = 0; q < cl.ntouched; q++)
-				cl.kind[cl.touched[q]] = 0;
 		}
 	}
-	/* every input must be read to its end (and its trailer checked) */
-	for (size_t i = 0; i < n && !r; i++)
-		while (!r && in[i].valid)
-			r = fetch(&in[i], e);
+	return r;
+}
+
+/* Write the cell [g, cend) of tensor ti as one item per run of one kind
+ * (all overwrites when isnew), then clear the cells it touched. */
+static int sq_emit_cell(struct squash *sq, uint32_t ti, int isnew, uint64_t g, uint64_t cend,
+			unsigned unit, struct dcr_err *e)
+{
+	struct cell *cl = &sq->cl;
+	struct dcr_changes *out = &sq->out;
+	int r = 0;
+	qsort(cl->touched, cl->ntouched, sizeof(uint32_t), cmp_u32);
+	/* runs of one kind; each run's range reaches the next run */
+	size_t k = 0;
+	uint64_t run_start = g;
+	while (k < cl->ntouched && !r) {
+		uint8_t kind = 0;
+		out->n = 0;
+		size_t q = k;
+		for (; q < cl->ntouched; q++) {
+			uint32_t c = cl->touched[q];
+			uint8_t kd = isnew ? 2 : cl->kind[c];
+			if (kd == 1 && !cl->val[c])
+				continue; /* masks that cancelled */
+			if (kind && kd != kind)
+				break;
+			kind = kd;
+			out->pos[out->n] = g + c - run_start;
+			out->val[out->n++] = cl->val[c];
+		}
+		uint64_t run_end = q < cl->ntouched ? g + cl->touched[q] : cend;
+		if (out->n)
+			r = emit_run(&sq->w, ti, kind == 2 ? DCR_ENC_OVERWRITE : DCR_ENC_XOR,
+				     run_start, run_end - run_start, out, unit, &sq->tmp, e);
+		run_start = run_end;
+		k = q;
+	}
+	for (size_t q = 0; q < cl->ntouched; q++)
+		cl->kind[cl->touched[q]] = 0;
+	return r;
+}
+
+/* Tensor ti of the last delta: its TENSOR record (NEW when the chain
+ * creates it), then its changes composed from its last creation on, cell
+ * by cell. */
+static int sq_tensor(struct squash *sq, size_t ti, struct dcr_err *e)
+{
+	const struct sq_in *last = &sq->in[sq->n - 1];
+	const struct dcr_delta_tensor *T = &last->t[ti];
+	int r = 0;
+	/* the last delta that creates T, if any */
+	long j = -1;
+	for (size_t i = 0; i < sq->n; i++) {
+		const struct dcr_delta_tensor *x = find(&sq->in[i], T->name, NULL);
+		if (!x) {
+			j = -2;
+			continue;
+		}
+		if (x->flags & DCR_TENSOR_NEW)
+			j = (long)i;
+	}
+	if (j == -2) /* absent from some step yet never created after it */
+		return dcr_err_set(e, DCR_EFORMAT, "tensor '%s' disappears in the chain without being recreated",
+				   T->name);
+	size_t j0 = j < 0 ? 0 : (size_t)j;
+	int isnew = j >= 0;
+	struct dcr_delta_tensor ot = *T;
+	ot.flags = isnew ? DCR_TENSOR_NEW : 0;
+	if ((r = dcr_delta_write_tensor(&sq->w, &ot, e)))
+		return r;
+	for (size_t i = 0; i < sq->n && !r; i++)
+		r = skip_to(&sq->in[i], T->name, i < j0, e);
+	if (r)
+		return r;
+	unsigned unit = dcr_dtype_unit(T->dtype);
+	uint64_t units = T->nelem * dcr_dtype_bits(T->dtype) / 8 / unit;
+	for (;;) {
+		uint64_t next;
+		if ((r = sq_next_change(sq, T->name, j0, &next, e)) || next == UINT64_MAX)
+			return r;
+		if (next >= units)
+			return dcr_err_set(e, DCR_EFORMAT, "item for '%s' runs past its end", T->name);
+		uint64_t g = next / sq->C * sq->C, cend = g + sq->C < units ? g + sq->C : units;
+		if ((r = sq_gather_cell(sq, T->name, j0, g, cend, e)) ||
+		    (r = sq_emit_cell(sq, (uint32_t)ti, isnew, g, cend, unit, e)))
+			return r;
+	}
+}
+
+/* Every input read to its end (its trailer checked), then the last
+ * delta's digests, the END record and the totals. */
+static int sq_finish(struct squash *sq, struct dcr_squash_stats *st, struct dcr_err *e)
+{
+	const struct sq_in *last = &sq->in[sq->n - 1];
+	int r = 0;
+	for (size_t i = 0; i < sq->n && !r; i++)
+		while (!r && sq->in[i].valid)
+			r = fetch(&sq->in[i], e);
 	for (size_t i = 0; i < last->nt && !r; i++)
-		r = dcr_delta_write_done(&w, (uint32_t)i, &last->t[i].digest, e);
+		r = dcr_delta_write_done(&sq->w, (uint32_t)i, &last->t[i].digest, e);
 	if (!r)
-		r = dcr_delta_write_end(&w, &last->target, e);
+		r = dcr_delta_write_end(&sq->w, &last->target, e);
 	if (!r && st) {
-		st->base = in[0].base;
+		st->base = sq->in[0].base;
 		st->target = last->target;
-		st->items = w.nitems;
-		st->changes = w.nchanges;
-		st->bytes_in = bytes_in;
-		st->bytes_out = w.bytes;
+		st->items = sq->w.nitems;
+		st->changes = sq->w.nchanges;
+		st->bytes_in = sq->bytes_in;
+		st->bytes_out = sq->w.bytes;
 	}
+	return r;
+}
+
+int dcr_squash(const char *const *paths, size_t n, const uint8_t *attempt_in,
+	       struct dcr_sink sink, const char *what, struct dcr_squash_stats *st,
+	       struct dcr_err *e)
+{
+	struct squash sq = {.n = n, .maxlen = 1};
+	int r = 0;
+	sq.in = dcr_calloc(n ? n : 1, sizeof(*sq.in));
+	if (!sq.in)
+		return dcr_err_sys(e, ENOMEM, "squash");
+	for (size_t i = 0; i < n; i++)
+		sq.in[i].fd = -1;
+	if (n < 1) {
+		r = dcr_err_set(e, DCR_EFORMAT, "squash needs at least one delta");
+		goto out;
+	}
+	if ((r = sq_pass1(&sq, paths, e)) || (r = sq_cells(&sq, e)) ||
+	    (r = sq_rewind(&sq, paths, e)))
+		goto out;
+	uint8_t attempt[16];
+	if ((r = dcr_attempt_id(attempt_in, attempt, e)) ||
+	    (r = dcr_delta_writer_init(&sq.w, sink, &sq.in[0].base, attempt, what, e)) ||
+	    (r = sq_removals(&sq, e)))
+		goto out;
+	for (size_t ti = 0; ti < sq.in[n - 1].nt; ti++)
+		if ((r = sq_tensor(&sq, ti, e)))
+			goto out;
+	r = sq_finish(&sq, st, e);
 out:
 	for (size_t i = 0; i < n; i++)
-		in_free(&in[i]);
-	free(in);
-	free(cl.kind);
-	free(cl.val);
-	free(cl.touched);
-	dcr_changes_free(&out);
-	dcr_buf_free(&tmp);
-	dcr_delta_writer_release(&w);
+		in_free(&sq.in[i]);
+	free(sq.in);
+	free(sq.cl.kind);
+	free(sq.cl.val);
+	free(sq.cl.touched);
+	dcr_changes_free(&sq.out);
+	dcr_buf_free(&sq.tmp);
+	dcr_delta_writer_release(&sq.w);
 	return r;
 }

@@ -923,8 +923,9 @@ static int sink_range_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, 
 {
 	struct sink_range_hash *sh = arg;
 	sink_range(sh->buf, off, p, n, total);
-	if (off <= sh->fed)
-		feed_hasher(sh->h, sh->buf, &sh->fed, (size_t)off + n, 0);
+	/* bytes arrive in order (a resumed transfer goes on where it
+	 * stopped), so everything below off + n is here: hash it in steps */
+	feed_hasher(sh->h, sh->buf, &sh->fed, (size_t)off + n, 0);
 	return 0;
 }
 

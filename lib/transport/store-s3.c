@@ -176,12 +176,91 @@ static int s3_post(struct dcr_store *s, const char *name, const char *query,
 	return r;
 }
 
+/* 2. the parts, in parallel: this thread and up to parallel - 1 more */
+static int mp_upload_parts(struct mp *m, struct dcr_err *e)
+{
+	pthread_mutex_init(&m->mu, NULL);
+	unsigned par = (unsigned)m->s->o.parallel;
+	unsigned nt = par < m->nparts ? par : m->nparts;
+	pthread_t *th = dcr_calloc(nt, sizeof(*th));
+	unsigned started = 0;
+	for (unsigned i = 1; th && i < nt; i++, started++)
+		if (pthread_create(&th[started], NULL, mp_worker, m))
+			break;
+	mp_worker(m);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	free(th);
+	pthread_mutex_destroy(&m->mu);
+	if (m->rc && e)
+		*e = m->err;
+	return m->rc;
+}
+
+/* 3. complete: the parts' ETags in order, retried while S3 answers 200
+ * with InternalError or SlowDown in the body */
+static int mp_complete(struct mp *m, const char *what, struct dcr_buf *ans, struct dcr_err *e)
+{
+	struct dcr_store *s = m->s;
+	struct dcr_buf x = {0};
+	int r, bad = dcr_buf_add(&x, "<CompleteMultipartUpload>", 25);
+	for (unsigned i = 0; !bad && i < m->nparts; i++) {
+		char part[400];
+		int l = snprintf(part, sizeof(part),
+				 "<Part><PartNumber>%u</PartNumber><ETag>%s</ETag></Part>",
+				 i + 1, m->etags[i]);
+		bad = dcr_buf_add(&x, part, (size_t)l);
+	}
+	if (bad || dcr_buf_add(&x, "</CompleteMultipartUpload>", 27)) { /* with NUL */
+		dcr_buf_free(&x);
+		return dcr_err_sys(e, ENOMEM, "cannot upload '%s'", what);
+	}
+	for (int attempt = 0;; attempt++) {
+		dcr_buf_free(ans);
+		if ((r = s3_post(s, m->name, m->query_id, (char *)x.p, ans, e)))
+			break;
+		if (ans->len && memmem(ans->p, ans->len, "<CompleteMultipartUploadResult", 30))
+			break;
+		char *code = net_xml_text((char *)ans->p, ans->len, "Code", NULL);
+		char *msg = net_xml_text((char *)ans->p, ans->len, "Message", NULL);
+		int retry = code && (!strcmp(code, "InternalError") || !strcmp(code, "SlowDown")) &&
+			    attempt < s->o.retries;
+		if (!retry)
+			r = dcr_err_set(e, DCR_EREMOTE, "cannot complete the multipart upload of '%s': %s%s%s",
+					what, code ? code : "unexpected answer", msg ? ": " : "",
+					msg ? msg : "");
+		free(code);
+		free(msg);
+		if (!retry)
+			break;
+		net_backoff(s, attempt);
+	}
+	dcr_buf_free(&x);
+	return r;
+}
+
+/* Best effort after a failure: free the parts; the error already says why. */
+static void mp_abort(struct mp *m)
+{
+	struct net_req q;
+	char *w2 = NULL;
+	struct dcr_err ign;
+	if (m->query_id && !net_obj_req(m->s, m->name, &q, &w2, &ign)) {
+		q.method = "DELETE";
+		q.query = m->query_id;
+		q.no_retry = 1; /* never sleep on the way out */
+		net_perform(m->s, &q, &ign);
+		net_req_free(&q);
+		free(w2);
+	}
+}
+
 static int s3_multipart(struct dcr_store *s, const char *name, const uint8_t *buf,
 			int fd, uint64_t size, struct dcr_err *e)
 {
 	struct mp m = {.s = s, .name = name, .buf = buf, .fd = fd, .size = size};
 	struct dcr_buf ans = {0};
-	char *id = NULL, *what = NULL, *xml_s = NULL;
+	char *id = NULL, *what = NULL;
 	int r;
 	m.psize = s->o.part_size;
 	if (m.psize < 1)
@@ -211,89 +290,15 @@ static int s3_multipart(struct dcr_store *s, const char *name, const uint8_t *bu
 	m.query_id = eid ? dcr_asprintf("uploadId=%s", eid) : NULL;
 	free(eid);
 	m.etags = dcr_calloc(m.nparts, sizeof(*m.etags));
-	if (!m.query_id || !m.etags) {
+	if (!m.query_id || !m.etags)
 		r = dcr_err_sys(e, ENOMEM, "cannot upload '%s'", what);
-		goto abort;
-	}
-
-	/* 2. parts, in parallel: this thread and up to parallel-1 more */
-	pthread_mutex_init(&m.mu, NULL);
-	unsigned nt = (unsigned)s->o.parallel < m.nparts ? (unsigned)s->o.parallel : m.nparts;
-	pthread_t *th = dcr_calloc(nt, sizeof(*th));
-	unsigned started = 0;
-	for (unsigned i = 1; th && i < nt; i++, started++)
-		if (pthread_create(&th[started], NULL, mp_worker, &m))
-			break;
-	mp_worker(&m);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	free(th);
-	pthread_mutex_destroy(&m.mu);
-	if (m.rc) {
-		r = m.rc;
-		if (e)
-			*e = m.err;
-		goto abort;
-	}
-
-	/* 3. complete */
-	struct dcr_buf x = {0};
-	int bad = dcr_buf_add(&x, "<CompleteMultipartUpload>", 25);
-	for (unsigned i = 0; !bad && i < m.nparts; i++) {
-		char part[400];
-		int l = snprintf(part, sizeof(part),
-				 "<Part><PartNumber>%u</PartNumber><ETag>%s</ETag></Part>",
-				 i + 1, m.etags[i]);
-		bad = dcr_buf_add(&x, part, (size_t)l);
-	}
-	if (bad || dcr_buf_add(&x, "</CompleteMultipartUpload>", 27)) { /* with NUL */
-		dcr_buf_free(&x);
-		r = dcr_err_sys(e, ENOMEM, "cannot upload '%s'", what);
-		goto abort;
-	}
-	xml_s = (char *)x.p;
-	/* S3 may answer 200 and still report an error in the body. */
-	for (int attempt = 0;; attempt++) {
-		dcr_buf_free(&ans);
-		r = s3_post(s, name, m.query_id, xml_s, &ans, e);
-		if (r)
-			goto abort;
-		if (ans.len && memmem(ans.p, ans.len, "<CompleteMultipartUploadResult", 30))
-			break;
-		char *code = net_xml_text((char *)ans.p, ans.len, "Code", NULL);
-		char *msg = net_xml_text((char *)ans.p, ans.len, "Message", NULL);
-		int retry = code && (!strcmp(code, "InternalError") || !strcmp(code, "SlowDown")) &&
-			    attempt < s->o.retries;
-		if (!retry)
-			r = dcr_err_set(e, DCR_EREMOTE, "cannot complete the multipart upload of '%s': %s%s%s",
-					what, code ? code : "unexpected answer", msg ? ": " : "",
-					msg ? msg : "");
-		free(code);
-		free(msg);
-		if (!retry)
-			goto abort;
-		net_backoff(s, attempt);
-	}
-	goto out;
-abort: {
-		/* Best effort: free the parts; the error already says why. */
-		struct net_req q;
-		char *w2 = NULL;
-		struct dcr_err ign;
-		if (m.query_id && !net_obj_req(s, name, &q, &w2, &ign)) {
-			q.method = "DELETE";
-			q.query = m.query_id;
-			q.no_retry = 1; /* never sleep on the way out */
-			net_perform(s, &q, &ign);
-			net_req_free(&q);
-			free(w2);
-		}
-	}
+	/* 2. the parts, 3. complete; or free what was uploaded */
+	if (r || (r = mp_upload_parts(&m, e)) || (r = mp_complete(&m, what, &ans, e)))
+		mp_abort(&m);
 out:
 	dcr_buf_free(&ans);
 	free(id);
 	free(what);
-	free(xml_s);
 	free(m.query_id);
 	free(m.etags);
 	return r;

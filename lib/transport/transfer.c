@@ -351,17 +351,38 @@ static int run_ordered(struct ordered *f, struct dcr_err *e)
 	return r;
 }
 
-/* Payload idx of pack name: its entry name, object name and URL (for
- * messages); url is NULL when memory ran out. */
+/* The sources of one pack (dcr_pull_from) and the one in use: a source
+ * that fails hands over to the next, for every fetch after it. */
+struct sources {
+	const struct dcr_pull_source *v;
+	size_t n;
+	size_t cur; /* read and moved atomically */
+};
+
+static size_t src_cur(struct sources *ss)
+{
+	return __atomic_load_n(&ss->cur, __ATOMIC_RELAXED);
+}
+
+/* Source i failed: the next one is current (if nobody moved on already). */
+static void src_failed(struct sources *ss, size_t i)
+{
+	size_t want = i;
+	__atomic_compare_exchange_n(&ss->cur, &want, (i + 1) % ss->n, 0, __ATOMIC_RELAXED,
+				    __ATOMIC_RELAXED);
+}
+
+/* Payload idx of the pack at source i: its entry name, object name and
+ * URL (for messages); url is NULL when memory ran out. */
 struct pnames {
 	char *en, *on, *url;
 };
 
-static void pnames_get(struct dcr_store *s, const char *name, uint32_t idx, struct pnames *n)
+static void pnames_get(const struct sources *ss, size_t i, uint32_t idx, struct pnames *n)
 {
 	n->en = dcr_payload_name(idx);
-	n->on = n->en ? obj(name, n->en) : NULL;
-	n->url = n->on ? dcr_asprintf("%s/%s", dcr_store_url(s), n->on) : NULL;
+	n->on = n->en ? obj(ss->v[i].name, n->en) : NULL;
+	n->url = n->on ? dcr_asprintf("%s/%s", dcr_store_url(ss->v[i].s), n->on) : NULL;
 }
 
 static void pnames_free(struct pnames *n)
@@ -374,8 +395,7 @@ static void pnames_free(struct pnames *n)
 /* ---- whole payloads: fetched, checked, handed on ---- */
 
 struct fetch {
-	struct dcr_store *s;
-	const char *name;
+	struct sources *src;
 	const struct dcr_manifest *m; /* or NULL while waiting for it */
 	int (*have)(void *ctx, uint32_t index, dcr_digest *digest);
 	void *have_ctx;
@@ -396,24 +416,38 @@ static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 		sr->state = 3;
 		return;
 	}
-	struct pnames pn;
-	pnames_get(f->s, f->name, idx, &pn);
-	struct dcr_payload_hash ph;
-	struct dcr_hasher h = {dcr_payload_hash_update, &ph};
-	dcr_payload_hash_init(&ph);
-	if (!pn.url)
-		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
-	else if (!(sr->rc = dcr_store_get_blob_hashed(f->s, pn.on, &sr->b, 32, &h, &sr->err)))
-		sr->rc = dcr_payload_hash_final(&ph, &sum)
-				 ? dcr_err_sys(&sr->err, ENOMEM, "%s", pn.url)
-				 : check_payload(pn.url, sr->b.p, sr->b.len, idx, &sum, want, &sr->err);
-	else
-		dcr_payload_hash_final(&ph, &sum); /* frees it */
-	/* checked: write it out (and flush it) here, in parallel, where the
-	 * output can; the caller makes it visible in order */
-	if (!sr->rc && f->out.stage)
-		sr->rc = f->out.stage(f->out.ctx, pn.en, sr->b.p, sr->b.len, &sr->tok, &sr->err);
-	pnames_free(&pn);
+	/* from the current source; a failure tries the others, each once */
+	size_t first = src_cur(f->src);
+	for (size_t t = 0; t < f->src->n; t++) {
+		size_t i = (first + t) % f->src->n;
+		struct pnames pn;
+		pnames_get(f->src, i, idx, &pn);
+		struct dcr_payload_hash ph;
+		struct dcr_hasher h = {dcr_payload_hash_update, &ph};
+		dcr_payload_hash_init(&ph);
+		if (sr->b.map)
+			dcr_blob_free(&sr->b);
+		if (!pn.url)
+			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
+		else if (!(sr->rc = dcr_store_get_blob_hashed(f->src->v[i].s, pn.on, &sr->b, 32, &h,
+							       &sr->err)))
+			sr->rc = dcr_payload_hash_final(&ph, &sum)
+					 ? dcr_err_sys(&sr->err, ENOMEM, "%s", pn.url)
+					 : check_payload(pn.url, sr->b.p, sr->b.len, idx, &sum, want,
+							 &sr->err);
+		else
+			dcr_payload_hash_final(&ph, &sum); /* frees it */
+		/* checked: write it out (and flush it) here, in parallel, where
+		 * the output can; the caller makes it visible in order */
+		int out_rc = 0;
+		if (!sr->rc && f->out.stage)
+			out_rc = sr->rc = f->out.stage(f->out.ctx, pn.en, sr->b.p, sr->b.len, &sr->tok,
+						       &sr->err);
+		pnames_free(&pn);
+		if (!sr->rc || out_rc || !pn.url)
+			return;
+		src_failed(f->src, i);
+	}
 }
 
 static int emit_one(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
@@ -449,7 +483,7 @@ static void drop_one(void *ctx, struct slot_res *sr)
 }
 
 /* Fetch payloads [lo, hi) and hand each on in order. */
-static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_manifest *m,
+static int fetch_range(struct sources *src, const struct dcr_manifest *m,
 		       int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
 		       unsigned par, uint32_t lo, uint32_t hi, struct dcr_pack_out out,
 		       const struct dcr_xfer_opts *o, uint64_t *bytes, int *skipped,
@@ -457,7 +491,7 @@ static int fetch_range(struct dcr_store *s, const char *name, const struct dcr_m
 {
 	if (lo >= hi)
 		return 0;
-	struct fetch f = {.s = s, .name = name, .m = m, .have = have, .have_ctx = have_ctx,
+	struct fetch f = {.src = src, .m = m, .have = have, .have_ctx = have_ctx,
 			  .lo = lo, .out = out, .o = o, .bytes = bytes, .skipped = skipped};
 	struct ordered q = {.work = fetch_one, .emit = emit_one, .discard = drop_one, .ctx = &f,
 			    .n = hi - lo, .par = par};
@@ -479,8 +513,7 @@ struct part {
 };
 
 struct stream {
-	struct dcr_store *s;
-	const char *name;
+	struct sources *src;
 	const struct dcr_manifest *m;
 	struct part *parts;
 	size_t part_cap; /* bytes of the largest part */
@@ -559,37 +592,66 @@ static int check_part(const struct stream *f, const struct part *pt, const uint8
 	return 0;
 }
 
+/* Where a part fetched (or failed) from one source may go on from
+ * another: past the pieces that checked out. */
+static uint64_t part_resume(const struct dcr_manifest *m, const struct part *pt,
+			    const struct piece_check *c)
+{
+	uint64_t at = c->pos >= c->end ? c->end : c->pos >> m->piece_log2 << m->piece_log2;
+	if (c->bad >= 0 && ((uint64_t)c->bad << m->piece_log2) < at)
+		at = (uint64_t)c->bad << m->piece_log2;
+	return at < pt->off ? pt->off : at;
+}
+
 static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
 {
 	struct stream *f = ctx;
 	const struct part *pt = &f->parts[job];
-	struct pnames pn;
-	pnames_get(f->s, f->name, pt->idx, &pn);
-	const char *url = pn.url;
-	if (!url) {
-		sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
-	} else if (sr->b.cap < pt->len) {
+	if (sr->b.cap < pt->len) {
 		dcr_blob_free(&sr->b);
-		if (!(sr->b.p = malloc(f->part_cap)))
-			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "%s", url);
-		else
-			sr->b.cap = f->part_cap;
+		if (!(sr->b.p = malloc(f->part_cap))) {
+			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
+			return;
+		}
+		sr->b.cap = f->part_cap;
 	}
-	if (!sr->rc) {
-		struct piece_check c = {.m = f->m, .idx = pt->idx, .pos = pt->off,
+	sr->b.len = pt->len;
+	/* from the current source; when it fails, from the next, resuming
+	 * after the pieces that checked out */
+	uint64_t at = pt->off;
+	size_t first = src_cur(f->src);
+	for (size_t t = 0; t < f->src->n; t++) {
+		size_t i = (first + t) % f->src->n;
+		struct pnames pn;
+		pnames_get(f->src, i, pt->idx, &pn);
+		const char *url = pn.url;
+		struct piece_check c = {.m = f->m, .idx = pt->idx, .pos = at,
 					.end = f->m->psize[pt->idx] - 32, .bad = -1};
-		struct dcr_hasher h = {piece_check_update, &c};
-		sr->b.len = pt->len;
-		sr->rc = dcr_store_get_range_hashed(f->s, pn.on, pt->off, pt->len, sr->b.p, &h,
-						    &sr->err);
+		if (!url) {
+			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
+			pnames_free(&pn);
+			return;
+		}
+		if (at < pt->off + pt->len) {
+			struct dcr_hasher h = {piece_check_update, &c};
+			sr->rc = dcr_store_get_range_hashed(f->src->v[i].s, pn.on, at,
+							    (size_t)(pt->off + pt->len - at),
+							    sr->b.p + (at - pt->off), &h, &sr->err);
+		} else {
+			sr->rc = 0;
+		}
 		if (sr->rc == DCR_EFORMAT) /* shorter than the manifest says */
 			sr->rc = dcr_err_set(&sr->err, DCR_EFORMAT,
 					     "%s: body is shorter than the manifest's %llu bytes (truncated)",
 					     url, (unsigned long long)f->m->psize[pt->idx]);
-		else if (!sr->rc)
+		else if (!sr->rc) /* the part is whole in the buffer, wherever it came from */
 			sr->rc = check_part(f, pt, sr->b.p, &c, url, &sr->err);
+		pnames_free(&pn);
+		if (!sr->rc)
+			return;
+		src_failed(f->src, i);
+		at = part_resume(f->m, pt, &c);
 	}
-	pnames_free(&pn);
 }
 
 static int emit_part(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
@@ -613,7 +675,7 @@ static int emit_part(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_er
 	return r;
 }
 
-static int stream_range(struct dcr_store *s, const char *name, const struct dcr_manifest *m,
+static int stream_range(struct sources *src, const struct dcr_manifest *m,
 			unsigned par, uint32_t lo, uint32_t hi, struct dcr_pack_out out,
 			const struct dcr_xfer_opts *o, uint64_t *bytes, struct dcr_err *e)
 {
@@ -626,7 +688,7 @@ static int stream_range(struct dcr_store *s, const char *name, const struct dcr_
 							    : NULL;
 	if (!parts)
 		return dcr_err_sys(e, ENOMEM, "pull");
-	struct stream f = {.s = s, .name = name, .m = m, .parts = parts, .part_cap = 1, .out = out,
+	struct stream f = {.src = src, .m = m, .parts = parts, .part_cap = 1, .out = out,
 			   .o = o, .bytes = bytes};
 	n = 0;
 	for (uint32_t i = lo; i < hi; i++)
@@ -646,86 +708,146 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 	     int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
 	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
 {
+	struct dcr_pull_source src = {s, name};
+	return dcr_pull_from(&src, 1, out, have, have_ctx, o, st, e);
+}
+
+/* The manifest from the first source that has one that parses: 0, or
+ * DCR_ENOTFOUND when none has one, or the last source's error. */
+static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len,
+			struct dcr_manifest *m, const struct dcr_xfer_opts *o, struct dcr_err *e)
+{
+	int r = DCR_ENOTFOUND, absent = 0;
+	size_t first = src_cur(ss);
+	for (size_t t = 0; t < ss->n; t++) {
+		size_t i = (first + t) % ss->n;
+		struct dcr_store *s = ss->v[i].s;
+		char *mo = obj(ss->v[i].name, DCR_MANIFEST_NAME);
+		char *url = mo ? dcr_asprintf("%s/%s", dcr_store_url(s), mo) : NULL;
+		if (!url) {
+			free(mo);
+			return dcr_err_sys(e, ENOMEM, "pull");
+		}
+		free(*man);
+		*man = NULL;
+		r = dcr_store_get(s, mo, man, man_len, e);
+		if (!r) {
+			r = dcr_manifest_parse(*man, *man_len, url, m, e);
+			if (!r && o && o->dense && !m->dense) {
+				dcr_manifest_release(m);
+				r = dcr_err_set(e, DCR_EFORMAT,
+						"'%s' is not a dense copy (dcr-diff --dense makes one)", url);
+			}
+		}
+		free(mo);
+		free(url);
+		if (!r) {
+			if (t)
+				__atomic_store_n(&ss->cur, i, __ATOMIC_RELAXED);
+			return 0;
+		}
+		absent += r == DCR_ENOTFOUND;
+		if (ss->n == 1 && r != DCR_ENOTFOUND)
+			return r;
+	}
+	if (absent == (int)ss->n)
+		return DCR_ENOTFOUND;
+	return r == DCR_ENOTFOUND ? dcr_err_set(e, -EIO, "no source of the pack answered") : r;
+}
+
+/* The payloads the current source lists (a push in progress): how many
+ * follow on from next without a gap. */
+static int listed_run(struct sources *ss, uint32_t next, uint32_t *limit, struct dcr_err *e)
+{
+	int r = 0;
+	size_t first = src_cur(ss);
+	for (size_t t = 0; t < ss->n; t++) {
+		size_t i = (first + t) % ss->n;
+		char **names = NULL;
+		size_t n = 0;
+		char *pfx = dcr_asprintf("%s/payload-", ss->v[i].name);
+		r = pfx ? dcr_store_list(ss->v[i].s, pfx, &names, &n, e)
+			: dcr_err_sys(e, ENOMEM, "pull");
+		free(pfx);
+		if (r)
+			continue;
+		*limit = next;
+		for (int more = 1; more;) {
+			more = 0;
+			char *want = dcr_payload_name(*limit);
+			for (size_t k = 0; want && k < n; k++) {
+				const char *b = strrchr(names[k], '/');
+				if (b && !strcmp(b + 1, want)) {
+					(*limit)++;
+					more = 1;
+					break;
+				}
+			}
+			free(want);
+		}
+		dcr_store_names_free(names, n);
+		return 0;
+	}
+	return r;
+}
+
+int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_out out,
+		  int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
+		  const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
+{
 	int par = o && o->parallel > 0 ? o->parallel : 4;
 	double deadline = now_s() + (o ? o->wait_s : 0);
-	char *mo = obj(name, DCR_MANIFEST_NAME);
+	struct sources ss = {v, nsrc, 0};
 	uint8_t *man = NULL;
 	size_t man_len = 0;
 	struct dcr_manifest m = {0};
-	int have_m = 0, r = 0;
+	int have_m = 0, r = 0, remote = 1;
 	uint32_t next = 0; /* next payload index to hand on */
 	uint64_t bytes = 0;
+	if (!nsrc)
+		return dcr_err_set(e, -EINVAL, "pull: no source");
+	for (size_t i = 0; i < nsrc; i++)
+		remote &= !dcr_store_is_local(v[i].s);
 	if (par > 256)
 		par = 256;
 	if (o && o->fault && o->fault->at) {
 		out.stage = NULL; /* whole entries, in order: see dcr_xfer_opts.fault */
 		out.begin = NULL;
 	}
-	if (!mo) {
-		r = dcr_err_sys(e, ENOMEM, "pull");
-		goto out;
-	}
 	for (;;) {
 		if (!have_m) {
-			r = dcr_store_get(s, mo, &man, &man_len, e);
+			r = get_manifest(&ss, &man, &man_len, &m, o, e);
 			if (!r) {
-				char *url = dcr_asprintf("%s/%s", dcr_store_url(s), mo);
-				r = url ? dcr_manifest_parse(man, man_len, url, &m, e)
-					: dcr_err_sys(e, ENOMEM, "pull");
-				if (!r && o && o->dense && !m.dense)
-					r = dcr_err_set(e, DCR_EFORMAT,
-							"'%s' is not a dense copy (dcr-diff --dense makes one)",
-							url);
-				free(url);
-				if (r)
-					goto out;
 				have_m = 1;
 			} else if (r != DCR_ENOTFOUND) {
 				goto out;
 			} else if (!o || o->wait_s <= 0) {
-				r = dcr_err_set(e, DCR_ENOTFOUND,
-						"no pack '%s' in '%s' (no manifest; --wait follows a push in progress)",
-						name, dcr_store_url(s));
+				if (nsrc == 1)
+					r = dcr_err_set(e, DCR_ENOTFOUND,
+							"no pack '%s' in '%s' (no manifest; --wait follows a push in progress)",
+							v[0].name, dcr_store_url(v[0].s));
+				else
+					r = dcr_err_set(e, DCR_ENOTFOUND,
+							"no pack '%s' in any of its %zu sources (no manifest; --wait follows a push in progress)",
+							v[0].name, nsrc);
 				goto out;
 			}
 			r = 0;
 		}
 		/* which payloads may we fetch now? all up to npayloads, or those listed */
 		uint32_t limit = next;
-		if (have_m) {
+		if (have_m)
 			limit = m.npayloads;
-		} else {
-			char **names = NULL;
-			size_t n = 0;
-			char *pfx = dcr_asprintf("%s/payload-", name);
-			r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "pull");
-			free(pfx);
-			if (r)
-				goto out;
-			/* contiguous run from next */
-			for (int more = 1; more;) {
-				more = 0;
-				char *want = dcr_payload_name(limit);
-				for (size_t i = 0; want && i < n; i++) {
-					const char *b = strrchr(names[i], '/');
-					if (b && !strcmp(b + 1, want)) {
-						limit++;
-						more = 1;
-						break;
-					}
-				}
-				free(want);
-			}
-			dcr_store_names_free(names, n);
-		}
+		else if ((r = listed_run(&ss, next, &limit, e)))
+			goto out;
 		/* fetch [next, limit) with par in flight, hand on in order:
 		 * piece by piece from a server when the manifest allows */
 		int skipped = 0;
-		if (have_m && m.pieces && out.begin && !have && !dcr_store_is_local(s))
-			r = stream_range(s, name, &m, (unsigned)par, next, limit, out, o, &bytes, e);
+		if (have_m && m.pieces && out.begin && !have && remote)
+			r = stream_range(&ss, &m, (unsigned)par, next, limit, out, o, &bytes, e);
 		else
-			r = fetch_range(s, name, have_m ? &m : NULL, have, have_ctx, (unsigned)par,
-					next, limit, out, o, &bytes, &skipped, e);
+			r = fetch_range(&ss, have_m ? &m : NULL, have, have_ctx, (unsigned)par, next,
+					limit, out, o, &bytes, &skipped, e);
 		if (st)
 			st->skipped += skipped;
 		if (r)
@@ -734,9 +856,10 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 		if (have_m)
 			break;
 		if (now_s() > deadline) {
+			size_t i = src_cur(&ss);
 			r = dcr_err_set(e, DCR_ENOTFOUND,
 					"no manifest for '%s' in '%s' after waiting %.0f s (%u payloads seen)",
-					name, dcr_store_url(s), o ? o->wait_s : 0, next);
+					v[i].name, dcr_store_url(v[i].s), o ? o->wait_s : 0, next);
 			goto out;
 		}
 		usleep(200 * 1000);
@@ -749,8 +872,39 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 		st->bytes = bytes;
 	}
 out:
-	free(mo);
 	free(man);
-	dcr_manifest_release(&m);
+	if (have_m)
+		dcr_manifest_release(&m);
 	return r;
+}
+
+int dcr_pull_source_open(const char *arg, int dense, const struct dcr_store_opts *so,
+			 struct dcr_pull_source *src, struct dcr_err *e)
+{
+	char *surl, *name;
+	memset(src, 0, sizeof(*src));
+	int r = dcr_split_store_url(arg, &surl, &name, e);
+	if (r)
+		return -EINVAL; /* e says what is wrong with it */
+	if (dense) {
+		char *dn = dcr_asprintf("%s.dense", name);
+		free(name);
+		if (!(name = dn)) {
+			free(surl);
+			return dcr_err_sys(e, ENOMEM, "%s", arg);
+		}
+	}
+	if ((r = dcr_store_open(surl, so, &src->s, e)))
+		free(name);
+	else
+		src->name = name;
+	free(surl);
+	return r;
+}
+
+void dcr_pull_source_close(struct dcr_pull_source *src)
+{
+	dcr_store_close(src->s);
+	free((char *)src->name);
+	memset(src, 0, sizeof(*src));
 }

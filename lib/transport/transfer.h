@@ -48,4 +48,27 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 	     int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
 	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e);
 
+/* The same from several sources of one pack (the same pack under each
+ * store and name, e.g. relays and the store behind them), tried in order:
+ * when a source fails (after its store's retries) or serves bytes that do
+ * not check out, the fetch goes on at the next one, and the fetches after
+ * it start there. Payloads already handed on are not fetched again; a
+ * payload streamed in parts resumes after its last piece that checked
+ * out, a payload fetched whole starts again. The manifest comes from the
+ * first source that has one that parses. */
+struct dcr_pull_source {
+	struct dcr_store *s;
+	const char *name;
+};
+/* Open the store of one STORE/NAME argument into src (src->name malloc'd):
+ * with dense, NAME's dense copy, which lives beside the deltas as
+ * NAME.dense (dcr-diff --dense NEW | dcr-pack | dcr-push - STORE/NAME.dense).
+ * An argument that is no STORE/NAME is -EINVAL. */
+int dcr_pull_source_open(const char *arg, int dense, const struct dcr_store_opts *so,
+			 struct dcr_pull_source *src, struct dcr_err *e);
+void dcr_pull_source_close(struct dcr_pull_source *src);
+int dcr_pull_from(const struct dcr_pull_source *src, size_t nsrc, struct dcr_pack_out out,
+		  int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
+		  const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e);
+
 #endif

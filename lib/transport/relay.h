@@ -1,0 +1,87 @@
+/* relay.h - a node of a relay tree: an HTTP server (GNU libmicrohttpd)
+ * that looks to its children exactly like an http:// store (store.h) and
+ * serves the objects of its parents, which may be any store URL or other
+ * relays.
+ *
+ * Every object is fetched from a parent once, however many children ask,
+ * into a spool file (the cache directory, or a temporary one), and is
+ * served to every child while it arrives (cut-through). Pack payloads are
+ * checked before a byte of them is passed on: against the manifest's
+ * BLAKE3 piece table (1 MiB pieces), piece by piece as they arrive; or,
+ * for packs without one (SHA-256 payloads) and before the manifest exists
+ * (a push in progress), whole against their own trailer and the manifest's
+ * digest when there is one. A piece that fails is never written to the
+ * spool, served or cached: the relay refetches from that byte on from the
+ * next parent. Manifests are checked by their trailer (and by receivers'
+ * signatures). Other objects (commit records, refs) are passed through
+ * per request, never cached: nothing checks them here.
+ *
+ * Served: GET and HEAD of NAME (Range "bytes=A-B", "bytes=A-", "bytes=-N";
+ * If-Match against the ETag, a payload's digest), GET DIR/?prefix=PFX (the
+ * parents' listing), GET /.dcr/status (JSON: parents, cache, objects).
+ * Answers: 400 a bad name (a ".." component, ...), 404 absent or outside
+ * its pack's manifest, 405 another method, 412 If-Match failed, 416 bad
+ * range, 502 every parent failed, 503 stopping. A failure mid-body closes
+ * that child's connection (its store client resumes with a Range
+ * request); nothing else is affected.
+ *
+ * Memory: parallel x window bytes of fetch buffers, 256 KiB per response
+ * in progress, libmicrohttpd's 32 KiB per connection, and the manifests of
+ * the packs in the table: never an object whole. The spool holds at most
+ * cache_size bytes of finished objects; the oldest packs' idle objects are
+ * dropped first (objects in flight may exceed it).
+ */
+#ifndef DCR_TRANSPORT_RELAY_H
+#define DCR_TRANSPORT_RELAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/pack.h"
+#include "transport/store.h"
+#include "transport/transfer.h"
+
+struct dcr_relay;
+
+struct dcr_relay_opts {
+	const char *listen;          /* "ADDR:PORT", "[ADDR6]:PORT"; PORT 0: any free port */
+	const char *const *parents;  /* store URLs, tried in order */
+	size_t nparents;
+	const struct dcr_store_opts *store; /* for the parents (NULL: defaults) */
+	const char *cache_dir;       /* kept across runs; NULL: a temporary
+					directory, removed by dcr_relay_stop */
+	uint64_t cache_size;         /* bytes of finished objects kept; 0: 16 GiB */
+	int parallel;                /* objects fetched at once; 0: 4 */
+	uint64_t window;             /* bytes per ranged GET to a parent, whole
+					pieces; 0: one piece (1 MiB) */
+	int threads;                 /* server threads; 0: 4 */
+	unsigned max_connections;    /* 0: 4096 */
+	unsigned idle_timeout_s;     /* close a connection idle this long; 0: 60 */
+	int no_prefetch;             /* fetch payloads only when asked, not the
+					whole pack once its manifest is asked for */
+	/* one line per object served, failover and failure (no newline); may
+	 * be called from any thread, never with a lock held */
+	void (*log)(void *ctx, const char *line);
+	void *log_ctx;
+};
+
+/* Open the parents, create or reload the cache, and start serving. */
+int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, struct dcr_err *e);
+/* The port it listens on (useful with PORT 0). */
+unsigned dcr_relay_port(const struct dcr_relay *r);
+/* The status document GET /.dcr/status answers (malloc'd JSON), or NULL. */
+char *dcr_relay_status(struct dcr_relay *r);
+/* Stop serving (children in flight get their connection closed), wait for
+ * the fetches in flight to end, free. Accepts NULL. */
+void dcr_relay_stop(struct dcr_relay *r);
+
+/* The pack NAME as this relay verifies it, through the same table as its
+ * children (fetched once): its payloads in order, in parts as their
+ * pieces check out when out.begin is set, then the manifest, into out,
+ * like dcr_pull. Waits up to wait_s for the manifest to appear. This is
+ * what dcr-relay --apply feeds to the receiver. */
+int dcr_relay_pull(struct dcr_relay *r, const char *name, struct dcr_pack_out out, double wait_s,
+		   struct dcr_xfer_stats *st, struct dcr_err *e);
+
+#endif
