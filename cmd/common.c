@@ -32,12 +32,98 @@ void cmd_init(const char *name, int argc, char **argv)
 	dcr_fault_from_env(&cmd_fault);
 }
 
+/* The length of the UTF-8 sequence at p that is a printable character
+ * (not a C1 control, not an overlong form or a surrogate), or 0. */
+static size_t utf8_ok(const unsigned char *p)
+{
+	unsigned c = p[0];
+	size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+	if (!n || c > 0xf4)
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	if (n == 2 && c == 0xc2 && p[1] < 0xa0)
+		return 0; /* U+0080..U+009F: C1 controls (CSI is U+009B) */
+	if (n == 3 && ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0)))
+		return 0;
+	if (n == 4 && ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90)))
+		return 0;
+	return n;
+}
+
+/* Append the quoted form of s to b (or only count it, b NULL); the bytes
+ * it takes. */
+static size_t escape(char *b, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t o = 0;
+	while (*p) {
+		size_t n = *p >= 0x20 && *p < 0x7f ? 1 : *p >= 0x80 ? utf8_ok(p) : 0;
+		if (n && *p != '\\') {
+			if (b)
+				memcpy(b + o, p, n);
+			o += n;
+			p += n;
+			continue;
+		}
+		char t[5];
+		int k = *p == '\\' ? snprintf(t, sizeof(t), "\\\\")
+		      : *p == '\t' ? snprintf(t, sizeof(t), "\\t")
+		      : *p == '\n' ? snprintf(t, sizeof(t), "\\n")
+		      : *p == '\r' ? snprintf(t, sizeof(t), "\\r")
+				    : snprintf(t, sizeof(t), "\\x%02x", *p);
+		if (b)
+			memcpy(b + o, t, (size_t)k);
+		o += (size_t)k;
+		p++;
+	}
+	return o;
+}
+
+void cmd_escape_write(FILE *f, const char *s)
+{
+	size_t n = escape(NULL, s);
+	char *b = malloc(n + 1);
+	if (!b) {
+		fputs("(a message, not shown: out of memory)", f);
+		return;
+	}
+	escape(b, s);
+	fwrite(b, 1, n, f);
+	free(b);
+}
+
+const char *cmd_quote(const char *s)
+{
+	static char *ring[8];
+	static unsigned next;
+	size_t n = escape(NULL, s);
+	if (n == strlen(s) && !strchr(s, '\\'))
+		return s;
+	char *b = malloc(n + 1);
+	if (!b)
+		return "(not shown: out of memory)";
+	escape(b, s);
+	b[n] = '\0';
+	free(ring[next % 8]);
+	ring[next++ % 8] = b;
+	return b;
+}
+
 static void vmsg(const char *kind, const char *fmt, va_list ap)
 {
 	cmd_progress_end();
+	char *text = NULL;
+	if (vasprintf(&text, fmt, ap) < 0)
+		text = NULL;
 	fprintf(stderr, "%s: %s: ", cmd_name, kind);
-	vfprintf(stderr, fmt, ap);
+	if (text)
+		cmd_escape_write(stderr, text);
+	else
+		fputs(fmt, stderr);
 	fputc('\n', stderr);
+	free(text);
 }
 
 void cmd_error(const char *fmt, ...)
@@ -139,6 +225,12 @@ void cmd_progress_end(void)
 	}
 }
 
+void cmd_refuse_tty_input(const char *what)
+{
+	if (isatty(0))
+		cmd_die("refusing to read %s from a terminal (name a file, or pipe one in)", what);
+}
+
 int cmd_open_output(const char *path)
 {
 	if (!path || !strcmp(path, "-")) {
@@ -173,6 +265,8 @@ struct dcr_pack_in *cmd_open_pack_input(const char *path)
 			cmd_die_err(&e, EXIT_FATAL);
 		return in;
 	}
+	if (!strcmp(path, "-"))
+		cmd_refuse_tty_input("a pack");
 	int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
 	if (fd < 0)
 		cmd_die("cannot open '%s': %s", path, strerror(errno));
@@ -268,6 +362,50 @@ int cmd_store_option(int c, const char *arg, struct dcr_store_opts *so, int *par
 	default:
 		return 0;
 	}
+}
+
+static const char **trust_paths;
+static size_t trust_npaths;
+
+void cmd_trust_key(const char *path)
+{
+	const char **v = realloc(trust_paths, (trust_npaths + 1) * sizeof(*v));
+	if (!v)
+		cmd_die("out of memory");
+	trust_paths = v;
+	v[trust_npaths++] = path;
+}
+
+const struct dcr_trust *cmd_trust(uint64_t min_version)
+{
+	static struct dcr_trust t;
+	static struct dcr_pubkey *keys;
+	static char *env; /* the paths DCR_VERIFY_KEY names point into it */
+	static int loaded;
+	if (loaded) /* once: later calls (other threads) get the same */
+		return t.nkeys ? &t : NULL;
+	loaded = 1;
+	if (!trust_npaths) {
+		const char *v = getenv("DCR_VERIFY_KEY");
+		if (v && *v) {
+			if (!(env = dcr_strdup(v)))
+				cmd_die("out of memory");
+			char *save = NULL;
+			for (char *p = strtok_r(env, ":", &save); p; p = strtok_r(NULL, ":", &save))
+				cmd_trust_key(p);
+		}
+	}
+	if (!trust_npaths)
+		return NULL;
+	if (!(keys = dcr_calloc(trust_npaths, sizeof(*keys))))
+		cmd_die("out of memory");
+	for (size_t i = 0; i < trust_npaths; i++) {
+		struct dcr_err e = {0};
+		if (dcr_pubkey_load(trust_paths[i], &keys[i], &e))
+			cmd_die_err(&e, EXIT_FATAL);
+	}
+	t = (struct dcr_trust){.keys = keys, .nkeys = trust_npaths, .min_version = min_version};
+	return &t;
 }
 
 uint64_t cmd_parse_size(const char *s)

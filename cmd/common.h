@@ -18,6 +18,9 @@ extern struct dcr_fault cmd_fault;
 /* Name the command, arm the fault points, and quiet getopt (opterr = 0):
  * its complaints go through cmd_bad_option, as usage errors. */
 void cmd_init(const char *name, int argc, char **argv);
+/* Messages on stderr are written through cmd_escape_write: whatever their
+ * text holds from input (entry and tensor names, a server's reason phrase,
+ * an S3 error message), it cannot drive the terminal. */
 void cmd_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cmd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print e's message and exit 128 (or `code`). */
@@ -25,6 +28,17 @@ __attribute__((noreturn)) void cmd_die_err(const struct dcr_err *e, int code);
 __attribute__((noreturn)) void cmd_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 __attribute__((noreturn)) void cmd_usage_error(const char *usage, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* Write s to f with the bytes that could drive a terminal quoted: C0
+ * controls (tab, CR, ESC ...), DEL, C1 controls (raw, or U+0080..U+009F in
+ * UTF-8) and bytes that are not UTF-8 become \t, \r, \n, \\ and \xNN;
+ * printable ASCII and UTF-8 text pass unchanged. */
+void cmd_escape_write(FILE *f, const char *s);
+/* s as cmd_escape_write would show it, for printf: s itself when it needs
+ * nothing, else a copy that stays valid for the next 7 calls. Listings on
+ * stdout quote names from input with it (not with -z, whose records are
+ * NUL-ended and taken raw). */
+const char *cmd_quote(const char *s);
 
 /* Exit code for a library error: 1 for a refused base, else 128 (a busy
  * receiver included, in every command). */
@@ -38,6 +52,9 @@ void cmd_progress_end(void);
 /* For transfers: bytes and payloads moved so far, and the rate. */
 void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads);
 
+/* Binary input from standard input: exit 128 with "refusing to read WHAT
+ * from a terminal" when it is one (a forgotten argument would wait). */
+void cmd_refuse_tty_input(const char *what);
 /* Open an output file, or stdout for "-" (refusing a terminal). */
 int cmd_open_output(const char *path);
 /* Packs: open PATH as a pack directory, or a tar stream ("-": standard
@@ -71,6 +88,15 @@ __attribute__((noreturn)) void cmd_bad_option(int c, const char *usage);
 #define CMD_STORE_LONGOPTS \
 	{"endpoint", required_argument, NULL, 'E'}, {"cacert", required_argument, NULL, 'C'}, \
 	{"parallel", required_argument, NULL, 'j'}, {"retries", required_argument, NULL, 'R'}
+
+/* Trust (dcr(7), TRUST): --verify-key PUB, repeatable, names the public
+ * keys a pack must be signed by; without one, DCR_VERIFY_KEY does (one
+ * path, or several separated by ':'). cmd_trust_key records an option's
+ * path; cmd_trust loads the keys (exiting 128 when one does not load) and
+ * returns the trust, or NULL when no key is named. */
+void cmd_trust_key(const char *path);
+const struct dcr_trust *cmd_trust(uint64_t min_version);
+#define CMD_TRUST_LONGOPT {"verify-key", required_argument, NULL, 'K'}
 
 /* Flush and check stdout; exit 128 on a write error such as ENOSPC. */
 int cmd_finish(int code);

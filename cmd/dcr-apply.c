@@ -25,6 +25,11 @@ static const char usage[] =
 	"      --device D       scatter the changes on D: cpu (default) or cuda (the GPU\n"
 	"                       kernels; an error where libdcr has no CUDA or there is\n"
 	"                       no device, before anything is written)\n"
+	"      --verify-key PUB refuse a pack whose manifest is not signed by PUB (a\n"
+	"                       signify public key; repeatable: any of them; default\n"
+	"                       $DCR_VERIFY_KEY, paths separated by ':'), or whose\n"
+	"                       signed version is not above the committed one;\n"
+	"                       checked before anything is written\n"
 	"      --progress       show progress on stderr\n"
 	"      --no-progress    do not show progress\n"
 	"  -q, --quiet          print nothing but errors\n"
@@ -53,6 +58,7 @@ int main(int argc, char **argv)
 		{"recover", no_argument, NULL, 'R'},
 		{"version", required_argument, NULL, 'V'},
 		{"device", required_argument, NULL, 'G'},
+		CMD_TRUST_LONGOPT,
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
 		{"quiet", no_argument, NULL, 'q'},
@@ -64,6 +70,7 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'R': recover_only = 1; break;
+		case 'K': cmd_trust_key(optarg); break;
 		case 'V':
 			version = cmd_parse_version(usage, "--version", optarg);
 			have_version = 1;
@@ -79,9 +86,12 @@ int main(int argc, char **argv)
 		cmd_usage_error(usage, "need CKPT and at most one DELTA");
 	const char *ckpt = argv[optind];
 	const char *input = argc - optind == 2 ? argv[optind + 1] : "-";
+	if (!recover_only && !strcmp(input, "-"))
+		cmd_refuse_tty_input("a delta");
 	struct dcr_apply_opts o = {.progress = progress, .fault = &cmd_fault,
 				   .have_version = have_version, .version = version,
-				   .device = device};
+				   .device = device,
+				   .trust = recover_only ? NULL : cmd_trust(0)};
 	struct dcr_err e = {0};
 	struct dcr_receiver *rc;
 	int r = dcr_receiver_open(ckpt, 1, &rc, &e);

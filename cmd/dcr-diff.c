@@ -106,7 +106,7 @@ int main(int argc, char **argv)
 				cmd_usage_error(usage, "--base-id wants 64 hex digits, not '%s'", optarg);
 			o.base_id = &base_id;
 			break;
-		case 'C': o.chunk_elems = cmd_parse_u64(usage, "--chunk", optarg, 1, 1u << 26); break;
+		case 'C': o.chunk_elems = cmd_parse_u64(usage, "--chunk", optarg, 1, DCR_ITEM_MAX_ELEMS); break;
 		case 'W': overwrite = 1; break;
 		case 'A': also[nalso++] = optarg; break;
 		case 'D': o.dense = 1; break;

@@ -26,6 +26,10 @@ static const char usage[] =
 	"  -s, --payload-size SIZE raw bytes per payload: 64M by default (K, M, G)\n"
 	"      --digest ALG        payload checksums: blake3 (default) or sha256, which\n"
 	"                          receivers built before BLAKE3 payloads need\n"
+	"      --version V         name the version the pack reaches in its manifest\n"
+	"      --policy NAME       with --version: the policy it is a version of\n"
+	"      --sign KEY.sec      sign the manifest (needs --version): a detached\n"
+	"                          signature, manifest.dcrm.sig, in signify's format\n"
 	"  -l, --list              list the contents of PACK (a directory or a tar file)\n"
 	"      --squash            compose the chain of delta files DELTA1 (v1->v2),\n"
 	"                          DELTA2 (v2->v3), ... into one delta v1->vk and pack it\n"
@@ -43,6 +47,12 @@ struct lister {
 	int porcelain, bad;
 	char eol;
 };
+
+/* A name from the pack, quoted unless records end with NUL (-z). */
+static const char *qname(const struct lister *l, const char *s)
+{
+	return l->eol ? cmd_quote(s) : s;
+}
 
 static void list_manifest(const struct lister *l, const struct dcr_pack_entry *en)
 {
@@ -71,14 +81,14 @@ static void list_manifest(const struct lister *l, const struct dcr_pack_entry *e
 			o += (size_t)snprintf(shape + o, sizeof(shape) - o, "%s%llu", k ? "," : "",
 					      (unsigned long long)t->shape[k]);
 		dcr_digest_hex(&t->digest, h1);
-		printf("tensor\t%s\t%s\t%s\t%s\t%s\t%s%c", t->name, dcr_dtype_name(t->dtype), shape,
-		       t->file, h1, (t->flags & DCR_TENSOR_NEW) ? "new" : "base", l->eol);
+		printf("tensor\t%s\t%s\t%s\t%s\t%s\t%s%c", qname(l, t->name), dcr_dtype_name(t->dtype),
+		       shape, qname(l, t->file), h1, (t->flags & DCR_TENSOR_NEW) ? "new" : "base", l->eol);
 	}
 	for (uint32_t i = 0; i < m->nremoved; i++)
 		if (l->porcelain)
-			printf("removed\t%s%c", m->removed[i], l->eol);
+			printf("removed\t%s%c", qname(l, m->removed[i]), l->eol);
 		else
-			printf("  removed %s\n", m->removed[i]);
+			printf("  removed %s\n", qname(l, m->removed[i]));
 }
 
 static int list_entry(void *ctx, const struct dcr_pack_entry *en)
@@ -191,6 +201,9 @@ int main(int argc, char **argv)
 		{"output", required_argument, NULL, 'o'},
 		{"payload-size", required_argument, NULL, 's'},
 		{"digest", required_argument, NULL, 'd'},
+		{"version", required_argument, NULL, 'V'},
+		{"policy", required_argument, NULL, 'Y'},
+		{"sign", required_argument, NULL, 'S'},
 		{"list", no_argument, NULL, 'l'},
 		{"squash", no_argument, NULL, 'Q'},
 		{"delta", no_argument, NULL, 'D'},
@@ -201,7 +214,7 @@ int main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *output = "-";
+	const char *output = "-", *sign = NULL;
 	struct dcr_pack_opts o = {0};
 	int list = 0, porcelain = 0, squash = 0, delta_out = 0, c;
 	char eol = '\n';
@@ -220,6 +233,12 @@ int main(int argc, char **argv)
 			else
 				cmd_usage_error(usage, "unknown --digest '%s' (blake3, sha256)", optarg);
 			break;
+		case 'V':
+			o.version = cmd_parse_version(usage, "--version", optarg);
+			o.have_version = 1;
+			break;
+		case 'Y': o.policy = optarg; break;
+		case 'S': sign = optarg; break;
 		case 'l': list = 1; break;
 		case 'Q': squash = 1; break;
 		case 'D': delta_out = 1; break;
@@ -230,6 +249,33 @@ int main(int argc, char **argv)
 	}
 	if (delta_out && !squash)
 		cmd_usage_error(usage, "--delta goes with --squash");
+	if (sign && !o.have_version)
+		cmd_usage_error(usage, "--sign needs --version: a signature vouches for the version a pack reaches");
+	if (o.policy && !o.have_version)
+		cmd_usage_error(usage, "--policy goes with --version");
+	if ((sign || o.have_version) && (list || delta_out))
+		cmd_usage_error(usage, "--sign and --version make a pack; not with --list or --delta");
+	if (o.policy && (!*o.policy || strlen(o.policy) > DCR_POLICY_MAX || strchr(o.policy, '/')))
+		cmd_usage_error(usage, "--policy wants a name of 1 to %d printable bytes without '/', not '%s'",
+				DCR_POLICY_MAX, o.policy);
+	for (const char *p = o.policy; p && *p; p++)
+		if (*p < 0x21 || *p > 0x7e)
+			cmd_usage_error(usage, "--policy wants printable bytes, not '%s'", o.policy);
+	struct dcr_seckey sk;
+	char *pub_name = NULL;
+	if (sign) {
+		struct dcr_err ke = {0};
+		if (dcr_seckey_load(sign, &sk, &ke))
+			cmd_die_err(&ke, EXIT_FATAL);
+		o.sign = &sk;
+		/* the comment names the public key beside it, as signify's does */
+		const char *b = strrchr(sign, '/');
+		b = b ? b + 1 : sign;
+		size_t bl = strlen(b);
+		pub_name = bl > 4 && !strcmp(b + bl - 4, ".sec") ? dcr_asprintf("%.*s.pub", (int)(bl - 4), b)
+								 : NULL;
+		o.sign_pub = pub_name;
+	}
 	if (squash && list)
 		cmd_usage_error(usage, "--squash or --list, not both");
 	if (squash) {
@@ -250,6 +296,8 @@ int main(int argc, char **argv)
 		return cmd_finish(list_pack(input, porcelain, eol));
 
 	int in = 0;
+	if (!strcmp(input, "-"))
+		cmd_refuse_tty_input("a delta");
 	if (strcmp(input, "-")) {
 		in = open(input, O_RDONLY | O_CLOEXEC);
 		if (in < 0)
@@ -264,6 +312,9 @@ int main(int argc, char **argv)
 	struct dcr_pack_stats st = {0};
 	int r = dcr_pack((struct dcr_source){dcr_source_fd_read, &in},
 			 strcmp(input, "-") ? input : "standard input", &o, out, &st, &e);
+	if (o.sign)
+		explicit_bzero(&sk, sizeof(sk));
+	free(pub_name);
 	r = cmd_pack_output_close(tar, r, &e);
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);

@@ -26,6 +26,11 @@ static const char usage[] =
 	"                       for a receiver too far behind; it fits any state\n"
 	"      --wait SECONDS   start before the manifest exists and follow payloads\n"
 	"                       as they appear, for at most SECONDS\n"
+	"      --verify-key PUB refuse a pack whose manifest is not signed by PUB (a\n"
+	"                       signify public key; repeatable: any of them; default\n"
+	"                       $DCR_VERIFY_KEY, paths separated by ':'), before\n"
+	"                       anything is passed on\n"
+	"      --min-version N  with a key: refuse a signed version below N\n"
 	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE    CA certificates for https\n"
 	"  -j, --parallel N     downloads in flight (default 4)\n"
@@ -48,6 +53,8 @@ int main(int argc, char **argv)
 		{"wait", required_argument, NULL, 'W'},
 		{"dense", no_argument, NULL, 'D'},
 		{"part-size", required_argument, NULL, 'P'},
+		CMD_TRUST_LONGOPT,
+		{"min-version", required_argument, NULL, 'M'},
 		CMD_STORE_LONGOPTS,
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
@@ -58,12 +65,18 @@ int main(int argc, char **argv)
 	struct dcr_store_opts so = {0};
 	struct dcr_xfer_opts xo = {0};
 	const char *output = "-";
-	int c;
+	uint64_t min_version = 0;
+	int c, have_min = 0;
 	while ((c = getopt_long(argc, argv, ":o:j:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': output = optarg; break;
 		case 'W': xo.wait_s = cmd_parse_seconds(usage, "--wait", optarg); break;
 		case 'D': xo.dense = 1; break;
+		case 'K': cmd_trust_key(optarg); break;
+		case 'M':
+			min_version = cmd_parse_version(usage, "--min-version", optarg);
+			have_min = 1;
+			break;
 		case 'P':
 			if (!(xo.part_size = cmd_parse_size(optarg)))
 				cmd_usage_error(usage, "bad --part-size '%s'", optarg);
@@ -76,6 +89,9 @@ int main(int argc, char **argv)
 	}
 	if (argc - optind < 1)
 		cmd_usage_error(usage, "need STORE/NAME");
+	xo.trust = cmd_trust(min_version);
+	if (have_min && !xo.trust)
+		cmd_usage_error(usage, "--min-version needs a key (--verify-key or DCR_VERIFY_KEY)");
 	struct dcr_err e = {0};
 	size_t nsrc = (size_t)(argc - optind);
 	struct dcr_pull_source *src = dcr_calloc(nsrc, sizeof(*src));
@@ -83,7 +99,7 @@ int main(int argc, char **argv)
 		cmd_die("out of memory");
 	for (size_t i = 0; i < nsrc; i++) {
 		int r = dcr_pull_source_open(argv[optind + (int)i], xo.dense, &so, &src[i], &e);
-		if (r == -EINVAL)
+		if (r == DCR_EFORMAT)
 			cmd_usage_error(usage, "%s", e.msg);
 		if (r)
 			cmd_die_err(&e, EXIT_FATAL);

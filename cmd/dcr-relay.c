@@ -47,6 +47,11 @@ static const char usage[] =
 	"                          the next is tried (default 2)\n"
 	"      --endpoint URL      S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE       CA certificates for https\n"
+	"      --verify-key PUB    take only manifests signed by PUB (a signify public\n"
+	"                          key; repeatable: any of them; default\n"
+	"                          $DCR_VERIFY_KEY, paths separated by ':'): a parent\n"
+	"                          serving another is passed over, nothing of its\n"
+	"                          pack is served; --apply checks them too\n"
 	"      --pack NAME         fetch the pack NAME at once, not when asked\n"
 	"      --apply CKPT        apply --pack NAME to the receiver CKPT, as\n"
 	"                          dcr-pull | dcr-apply would, while serving\n"
@@ -63,7 +68,9 @@ static void log_line(void *ctx, const char *line)
 	(void)ctx;
 	if (cmd_quiet && strncmp(line, "error: ", 7))
 		return;
-	fprintf(stderr, "dcr-relay: %s\n", line);
+	fputs("dcr-relay: ", stderr);
+	cmd_escape_write(stderr, line); /* object names and parents' words */
+	fputc('\n', stderr);
 }
 
 /* digits with an optional K, M, G or T (powers of 1024); 0 when malformed */
@@ -156,7 +163,7 @@ struct apply {
 static void *apply_thread(void *arg)
 {
 	struct apply *a = arg;
-	struct dcr_apply_opts o = {.fault = &cmd_fault};
+	struct dcr_apply_opts o = {.fault = &cmd_fault, .trust = cmd_trust(0)};
 	struct dcr_head head;
 	if ((a->r = dcr_head_read(a->rc, &head, &a->e)))
 		goto out;
@@ -213,6 +220,7 @@ int main(int argc, char **argv)
 		{"pack", required_argument, NULL, 'P'},
 		{"apply", required_argument, NULL, 'A'},
 		{"wait", required_argument, NULL, 'W'},
+		CMD_TRUST_LONGOPT,
 		CMD_STORE_LONGOPTS,
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
@@ -261,6 +269,7 @@ int main(int argc, char **argv)
 						optarg);
 			so.timeout_s = (int)v;
 			break;
+		case 'K': cmd_trust_key(optarg); break;
 		case 'P': pack = optarg; break;
 		case 'A': ckpt = optarg; break;
 		case 'W': {
@@ -283,6 +292,7 @@ int main(int argc, char **argv)
 		cmd_usage_error(usage, "need a PARENT_URL");
 	if (ckpt && !pack)
 		cmd_usage_error(usage, "--apply needs --pack NAME");
+	ro.trust = cmd_trust(0);
 	ro.parents = (const char *const *)argv + optind;
 	ro.nparents = (size_t)(argc - optind);
 	ro.store = &so;
@@ -310,9 +320,12 @@ int main(int argc, char **argv)
 	struct dcr_relay *r;
 	if (dcr_relay_start(&ro, &r, &e))
 		cmd_die_err(&e, EXIT_FATAL);
-	if (!cmd_quiet)
+	if (!cmd_quiet) {
+		char *shown = dcr_url_redact(ro.parents[0]);
 		fprintf(stderr, "dcr-relay: serving on port %u, parents: %s%s\n", dcr_relay_port(r),
-			ro.parents[0], ro.nparents > 1 ? " (and failovers)" : "");
+			shown ? shown : "?", ro.nparents > 1 ? " (and failovers)" : "");
+		free(shown);
+	}
 	if (port_file) {
 		char buf[16];
 		int n = snprintf(buf, sizeof(buf), "%u\n", dcr_relay_port(r));
@@ -346,8 +359,13 @@ int main(int argc, char **argv)
 		/* --pack (and --apply) ended: say how, and keep serving */
 		if (!have_pt)
 			continue;
-		if (have_at)
+		if (have_at) {
 			pthread_join(at, NULL);
+			/* the receiver's lock goes before the report: readers
+			 * (dcr-verify) take it shared once the apply is done */
+			dcr_receiver_close(rc);
+			rc = NULL;
+		}
 		pthread_join(pt, NULL);
 		have_pt = 0;
 		if (have_at)

@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dcr.h"
 #include "common.h"
@@ -38,8 +39,10 @@ static void report(void *ctx, const struct dcr_verify_item *it)
 	struct out *o = ctx;
 	if (o->quiet)
 		return;
+	/* a name from the checkpoint, quoted but with -z */
+	const char *name = o->eol ? cmd_quote(it->name) : it->name;
 	if (o->porcelain) {
-		printf("%s\t%s", vname[it->v], it->name);
+		printf("%s\t%s", vname[it->v], name);
 		if (it->v == DCR_V_DIFFER)
 			printf("\t%llu\t%llu\t0x%llx\t0x%llx", (unsigned long long)it->ndiff,
 			       (unsigned long long)it->first, (unsigned long long)it->have,
@@ -51,12 +54,12 @@ static void report(void *ctx, const struct dcr_verify_item *it)
 	case DCR_V_OK: break;
 	case DCR_V_DIFFER:
 		printf("differ: '%s': %llu elements differ, first at element %llu (have 0x%llx, want 0x%llx)\n",
-		       it->name, (unsigned long long)it->ndiff, (unsigned long long)it->first,
+		       name, (unsigned long long)it->ndiff, (unsigned long long)it->first,
 		       (unsigned long long)it->have, (unsigned long long)it->want);
 		break;
-	case DCR_V_LAYOUT: printf("layout: '%s': dtype or shape differs\n", it->name); break;
-	case DCR_V_MISSING: printf("missing: '%s'\n", it->name); break;
-	case DCR_V_EXTRA: printf("extra: '%s' is not in the reference\n", it->name); break;
+	case DCR_V_LAYOUT: printf("layout: '%s': dtype or shape differs\n", name); break;
+	case DCR_V_MISSING: printf("missing: '%s'\n", name); break;
+	case DCR_V_EXTRA: printf("extra: '%s' is not in the reference\n", name); break;
 	}
 }
 
@@ -91,6 +94,22 @@ int main(int argc, char **argv)
 		cmd_usage_error(usage, "need exactly one CKPT");
 	struct dcr_err e = {0};
 	struct dcr_ckpt *have = NULL, *want = NULL;
+	/* a receiver is read under its shared lock: no apply runs meanwhile,
+	 * and one that was cut short must be finished first; either way the
+	 * state printed is one the receiver was really in */
+	struct stat sb;
+	struct dcr_receiver *rc = NULL;
+	if (!stat(argv[optind], &sb) && S_ISDIR(sb.st_mode)) {
+		struct dcr_commit_status cs;
+		int r = dcr_receiver_open(argv[optind], DCR_RECEIVER_SHARED, &rc, &e);
+		if (r)
+			cmd_die_err(&e, cmd_exit_code(r));
+		if (rc->lock_fd >= 0 && dcr_commit_status(rc, &cs, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+		if (rc->lock_fd >= 0 && cs.journal)
+			cmd_die("receiver '%s' is midway through an interrupted apply: run 'dcr-apply --recover %s' first",
+				argv[optind], argv[optind]);
+	}
 	if (dcr_ckpt_open(argv[optind], &have, &e))
 		cmd_die_err(&e, EXIT_FATAL);
 	if (!against) {
@@ -107,7 +126,10 @@ int main(int argc, char **argv)
 				found = 1;
 				dcr_digest_hex(&dg[i], hex);
 				if (!o.quiet)
-					printf("%s\t%s%c", hex, have->tensors[i].info->name, o.eol);
+					printf("%s\t%s%c", hex,
+					       o.eol ? cmd_quote(have->tensors[i].info->name)
+						     : have->tensors[i].info->name,
+					       o.eol);
 			}
 		} else if (!o.quiet) {
 			dcr_digest_hex(&id, hex);
@@ -115,6 +137,7 @@ int main(int argc, char **argv)
 		}
 		free(dg);
 		dcr_ckpt_close(have);
+		dcr_receiver_close(rc);
 		if (!found)
 			cmd_die("no tensor '%s' in '%s'", only, argv[optind]);
 		return cmd_finish(EXIT_OK);
@@ -135,5 +158,6 @@ int main(int argc, char **argv)
 	}
 	dcr_ckpt_close(have);
 	dcr_ckpt_close(want);
+	dcr_receiver_close(rc);
 	return cmd_finish(bad ? EXIT_NEGATIVE : EXIT_OK);
 }

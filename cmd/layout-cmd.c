@@ -103,7 +103,7 @@ int cmd_layout_diff(int argc, char **argv)
 				cmd_usage_error(diff_usage, "--base-id wants 64 hex digits, not '%s'", optarg);
 			have_base = 1;
 			break;
-		case 'C': chunk = cmd_parse_u64(diff_usage, "--chunk", optarg, 1, 1u << 26); break;
+		case 'C': chunk = cmd_parse_u64(diff_usage, "--chunk", optarg, 1, DCR_ITEM_MAX_ELEMS); break;
 		case 'S': stats = 1; break;
 		case 'q': cmd_quiet = 1; break;
 		default: cmd_common_option(c, diff_usage); break;
@@ -236,6 +236,10 @@ int cmd_layout_apply(int argc, char **argv)
 		cmd_usage_error(apply_usage, "need DIR and at most one DELTA");
 	const char *dir = argv[optind];
 	const char *input = argc - optind == 2 ? argv[optind + 1] : "-";
+	if (!strcmp(input, "-"))
+		cmd_refuse_tty_input("a delta");
+	if (cmd_trust(0))
+		cmd_die("a verify key is set (DCR_VERIFY_KEY), and --layout places a delta stream, which carries no signature");
 	struct dcr_err e = {0};
 	struct dcr_layout *L = NULL;
 	if (dcr_layout_load(map, &L, &e))

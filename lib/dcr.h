@@ -40,6 +40,7 @@
 #include "core/packio.h"
 #include "core/sign.h"
 #include "core/cuda.h"
+#include "core/trust.h"
 
 #include "transport/store.h"
 #include "transport/transfer.h"

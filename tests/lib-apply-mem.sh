@@ -138,3 +138,17 @@ run 0 dcr-pack -q -o "$T/pdense" "$T/dense.delta"
 mem_vs_file "$T/g/v2" "$T/pdense" dense --check-all --base "$id2"
 same "$T/m.dense" "$T/g/v1"
 say "ok: a layout change, a dense copy through memory"
+
+# under a key: a pack signed by it goes in; an unsigned one, or one signed
+# by another key, is refused at the manifest with nothing written
+if command -v dcr-keygen >/dev/null 2>&1; then
+	run 0 dcr-keygen -p "$T/k.pub" -s "$T/k.sec"
+	run 0 dcr-keygen -p "$T/o.pub" -s "$T/o.sec"
+	run 0 dcr-pack -q --sign "$T/k.sec" --version 1 -o "$T/psigned" "$T/dense.delta"
+	run 0 dcr-pack -q --sign "$T/o.sec" --version 1 -o "$T/pother" "$T/dense.delta"
+	run 0 dcr-pack -q -o "$T/punsigned" "$T/dense.delta"
+	mem_vs_file "$T/g/v2" "$T/psigned" signed --check-all --verify-key "$T/k.pub"
+	refused "$T/g/v2" 1 "not signed" --verify-key "$T/k.pub" "$T/m" "$T/punsigned"
+	refused "$T/g/v2" 1 "which is not one of the" --verify-key "$T/k.pub" "$T/m" "$T/pother"
+	say "ok: a key's signature required through memory"
+fi

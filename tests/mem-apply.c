@@ -5,10 +5,10 @@
  * CKPT's files in place, whatever the outcome, so that a test can compare
  * them with what the file path (dcr-apply) makes, or with what they were.
  *
- * usage: mem-apply [--device cpu|cuda] [--base HEX] [--check-all]
+ * usage: mem-apply [--device cpu|cuda] [--base HEX] [--check-all] [--verify-key PUB]
  *                  [--batch N] CKPT PACK
  * PACK: a pack directory or a pack tar file. Exit: 0 applied (or already
- * there), 1 refused (DCR_EBASE, DCR_EDIGEST), 77 --device cuda without a
+ * there), 1 refused (DCR_EBASE, DCR_EDIGEST, DCR_ETRUST), 77 --device cuda without a
  * usable device, 128 any other error, 129 usage. */
 #include "config.h"
 
@@ -58,10 +58,13 @@ int main(int argc, char **argv)
 		{"base", required_argument, NULL, 'b'},
 		{"check-all", no_argument, NULL, 'a'},
 		{"batch", required_argument, NULL, 'n'},
+		{"verify-key", required_argument, NULL, 'k'},
 		{NULL, 0, NULL, 0},
 	};
 	struct dcr_mem_apply_opts o = {0};
 	dcr_digest base;
+	struct dcr_pubkey key;
+	struct dcr_trust trust = {.keys = &key, .nkeys = 1};
 	int device = DCR_DEVICE_CPU, c;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
@@ -76,6 +79,13 @@ int main(int argc, char **argv)
 			break;
 		case 'a': o.check_all = 1; break;
 		case 'n': o.batch = strtoull(optarg, NULL, 10); break;
+		case 'k': {
+			struct dcr_err ke = {0};
+			if (dcr_pubkey_load(optarg, &key, &ke))
+				return die("--verify-key", &ke, 129);
+			o.trust = &trust;
+			break;
+		}
 		default: return die("bad option", NULL, 129);
 		}
 	}
@@ -169,7 +179,7 @@ int main(int argc, char **argv)
 	dcr_cuda_stream_free(stream);
 	if (ar) {
 		fprintf(stderr, "mem-apply: error: %s\n", ae.msg);
-		return ar == DCR_EBASE || ar == DCR_EDIGEST ? 1 : 128;
+		return ar == DCR_EBASE || ar == DCR_EDIGEST || ar == DCR_ETRUST ? 1 : 128;
 	}
 	if (res.already)
 		printf("already at the target\n");

@@ -663,3 +663,29 @@ Test(dir, parallel_jobs)
 	cr_assert(strstr(e.msg, "v3/missing"), "%s", e.msg);
 	free(bad[0].buf);
 }
+
+/* ---- URLs in messages ------------------------------------------------- */
+
+static void redacts(const char *url, const char *want)
+{
+	char *got = dcr_url_redact(url);
+	cr_assert(got);
+	cr_expect_str_eq(got, want, "%s", url);
+	free(got);
+}
+
+Test(url, redact_userinfo_and_query)
+{
+	redacts("http://u:p@h/base", "http://***@h/base");
+	redacts("https://tok@h:8443/a/b", "https://***@h:8443/a/b");
+	redacts("http://u:p@h", "http://***@h");
+	redacts("http://u:p:q@h@x/b", "http://***@x/b"); /* the last '@' of the authority */
+	redacts("http://h/base/a@b", "http://h/base/a@b"); /* '@' in the path stays */
+	redacts("http://h/b?X-Amz-Signature=s#frag", "http://h/b?***#frag");
+	redacts("http://u:p@h/b?tok=s", "http://***@h/b?***");
+	redacts("s3://bucket/prefix", "s3://bucket/prefix");
+	redacts("/srv/store", "/srv/store");
+	redacts("/srv/a@b", "/srv/a@b");
+	redacts("/srv/a?b", "/srv/a?b");
+	redacts("", "");
+}

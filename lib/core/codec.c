@@ -1209,7 +1209,9 @@ static int values_head(struct dcr_rd *r, unsigned unit, struct vmap *vm,
 		return bad(e, "delta", "unknown value flags");
 	if ((vm->flags & VF_FOLD) && !(vm->flags & VF_FLOAT))
 		return bad(e, "delta", "sign folding without the float map");
-	if (vm->ebits > 11 || vm->mshift + vm->ebits > 8 * unit)
+	/* the field must lie within the unit: a shift by the unit's width
+	 * (64 with no exponent bits) is undefined (found by fuzzing) */
+	if (vm->ebits > 11 || vm->mshift >= 8 * unit || vm->mshift + vm->ebits > 8 * unit)
 		return bad(e, "delta", "exponent field outside the unit");
 	if (*nctx < 1 || *nctx > MAXCTX || (!vm->ebits && *nctx != 1))
 		return bad(e, "delta", "bad number of value contexts");

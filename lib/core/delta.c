@@ -283,13 +283,20 @@ int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct
 	if (rec->flags)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: record with unknown flags 0x%x", r->what,
 				   rec->flags);
+	/* the body, its buffer grown with the bytes that arrive (at most
+	 * doubling), not reserved by what the length says */
 	r->body.len = 0;
-	if (dcr_buf_reserve(&r->body, (size_t)rec->len + 1))
-		return dcr_err_sys(e, ENOMEM, "%s", r->what);
-	s = r_raw(r, r->body.p, (size_t)rec->len, "a record", e);
-	if (s)
-		return s;
-	r->body.len = (size_t)rec->len;
+	do {
+		size_t step = (size_t)rec->len - r->body.len;
+		size_t most = r->body.len > (1u << 20) ? r->body.len : (1u << 20);
+		if (step > most)
+			step = most;
+		if (dcr_buf_reserve(&r->body, step + 1))
+			return dcr_err_sys(e, ENOMEM, "%s", r->what);
+		if ((s = r_raw(r, r->body.p + r->body.len, step, "a record", e)))
+			return s;
+		r->body.len += step;
+	} while (r->body.len < rec->len);
 	rec->body = r->body.p;
 	if (rec->type == DCR_REC_END) {
 		struct dcr_rd rd;
@@ -390,9 +397,13 @@ int dcr_delta_parse_item(const struct dcr_delta_rec *rec, struct dcr_item *it,
 	it->start = dcr_rd_varint(&rd);
 	it->len = dcr_rd_varint(&rd);
 	it->n = dcr_rd_varint(&rd);
+	if (!rd.bad && it->len > DCR_ITEM_MAX_ELEMS)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "delta: an ITEM of %llu units is larger than the %u a reader takes",
+				   (unsigned long long)it->len, DCR_ITEM_MAX_ELEMS);
 	if (rd.bad || tensor > UINT32_MAX || (flags & ~(uint64_t)DCR_ITEM_DENSE) ||
 	    (it->enc != DCR_ENC_XOR && it->enc != DCR_ENC_OVERWRITE) || it->n > it->len ||
-	    it->len > DCR_ITEM_MAX_ELEMS || it->start + it->len < it->start)
+	    it->start + it->len < it->start)
 		return dcr_err_set(e, DCR_EFORMAT, "delta: malformed ITEM record");
 	it->tensor = (uint32_t)tensor;
 	it->flags = (uint32_t)flags;

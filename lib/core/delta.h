@@ -17,7 +17,8 @@
 #define DCR_DELTA_VERSION 1
 #define DCR_DELTA_HDR_LEN (8 + 4 + 4 + 32 + 16)
 #define DCR_REC_HDR_LEN 16
-#define DCR_REC_MAX (1u << 30)      /* largest record body accepted */
+#define DCR_REC_MAX (64u << 20)     /* largest record body accepted (an item
+				      of DCR_ITEM_MAX_ELEMS 8-byte units fits) */
 
 enum dcr_rec_type {
 	DCR_REC_TENSOR = 1, /* a target tensor's name, file, dtype, shape */

@@ -16,6 +16,7 @@ enum {
 	DCR_ECONFLICT = -10005, /* compare-and-set lost */
 	DCR_EREMOTE = -10006,   /* remote server refused (4xx) */
 	DCR_ELOCKED = -10007,   /* receiver busy */
+	DCR_ETRUST = -10008,    /* not signed by a trusted key, or not newer */
 };
 
 struct dcr_err {

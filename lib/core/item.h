@@ -10,7 +10,8 @@
 #include "core/codec.h"
 #include "core/error.h"
 
-#define DCR_ITEM_MAX_ELEMS (1u << 26) /* largest item range accepted */
+#define DCR_ITEM_MAX_ELEMS (1u << 22) /* largest item range accepted: decoding
+					 one takes at most 16 bytes a unit */
 enum { DCR_ENC_XOR = 1, DCR_ENC_OVERWRITE = 2 };
 enum { DCR_ITEM_DENSE = 1 }; /* ITEM flag: every element of the range */
 

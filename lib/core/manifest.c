@@ -199,7 +199,7 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	memcpy(m->target.b, dcr_rd_bytes(&rd, 32), 32);
 	memcpy(m->attempt, dcr_rd_bytes(&rd, 16), 16);
 	m->npayloads = dcr_rd_le32(&rd);
-	if (rd.bad || m->npayloads > dcr_rd_left(&rd) / 40)
+	if (rd.bad || m->npayloads > dcr_rd_left(&rd) / 40 || m->npayloads > DCR_PAYLOADS_MAX)
 		goto bad;
 	m->psize = dcr_calloc(m->npayloads, sizeof(uint64_t));
 	m->pdigest = dcr_calloc(m->npayloads, sizeof(dcr_digest));
@@ -210,6 +210,13 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 		const uint8_t *p = dcr_rd_bytes(&rd, 32);
 		if (!p)
 			goto bad;
+		/* sizes bound what readers set aside for a payload */
+		if (m->psize[i] < DCR_PAYLOAD_HDR_LEN + 32 || m->psize[i] > DCR_PAYLOAD_MAX_FILE) {
+			uint64_t sz = m->psize[i];
+			dcr_manifest_release(m);
+			return dcr_err_set(e, DCR_EFORMAT, "%s: payload %u is %llu bytes", what, i,
+					   (unsigned long long)sz);
+		}
 		memcpy(m->pdigest[i].b, p, 32);
 	}
 	int r = read_tensors(&rd, m, e);

@@ -45,14 +45,18 @@ static int flush_payload(struct packer *k, struct dcr_err *e)
 		return 0;
 	uint32_t idx = k->m.npayloads;
 	dcr_digest d;
+	if (idx >= DCR_PAYLOADS_MAX)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "pack: more than %u payloads (readers take no more): use a larger payload size",
+				   DCR_PAYLOADS_MAX);
 	int r = dcr_payload_build(&k->m.base, k->m.attempt, idx, k->raw.p, k->raw.len,
 				  k->o ? k->o->digest : DCR_PDIGEST_BLAKE3, &k->img, &d, &k->pieces, e);
 	if (r)
 		return r;
-	uint64_t *ps = realloc(k->m.psize, (idx + 1) * sizeof(uint64_t));
+	uint64_t *ps = realloc(k->m.psize, ((size_t)idx + 1) * sizeof(uint64_t));
 	if (ps)
 		k->m.psize = ps;
-	dcr_digest *pd = realloc(k->m.pdigest, (idx + 1) * sizeof(dcr_digest));
+	dcr_digest *pd = realloc(k->m.pdigest, ((size_t)idx + 1) * sizeof(dcr_digest));
 	if (pd)
 		k->m.pdigest = pd;
 	if (!ps || !pd)

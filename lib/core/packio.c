@@ -418,16 +418,19 @@ int dcr_pack_walk(struct dcr_pack_in *in, int (*fn)(void *ctx, const struct dcr_
 			en.kind = DCR_ENTRY_SIGNATURE;
 		} else if (dcr_payload_name_parse(name, &idx)) {
 			en.kind = DCR_ENTRY_PAYLOAD;
-			if (!(en.rc = dcr_payload_open(buf, len, name, &pl, &en.err))) {
+			if (!(en.rc = dcr_payload_check(buf, len, name, &pl, &en.err))) {
 				if (pl.index != idx)
 					en.rc = dcr_err_set(&en.err, DCR_EFORMAT, "%s holds payload %u",
 							    name, pl.index);
-				else if (!(en.rc = dcr_payload_summary(&pl, name, &sum, &en.err))) {
+				else if (idx >= DCR_PAYLOADS_MAX)
+					en.rc = dcr_err_set(&en.err, DCR_EFORMAT,
+							    "%s: payload index %u is too large (at most %u)",
+							    name, idx, DCR_PAYLOADS_MAX - 1);
+				else if (!(en.rc = dcr_payload_summary(buf, len, &pl, name, &sum,
+								       &en.err))) {
 					en.payload = &pl;
 					en.summary = &sum;
 				}
-				if (en.rc)
-					dcr_payload_release(&pl);
 			}
 		} else {
 			return dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", name);
@@ -435,8 +438,6 @@ int dcr_pack_walk(struct dcr_pack_in *in, int (*fn)(void *ctx, const struct dcr_
 		int stop = fn(ctx, &en);
 		if (en.manifest)
 			dcr_manifest_release(&m);
-		if (en.payload)
-			dcr_payload_release(&pl);
 		if (stop)
 			break;
 	}

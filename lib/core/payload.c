@@ -236,62 +236,168 @@ int dcr_payload_check_head(const uint8_t *buf, size_t avail, uint64_t len, const
 	return r ? r : check_body(buf, avail, what, p, e);
 }
 
-int dcr_payload_open(const uint8_t *buf, size_t len, const char *what,
-		     struct dcr_payload *p, struct dcr_err *e)
-{
-	int r = dcr_payload_check(buf, len, what, p, e);
-	if (r)
-		return r;
-	const uint8_t *body = buf + DCR_PAYLOAD_HDR_LEN;
-	p->raw = malloc(p->raw_len + 1);
-	if (!p->raw)
-		return dcr_err_sys(e, ENOMEM, "%s", what);
-	if (p->codec == DCR_PAYLOAD_STORED) {
-		memcpy(p->raw, body, p->raw_len);
-	} else {
-		size_t got = ZSTD_decompress(p->raw, p->raw_len, body, p->body_len);
-		if (ZSTD_isError(got) || got != p->raw_len)
-			goto bad;
-	}
-	return 0;
-bad:
-	dcr_payload_release(p);
-	return dcr_err_set(e, DCR_EFORMAT, "%s: body does not decompress to its stated size", what);
-}
-
 void dcr_payload_release(struct dcr_payload *p)
 {
-	free(p->raw);
-	p->raw = NULL;
+	(void)p;
 }
 
-int dcr_payload_summary(const struct dcr_payload *p, const char *what,
-			struct dcr_payload_summary *s, struct dcr_err *e)
+/* ---- records, a window at a time ---- */
+
+int dcr_payload_records_open(struct dcr_payload_records *it, const uint8_t *buf, size_t len,
+			     const struct dcr_payload *p, const char *what, struct dcr_err *e)
 {
-	struct dcr_rd rd;
+	memset(it, 0, sizeof(*it));
+	it->what = what;
+	if (len < DCR_PAYLOAD_HDR_LEN + 32 || p->body_len != len - DCR_PAYLOAD_HDR_LEN - 32)
+		return dcr_err_set(e, DCR_EFORMAT, "%s is not a checked payload", what);
+	it->body = buf + DCR_PAYLOAD_HDR_LEN;
+	it->body_len = (size_t)p->body_len;
+	it->raw_len = p->raw_len;
+	it->codec = p->codec;
+	if (p->codec == DCR_PAYLOAD_STORED)
+		return 0;
+	ZSTD_DStream *zs = ZSTD_createDStream();
+	it->win_cap = ZSTD_DStreamOutSize();
+	it->win = malloc(it->win_cap);
+	it->zs = zs;
+	if (!zs || !it->win) {
+		dcr_payload_records_close(it);
+		return dcr_err_sys(e, ENOMEM, "%s", what);
+	}
+	/* a frame asking for a larger window is refused, not honoured */
+	ZSTD_DCtx_setParameter(zs, ZSTD_d_windowLogMax, DCR_PAYLOAD_WINDOW_LOG);
+	return 0;
+}
+
+void dcr_payload_records_close(struct dcr_payload_records *it)
+{
+	ZSTD_freeDStream(it->zs);
+	it->zs = NULL;
+	free(it->win);
+	it->win = NULL;
+	dcr_buf_free(&it->rec);
+}
+
+static int rec_bad(struct dcr_payload_records *it, const char *why, struct dcr_err *e)
+{
+	return dcr_err_set(e, DCR_EFORMAT, "%s: %s", it->what, why);
+}
+
+/* Up to n raw bytes into dst (*got of them), decompressing a window more
+ * when the last is used up; *got == 0 only at the end of the body. */
+static int rec_pull(struct dcr_payload_records *it, uint8_t *dst, size_t n, size_t *got,
+		    struct dcr_err *e)
+{
+	*got = 0;
+	if (it->codec == DCR_PAYLOAD_STORED) {
+		size_t k = it->body_len - it->in_pos < n ? it->body_len - it->in_pos : n;
+		memcpy(dst, it->body + it->in_pos, k);
+		it->in_pos += k;
+		it->raw_done += k;
+		*got = k;
+		return 0;
+	}
+	while (it->win_pos == it->win_len && !it->frame_done) {
+		ZSTD_inBuffer in = {it->body, it->body_len, it->in_pos};
+		ZSTD_outBuffer out = {it->win, it->win_cap, 0};
+		size_t z = ZSTD_decompressStream(it->zs, &out, &in);
+		if (ZSTD_isError(z))
+			return dcr_err_set(e, DCR_EFORMAT, "%s: body does not decompress: %s", it->what,
+					   ZSTD_getErrorName(z));
+		it->in_pos = in.pos;
+		it->win_pos = 0;
+		it->win_len = out.pos;
+		it->raw_done += out.pos;
+		if (it->raw_done > it->raw_len)
+			return rec_bad(it, "body decompresses to more than its stated size", e);
+		if (!z)
+			it->frame_done = 1; /* the frame is complete */
+		else if (!out.pos && in.pos == in.size)
+			return rec_bad(it, "body is a cut-short zstd frame", e);
+	}
+	size_t k = it->win_len - it->win_pos < n ? it->win_len - it->win_pos : n;
+	memcpy(dst, it->win + it->win_pos, k);
+	it->win_pos += k;
+	*got = k;
+	return 0;
+}
+
+/* Exactly n raw bytes into dst; 1 if the body ended before the first. */
+static int rec_read(struct dcr_payload_records *it, uint8_t *dst, size_t n, int at_start,
+		    struct dcr_err *e)
+{
+	size_t have = 0;
+	while (have < n) {
+		size_t got;
+		int r = rec_pull(it, dst + have, n - have, &got, e);
+		if (r)
+			return r;
+		if (!got)
+			return !have && at_start ? 1 : rec_bad(it, "truncated record", e);
+		have += got;
+	}
+	return 0;
+}
+
+int dcr_payload_records_next(struct dcr_payload_records *it, struct dcr_delta_rec *rec,
+			     struct dcr_err *e)
+{
+	uint8_t h[DCR_REC_HDR_LEN];
+	int r = rec_read(it, h, sizeof(h), 1, e);
+	if (r < 0)
+		return r;
+	if (r) { /* the end: all of the body, and exactly the raw size */
+		if (it->raw_done != it->raw_len || it->in_pos != it->body_len ||
+		    (it->codec != DCR_PAYLOAD_STORED && !it->frame_done))
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "%s: body does not decompress to its stated size", it->what);
+		return 0;
+	}
+	rec->type = get_le32(h);
+	rec->flags = get_le32(h + 4);
+	rec->len = get_le64(h + 8);
+	if (rec->flags)
+		return rec_bad(it, "malformed record", e);
+	if (rec->len > DCR_REC_MAX || rec->len > it->raw_len - it->raw_done +
+						 (it->win_len - it->win_pos))
+		return rec_bad(it, "malformed record (longer than the bytes left)", e);
+	/* the body, its buffer grown with the bytes that arrive */
+	struct dcr_buf *b = &it->rec;
+	b->len = 0;
+	while (b->len < rec->len) {
+		size_t step = (size_t)rec->len - b->len, most = b->len > (1u << 20) ? b->len : (1u << 20);
+		if (step > most)
+			step = most;
+		if (dcr_buf_reserve(b, step + 1))
+			return dcr_err_sys(e, ENOMEM, "%s", it->what);
+		if ((r = rec_read(it, b->p + b->len, step, 0, e)))
+			return r;
+		b->len += step;
+	}
+	static const uint8_t none[1];
+	rec->body = b->p ? b->p : none;
+	return 1;
+}
+
+int dcr_payload_summary(const uint8_t *buf, size_t len, const struct dcr_payload *p,
+			const char *what, struct dcr_payload_summary *s, struct dcr_err *e)
+{
+	struct dcr_payload_records it;
+	struct dcr_delta_rec rec;
 	memset(s, 0, sizeof(*s));
-	if (!p->raw && p->raw_len)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: payload not opened", what);
-	dcr_rd_init(&rd, p->raw, p->raw_len);
-	while (dcr_rd_left(&rd)) {
-		struct dcr_delta_rec rec;
-		rec.type = dcr_rd_le32(&rd);
-		rec.flags = dcr_rd_le32(&rd);
-		rec.len = dcr_rd_le64(&rd);
-		rec.body = rd.bad || rec.len > dcr_rd_left(&rd) ? NULL : dcr_rd_bytes(&rd, rec.len);
-		if (!rec.body || rec.flags)
-			return dcr_err_set(e, DCR_EFORMAT, "%s: malformed record", what);
+	int r = dcr_payload_records_open(&it, buf, len, p, what, e);
+	while (!r && (r = dcr_payload_records_next(&it, &rec, e)) == 1) {
+		r = 0;
 		if (rec.type == DCR_REC_ITEM) {
-			struct dcr_item it;
-			int r = dcr_delta_parse_item(&rec, &it, e);
-			if (r)
-				return r;
+			struct dcr_item item;
+			if ((r = dcr_delta_parse_item(&rec, &item, e)))
+				break;
 			s->items++;
-			s->changes += it.n;
+			s->changes += item.n;
 		}
 		s->tensors += rec.type == DCR_REC_TENSOR;
 		s->removed += rec.type == DCR_REC_REMOVE;
 	}
-	return 0;
+	dcr_payload_records_close(&it);
+	return r < 0 ? r : 0;
 }
-

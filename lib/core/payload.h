@@ -27,6 +27,7 @@
 #define DCR_PAYLOAD_MAX_FILE (1ull << 33) /* a sanity bound on sizes manifests list */
 #define DCR_DEFAULT_PAYLOAD_SIZE (64u << 20)
 #define DCR_PIECE_LOG2 20 /* payloads are checked in 1 MiB pieces */
+#define DCR_PAYLOADS_MAX (1u << 24) /* payloads in one pack, indices 0 .. 2^24 - 1 */
 
 enum { DCR_PAYLOAD_STORED = 0, DCR_PAYLOAD_ZSTD = 1 };
 /* payload header flags: bit 0 says the trailer is BLAKE3, not SHA-256 */
@@ -39,17 +40,12 @@ struct dcr_payload {
 	uint8_t attempt[16];
 	uint64_t raw_len, body_len;
 	dcr_digest digest;  /* of the whole payload file but the trailer (BLAKE3 or SHA-256) */
-	uint8_t *raw;       /* decompressed records (malloc'd), raw_len bytes */
 };
 
-/* Check a payload image (magic, version, sizes, trailer) and decompress its
- * body. `what` names it in messages. */
-int dcr_payload_open(const uint8_t *buf, size_t len, const char *what,
-		     struct dcr_payload *p, struct dcr_err *e);
-/* The same checks without decompressing (p->raw stays NULL): magic,
- * version, flags, sizes, trailer, codec and the zstd frame's stated size.
- * For movers (dcr-push, dcr-pull) that pass the bytes on unchanged;
- * dcr-apply opens each payload in full. */
+/* Check a payload image without decompressing it: magic, version, flags,
+ * sizes, trailer, codec and the zstd frame's stated size. `what` names it
+ * in messages. Movers (dcr-push, dcr-pull) pass the bytes on unchanged;
+ * dcr-apply then reads the records with dcr_payload_records_open. */
 int dcr_payload_check(const uint8_t *buf, size_t len, const char *what,
 		      struct dcr_payload *p, struct dcr_err *e);
 /* The same with the SHA-256 of buf's first len - 32 bytes already known. */
@@ -60,18 +56,53 @@ int dcr_payload_check_digest(const uint8_t *buf, size_t len, const char *what,
  * trailer, and the zstd frame's size only when avail holds it. */
 int dcr_payload_check_head(const uint8_t *buf, size_t avail, uint64_t len, const char *what,
 			   struct dcr_payload *p, struct dcr_err *e);
+/* Nothing to free since payloads are read a record at a time; kept for
+ * callers that pair it with dcr_payload_check. */
 void dcr_payload_release(struct dcr_payload *p);
-/* What an opened payload's records hold, for listings (dcr-pack --list). */
+
+/* A checked payload's records, one at a time: the body is decompressed in
+ * bounded windows (zstd's window at most 2^DCR_PAYLOAD_WINDOW_LOG bytes)
+ * and each record's body is read into a buffer that grows as its bytes
+ * arrive, so memory is bounded by the largest record (DCR_REC_MAX), not by
+ * the raw size a header declares. */
+#define DCR_PAYLOAD_WINDOW_LOG 24
+struct dcr_delta_rec;
+struct dcr_payload_records {
+	const uint8_t *body;	/* the compressed body, body_len bytes */
+	size_t body_len, in_pos;
+	uint64_t raw_len, raw_done;
+	uint32_t codec;
+	void *zs;		/* ZSTD_DStream */
+	uint8_t *win;		/* decompressed bytes not yet taken */
+	size_t win_len, win_pos, win_cap;
+	int frame_done;
+	struct dcr_buf rec;	/* the current record's body */
+	const char *what;
+};
+/* Start reading the records of payload image buf (len bytes) that
+ * dcr_payload_check (or _check_digest) accepted into p. */
+int dcr_payload_records_open(struct dcr_payload_records *it, const uint8_t *buf, size_t len,
+			     const struct dcr_payload *p, const char *what, struct dcr_err *e);
+/* 1 and the next record (its body valid until the next call), 0 once the
+ * body has ended exactly at its stated raw size, or DCR_EFORMAT when the
+ * framing is malformed (a record header cut short, a record longer than
+ * DCR_REC_MAX or than the bytes left, unknown record flags, a body that
+ * decompresses to more or less than raw_len). */
+int dcr_payload_records_next(struct dcr_payload_records *it, struct dcr_delta_rec *rec,
+			     struct dcr_err *e);
+void dcr_payload_records_close(struct dcr_payload_records *it);
+
+/* What a payload's records hold, for listings (dcr-pack --list). */
 struct dcr_payload_summary {
 	uint64_t tensors; /* TENSOR records */
 	uint64_t items;   /* ITEM records */
 	uint64_t changes; /* values the items change */
 	uint64_t removed; /* REMOVE records */
 };
-/* Walk p's records (p opened with dcr_payload_open): DCR_EFORMAT when
- * their framing or an item is malformed. */
-int dcr_payload_summary(const struct dcr_payload *p, const char *what,
-			struct dcr_payload_summary *s, struct dcr_err *e);
+/* Walk the records of payload image buf (checked into p) with the
+ * iterator: DCR_EFORMAT when their framing or an item is malformed. */
+int dcr_payload_summary(const uint8_t *buf, size_t len, const struct dcr_payload *p,
+			const char *what, struct dcr_payload_summary *s, struct dcr_err *e);
 /* Build a payload image from raw records, its trailer by alg; with
  * BLAKE3 and pieces, the CVs of its 2^DCR_PIECE_LOG2-byte pieces are
  * appended to pieces (SHA-256 payloads have none). */

@@ -29,6 +29,8 @@
 #include "core/digest.h"
 #include "core/manifest.h"
 #include "core/payload.h"
+#include "core/pset.h"
+#include "core/trust.h"
 #include "core/util.h"
 #include "refit/apply-mem.h"
 
@@ -129,25 +131,20 @@ static int keep_item(struct items *s, const struct dcr_delta_tensor *t, const st
 	return 0;
 }
 
-/* One payload's records: its TENSOR table, and each item kept. */
-static int read_payload(struct items *s, const struct dcr_payload *pl, const char *what,
-			struct dcr_err *e)
+/* One payload's records, read a record at a time: its TENSOR table, and
+ * each item kept. */
+static int read_payload(struct items *s, const uint8_t *buf, size_t len,
+			const struct dcr_payload *pl, const char *what, struct dcr_err *e)
 {
 	struct dcr_delta_tensor *lt = NULL;
 	size_t nlt = 0, cap = 0;
-	struct dcr_rd rd;
-	int r = 0;
-	dcr_rd_init(&rd, pl->raw, pl->raw_len);
-	while (!r && dcr_rd_left(&rd)) {
-		struct dcr_delta_rec rec;
-		rec.type = dcr_rd_le32(&rd);
-		rec.flags = dcr_rd_le32(&rd);
-		rec.len = dcr_rd_le64(&rd);
-		rec.body = rd.bad || rec.len > dcr_rd_left(&rd) ? NULL : dcr_rd_bytes(&rd, rec.len);
-		if (!rec.body || rec.flags) {
-			r = dcr_err_set(e, DCR_EFORMAT, "%s: malformed record", what);
-			break;
-		}
+	struct dcr_payload_records it;
+	int r = dcr_payload_records_open(&it, buf, len, pl, what, e);
+	if (r)
+		return r;
+	struct dcr_delta_rec rec;
+	while ((r = dcr_payload_records_next(&it, &rec, e)) == 1) {
+		r = 0;
 		if (rec.type == DCR_REC_TENSOR) {
 			if (nlt == cap) {
 				cap = cap ? 2 * cap : 16;
@@ -161,145 +158,141 @@ static int read_payload(struct items *s, const struct dcr_payload *pl, const cha
 			if (!(r = dcr_delta_parse_tensor(&rec, &lt[nlt], e)))
 				nlt++;
 		} else if (rec.type == DCR_REC_ITEM) {
-			struct dcr_item it;
-			if ((r = dcr_delta_parse_item(&rec, &it, e)))
+			struct dcr_item item;
+			if ((r = dcr_delta_parse_item(&rec, &item, e)))
 				break;
-			if (it.tensor >= nlt) {
+			if (item.tensor >= nlt) {
 				r = dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor", what);
 				break;
 			}
-			r = keep_item(s, &lt[it.tensor], &it, e);
+			r = keep_item(s, &lt[item.tensor], &item, e);
 		} else if (rec.type != DCR_REC_REMOVE && rec.type < DCR_REC_ANCILLARY) {
 			r = dcr_err_set(e, DCR_EFORMAT, "%s: unexpected record type %u", what, rec.type);
 		}
+		if (r)
+			break;
 	}
-	if (!r && rd.bad)
-		r = dcr_err_set(e, DCR_EFORMAT, "%s: truncated record", what);
+	dcr_payload_records_close(&it);
 	for (size_t i = 0; i < nlt; i++)
 		dcr_delta_tensor_clear(&lt[i]);
 	free(lt);
-	return r;
+	return r < 0 ? r : 0;
 }
 
-/* Every entry: payloads (each checked, once), then the manifest, last. */
-static int read_pack(struct dcr_pack_in *in, const char *what, struct items *s,
-		     struct dcr_manifest *m, struct dcr_err *e)
+/* What the pack's payloads have in common, and which arrived. */
+struct pack_seen {
+	struct pset seen;
+	int have_base;
+	dcr_digest base;
+	uint8_t attempt[16];
+};
+
+/* One payload entry: checked, of this delta, once; its items kept. */
+static int read_entry(struct items *s, struct pack_seen *ps, const char *name,
+		      const uint8_t *buf, size_t len, struct dcr_err *e)
 {
-	int have_manifest = 0, have_base = 0, r;
-	dcr_digest base = {{0}}, *pdig = NULL;
-	uint8_t attempt[16] = {0}, *pseen = NULL;
-	size_t pcap = 0;
-	const char *name;
-	const uint8_t *buf;
-	size_t len;
-	while ((r = dcr_pack_in_next(in, &name, &buf, &len, e)) == 1) {
-		uint32_t idx;
-		if (!strcmp(name, DCR_MANIFEST_SIG_NAME))
-			continue; /* a signature vouches for the manifest; checking it is the caller's */
-		if (have_manifest) {
-			r = dcr_err_set(e, DCR_EFORMAT, "%s: entry '%s' after the manifest", what, name);
-			goto out;
-		}
-		if (!strcmp(name, DCR_MANIFEST_NAME)) {
-			if ((r = dcr_manifest_parse(buf, len, name, m, e)))
-				goto out;
-			have_manifest = 1;
-			continue;
-		}
-		if (!dcr_payload_name_parse(name, &idx)) {
-			r = dcr_err_set(e, DCR_EFORMAT, "%s: unexpected entry '%s'", what, name);
-			goto out;
-		}
-		struct dcr_payload pl;
-		if ((r = dcr_payload_open(buf, len, name, &pl, e)))
-			goto out;
-		if (pl.index != idx) {
-			dcr_payload_release(&pl);
-			r = dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", name, pl.index);
-			goto out;
-		}
-		if (!have_base) {
-			base = pl.base;
-			memcpy(attempt, pl.attempt, 16);
-			have_base = 1;
-		} else if (memcmp(base.b, pl.base.b, 32) || memcmp(attempt, pl.attempt, 16)) {
-			dcr_payload_release(&pl);
-			r = dcr_err_set(e, DCR_EFORMAT, "%s belongs to another delta", name);
-			goto out;
-		}
-		if (idx >= pcap) {
-			size_t ncap = (size_t)idx + 64;
-			if (ncap > (1u << 24)) {
-				dcr_payload_release(&pl);
-				r = dcr_err_set(e, DCR_EFORMAT, "%s: index too large", name);
-				goto out;
-			}
-			dcr_digest *d = realloc(pdig, ncap * sizeof(*d));
-			uint8_t *sn = d ? realloc(pseen, ncap) : NULL;
-			if (d)
-				pdig = d;
-			if (sn)
-				pseen = sn;
-			if (!d || !sn) {
-				dcr_payload_release(&pl);
-				r = dcr_err_sys(e, ENOMEM, "apply");
-				goto out;
-			}
-			memset(pseen + pcap, 0, ncap - pcap);
-			pcap = ncap;
-		}
-		if (pseen[idx]) {
-			int same = !memcmp(pdig[idx].b, pl.digest.b, 32);
-			dcr_payload_release(&pl);
-			if (!same) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents",
-						name);
-				goto out;
-			}
-			continue;
-		}
-		pseen[idx] = 1;
-		pdig[idx] = pl.digest;
-		r = read_payload(s, &pl, name, e);
-		dcr_payload_release(&pl);
-		if (r)
-			goto out;
+	uint32_t idx;
+	if (!dcr_payload_name_parse(name, &idx))
+		return dcr_err_set(e, DCR_EFORMAT, "unexpected entry '%s'", name);
+	struct dcr_payload pl;
+	int r = dcr_payload_check(buf, len, name, &pl, e);
+	if (r)
+		return r;
+	if (pl.index != idx)
+		return dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", name, pl.index);
+	if (!ps->have_base) {
+		ps->base = pl.base;
+		memcpy(ps->attempt, pl.attempt, 16);
+		ps->have_base = 1;
+	} else if (memcmp(ps->base.b, pl.base.b, 32) || memcmp(ps->attempt, pl.attempt, 16)) {
+		return dcr_err_set(e, DCR_EFORMAT, "%s belongs to another delta", name);
 	}
+	r = pset_add(&ps->seen, idx, len, &pl.digest);
+	if (r == -EEXIST)
+		return dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents", name);
 	if (r < 0)
-		goto out;
-	r = 0;
-	if (!have_manifest) {
-		r = dcr_err_set(e, DCR_EFORMAT, "%s ended without a manifest%s", what,
-				have_base ? " (payloads were checked; nothing was written)" : "");
-		goto out;
-	}
-	if (have_base && (memcmp(base.b, m->base.b, 32) || memcmp(attempt, m->attempt, 16))) {
-		r = dcr_err_set(e, DCR_EFORMAT, "%s: the manifest belongs to another delta than its payloads",
-				what);
-		goto out;
-	}
+		return dcr_err_sys(e, -r, "apply");
+	return r ? read_payload(s, buf, len, &pl, name, e) : 0; /* a duplicate is skipped */
+}
+
+/* The manifest accounts for every payload that arrived, and they for it. */
+static int check_manifest(const struct items *s, const struct pack_seen *ps,
+			  const struct dcr_manifest *m, const char *what, struct dcr_err *e)
+{
+	if (ps->have_base && (memcmp(ps->base.b, m->base.b, 32) || memcmp(ps->attempt, m->attempt, 16)))
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s: the manifest belongs to another delta than its payloads", what);
+	int r = 0;
 	for (uint32_t i = 0; i < m->npayloads && !r; i++) {
+		const struct pset_ent *pe = pset_find(&ps->seen, i);
 		char *pn = dcr_payload_name(i);
-		if (i >= pcap || !pseen[i])
+		if (!pe)
 			r = dcr_err_set(e, DCR_EFORMAT, "%s is missing %s; nothing was written", what,
 					pn ? pn : "a payload");
-		else if (memcmp(pdig[i].b, m->pdigest[i].b, 32))
+		else if (memcmp(pe->digest.b, m->pdigest[i].b, 32))
 			r = dcr_err_set(e, DCR_EDIGEST, "%s does not match the manifest's digest",
 					pn ? pn : "a payload");
 		free(pn);
 	}
-	for (size_t i = m->npayloads; i < pcap && !r; i++)
-		if (pseen[i])
-			r = dcr_err_set(e, DCR_EFORMAT, "%s: payload %zu is not in the manifest", what, i);
+	if (!r && !pset_is_range(&ps->seen, m->npayloads))
+		r = dcr_err_set(e, DCR_EFORMAT, "%s: a payload is not in the manifest", what);
 	if (!r && (s->n != m->nitems || s->nchanges != m->nchanges))
 		r = dcr_err_set(e, DCR_EFORMAT,
 				"%s: payloads hold %zu items and %llu changes, the manifest says %llu and %llu",
 				what, s->n, (unsigned long long)s->nchanges,
 				(unsigned long long)m->nitems, (unsigned long long)m->nchanges);
-out:
-	free(pdig);
-	free(pseen);
 	return r;
+}
+
+/* Every entry: payloads (each checked, once), then the manifest, last. */
+static int read_pack(struct dcr_pack_in *in, const char *what, const struct dcr_trust *trust,
+		     struct items *s, struct dcr_manifest *m, struct dcr_err *e)
+{
+	uint8_t *sig = NULL;
+	size_t sig_len = 0;
+	struct pack_seen ps;
+	memset(&ps, 0, sizeof(ps));
+	int have_manifest = 0, r;
+	const char *name;
+	const uint8_t *buf;
+	size_t len;
+	while ((r = dcr_pack_in_next(in, &name, &buf, &len, e)) == 1) {
+		if (!strcmp(name, DCR_MANIFEST_SIG_NAME)) {
+			/* kept for the manifest's check; a signature is a few hundred bytes */
+			uint8_t *c = len <= DCR_SIG_MAX ? malloc(len ? len : 1) : NULL;
+			if (!c) {
+				r = dcr_err_set(e, DCR_EFORMAT, "%s: bad signature entry", what);
+				break;
+			}
+			memcpy(c, buf, len);
+			free(sig);
+			sig = c;
+			sig_len = len;
+			continue;
+		}
+		if (have_manifest) {
+			r = dcr_err_set(e, DCR_EFORMAT, "%s: entry '%s' after the manifest", what, name);
+			break;
+		}
+		if (!strcmp(name, DCR_MANIFEST_NAME)) {
+			if ((r = dcr_manifest_parse(buf, len, name, m, e)))
+				break;
+			have_manifest = 1;
+			if ((r = dcr_trust_check(trust, buf, len, m, sig, sig_len, name, e)))
+				break;
+			continue;
+		}
+		if ((r = read_entry(s, &ps, name, buf, len, e)))
+			break;
+	}
+	if (r == 0 && !have_manifest)
+		r = dcr_err_set(e, DCR_EFORMAT, "%s ended without a manifest%s", what,
+				ps.have_base ? " (payloads were checked; nothing was written)" : "");
+	else if (r == 0)
+		r = check_manifest(s, &ps, m, what, e);
+	pset_free(&ps.seen);
+	free(sig);
+	return r < 0 ? r : 0;
 }
 
 /* ---- 2. checks ---- */
@@ -621,6 +614,60 @@ static void progress(struct mctx *x, const struct mt *t)
 		x->o->progress(x->o->progress_ctx, x->hashed, x->to_hash);
 }
 
+/* Every item's tensor is the manifest's, of the same dtype and size;
+ * the items sorted by tensor. */
+static int match_items(struct items *s, const struct dcr_manifest *m, const char *what,
+		       struct dcr_err *e)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		const struct dcr_delta_tensor *t = manifest_find(m, s->v[i].name, &s->v[i].tensor);
+		if (!t)
+			return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s', which the manifest lacks",
+					   what, s->v[i].name);
+		if (t->dtype != s->v[i].dtype || t->nelem != s->v[i].nelem)
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "%s: '%s' has another dtype or size in its payload than in the manifest",
+					   what, t->name);
+	}
+	if (s->n)
+		qsort(s->v, s->n, sizeof(*s->v), cmp_mitem);
+	return 0;
+}
+
+/* The tensors the apply looks at, into mts[0..*nmt): those items touch or
+ * that are new, every one with o->check_all; each looked up (once) and its
+ * items checked. */
+static int plan_tensors(struct mctx *x, const struct items *s, const struct dcr_manifest *m,
+			struct mt *mts, size_t *nmt, int *any_dev, int *any_host, struct dcr_err *e)
+{
+	int r;
+	for (size_t i = 0, j = 0; i < m->ntensors; i++) {
+		struct mt *t = &mts[*nmt];
+		memset(t, 0, sizeof(*t));
+		t->t = &m->tensors[i];
+		t->unit = dcr_dtype_unit(t->t->dtype);
+		t->nbytes = t->t->nelem * dcr_dtype_bits(t->t->dtype) / 8;
+		t->units = t->nbytes / t->unit;
+		t->isnew = (t->t->flags & DCR_TENSOR_NEW) != 0;
+		t->i0 = j;
+		while (j < s->n && s->v[j].tensor == i)
+			t->total += s->v[j++].it.n;
+		t->ni = j - t->i0;
+		if ((r = check_items(x, t, s->v, e)))
+			return r;
+		t->write = t->ni || t->isnew;
+		if (!t->write && !x->o->check_all)
+			continue;
+		if ((r = look_up(x, t, e)))
+			return r;
+		*any_dev |= is_dev(t);
+		*any_host |= !is_dev(t) && t->write;
+		x->to_hash += t->nbytes;
+		(*nmt)++;
+	}
+	return 0;
+}
+
 int dcr_apply_mem(struct dcr_pack_in *in, const struct dcr_mem_apply_opts *o,
 		  struct dcr_mem_apply_result *res, struct dcr_err *e)
 {
@@ -644,7 +691,7 @@ int dcr_apply_mem(struct dcr_pack_in *in, const struct dcr_mem_apply_opts *o,
 		return dcr_err_sys(e, ENOMEM, "apply");
 
 	/* 1. the whole pack */
-	if ((r = read_pack(in, x.what, &s, &m, e)))
+	if ((r = read_pack(in, x.what, o->trust, &s, &m, e)))
 		goto out;
 	res->base = m.base;
 	res->target = m.target;
@@ -661,50 +708,14 @@ int dcr_apply_mem(struct dcr_pack_in *in, const struct dcr_mem_apply_opts *o,
 		res->base = *o->base;
 
 	/* 2. items against the manifest; the tensors they touch */
-	for (size_t i = 0; i < s.n; i++) {
-		const struct dcr_delta_tensor *t = manifest_find(&m, s.v[i].name, &s.v[i].tensor);
-		if (!t) {
-			r = dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s', which the manifest lacks",
-					x.what, s.v[i].name);
-			goto out;
-		}
-		if (t->dtype != s.v[i].dtype || t->nelem != s.v[i].nelem) {
-			r = dcr_err_set(e, DCR_EFORMAT,
-					"%s: '%s' has another dtype or size in its payload than in the manifest",
-					x.what, t->name);
-			goto out;
-		}
-	}
-	if (s.n)
-		qsort(s.v, s.n, sizeof(*s.v), cmp_mitem);
+	if ((r = match_items(&s, &m, x.what, e)))
+		goto out;
 	if (!(mts = dcr_calloc(m.ntensors ? m.ntensors : 1, sizeof(*mts)))) {
 		r = dcr_err_sys(e, ENOMEM, "apply");
 		goto out;
 	}
-	for (size_t i = 0, j = 0; i < m.ntensors; i++) {
-		struct mt *t = &mts[nmt];
-		memset(t, 0, sizeof(*t));
-		t->t = &m.tensors[i];
-		t->unit = dcr_dtype_unit(t->t->dtype);
-		t->nbytes = t->t->nelem * dcr_dtype_bits(t->t->dtype) / 8;
-		t->units = t->nbytes / t->unit;
-		t->isnew = (t->t->flags & DCR_TENSOR_NEW) != 0;
-		t->i0 = j;
-		while (j < s.n && s.v[j].tensor == i)
-			t->total += s.v[j++].it.n;
-		t->ni = j - t->i0;
-		if ((r = check_items(&x, t, s.v, e)))
-			goto out;
-		t->write = t->ni || t->isnew;
-		if (!t->write && !o->check_all)
-			continue;
-		if ((r = look_up(&x, t, e)))
-			goto out;
-		any_dev |= is_dev(t);
-		any_host |= !is_dev(t) && t->write;
-		x.to_hash += t->nbytes;
-		nmt++;
-	}
+	if ((r = plan_tensors(&x, &s, &m, mts, &nmt, &any_dev, &any_host, e)))
+		goto out;
 	if (any_dev && (r = setup_device(&x, e)))
 		goto out;
 	if (any_host && (!(x.hpos = malloc(x.batch * 8)) || !(x.hval = malloc(x.batch * 8)))) {

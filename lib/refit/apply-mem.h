@@ -15,6 +15,7 @@
 
 #include "core/cuda.h"
 #include "core/packio.h"
+#include "core/trust.h"
 
 /* One tensor of the caller's, as its lookup describes it. */
 struct dcr_mem_tensor {
@@ -50,6 +51,10 @@ struct dcr_mem_apply_opts {
 	void (*progress)(void *ctx, uint64_t done, uint64_t total); /* bytes hashed */
 	void *progress_ctx;
 	const char *what; /* names the pack in messages */
+	/* The keys the pack's manifest must be signed by, and the least signed
+	 * version (NULL or no keys: none required): checked at the manifest,
+	 * before any tensor is looked up (DCR_ETRUST), as dcr_apply_pack does. */
+	const struct dcr_trust *trust;
 };
 
 struct dcr_mem_apply_result {

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "core/manifest.h"
+#include "core/pset.h"
+#include "core/trust.h"
 #include "core/util.h"
 #include "refit/apply-pack.h"
 #include "refit/commit.h"
@@ -117,24 +119,17 @@ static int spool_next(void *ctx, struct plan *p, struct dcr_item *it, struct dcr
 }
 
 /* Resolve one payload's items into the spool. */
-static int spool_payload(struct spool *s, const struct dcr_payload *pl, const char *what,
-			 const struct dcr_ckpt *c, int allow_xor, struct dcr_err *e)
+static int spool_payload(struct spool *s, const uint8_t *buf, size_t len,
+			 const struct dcr_payload *pl, const char *what, const struct dcr_ckpt *c,
+			 int allow_xor, struct dcr_err *e)
 {
 	struct dcr_delta_tensor *lt = NULL;
 	size_t nlt = 0, cap = 0;
-	struct dcr_rd rd;
-	int r = 0;
-	dcr_rd_init(&rd, pl->raw, pl->raw_len);
-	while (!r && dcr_rd_left(&rd)) {
-		struct dcr_delta_rec rec;
-		rec.type = dcr_rd_le32(&rd);
-		rec.flags = dcr_rd_le32(&rd);
-		rec.len = dcr_rd_le64(&rd);
-		rec.body = rd.bad || rec.len > dcr_rd_left(&rd) ? NULL : dcr_rd_bytes(&rd, rec.len);
-		if (!rec.body || rec.flags) {
-			r = dcr_err_set(e, DCR_EFORMAT, "%s: malformed record", what);
-			break;
-		}
+	struct dcr_payload_records rd;
+	struct dcr_delta_rec rec;
+	int r = dcr_payload_records_open(&rd, buf, len, pl, what, e);
+	while (!r && (r = dcr_payload_records_next(&rd, &rec, e)) == 1) {
+		r = 0;
 		if (rec.type == DCR_REC_TENSOR) {
 			if (nlt == cap) {
 				cap = cap ? 2 * cap : 16;
@@ -197,12 +192,11 @@ static int spool_payload(struct spool *s, const struct dcr_payload *pl, const ch
 			r = dcr_err_set(e, DCR_EFORMAT, "%s: unexpected record type %u", what, rec.type);
 		}
 	}
-	if (!r && rd.bad)
-		r = dcr_err_set(e, DCR_EFORMAT, "%s: truncated record", what);
+	dcr_payload_records_close(&rd);
 	for (size_t i = 0; i < nlt; i++)
 		dcr_delta_tensor_clear(&lt[i]);
 	free(lt);
-	return r;
+	return r < 0 ? r : 0;
 }
 
 static int plan_from_manifest(struct plan *p, const struct dcr_manifest *m, struct dcr_err *e)
@@ -258,34 +252,17 @@ struct apack {
 	struct spool s;
 	struct dcr_manifest m;
 	int have_manifest, have_base, mismatch;
-	dcr_digest *pdig;	/* per payload index, once seen */
-	uint8_t *pseen;
-	size_t pcap;
+	struct pset seen;	/* the payloads that arrived, with their digests */
+	uint8_t *sig;		/* the manifest's signature, when the pack has one */
+	size_t sig_len;
+	int have_version;	/* the version the pack reaches */
+	uint64_t version;
 };
-
-/* Room in pdig and pseen for payload index idx. */
-static int ak_grow_seen(struct apack *ak, uint32_t idx, const char *name, struct dcr_err *e)
-{
-	size_t ncap = idx + 64;
-	if (ncap > (1u << 24))
-		return dcr_err_set(e, DCR_EFORMAT, "%s: index too large", name);
-	dcr_digest *d = realloc(ak->pdig, ncap * sizeof(*d));
-	uint8_t *sn = d ? realloc(ak->pseen, ncap) : NULL;
-	if (d)
-		ak->pdig = d;
-	if (sn)
-		ak->pseen = sn;
-	if (!d || !sn)
-		return dcr_err_sys(e, ENOMEM, "apply");
-	memset(ak->pseen + ak->pcap, 0, ncap - ak->pcap);
-	ak->pcap = ncap;
-	return 0;
-}
 
 /* An opened payload: its index and delta checked, then spooled unless it
  * is a duplicate; 1 when spooled, 0 for a duplicate. */
-static int ak_take(struct apack *ak, const char *name, uint32_t idx,
-		   const struct dcr_payload *pl, struct dcr_err *e)
+static int ak_take(struct apack *ak, const char *name, uint32_t idx, const uint8_t *buf,
+		   size_t len, const struct dcr_payload *pl, struct dcr_err *e)
 {
 	int r;
 	if (pl->index != idx)
@@ -298,26 +275,59 @@ static int ak_take(struct apack *ak, const char *name, uint32_t idx,
 	} else if (memcmp(ak->base.b, pl->base.b, 32) || memcmp(ak->attempt, pl->attempt, 16)) {
 		return dcr_err_set(e, DCR_EFORMAT, "%s belongs to another delta", name);
 	}
-	if (idx >= ak->pcap && (r = ak_grow_seen(ak, idx, name, e)))
-		return r;
-	if (ak->pseen[idx]) {
-		if (memcmp(ak->pdig[idx].b, pl->digest.b, 32))
-			return dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents",
-					   name);
+	if (idx >= DCR_PAYLOADS_MAX)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: payload index %u is too large (at most %u)",
+				   name, idx, DCR_PAYLOADS_MAX - 1);
+	r = pset_add(&ak->seen, idx, len, &pl->digest);
+	if (r == -EEXIST)
+		return dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents", name);
+	if (r < 0)
+		return dcr_err_sys(e, -r, "apply");
+	if (!r)
 		return 0; /* a duplicate: already spooled */
-	}
-	ak->pseen[idx] = 1;
-	ak->pdig[idx] = pl->digest;
 	/* from another state than the base, XOR items cannot be resolved:
 	 * they are left out and the delta is refused at the manifest,
 	 * unless the receiver is at an alternative base (overwrites only) */
-	if ((r = spool_payload(&ak->s, pl, name, ak->c, !ak->mismatch, e)))
+	if ((r = spool_payload(&ak->s, buf, len, pl, name, ak->c, !ak->mismatch, e)))
 		return r;
 	return 1;
 }
 
+/* The manifest on trust, as soon as it is in (nothing is committed yet):
+ * signed by a key o->trust names, at a version above the one the receiver
+ * committed; and the version it names is the one recorded. */
+static int ak_trust(struct apack *ak, const uint8_t *man, size_t len, struct dcr_err *e)
+{
+	const struct dcr_apply_opts *o = ak->x.o;
+	const struct dcr_trust *t = o ? o->trust : NULL;
+	const struct dcr_manifest *m = &ak->m;
+	int r = dcr_trust_check(t, man, len, m, ak->sig, ak->sig_len, DCR_MANIFEST_NAME, e);
+	if (r)
+		return r;
+	if (t && t->nkeys) {
+		struct dcr_head h;
+		if ((r = dcr_head_read(ak->x.rc, &h, e)))
+			return r;
+		if (h.have && m->version <= h.version)
+			return dcr_err_set(e, DCR_ETRUST,
+					   "%s: signed version %llu is not above version %llu, which the receiver has committed (a replay or a rollback)",
+					   DCR_MANIFEST_NAME, (unsigned long long)m->version,
+					   (unsigned long long)h.version);
+	}
+	if (m->have_version) {
+		if (ak->have_version && ak->version != m->version)
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "%s reaches version %llu, not the %llu asked for (by --version or the pack's name)",
+					   DCR_MANIFEST_NAME, (unsigned long long)m->version,
+					   (unsigned long long)ak->version);
+		ak->have_version = 1;
+		ak->version = m->version;
+	}
+	return 0;
+}
+
 /* The pack stream: payloads spooled as they arrive, then the manifest,
- * which must come last. */
+ * which must come last (its signature, if any, before it). */
 static int ak_receive(struct apack *ak, struct dcr_pack_in *in, struct dcr_err *e)
 {
 	const struct dcr_apply_opts *o = ak->x.o;
@@ -334,15 +344,28 @@ static int ak_receive(struct apack *ak, struct dcr_pack_in *in, struct dcr_err *
 			if ((r = dcr_manifest_parse(buf, len, name, &ak->m, e)))
 				return r;
 			ak->have_manifest = 1;
+			if ((r = ak_trust(ak, buf, len, e)))
+				return r;
+			continue;
+		}
+		if (!strcmp(name, DCR_MANIFEST_SIG_NAME)) {
+			if (ak->sig)
+				return dcr_err_set(e, DCR_EFORMAT, "pack: two '%s' entries", name);
+			if (len > DCR_SIG_MAX)
+				return dcr_err_set(e, DCR_EFORMAT, "pack: '%s' is %zu bytes, not a signature",
+						   name, len);
+			if (!(ak->sig = malloc(len ? len : 1)))
+				return dcr_err_sys(e, ENOMEM, "apply");
+			memcpy(ak->sig, buf, len);
+			ak->sig_len = len;
 			continue;
 		}
 		if (!dcr_payload_name_parse(name, &idx))
 			return dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", name);
 		struct dcr_payload pl;
-		if ((r = dcr_payload_open(buf, len, name, &pl, e)))
+		if ((r = dcr_payload_check(buf, len, name, &pl, e)))
 			return r;
-		r = ak_take(ak, name, idx, &pl, e);
-		dcr_payload_release(&pl);
+		r = ak_take(ak, name, idx, buf, len, &pl, e);
 		if (r < 0)
 			return r;
 		if (!r)
@@ -376,20 +399,21 @@ static int ak_check(struct apack *ak, struct dcr_err *e)
 				ak->s.xor_seen, e)))
 		return r;
 	for (uint32_t i = 0; i < m->npayloads; i++) {
+		const struct pset_ent *pe = pset_find(&ak->seen, i);
 		char *pn = dcr_payload_name(i);
-		if (i >= ak->pcap || !ak->pseen[i])
+		if (!pe)
 			r = dcr_err_set(e, DCR_EFORMAT, "pack is missing %s; nothing was written",
 					pn ? pn : "a payload");
-		else if (memcmp(ak->pdig[i].b, m->pdigest[i].b, 32))
+		else if (memcmp(pe->digest.b, m->pdigest[i].b, 32))
 			r = dcr_err_set(e, DCR_EDIGEST, "%s does not match the manifest's digest",
 					pn ? pn : "a payload");
 		free(pn);
 		if (r)
 			return r;
 	}
-	for (size_t i = m->npayloads; i < ak->pcap; i++)
-		if (ak->pseen[i])
-			return dcr_err_set(e, DCR_EFORMAT, "pack: payload %zu is not in the manifest", i);
+	if (!pset_is_range(&ak->seen, m->npayloads))
+		return dcr_err_set(e, DCR_EFORMAT, "pack: payload %u is not in the manifest",
+				   ak->seen.v[ak->seen.n - 1].idx);
 	return 0;
 }
 
@@ -430,9 +454,10 @@ static int ak_read_spool(struct apack *ak, struct dcr_err *e)
 
 static int apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 		   const struct dcr_apply_opts *o, struct dcr_apply_result *res,
-		   struct dcr_err *e)
+		   int *have_version, uint64_t *version, struct dcr_err *e)
 {
-	struct apack ak = {.x = {.rc = rc, .o = o}, .s = {.fd = -1}};
+	struct apack ak = {.x = {.rc = rc, .o = o}, .s = {.fd = -1},
+			   .have_version = *have_version, .version = *version};
 	char *sp = dcr_receiver_path(rc, "spool");
 	int r;
 	if (!sp)
@@ -449,6 +474,8 @@ static int apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 	}
 	if ((r = ak_receive(&ak, in, e)))
 		goto out;
+	*have_version = ak.have_version;
+	*version = ak.version;
 	if (res) {
 		res->base = ak.m.base;
 		res->target = ak.m.target;
@@ -473,8 +500,8 @@ out:
 	dcr_buf_free(&ak.s.enc);
 	dcr_buf_free(&ak.s.buf);
 	dcr_changes_free(&ak.s.ch);
-	free(ak.pdig);
-	free(ak.pseen);
+	pset_free(&ak.seen);
+	free(ak.sig);
 	free(ak.cur_dg);
 	dcr_manifest_release(&ak.m);
 	dcr_ckpt_close(ak.c);
@@ -489,9 +516,10 @@ int dcr_apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 	struct dcr_apply_result tmp;
 	if (!res)
 		res = &tmp;
-	int r = apply_pack(rc, in, o, res, e);
+	int have_version = o && o->have_version;
+	uint64_t version = o ? o->version : 0;
+	int r = apply_pack(rc, in, o, res, &have_version, &version, e);
 	if (!r)
-		r = dcr_applied_record(rc, res, o && o->have_version, o ? o->version : 0,
-				       o ? o->fault : NULL, e);
+		r = dcr_applied_record(rc, res, have_version, version, o ? o->fault : NULL, e);
 	return r;
 }

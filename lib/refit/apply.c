@@ -146,6 +146,10 @@ int dcr_apply(struct dcr_receiver *rc, struct dcr_source src, const uint8_t *hea
 	struct dcr_apply_result tmp;
 	if (!res)
 		res = &tmp;
+	if (o && o->trust && o->trust->nkeys)
+		return dcr_err_set(e, DCR_ETRUST,
+				   "%s is a delta stream, which carries no signature: with a verify key only signed packs are applied (dcr-pack --sign)",
+				   o->what ? o->what : "the input");
 	int r = apply_delta(rc, src, head, head_len, o, res, e);
 	if (!r)
 		r = dcr_applied_record(rc, res, o && o->have_version, o ? o->version : 0,

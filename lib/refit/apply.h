@@ -5,6 +5,7 @@
 
 #include "core/delta.h"
 #include "core/fault.h"
+#include "core/trust.h"
 #include "refit/receiver.h"
 
 struct dcr_apply_opts {
@@ -16,12 +17,20 @@ struct dcr_apply_opts {
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
 	const char *what;
-	/* the version the delta reaches, for the applied record (dcr-commit) */
+	/* the version the delta reaches, for the applied record (dcr-commit);
+	 * a pack whose manifest names another is refused */
 	int have_version;
 	uint64_t version;
 	/* DCR_DEVICE_CPU (default) or DCR_DEVICE_CUDA (core/cuda.h): where the
 	 * journal's overwrites are scattered into the tensors' bytes */
 	int device;
+	/* the keys a pack's manifest must be signed by (NULL or no keys: none).
+	 * With keys, a delta stream (which carries no signature) is refused,
+	 * and so is a pack not signed by one of them, or whose signed version
+	 * is not above the receiver's committed version (HEAD) nor at least
+	 * trust->min_version: checked at the manifest, before anything is
+	 * committed (DCR_ETRUST). */
+	const struct dcr_trust *trust;
 };
 
 struct dcr_apply_result {

@@ -338,8 +338,24 @@ static int rp_open_file(struct replay *rp, const struct dcr_ckpt_tensor *ct,
 	if (f->fd >= 0)
 		return 0;
 	char *path = dcr_path_join(rp->x->rc->dir, c->file_names[ct->file]);
-	f->fd = path ? open(path, O_RDWR | O_CLOEXEC) : -1;
+	f->fd = path ? open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC) : -1;
 	f->size = c->files[ct->file]->size;
+	/* the last line of defence (links are rebuilt before, stage.c): never
+	 * write in place through a symbolic link or into a file other names
+	 * share, which may be outside the receiver */
+	struct stat sb;
+	if ((f->fd < 0 && errno == ELOOP) ||
+	    (f->fd >= 0 && !fstat(f->fd, &sb) && (!S_ISREG(sb.st_mode) || sb.st_nlink != 1))) {
+		r = dcr_err_set(e, DCR_EFORMAT,
+				"refusing to write through '%s': it is %s (a file outside the receiver would change); replace it with a copy, then rerun",
+				path, f->fd < 0 ? "a symbolic link" : !S_ISREG(sb.st_mode) ? "not a regular file"
+										 : "a hard link with other names");
+		if (f->fd >= 0)
+			close(f->fd);
+		f->fd = -1;
+		free(path);
+		return r;
+	}
 	if (f->fd >= 0) {
 		void *m = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
 		f->map = m == MAP_FAILED ? NULL : m;

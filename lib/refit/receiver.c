@@ -44,7 +44,11 @@ int dcr_receiver_open(const char *dir, int lock, struct dcr_receiver **out, stru
 		r = dcr_err_sys(e, ENOMEM, "%s", dir);
 		goto fail;
 	}
-	if (lock && mkdir(rc->sdir, 0777) && errno != EEXIST) {
+	if (lock == DCR_RECEIVER_SHARED && lstat(rc->sdir, &sb) && errno == ENOENT) {
+		*out = rc; /* never applied to: nothing to wait for */
+		return 0;
+	}
+	if (lock == DCR_RECEIVER_LOCK && mkdir(rc->sdir, 0777) && errno != EEXIST) {
 		r = dcr_err_sys(e, errno, "cannot create '%s'", rc->sdir);
 		goto fail;
 	}
@@ -58,7 +62,15 @@ int dcr_receiver_open(const char *dir, int lock, struct dcr_receiver **out, stru
 	if (lock) {
 		char *lp = dcr_receiver_path(rc, "lock");
 		rc->lock_fd = lp ? open(lp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644) : -1;
+		if (rc->lock_fd < 0 && lp && lock == DCR_RECEIVER_SHARED && errno != ELOOP)
+			rc->lock_fd = open(lp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC); /* a reader
+										  without write access */
 		free(lp);
+		if (rc->lock_fd < 0 && lock == DCR_RECEIVER_SHARED &&
+		    (errno == ENOENT || errno == EACCES || errno == EROFS)) {
+			*out = rc; /* no lock to share, and none an apply could take */
+			return 0;
+		}
 		if (rc->lock_fd < 0) {
 			r = errno == ELOOP ? dcr_err_set(e, DCR_EFORMAT,
 							 "'%s/lock' is a symbolic link: remove it",
@@ -67,7 +79,7 @@ int dcr_receiver_open(const char *dir, int lock, struct dcr_receiver **out, stru
 							 rc->sdir);
 			goto fail;
 		}
-		if (flock(rc->lock_fd, LOCK_EX | LOCK_NB)) {
+		if (flock(rc->lock_fd, (lock == DCR_RECEIVER_SHARED ? LOCK_SH : LOCK_EX) | LOCK_NB)) {
 			r = errno == EWOULDBLOCK
 				    ? dcr_err_set(e, DCR_ELOCKED,
 						  "receiver '%s' is busy: another dcr process holds its lock",

@@ -1,6 +1,7 @@
 /* receiver.h - a receiver: a checkpoint directory and its .dcr/ state.
  *
- *   .dcr/lock      flock(2) held by whoever changes the receiver
+ *   .dcr/lock      flock(2) held by whoever changes the receiver (exclusive),
+ *                  and by readers that must not see an apply midway (shared)
  *   .dcr/state     cache of the on-disk state: state id, per-file stat, per-tensor digests
  *   .dcr/journal   committed redo journal (a delta of overwrites), replayed on recovery
  *   .dcr/stage/    files being rebuilt when tensors are added, removed or reshaped
@@ -19,6 +20,12 @@ struct dcr_receiver {
 	int lock_fd;
 };
 
+/* lock: 0 none; DCR_RECEIVER_LOCK (1) the exclusive lock whoever changes
+ * the receiver holds (.dcr/ created if need be); DCR_RECEIVER_SHARED a
+ * reader's shared lock, so that no apply runs while it reads (an absent
+ * .dcr/ is fine: nothing applies there). Either is DCR_ELOCKED when the
+ * other is held. */
+enum { DCR_RECEIVER_LOCK = 1, DCR_RECEIVER_SHARED = 2 };
 int dcr_receiver_open(const char *dir, int lock, struct dcr_receiver **out, struct dcr_err *e);
 void dcr_receiver_close(struct dcr_receiver *rc);
 char *dcr_receiver_path(const struct dcr_receiver *rc, const char *name);

@@ -11,8 +11,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "core/bytes.h"
 #include "core/file.h"
 #include "core/util.h"
 #include "refit/journal.h"
@@ -187,6 +189,41 @@ static int cmp_name(const void *a, const void *b)
 
 /* Stage the files whose tensor set changes (or that are links), list the
  * files to remove, and stage the index when the file set changes. */
+/* The files to rebuild take what their tensors declare, which a few bytes
+ * of a pack can make large (new tensors start as zeros): refuse at once
+ * when .dcr/stage's file system has not the room, rather than fill it. */
+static int stage_room(struct ctx *x, const struct plan *p, const struct dcr_ckpt *c,
+		      const char *const *files, size_t nfiles, struct dcr_err *e)
+{
+	uint64_t need = 0;
+	for (size_t i = 0; i < nfiles; i++) {
+		if (!file_changes(p, c, files[i]) && !file_linked(x->rc->dir, files[i]))
+			continue;
+		for (size_t j = 0; j < p->n; j++) {
+			const struct dcr_delta_tensor *t = &p->t[j].t;
+			uint64_t bits;
+			if (strcmp(t->file, files[i]))
+				continue;
+			/* nelem * bits was checked when the record was parsed */
+			if (mul_ovf(t->nelem, dcr_dtype_bits(t->dtype), &bits) ||
+			    add_ovf(need, bits / 8, &need))
+				return dcr_err_set(e, DCR_EFORMAT, "apply: the target's files are too large");
+		}
+	}
+	struct statvfs vs;
+	char *sd = dcr_receiver_path(x->rc, "stage");
+	int ok = sd && !statvfs(sd, &vs);
+	free(sd);
+	uint64_t room;
+	if (!ok || mul_ovf(vs.f_bavail, vs.f_frsize, &room))
+		return 0; /* unknown: the writes will tell */
+	if (need > room)
+		return dcr_err_sys(e, ENOSPC,
+				   "cannot rebuild the target's files in '%s' (nothing was written): they need %llu bytes, %llu are free",
+				   x->rc->sdir, (unsigned long long)need, (unsigned long long)room);
+	return 0;
+}
+
 static int stage_files(struct ctx *x, struct plan *p, struct dcr_ckpt *c, struct dcr_err *e)
 {
 	struct dcr_receiver *rc = x->rc;
@@ -204,7 +241,7 @@ static int stage_files(struct ctx *x, struct plan *p, struct dcr_ckpt *c, struct
 	for (size_t i = 0; i < p->n; i++)
 		if (!target_files || strcmp(files[target_files - 1], files[i]))
 			files[target_files++] = files[i];
-	r = 0;
+	r = stage_room(x, p, c, files, target_files, e);
 	for (size_t i = 0; i < target_files && !r; i++)
 		if (file_changes(p, c, files[i]) || file_linked(rc->dir, files[i])) {
 			if (ap_push_str(&p->renames, &p->nrenames, dcr_strdup(files[i])))

@@ -1,11 +1,12 @@
-/* names.c - object names: what a store accepts as one, and the growing
- * lists of names that listings hand out. */
+/* names.c - object names: what a store accepts as one, the growing
+ * lists of names that listings hand out, and URLs as messages show them. */
 #include "config.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "transport/names.h"
 
 /* ---- names ---------------------------------------------------------- */
@@ -94,3 +95,27 @@ void dcr_names_sort(struct dcr_names *l)
 		qsort(l->v, l->n, sizeof(*l->v), cmp_str);
 }
 
+char *dcr_url_redact(const char *url)
+{
+	const char *sch = strstr(url, "://");
+	const char *auth = sch ? sch + 3 : NULL;
+	size_t alen = auth ? strcspn(auth, "/?#") : 0;
+	const char *at = auth ? memrchr(auth, '@', alen) : NULL;
+	const char *q = strchr(url, '?');
+	struct dcr_buf b = {0};
+	int bad = 0;
+	if (at) {
+		bad |= dcr_buf_add(&b, url, (size_t)(auth - url)) || dcr_buf_add(&b, "***", 3);
+		url = at;
+	}
+	if (q && sch && q >= url) { /* a directory may have a ? in its name */
+		bad |= dcr_buf_add(&b, url, (size_t)(q - url)) || dcr_buf_add(&b, "?***", 4);
+		url = q + strcspn(q, "#");
+	}
+	bad |= dcr_buf_add(&b, url, strlen(url) + 1);
+	if (bad) {
+		dcr_buf_free(&b);
+		return NULL;
+	}
+	return (char *)b.p;
+}

@@ -28,4 +28,10 @@ struct dcr_names {
 int dcr_names_add(struct dcr_names *l, char *str);
 void dcr_names_sort(struct dcr_names *l); /* by strcmp */
 
+/* A URL as messages may show it (malloc'd, NULL when memory ran out): the
+ * userinfo of scheme://user:password@host/... becomes "***@", and in a URL
+ * a query "?***", where credentials travel. Every message that names a
+ * store, or an object by its URL, is made from this (dcr_store_url is). */
+char *dcr_url_redact(const char *url);
+
 #endif

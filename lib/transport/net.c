@@ -201,9 +201,8 @@ void net_backoff(const struct dcr_store *s, int attempt)
 
 /* ---- one request, with retries -------------------------------------- */
 
-#define SINK_BADRANGE 1
 
-static size_t on_header(char *p, size_t sz, size_t nm, void *arg)
+size_t net_on_header(char *p, size_t sz, size_t nm, void *arg)
 {
 	struct net_req *q = arg;
 	size_t n = sz * nm, l = n;
@@ -257,7 +256,7 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *arg)
 	return n;
 }
 
-static size_t on_data(char *p, size_t sz, size_t nm, void *arg)
+size_t net_on_data(char *p, size_t sz, size_t nm, void *arg)
 {
 	struct net_req *q = arg;
 	size_t n = sz * nm;
@@ -268,7 +267,7 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *arg)
 			uint64_t want = q->r_start + q->got;
 			if (q->status == 206) {
 				if (!q->have_cr || q->cr_start != want) {
-					q->sink_rc = SINK_BADRANGE;
+					q->sink_rc = NET_SINK_BADRANGE;
 					return 0;
 				}
 				q->skip = 0;
@@ -304,6 +303,10 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *arg)
 	size_t m = n - used;
 	if (q->ranged && m > q->r_len - q->got)
 		m = (size_t)(q->r_len - q->got);
+	if (!q->ranged && q->have_total && (q->got > q->total || m > q->total - q->got)) {
+		q->sink_rc = NET_SINK_LONG; /* more than the announced size */
+		return 0;
+	}
 	if (m) {
 		int r = q->sink(q->sink_arg, q->got, (const uint8_t *)p + used, m,
 				q->have_total ? q->total : 0);
@@ -369,7 +372,7 @@ static int curl_retryable(CURLcode c)
 
 /* The cause of a non-2xx answer: "403 SignatureDoesNotMatch: The ..." from
  * an S3 XML error body, else the status, reason and the body's first line. */
-static void http_cause(const struct net_req *q, char *out, size_t n, char **codep)
+void net_http_cause(const struct net_req *q, char *out, size_t n, char **codep)
 {
 	const char *body = (const char *)q->resp.p;
 	size_t bl = q->resp.len;
@@ -447,6 +450,108 @@ static int build_headers(struct dcr_store *s, struct net_req *q, struct curl_sli
 
 /* Run q until it succeeds, fails for good, or retries run out. 0 on a 2xx;
  * else a negative code with e filled. The final status is in q->status. */
+/* One attempt's options on handle c (reset before each retry). */
+static void net_setup(struct dcr_store *s, struct net_req *q, CURL *c, const char *url,
+		      struct curl_slist *hl, char *errbuf)
+{
+	const char *m = q->method;
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, net_on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, net_on_data);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)s->o.timeout_s);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)s->o.timeout_s);
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+	if (s->o.cacert)
+		curl_easy_setopt(c, CURLOPT_CAINFO, s->o.cacert);
+	curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
+	curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+	if (q->has_body) {
+		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
+		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(c, CURLOPT_READDATA, q);
+		curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+		curl_easy_setopt(c, CURLOPT_SEEKDATA, q);
+		if (strcmp(m, "PUT"))
+			curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
+	} else if (!strcmp(m, "HEAD")) {
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	} else if (strcmp(m, "GET")) {
+		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
+	}
+}
+
+/* What the callbacks refused during an attempt (a wrong range, a body
+ * longer than announced, a sink or upload that failed): an error, never
+ * retried; 0 when they refused nothing. */
+static int net_callback_error(const struct net_req *q, struct dcr_err *e)
+{
+	const char *m = q->method;
+	if (q->sink_rc == NET_SINK_BADRANGE)
+		return dcr_err_set(e, DCR_EREMOTE,
+				   "cannot %s '%s': the server answered a range request with the wrong range",
+				   m, q->what);
+	if (q->sink_rc == NET_SINK_LONG)
+		return dcr_err_set(e, DCR_EREMOTE,
+				   "cannot %s '%s': the body is longer than the %llu bytes the server announced",
+				   m, q->what, (unsigned long long)q->total);
+	if (q->sink_rc)
+		return q->sink_rc == -EFBIG
+			       ? dcr_err_set(e, DCR_EFORMAT, "cannot %s '%s': the answer is larger than %u bytes",
+					     m, q->what, MAX_SMALL_BODY)
+			       : dcr_err_sys(e, q->sink_rc, "cannot %s '%s': cannot store what arrived",
+					     m, q->what);
+	if (q->read_rc)
+		return dcr_err_sys(e, q->read_rc, "cannot %s '%s': cannot read the upload", m, q->what);
+	return 0;
+}
+
+/* A status outside 2xx: 1 when it is worth another attempt (5xx, 408,
+ * 429, S3's transient codes), else the error it means. cause receives the
+ * server's reason. */
+static int net_status_error(struct net_req *q, char *cause, size_t csz, struct dcr_err *e)
+{
+	const char *m = q->method;
+	char *code = NULL;
+	net_http_cause(q, cause, csz, &code);
+	int r;
+	if (q->status >= 500 || q->status == 408 || q->status == 429 ||
+	    (code && (!strcmp(code, "RequestTimeout") || !strcmp(code, "SlowDown") ||
+		      !strcmp(code, "ConditionalRequestConflict") ||
+		      !strcmp(code, "OperationAborted"))))
+		r = 1;
+	else if (q->status == 404 && !q->has_body && !(code && !strcmp(code, "NoSuchBucket")))
+		r = dcr_err_set(e, DCR_ENOTFOUND, "cannot %s '%s': %s", m, q->what, cause);
+	else if (q->status == 403 && !strcmp(m, "HEAD") && !q->resp.len)
+		r = dcr_err_set(e, DCR_EREMOTE,
+				"cannot HEAD '%s': %s (a HEAD answer has no error body: wrong credentials or no access?)",
+				q->what, cause);
+	else if (q->status == 412 && q->cond_put)
+		r = dcr_err_set(e, DCR_ECONFLICT, "cannot create '%s': it already exists (%s)",
+				q->what, cause);
+	else if ((q->status == 412 || q->status == 304) && q->pin[0])
+		r = dcr_err_set(e, -ESTALE,
+				"cannot %s '%s': the object changed during the download (ETag %s no longer matches)",
+				m, q->what, q->pin);
+	else if (q->status == 416)
+		r = dcr_err_set(e, DCR_EFORMAT, "cannot %s '%s': %s (the object is shorter than the range)",
+				m, q->what, cause);
+	else
+		r = dcr_err_set(e, DCR_EREMOTE, "cannot %s '%s': %s", m, q->what, cause);
+	free(code);
+	return r;
+}
+
 int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 {
 	char cause[700] = "", errbuf[CURL_ERROR_SIZE];
@@ -488,64 +593,15 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 		q->skip = 0;
 		q->resp.len = 0;
 		errbuf[0] = '\0';
-		curl_easy_setopt(c, CURLOPT_URL, url);
-		curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
-		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-		curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-		curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
-		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-		curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
-		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)s->o.timeout_s);
-		curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-		curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)s->o.timeout_s);
-		curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-		curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
-		if (s->o.cacert)
-			curl_easy_setopt(c, CURLOPT_CAINFO, s->o.cacert);
-		curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
-		curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
-		curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-		curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-		if (q->has_body) {
-			curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-			curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
-			curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
-			curl_easy_setopt(c, CURLOPT_READDATA, q);
-			curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
-			curl_easy_setopt(c, CURLOPT_SEEKDATA, q);
-			if (strcmp(m, "PUT"))
-				curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
-		} else if (!strcmp(m, "HEAD")) {
-			curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-		} else if (strcmp(m, "GET")) {
-			curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
-		}
+		net_setup(s, q, c, url, hl, errbuf);
 		CURLcode cc = curl_easy_perform(c);
 		curl_slist_free_all(hl);
 		long st = 0;
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
 		if (st)
 			q->status = st;
-		if (q->sink_rc == SINK_BADRANGE) {
-			r = dcr_err_set(e, DCR_EREMOTE,
-					"cannot %s '%s': the server answered a range request with the wrong range",
-					m, q->what);
+		if ((r = net_callback_error(q, e)))
 			break;
-		}
-		if (q->sink_rc) {
-			r = q->sink_rc == -EFBIG
-				? dcr_err_set(e, DCR_EFORMAT, "cannot %s '%s': the answer is larger than %u bytes",
-					      m, q->what, MAX_SMALL_BODY)
-				: dcr_err_sys(e, q->sink_rc, "cannot %s '%s': cannot store what arrived",
-					      m, q->what);
-			break;
-		}
-		if (q->read_rc) {
-			r = dcr_err_sys(e, q->read_rc, "cannot %s '%s': cannot read the upload", m, q->what);
-			break;
-		}
 		if (cc != CURLE_OK) {
 			snprintf(cause, sizeof(cause), "%s", errbuf[0] ? errbuf : curl_easy_strerror(cc));
 			if (curl_retryable(cc))
@@ -563,36 +619,8 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 			r = 0;
 			break;
 		}
-		char *code = NULL;
-		http_cause(q, cause, sizeof(cause), &code);
-		int retry = q->status >= 500 || q->status == 408 || q->status == 429 ||
-			    (code && (!strcmp(code, "RequestTimeout") || !strcmp(code, "SlowDown") ||
-				      !strcmp(code, "ConditionalRequestConflict") ||
-				      !strcmp(code, "OperationAborted")));
-		if (retry) {
-			free(code);
-			continue;
-		}
-		if (q->status == 404 && !q->has_body && !(code && !strcmp(code, "NoSuchBucket")))
-			r = dcr_err_set(e, DCR_ENOTFOUND, "cannot %s '%s': %s", m, q->what, cause);
-		else if (q->status == 403 && !strcmp(m, "HEAD") && !q->resp.len)
-			r = dcr_err_set(e, DCR_EREMOTE,
-					"cannot HEAD '%s': %s (a HEAD answer has no error body: wrong credentials or no access?)",
-					q->what, cause);
-		else if (q->status == 412 && q->cond_put)
-			r = dcr_err_set(e, DCR_ECONFLICT, "cannot create '%s': it already exists (%s)",
-					q->what, cause);
-		else if ((q->status == 412 || q->status == 304) && q->pin[0])
-			r = dcr_err_set(e, -ESTALE,
-					"cannot %s '%s': the object changed during the download (ETag %s no longer matches)",
-					m, q->what, q->pin);
-		else if (q->status == 416)
-			r = dcr_err_set(e, DCR_EFORMAT, "cannot %s '%s': %s (the object is shorter than the range)",
-					m, q->what, cause);
-		else
-			r = dcr_err_set(e, DCR_EREMOTE, "cannot %s '%s': %s", m, q->what, cause);
-		free(code);
-		break;
+		if ((r = net_status_error(q, cause, sizeof(cause), e)) != 1)
+			break;
 	}
 	handle_put(s, c);
 	free(url);
@@ -626,11 +654,11 @@ int net_obj_req(struct dcr_store *s, const char *name, struct net_req *q,
 /* ---- open/close ------------------------------------------------------ */
 
 int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
-	     const char *url, struct dcr_err *e)
+	     struct dcr_err *e)
 {
 	struct net *n = dcr_calloc(1, size);
 	if (!n)
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
 	n->k = k;
 	pthread_mutex_init(&n->curl_mu, NULL);
 	pthread_mutex_init(&n->cas_mu, NULL);
@@ -638,8 +666,19 @@ int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
 	pthread_once(&curl_once, curl_init);
 	if (curl_init_rc != CURLE_OK)
 		return dcr_err_set(e, -EIO, "cannot open store '%s': libcurl initialisation failed: %s",
-				   url, curl_easy_strerror(curl_init_rc));
+				   s->url, curl_easy_strerror(curl_init_rc));
 	return 0;
+}
+
+int net_set_base(struct dcr_store *s, char *base)
+{
+	struct net *n = net_of(s);
+	if (n->base != base)
+		free(n->base);
+	free(n->shown);
+	n->base = base;
+	n->shown = base ? dcr_url_redact(base) : NULL;
+	return n->base && n->shown ? 0 : -ENOMEM;
 }
 
 void net_close(struct dcr_store *s)
@@ -651,6 +690,7 @@ void net_close(struct dcr_store *s)
 		curl_easy_cleanup(n->idle[i]);
 	free(n->idle);
 	free(n->base);
+	free(n->shown);
 	pthread_mutex_destroy(&n->curl_mu);
 	pthread_mutex_destroy(&n->cas_mu);
 	free(n);
@@ -791,7 +831,7 @@ int net_put_if_absent(struct dcr_store *s, const char *name, const void *buf,
 		r = dcr_err_set(e, DCR_EREMOTE,
 				"cannot create '%s' only if absent: the server at '%s' ignores "
 				"If-None-Match (a conditional PUT overwrote a probe object), so "
-				"compare-and-set is not safe there", w ? w : name, net_of(s)->base);
+				"compare-and-set is not safe there", w ? w : name, net_of(s)->shown);
 		free(path);
 		free(w);
 		return r;
@@ -834,14 +874,20 @@ static int get_stream(struct dcr_store *s, const char *name, int ranged,
 	return r;
 }
 
+/* The size a server announces is a hint, not bytes that arrived: a memory
+ * sink sets aside at most this much ahead of them (a 100-byte answer
+ * claiming 3 GB costs 1 MiB), then grows with the bytes that come. */
+#define NET_RESERVE_AHEAD (1u << 20)
+
 static int sink_mem(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
 {
 	struct dcr_buf *b = arg;
 	(void)off;
-	if (!b->len && total && total < SIZE_MAX) {
-		if (dcr_buf_reserve(b, (size_t)total + 1))
+	if (!b->len && total) {
+		size_t ahead = total < NET_RESERVE_AHEAD ? (size_t)total + 1 : NET_RESERVE_AHEAD;
+		if (dcr_buf_reserve(b, ahead))
 			return -ENOMEM;
-		dcr_prefault(b->p, (size_t)total);
+		dcr_prefault(b->p, ahead);
 	}
 	return dcr_buf_add(b, p, n) ? -ENOMEM : 0;
 }

@@ -93,6 +93,7 @@ struct net {
 	const struct net_hooks *k;
 	char *base;     /* URL that object paths are appended to: the http base,
 			   or the s3 endpoint's origin (scheme://host[:port]) */
+	char *shown;    /* base as messages show it (dcr_url_redact): net_set_base */
 	pthread_mutex_t curl_mu;
 	void **idle;    /* CURL handles kept for connection reuse */
 	size_t nidle, cap_idle;
@@ -105,7 +106,9 @@ static inline struct net *net_of(struct dcr_store *s) { return s->impl; }
 /* Allocate size zeroed bytes (the kind's state, starting with a struct
  * net) as s->impl, with hooks k, and start libcurl. The kind sets base. */
 int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
-	     const char *url, struct dcr_err *e);
+	     struct dcr_err *e);
+/* Set base (taking it) and what messages show of it; 0 or -ENOMEM. */
+int net_set_base(struct dcr_store *s, char *base);
 /* Free the handles, base and s->impl; the kind frees its own fields first. */
 void net_close(struct dcr_store *s);
 
@@ -133,6 +136,21 @@ char *net_xml_text(const char *xml, size_t n, const char *tag, const char **afte
 void net_sha256_hex(const void *p, size_t n, char out[65]);
 /* Is the last component of name a CAS probe object? */
 int net_is_probe(const char *name);
+
+/* What libcurl hands a request (net_perform sets them as its callbacks;
+ * fuzz targets feed them answers directly): one header line (the status
+ * line starts a new answer), and body bytes, given to q's sink or kept in
+ * q->resp (bounded) as the status says. Body bytes past the announced
+ * size, or a 206 for another range, stop the transfer with q->sink_rc
+ * NET_SINK_LONG or NET_SINK_BADRANGE. */
+#define NET_SINK_BADRANGE 1
+#define NET_SINK_LONG 2
+size_t net_on_header(char *p, size_t sz, size_t nm, void *arg);
+size_t net_on_data(char *p, size_t sz, size_t nm, void *arg);
+/* The cause of a non-2xx answer for a message: "403 Code: Message" from an
+ * S3 XML error body, else the status, reason and the body's first line;
+ * *codep (if given) gets the S3 code (malloc'd) or NULL. */
+void net_http_cause(const struct net_req *q, char *out, size_t n, char **codep);
 
 /* Store operations (store-impl.h) for a kind that has set its hooks. */
 int net_put(struct dcr_store *s, const char *name, const void *buf,

@@ -36,10 +36,13 @@
 #include <microhttpd.h>
 
 #include "core/blake3.h"
+#include "core/buf.h"
 #include "core/file.h"
 #include "core/manifest.h"
 #include "core/payload.h"
 #include "core/util.h"
+#include "core/sign.h"
+#include "core/trust.h"
 #include "transport/relay.h"
 
 #define RESP_BLOCK (256u << 10) /* bytes per response buffer */
@@ -66,6 +69,11 @@ struct rpack {
 	struct dcr_manifest m;
 	int have_m;
 	uint8_t mtrailer[32]; /* of the manifest loaded */
+	/* the manifest's signature, fetched with it (sig_known: 1 held, 2 the
+	 * pack has none) and answered from here; 0 unknown: passed through */
+	uint8_t *sig;
+	size_t sig_len;
+	int sig_known;
 	uint64_t seq;	      /* creation order: the oldest are dropped first */
 	unsigned nobj;	      /* objects that point here */
 	struct rpack *next;
@@ -293,6 +301,7 @@ static void pack_put(struct dcr_relay *r, struct rpack *p)
 		}
 	if (p->have_m)
 		dcr_manifest_release(&p->m);
+	free(p->sig);
 	free(p->name);
 	free(p);
 }
@@ -573,6 +582,51 @@ static void manifest_loaded(struct dcr_relay *r, struct rpack *p)
 	}
 }
 
+/* The signature of pack's manifest at parent pa, into *sig (NULL and 0
+ * when the pack is unsigned there). */
+static int get_sig(struct parent *pa, const char *pack, uint8_t **sig, size_t *len,
+		   struct dcr_err *e)
+{
+	char *sn = dcr_asprintf("%s/%s", pack, DCR_MANIFEST_SIG_NAME);
+	*sig = NULL;
+	*len = 0;
+	if (!sn)
+		return dcr_err_sys(e, ENOMEM, "relay");
+	int rc = dcr_store_get(pa->s, sn, sig, len, e);
+	if (rc == DCR_ENOTFOUND)
+		rc = 0;
+	else if (!rc && *len > DCR_SIG_MAX)
+		rc = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %zu bytes, not a signature", pa->url, sn,
+				 *len);
+	if (rc) {
+		free(*sig);
+		*sig = NULL;
+	}
+	free(sn);
+	return rc;
+}
+
+/* The signature of the manifest man of pack at parent pa (when the
+ * manifest names a version: an unversioned pack is never signed, or when
+ * a key wants one), into *sig (NULL: none); with opts.trust the manifest
+ * must be signed by a trusted key. */
+static int trust_manifest(struct dcr_relay *r, struct parent *pa, const char *pack,
+			  const uint8_t *man, size_t len, const struct dcr_manifest *m,
+			  const char *url, uint8_t **sig, size_t *sig_len, struct dcr_err *e)
+{
+	const struct dcr_trust *t = r->o.trust;
+	int keys = t && t->nkeys, rc = 0;
+	*sig = NULL;
+	*sig_len = 0;
+	if ((m->have_version || keys) && !(rc = get_sig(pa, pack, sig, sig_len, e)) && keys)
+		rc = dcr_trust_check(t, man, len, m, *sig, *sig_len, url ? url : pack, e);
+	if (rc) {
+		free(*sig);
+		*sig = NULL;
+	}
+	return rc;
+}
+
 static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e)
 {
 	struct rpack *p = o->pack;
@@ -582,8 +636,8 @@ static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e
 			break; /* every parent said "absent" */
 		size_t i = (good(r) + t) % r->np;
 		struct parent *pa = &r->parents[i];
-		uint8_t *buf = NULL;
-		size_t len = 0;
+		uint8_t *buf = NULL, *sig = NULL;
+		size_t len = 0, sig_len = 0;
 		struct dcr_err pe;
 		struct dcr_manifest m;
 		rc = dcr_store_get(pa->s, o->name, &buf, &len, &pe);
@@ -595,12 +649,16 @@ static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e
 		if (!rc)
 			rc = url ? dcr_manifest_parse(buf, len, url, &m, &pe)
 				 : dcr_err_sys(&pe, ENOMEM, "relay");
+		if (!rc && (rc = trust_manifest(r, pa, p->name, buf, len, &m, url, &sig, &sig_len,
+						&pe)))
+			dcr_manifest_release(&m);
 		free(url);
 		if (!rc && (rc = spool_open(r, o, &pe)) == 0 &&
 		    dcr_pwrite_full(o->fd, buf, len, 0))
 			rc = dcr_err_sys(&pe, errno, "cannot write '%s'", o->tmp);
 		if (rc) {
 			free(buf);
+			free(sig);
 			pthread_mutex_lock(&r->mu);
 			pa->failures++;
 			pthread_mutex_unlock(&r->mu);
@@ -614,6 +672,7 @@ static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e
 			pthread_mutex_unlock(&r->mu);
 			dcr_manifest_release(&m);
 			free(buf);
+			free(sig);
 			return dcr_err_set(e, DCR_EDIGEST,
 					   "the manifest of '%s' at '%s' is not the one this relay holds (a pack changed under its name)",
 					   p->name, pa->url);
@@ -623,9 +682,16 @@ static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e
 			p->m = m;
 			p->have_m = 1;
 			memcpy(p->mtrailer, buf + len - 32, 32);
+			if (m.have_version || (r->o.trust && r->o.trust->nkeys)) {
+				p->sig = sig;
+				p->sig_len = sig_len;
+				p->sig_known = sig ? 1 : 2;
+				sig = NULL;
+			}
 		} else {
 			dcr_manifest_release(&m);
 		}
+		free(sig);
 		memcpy(o->digest.b, buf + len - 32, 32);
 		o->have_digest = 1;
 		o->check = V_MANIFEST;
@@ -1520,6 +1586,35 @@ static int check_prefix(const char *pfx, struct dcr_err *e)
 	return 0;
 }
 
+/* A GET of a manifest's signature that the relay fetched with the
+ * manifest, answered from memory (r->mu held): 1 when answered, 0 when
+ * it must be passed through. */
+static int answer_sig(struct rreq *q, const char *name)
+{
+	struct dcr_relay *r = q->r;
+	const char *b = strrchr(name, '/');
+	if (!b || strcmp(b + 1, DCR_MANIFEST_SIG_NAME))
+		return 0;
+	size_t plen = (size_t)(b - name);
+	struct rpack *p;
+	for (p = r->packs; p; p = p->next)
+		if (strlen(p->name) == plen && !memcmp(p->name, name, plen))
+			break;
+	if (!p || !p->have_m || !p->sig_known)
+		return 0;
+	struct MHD_Response *resp =
+		p->sig_known == 1
+			? MHD_create_response_from_buffer(p->sig_len, p->sig, MHD_RESPMEM_MUST_COPY)
+			: MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	if (!resp)
+		return 0;
+	q->status = p->sig_known == 1 ? MHD_HTTP_OK : MHD_HTTP_NOT_FOUND;
+	q->sent = p->sig_known == 1 ? p->sig_len : 0;
+	MHD_queue_response(q->conn, (unsigned)q->status, resp);
+	MHD_destroy_response(resp);
+	return 1;
+}
+
 static enum MHD_Result start_req(struct rreq *q, const char *url)
 {
 	struct dcr_relay *r = q->r;
@@ -1556,6 +1651,10 @@ static enum MHD_Result start_req(struct rreq *q, const char *url)
 	if (r->stopping) {
 		pthread_mutex_unlock(&r->mu);
 		return answer_text(q, MHD_HTTP_SERVICE_UNAVAILABLE, "the relay is stopping");
+	}
+	if (!q->head && !q->range && answer_sig(q, name)) {
+		pthread_mutex_unlock(&r->mu);
+		return MHD_YES;
 	}
 	int code = 0;
 	struct robj *o = obj_get(r, name, &code);
@@ -1858,10 +1957,11 @@ static int stream_payload(struct dcr_relay *r, const char *ename, const char *na
 			  struct dcr_pack_out out, uint8_t *buf, size_t cap, struct dcr_err *e)
 {
 	uint64_t pos = 0;
-	uint8_t *whole = NULL;
+	/* an output that takes whole entries gets the payload in a buffer
+	 * grown with the bytes that checked out, not sized by the manifest */
+	int whole = !out.begin;
+	struct dcr_buf wb = {0};
 	int rc = 0;
-	if (!out.begin && !(whole = malloc(size ? (size_t)size : 1)))
-		return dcr_err_sys(e, ENOMEM, "relay");
 	if (out.begin && (rc = out.begin(out.ctx, ename, size, e)))
 		return rc;
 	for (int attempt = 0;; attempt++) {
@@ -1873,13 +1973,18 @@ static int stream_payload(struct dcr_relay *r, const char *ename, const char *na
 		uint64_t sent = 0, avail;
 		while (pos < size && (rc = wait_bytes(r, o, pos, &avail, e)) == 1) {
 			size_t n = avail < cap ? (size_t)avail : cap;
-			uint8_t *dst = whole ? whole + pos : buf;
+			if (whole && dcr_buf_reserve(&wb, n)) {
+				rc = dcr_err_sys(e, ENOMEM, "relay");
+				break;
+			}
+			uint8_t *dst = whole ? wb.p + wb.len : buf;
 			if (dcr_pread_full(o->fd, dst, n, pos)) {
 				rc = dcr_err_sys(e, errno, "cannot read '%s'", name);
 				break;
 			}
 			if (!whole && (rc = out.data(out.ctx, buf, n, e)))
 				break;
+			wb.len += whole ? n : 0;
 			pos += n;
 			sent += n;
 		}
@@ -1897,8 +2002,8 @@ static int stream_payload(struct dcr_relay *r, const char *ename, const char *na
 			break;
 	}
 	if (!rc)
-		rc = whole ? out.entry(out.ctx, ename, whole, (size_t)size, e) : out.end(out.ctx, e);
-	free(whole);
+		rc = whole ? out.entry(out.ctx, ename, wb.p, wb.len, e) : out.end(out.ctx, e);
+	dcr_buf_free(&wb);
 	return rc;
 }
 
@@ -1944,11 +2049,24 @@ int dcr_relay_pull(struct dcr_relay *r, const char *name, struct dcr_pack_out ou
 		free(en);
 		free(on);
 	}
+	/* the signature from the first parent that answers, then the manifest */
+	uint8_t *sig = NULL;
+	size_t sig_len = 0;
+	for (size_t i = 0; !rc && i < r->np; i++) {
+		struct dcr_err se;
+		if (!get_sig(&r->parents[(good(r) + i) % r->np], name, &sig, &sig_len, &se))
+			break;
+		if (i == r->np - 1)
+			rc = dcr_err_set(e, se.code, "%s", se.msg);
+	}
+	if (!rc && sig)
+		rc = out.entry(out.ctx, DCR_MANIFEST_SIG_NAME, sig, sig_len, e);
+	free(sig);
 	if (!rc)
 		rc = out.entry(out.ctx, DCR_MANIFEST_NAME, man, man_len, e);
 	if (!rc && st) {
 		st->payloads = m.npayloads;
-		st->bytes = bytes + man_len;
+		st->bytes = bytes + man_len + sig_len;
 	}
 out:
 	if (have_m)
@@ -2030,7 +2148,10 @@ static void reload_dir(struct dcr_relay *r, const char *rel)
 				if (idx < 0) {
 					struct dcr_manifest m;
 					p = pack_get(r, files[k], plen);
+					/* with a key, a manifest is taken only with its
+					 * signature, which the cache does not keep */
 					if (p && !p->have_m && b.len >= 32 &&
+					    !(r->o.trust && r->o.trust->nkeys) &&
 					    !dcr_manifest_parse(b.p, b.len, path, &m, &e)) {
 						p->m = m;
 						p->have_m = 1;
@@ -2175,6 +2296,15 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 		if ((rc = dcr_store_open(r->parents[i].url, o->store, &r->parents[i].s, e)))
 			goto fail;
 		r->np++;
+		/* from here on the URL is for messages, the log and the status
+		 * document: without credentials */
+		char *shown = dcr_url_redact(r->parents[i].url);
+		if (!shown) {
+			rc = dcr_err_sys(e, ENOMEM, "relay");
+			goto fail;
+		}
+		free(r->parents[i].url);
+		r->parents[i].url = shown;
 	}
 	if (o->cache_dir) {
 		if ((rc = dcr_mkdir_p(o->cache_dir, e)))

@@ -12,8 +12,9 @@
  * (a push in progress), whole against their own trailer and the manifest's
  * digest when there is one. A piece that fails is never written to the
  * spool, served or cached: the relay refetches from that byte on from the
- * next parent. Manifests are checked by their trailer (and by receivers'
- * signatures). Other objects (commit records, refs) are passed through
+ * next parent. Manifests are checked by their trailer, and with
+ * opts.trust by their signature (manifest.dcrm.sig beside them, which
+ * receivers check again). Other objects (the signature among them) (commit records, refs) are passed through
  * per request, never cached: nothing checks them here.
  *
  * Served: GET and HEAD of NAME (Range "bytes=A-B", "bytes=A-", "bytes=-N";
@@ -60,6 +61,13 @@ struct dcr_relay_opts {
 	unsigned idle_timeout_s;     /* close a connection idle this long; 0: 60 */
 	int no_prefetch;             /* fetch payloads only when asked, not the
 					whole pack once its manifest is asked for */
+	/* manifests must be signed by one of these keys (NULL or no keys:
+	 * none): a parent serving one that is not, or whose signature does
+	 * not check out, is passed over as one serving bad bytes, so the relay
+	 * never caches, serves or prefetches an untrusted pack; cached
+	 * manifests are then not reloaded at start (their signatures are not
+	 * kept), and fetched again */
+	const struct dcr_trust *trust;
 	/* one line per object served, failover and failure (no newline); may
 	 * be called from any thread, never with a lock held */
 	void (*log)(void *ctx, const char *line);
@@ -78,8 +86,8 @@ void dcr_relay_stop(struct dcr_relay *r);
 
 /* The pack NAME as this relay verifies it, through the same table as its
  * children (fetched once): its payloads in order, in parts as their
- * pieces check out when out.begin is set, then the manifest, into out,
- * like dcr_pull. Waits up to wait_s for the manifest to appear. This is
+ * pieces check out when out.begin is set, then the manifest's signature
+ * (when a parent has one) and the manifest, into out, like dcr_pull. Waits up to wait_s for the manifest to appear. This is
  * what dcr-relay --apply feeds to the receiver. */
 int dcr_relay_pull(struct dcr_relay *r, const char *name, struct dcr_pack_out out, double wait_s,
 		   struct dcr_xfer_stats *st, struct dcr_err *e);

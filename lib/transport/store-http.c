@@ -17,7 +17,7 @@ static int http_locate(struct dcr_store *s, const char *name, char **path, char 
 {
 	char *enc = dcr_uri_encode(name, strlen(name), 1);
 	*path = enc ? dcr_asprintf("/%s", enc) : NULL;
-	*what = dcr_asprintf("%s/%s", net_of(s)->base, name);
+	*what = dcr_asprintf("%s/%s", net_of(s)->shown, name);
 	free(enc);
 	return *path && *what ? 0 : -ENOMEM;
 }
@@ -28,7 +28,7 @@ static const struct net_hooks http_hooks = {
 
 static int http_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 {
-	int r = net_open(s, sizeof(struct net), &http_hooks, url, e);
+	int r = net_open(s, sizeof(struct net), &http_hooks, e);
 	if (r)
 		return r;
 	size_t n = strlen(url);
@@ -36,11 +36,14 @@ static int http_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 		n--;
 	const char *h = strstr(url, "://") + 3;
 	if (!*h || *h == '/')
-		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no host", url);
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no host", s->url);
 	if (strchr(url, '?') || strchr(url, '#'))
-		return dcr_err_set(e, -EINVAL, "cannot open store '%s': a query or fragment is not allowed", url);
-	net_of(s)->base = strndup(url, n);
-	return net_of(s)->base ? 0 : dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+		return dcr_err_set(e, -EINVAL,
+				   "cannot open store '%s': a query or fragment is not allowed",
+				   s->url);
+	if (net_set_base(s, strndup(url, n)))
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
+	return 0;
 }
 
 static int http_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
@@ -51,7 +54,7 @@ static int http_list(struct dcr_store *s, const char *prefix, struct dcr_names *
 	q.body_fd = -1;
 	char *ep = dcr_uri_encode(prefix, strlen(prefix), 0);
 	char *query = ep ? dcr_asprintf("prefix=%s", ep) : NULL;
-	char *what = dcr_asprintf("%s/%s", net_of(s)->base, prefix);
+	char *what = dcr_asprintf("%s/%s", net_of(s)->shown, prefix);
 	q.path = dcr_strdup("/");
 	int r = 0;
 	if (!query || !what || !q.path) {
@@ -68,7 +71,7 @@ static int http_list(struct dcr_store *s, const char *prefix, struct dcr_names *
 			r = dcr_err_set(e, DCR_EREMOTE,
 					"cannot list '%s': the server does not list (GET %s/?prefix=... answered %ld); "
 					"see store.h for the convention",
-					what, net_of(s)->base, q.status);
+					what, net_of(s)->shown, q.status);
 		goto out;
 	}
 	const char *p = (const char *)q.resp.p, *end = p + q.resp.len;

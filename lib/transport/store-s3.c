@@ -345,20 +345,20 @@ static int split_url(const char *url, char **origin, char **path)
 
 static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 {
-	int r = net_open(s, sizeof(struct s3), &s3_hooks, url, e);
+	int r = net_open(s, sizeof(struct s3), &s3_hooks, e);
 	if (r)
 		return r;
 	struct s3 *s3 = s3_of(s);
 	const char *b = url + 5, *slash = strchr(b, '/');
 	size_t bl = slash ? (size_t)(slash - b) : strlen(b);
 	if (!bl)
-		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no bucket", url);
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': no bucket", s->url);
 	for (size_t i = 0; i < bl; i++) {
 		char c = b[i];
 		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
 		      c == '_' || (c >= 'A' && c <= 'Z')))
 			return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid bucket name '%.*s'",
-					   url, (int)bl, b);
+					   s->url, (int)bl, b);
 	}
 	s3->bucket = strndup(b, bl);
 	const char *pfx = slash ? slash + 1 : "";
@@ -367,10 +367,10 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 		pl--;
 	s3->prefix = strndup(pfx, pl);
 	if (!s3->bucket || !s3->prefix)
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
 	if (pl && dcr_store_check_name(s3->prefix, NULL))
 		return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid key prefix '%s'",
-				   url, s3->prefix);
+				   s->url, s3->prefix);
 	s3->akid = env("AWS_ACCESS_KEY_ID");
 	s3->secret = env("AWS_SECRET_ACCESS_KEY");
 	s3->token = env("AWS_SESSION_TOKEN");
@@ -382,7 +382,7 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	if (!s3->akid || !s3->secret)
 		return dcr_err_set(e, -EINVAL,
 				   "cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set",
-				   url);
+				   s->url);
 	char *ep = s->o.endpoint ? dcr_strdup(s->o.endpoint) : env("DCR_S3_ENDPOINT");
 	/* AWS itself wants virtual-hosted requests (BUCKET.s3.REGION...; path
 	 * style is refused for new buckets); S3-compatible servers at an
@@ -410,6 +410,8 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	char *epath = NULL;
 	r = ep ? split_url(ep, &s3->net.base, &epath) : -ENOMEM;
 	free(ep);
+	if (!r && (r = net_set_base(s, s3->net.base)))
+		s3->net.base = NULL;
 	if (!r) {
 		s3->epath = vhost ? dcr_strdup(epath) : dcr_asprintf("%s/%s", epath, s3->bucket);
 		s3->hostport = dcr_strdup(strstr(s3->net.base, "://") + 3);
@@ -421,9 +423,9 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	}
 	free(epath);
 	if (r)
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
 	if (!s3->hostport[0])
-		return dcr_err_set(e, -EINVAL, "cannot open store '%s': endpoint has no host", url);
+		return dcr_err_set(e, -EINVAL, "cannot open store '%s': endpoint has no host", s->url);
 	return 0;
 }
 
@@ -446,6 +448,42 @@ static void s3_close(struct dcr_store *s)
 }
 
 /* ---- listing --------------------------------------------------------- */
+
+int s3_list_page(const char *xml, size_t n, const char *full, size_t strip, const char *what,
+		 struct dcr_names *l, int *more, char **token, struct dcr_err *e)
+{
+	const char *x = xml, *end = xml + n, *after;
+	char *k;
+	*more = 0;
+	*token = NULL;
+	while (x < end && (k = net_xml_text(x, (size_t)(end - x), "Key", &after))) {
+		x = after;
+		if (strlen(k) < strip || strncmp(k, full, strlen(full)) || net_is_probe(k + strip)) {
+			free(k);
+			continue;
+		}
+		/* as for any store's listing: names it could not have stored
+		 * are an error, not names to act on */
+		struct dcr_err ne;
+		if (dcr_store_check_name(k + strip, &ne)) {
+			free(k);
+			return dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': the server listed a bad name: %s",
+					   what, ne.msg);
+		}
+		char *rel = dcr_strdup(k + strip);
+		free(k);
+		if (!rel || dcr_names_add(l, rel)) {
+			free(rel);
+			return dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
+		}
+	}
+	char *trunc = net_xml_text(xml, n, "IsTruncated", NULL);
+	*more = trunc && !strcmp(trunc, "true");
+	free(trunc);
+	if (*more)
+		*token = net_xml_text(xml, n, "NextContinuationToken", NULL);
+	return 0;
+}
 
 static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 		   struct dcr_err *e)
@@ -492,30 +530,15 @@ static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 			net_req_free(&q);
 			goto out;
 		}
-		const char *x = (const char *)q.resp.p, *end = x + q.resp.len;
-		const char *after;
-		char *k;
-		while (x < end && (k = net_xml_text(x, (size_t)(end - x), "Key", &after))) {
-			x = after;
-			if (strlen(k) < strip || strncmp(k, full, strlen(full)) || net_is_probe(k + strip)) {
-				free(k);
-				continue;
-			}
-			char *rel = dcr_strdup(k + strip);
-			free(k);
-			if (!rel || dcr_names_add(l, rel)) {
-				free(rel);
-				net_req_free(&q);
-				r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
-				goto out;
-			}
-		}
-		char *trunc = net_xml_text((char *)q.resp.p, q.resp.len, "IsTruncated", NULL);
+		int more = 0;
 		free(token);
-		token = trunc && !strcmp(trunc, "true")
-			? net_xml_text((char *)q.resp.p, q.resp.len, "NextContinuationToken", NULL) : NULL;
-		int more = trunc && !strcmp(trunc, "true");
-		free(trunc);
+		token = NULL;
+		r = s3_list_page((const char *)q.resp.p, q.resp.len, full, strip, what, l, &more,
+				 &token, e);
+		if (r) {
+			net_req_free(&q);
+			goto out;
+		}
 		net_req_free(&q);
 		if (!more)
 			break;

@@ -8,4 +8,13 @@
 /* For s3:// URLs. */
 extern const struct dcr_store_ops store_s3_ops;
 
+/* One ListObjectsV2 answer (xml, n bytes): the keys that start with full
+ * (the store's prefix and the one asked for), less their first strip bytes
+ * (the store's prefix), appended to l; a key that is no valid object name
+ * is DCR_EFORMAT. *more: the listing goes on, from *token (malloc'd).
+ * what names the listing in messages. */
+struct dcr_names;
+int s3_list_page(const char *xml, size_t n, const char *full, size_t strip, const char *what,
+		 struct dcr_names *l, int *more, char **token, struct dcr_err *e);
+
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/file.h"
+#include "core/buf.h"
 #include "core/util.h"
 #include "transport/store-dir.h"
 #include "transport/store-http.h"
@@ -41,8 +42,12 @@ int dcr_store_open(const char *url, const struct dcr_store_opts *o,
 	if (!url || !*url)
 		return dcr_err_set(e, -EINVAL, "no store given");
 	struct dcr_store *s = dcr_calloc(1, sizeof(*s));
-	if (!s)
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+	char *shown = dcr_url_redact(url);
+	if (!s || !shown) {
+		free(s);
+		free(shown);
+		return dcr_err_sys(e, ENOMEM, "cannot open a store");
+	}
 	if (o)
 		s->o = *o;
 	s->o.endpoint = s->o.cacert = NULL;
@@ -67,18 +72,18 @@ int dcr_store_open(const char *url, const struct dcr_store_opts *o,
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv_work, NULL);
 	pthread_cond_init(&s->cv_done, NULL);
-	s->url = dcr_strdup(url);
+	s->url = shown; /* what messages show: no credentials */
 	if ((o && o->endpoint && !(s->o.endpoint = dcr_strdup(o->endpoint))) ||
-	    (o && o->cacert && !(s->o.cacert = dcr_strdup(o->cacert))) || !s->url) {
+	    (o && o->cacert && !(s->o.cacert = dcr_strdup(o->cacert)))) {
 		dcr_store_close(s);
-		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
+		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", shown);
 	}
 	const struct dcr_store_ops *ops = kind_of(url);
 	int r;
 	if (!ops) {
 		r = dcr_err_set(e, -EINVAL,
 				"cannot open store '%s': unknown URL scheme (use a directory, file://, s3://, http:// or https://)",
-				url);
+				s->url);
 	} else {
 		s->ops = ops;
 		r = ops->open(s, url, e);

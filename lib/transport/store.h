@@ -78,8 +78,10 @@ int dcr_store_open(const char *url, const struct dcr_store_opts *o,
 		   struct dcr_store **out, struct dcr_err *e);
 /* Waits for queued async jobs, then frees. Accepts NULL. */
 void dcr_store_close(struct dcr_store *s);
-/* "s3://b/p", "http://h/base" or the directory path, as opened. */
+/* "s3://b/p", "http://h/base" or the directory path, as opened, but as
+ * messages show it (dcr_url_redact). */
 const char *dcr_store_url(const struct dcr_store *s);
+/* (dcr_url_redact, in names.h, makes what messages show of a URL.) */
 /* A directory store (its objects can be mapped), not a server. */
 int dcr_store_is_local(const struct dcr_store *s);
 

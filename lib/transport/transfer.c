@@ -12,6 +12,9 @@
 #include "core/file.h"
 #include "core/manifest.h"
 #include "core/packio.h"
+#include "core/pset.h"
+#include "core/sign.h"
+#include "core/trust.h"
 #include "core/util.h"
 #include "transport/transfer.h"
 
@@ -20,10 +23,14 @@ int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_e
 	const char *slash = strrchr(arg, '/');
 	const char *scheme = strstr(arg, "://");
 	if (!slash || !slash[1] || (scheme && slash < scheme + 3) ||
-	    (scheme && !strchr(scheme + 3, '/')))
-		return dcr_err_set(e, DCR_EFORMAT,
-				   "'%s' is not STORE/NAME (e.g. /srv/store/v42 or s3://bucket/prefix/v42)",
-				   arg);
+	    (scheme && !strchr(scheme + 3, '/'))) {
+		char *shown = dcr_url_redact(arg);
+		int r = dcr_err_set(e, DCR_EFORMAT,
+				    "'%s' is not STORE/NAME (e.g. /srv/store/v42 or s3://bucket/prefix/v42)",
+				    shown ? shown : "the argument");
+		free(shown);
+		return r;
+	}
 	*store = slash == arg ? dcr_strdup("/") : strndup(arg, (size_t)(slash - arg));
 	*name = dcr_strdup(slash + 1);
 	if (!*store || !*name)
@@ -59,16 +66,143 @@ static int finish_slot(struct dcr_store *s, struct slot *sl, struct dcr_err *e)
 	return r;
 }
 
+/* The manifest (and its signature, when the pack is signed) of a pack
+ * being pushed, kept until every payload is up. */
+struct push_tail {
+	uint8_t *man, *sig;
+	size_t man_len, sig_len;
+};
+
+/* Keep a copy of entry buf as *dst. */
+static int keep(uint8_t **dst, size_t *dlen, const uint8_t *buf, size_t len, struct dcr_err *e)
+{
+	if (!(*dst = malloc(len ? len : 1)))
+		return dcr_err_sys(e, ENOMEM, "push");
+	memcpy(*dst, buf, len);
+	*dlen = len;
+	return 0;
+}
+
+/* The manifest against the payloads that went up: each one it lists, with
+ * its size and digest, and no other. */
+static int push_check(const struct push_tail *t, const struct pset *up, struct dcr_err *e)
+{
+	struct dcr_manifest m;
+	int r = dcr_manifest_parse(t->man, t->man_len, DCR_MANIFEST_NAME, &m, e);
+	if (r)
+		return r;
+	for (uint32_t i = 0; i < m.npayloads && !r; i++) {
+		const struct pset_ent *pe = pset_find(up, i);
+		if (!pe)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its manifest", i);
+		else if (memcmp(pe->digest.b, m.pdigest[i].b, 32) || pe->size != m.psize[i])
+			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the manifest", i);
+	}
+	if (!r && !pset_is_range(up, m.npayloads))
+		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %zu payloads, its manifest %u", up->n,
+				m.npayloads);
+	dcr_manifest_release(&m);
+	return r;
+}
+
+/* The manifest or its signature, kept until the payloads are up: 1 when
+ * ename was one of them, 0 when it is something else. */
+static int push_tail_entry(struct push_tail *t, const char *ename, const uint8_t *buf,
+			   size_t len, struct dcr_err *e)
+{
+	int r;
+	if (!strcmp(ename, DCR_MANIFEST_NAME)) {
+		r = keep(&t->man, &t->man_len, buf, len, e);
+	} else if (!strcmp(ename, DCR_MANIFEST_SIG_NAME)) {
+		/* the signature goes up after the payloads, before the manifest:
+		 * whoever sees the manifest finds it */
+		if (t->sig)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack: two '%s' entries", ename);
+		else if (len > DCR_SIG_MAX)
+			r = dcr_err_set(e, DCR_EFORMAT, "pack: '%s' is %zu bytes, not a signature",
+					ename, len);
+		else
+			r = keep(&t->sig, &t->sig_len, buf, len, e);
+	} else {
+		return 0;
+	}
+	return r ? r : 1;
+}
+
+/* A payload entry checked and noted in up: 1 to upload it, 0 when the
+ * same bytes are already going up (as dcr-apply skips them). */
+static int push_payload_entry(struct pset *up, const char *ename, const uint8_t *buf,
+			      size_t len, struct dcr_err *e)
+{
+	uint32_t idx;
+	struct dcr_payload pl;
+	if (!dcr_payload_name_parse(ename, &idx))
+		return dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", ename);
+	int r = dcr_payload_check(buf, len, ename, &pl, e);
+	if (r)
+		return r;
+	if (pl.index != idx)
+		return dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", ename, pl.index);
+	if (idx >= DCR_PAYLOADS_MAX)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: payload index %u is too large (at most %u)",
+				   ename, idx, DCR_PAYLOADS_MAX - 1);
+	if ((r = pset_add(up, idx, len, &pl.digest)) == -EEXIST)
+		return dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents", ename);
+	return r < 0 ? dcr_err_sys(e, -r, "push") : r;
+}
+
+/* Upload the entry in hand (len bytes) from slot sl, in the background. */
+static int push_submit(struct dcr_store *s, struct slot *sl, const char *name, const char *ename,
+		       struct dcr_pack_in *in, size_t len, struct dcr_err *e)
+{
+	int r = finish_slot(s, sl, e); /* wait for the slot to be free */
+	if (r)
+		return r;
+	if (!(sl->oname = obj(name, ename)))
+		return dcr_err_sys(e, ENOMEM, "push");
+	dcr_pack_in_take(in, &sl->data);
+	memset(&sl->job, 0, sizeof(sl->job));
+	sl->job.op = DCR_STORE_PUT;
+	sl->job.name = sl->oname;
+	sl->job.data = sl->data.p;
+	sl->job.len = len;
+	if ((r = dcr_store_submit(s, &sl->job, e))) {
+		dcr_blob_free(&sl->data);
+		free(sl->oname);
+		sl->oname = NULL;
+		return r;
+	}
+	sl->busy = 1;
+	return 0;
+}
+
+/* Once every payload is up: the signature, then the manifest, last. */
+static int push_tail_put(struct dcr_store *s, const char *name, const struct push_tail *t,
+			 uint64_t *bytes, struct dcr_err *e)
+{
+	int r = 0;
+	if (t->sig) {
+		char *so = obj(name, DCR_MANIFEST_SIG_NAME);
+		r = so ? dcr_store_put(s, so, t->sig, t->sig_len, e) : dcr_err_sys(e, ENOMEM, "push");
+		free(so);
+		*bytes += t->sig_len;
+		if (r)
+			return r;
+	}
+	char *mo = obj(name, DCR_MANIFEST_NAME);
+	r = mo ? dcr_store_put(s, mo, t->man, t->man_len, e) : dcr_err_sys(e, ENOMEM, "push");
+	free(mo);
+	*bytes += t->man_len;
+	return r;
+}
+
 int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	     const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
 {
 	int par = o && o->parallel > 0 ? o->parallel : 4;
 	struct slot *slots = dcr_calloc((size_t)par, sizeof(*slots));
-	dcr_digest *dig = NULL;
-	uint64_t *sizes = NULL;
-	size_t cap = 0;
-	uint8_t *man = NULL;
-	size_t man_len = 0;
+	struct pset up = {0}; /* payloads going up, by index: no room by index */
+	struct push_tail t = {0};
 	int next = 0, r = 0;
 	uint64_t bytes = 0;
 	uint32_t count = 0;
@@ -78,84 +212,22 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	const uint8_t *buf;
 	size_t len;
 	while ((r = dcr_pack_in_next(in, &ename, &buf, &len, e)) == 1) {
-		if (man) {
+		if (t.man) {
 			r = dcr_err_set(e, DCR_EFORMAT, "pack: entry '%s' after the manifest", ename);
 			break;
 		}
-		if (!strcmp(ename, DCR_MANIFEST_NAME)) {
-			man = malloc(len ? len : 1);
-			if (!man) {
-				r = dcr_err_sys(e, ENOMEM, "push");
-				break;
-			}
-			memcpy(man, buf, len);
-			man_len = len;
+		if ((r = push_tail_entry(&t, ename, buf, len, e)) < 0)
+			break;
+		if (r) /* the manifest or its signature, kept */
 			continue;
-		}
-		uint32_t idx;
-		struct dcr_payload pl;
-		if (!dcr_payload_name_parse(ename, &idx)) {
-			r = dcr_err_set(e, DCR_EFORMAT, "pack: unexpected entry '%s'", ename);
+		if ((r = push_payload_entry(&up, ename, buf, len, e)) < 0)
 			break;
-		}
-		if ((r = dcr_payload_check(buf, len, ename, &pl, e)))
-			break;
-		dcr_payload_release(&pl);
-		if (pl.index != idx) {
-			r = dcr_err_set(e, DCR_EFORMAT, "%s holds payload %u", ename, pl.index);
-			break;
-		}
-		if (idx >= cap) {
-			size_t ncap = idx + 64;
-			dcr_digest *d = realloc(dig, ncap * sizeof(*d));
-			if (d)
-				dig = d;
-			uint64_t *z = realloc(sizes, ncap * sizeof(*z));
-			if (z)
-				sizes = z;
-			if (!d || !z || ncap > (1u << 24)) {
-				r = dcr_err_sys(e, ENOMEM, "push");
-				break;
-			}
-			for (size_t i = cap; i < ncap; i++)
-				sizes[i] = UINT64_MAX;
-			cap = ncap;
-		}
-		if (sizes[idx] != UINT64_MAX) {
-			/* a duplicate: the same bytes are already going up (as
-			 * dcr-apply skips them); other bytes are an error */
-			if (sizes[idx] != len || memcmp(dig[idx].b, pl.digest.b, 32)) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s arrived twice with different contents",
-						ename);
-				break;
-			}
+		if (!r) /* a duplicate */
 			continue;
-		}
-		dig[idx] = pl.digest;
-		sizes[idx] = len;
-		/* wait for a free slot, then upload this payload in the background */
 		struct slot *sl = &slots[next];
 		next = (next + 1) % par;
-		if ((r = finish_slot(s, sl, e)))
+		if ((r = push_submit(s, sl, name, ename, in, len, e)))
 			break;
-		sl->oname = obj(name, ename);
-		if (!sl->oname) {
-			r = dcr_err_sys(e, ENOMEM, "push");
-			break;
-		}
-		dcr_pack_in_take(in, &sl->data);
-		memset(&sl->job, 0, sizeof(sl->job));
-		sl->job.op = DCR_STORE_PUT;
-		sl->job.name = sl->oname;
-		sl->job.data = sl->data.p;
-		sl->job.len = len;
-		if ((r = dcr_store_submit(s, &sl->job, e))) {
-			dcr_blob_free(&sl->data);
-			free(sl->oname);
-			sl->oname = NULL;
-			break;
-		}
-		sl->busy = 1;
 		bytes += len;
 		count++;
 		if (o && o->progress)
@@ -171,38 +243,21 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	}
 	if (r < 0)
 		goto out;
-	if (!man) {
+	if (!t.man) {
 		r = dcr_err_set(e, DCR_EFORMAT, "pack has no manifest; the manifest was not pushed");
 		goto out;
 	}
-	struct dcr_manifest m;
-	if ((r = dcr_manifest_parse(man, man_len, DCR_MANIFEST_NAME, &m, e)))
+	if ((r = push_check(&t, &up, e)) || (r = push_tail_put(s, name, &t, &bytes, e)))
 		goto out;
-	for (uint32_t i = 0; i < m.npayloads && !r; i++) {
-		if (i >= cap || sizes[i] == UINT64_MAX)
-			r = dcr_err_set(e, DCR_EFORMAT, "pack lacks payload %u named by its manifest", i);
-		else if (memcmp(dig[i].b, m.pdigest[i].b, 32) || sizes[i] != m.psize[i])
-			r = dcr_err_set(e, DCR_EDIGEST, "payload %u does not match the manifest", i);
-	}
-	if (!r && count != m.npayloads)
-		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %u payloads, its manifest %u", count,
-				m.npayloads);
-	dcr_manifest_release(&m);
-	if (r)
-		goto out;
-	char *mo = obj(name, DCR_MANIFEST_NAME);
-	r = mo ? dcr_store_put(s, mo, man, man_len, e) : dcr_err_sys(e, ENOMEM, "push");
-	free(mo);
-	bytes += man_len;
 	if (st) {
 		st->payloads = count;
 		st->bytes = bytes;
 	}
 out:
 	free(slots);
-	free(dig);
-	free(sizes);
-	free(man);
+	pset_free(&up);
+	free(t.man);
+	free(t.sig);
 	return r;
 }
 
@@ -712,10 +767,43 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 	return dcr_pull_from(&src, 1, out, have, have_ctx, o, st, e);
 }
 
-/* The manifest from the first source that has one that parses: 0, or
- * DCR_ENOTFOUND when none has one, or the last source's error. */
-static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len,
-			struct dcr_manifest *m, const struct dcr_xfer_opts *o, struct dcr_err *e)
+/* The manifest's signature beside it in source i (NULL and 0 when the
+ * pack is unsigned). */
+static int get_signature(struct sources *ss, size_t i, uint8_t **sig, size_t *sig_len,
+			 struct dcr_err *e)
+{
+	struct dcr_store *s = ss->v[i].s;
+	char *so = obj(ss->v[i].name, DCR_MANIFEST_SIG_NAME);
+	if (!so)
+		return dcr_err_sys(e, ENOMEM, "pull");
+	free(*sig);
+	*sig = NULL;
+	*sig_len = 0;
+	struct dcr_err ge;
+	int r = dcr_store_get(s, so, sig, sig_len, &ge);
+	if (r == DCR_ENOTFOUND)
+		r = 0;
+	else if (r)
+		*e = ge;
+	else if (*sig_len > DCR_SIG_MAX)
+		r = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %zu bytes, not a signature",
+				dcr_store_url(s), so, *sig_len);
+	if (r) {
+		free(*sig);
+		*sig = NULL;
+	}
+	free(so);
+	return r;
+}
+
+/* The manifest (and its signature) from the first source that has one
+ * that parses and, when o->trust asks for it, is signed by a trusted key:
+ * 0, or DCR_ENOTFOUND when none has one, or the last source's error. A
+ * source that serves a manifest the trust refuses is passed over like one
+ * that serves a broken one. */
+static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len, uint8_t **sig,
+			size_t *sig_len, struct dcr_manifest *m, const struct dcr_xfer_opts *o,
+			struct dcr_err *e)
 {
 	int r = DCR_ENOTFOUND, absent = 0;
 	size_t first = src_cur(ss);
@@ -738,6 +826,15 @@ static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len,
 				r = dcr_err_set(e, DCR_EFORMAT,
 						"'%s' is not a dense copy (dcr-diff --dense makes one)", url);
 			}
+			/* the signature: checked before anything of the pack goes
+			 * on; a pack that names no version is never signed
+			 * (dcr-pack --sign needs --version), so none is asked
+			 * for unless a key wants one */
+			int want_sig = m->have_version || (o && o->trust && o->trust->nkeys);
+			if (!r && ((want_sig && (r = get_signature(ss, i, sig, sig_len, e))) ||
+				   (r = dcr_trust_check(o ? o->trust : NULL, *man, *man_len, m, *sig,
+							*sig_len, url, e))))
+				dcr_manifest_release(m);
 		}
 		free(mo);
 		free(url);
@@ -798,8 +895,8 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 	int par = o && o->parallel > 0 ? o->parallel : 4;
 	double deadline = now_s() + (o ? o->wait_s : 0);
 	struct sources ss = {v, nsrc, 0};
-	uint8_t *man = NULL;
-	size_t man_len = 0;
+	uint8_t *man = NULL, *sig = NULL;
+	size_t man_len = 0, sig_len = 0;
 	struct dcr_manifest m = {0};
 	int have_m = 0, r = 0, remote = 1;
 	uint32_t next = 0; /* next payload index to hand on */
@@ -816,7 +913,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 	}
 	for (;;) {
 		if (!have_m) {
-			r = get_manifest(&ss, &man, &man_len, &m, o, e);
+			r = get_manifest(&ss, &man, &man_len, &sig, &sig_len, &m, o, e);
 			if (!r) {
 				have_m = 1;
 			} else if (r != DCR_ENOTFOUND) {
@@ -864,6 +961,12 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 		}
 		usleep(200 * 1000);
 	}
+	if (sig) { /* the signature, then the manifest: as pack directories list them */
+		dcr_fault_point(o ? o->fault : NULL);
+		if ((r = out.entry(out.ctx, DCR_MANIFEST_SIG_NAME, sig, sig_len, e)))
+			goto out;
+		bytes += sig_len;
+	}
 	dcr_fault_point(o ? o->fault : NULL);
 	r = out.entry(out.ctx, DCR_MANIFEST_NAME, man, man_len, e);
 	bytes += man_len;
@@ -873,6 +976,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 	}
 out:
 	free(man);
+	free(sig);
 	if (have_m)
 		dcr_manifest_release(&m);
 	return r;
@@ -885,7 +989,7 @@ int dcr_pull_source_open(const char *arg, int dense, const struct dcr_store_opts
 	memset(src, 0, sizeof(*src));
 	int r = dcr_split_store_url(arg, &surl, &name, e);
 	if (r)
-		return -EINVAL; /* e says what is wrong with it */
+		return DCR_EFORMAT; /* e says what is wrong with it */
 	if (dense) {
 		char *dn = dcr_asprintf("%s.dense", name);
 		free(name);
@@ -894,10 +998,13 @@ int dcr_pull_source_open(const char *arg, int dense, const struct dcr_store_opts
 			return dcr_err_sys(e, ENOMEM, "%s", arg);
 		}
 	}
-	if ((r = dcr_store_open(surl, so, &src->s, e)))
+	if ((r = dcr_store_open(surl, so, &src->s, e))) {
 		free(name);
-	else
+		if (r == DCR_EFORMAT)
+			r = -EINVAL; /* DCR_EFORMAT says the argument's form is wrong */
+	} else {
 		src->name = name;
+	}
 	free(surl);
 	return r;
 }

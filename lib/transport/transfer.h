@@ -5,6 +5,7 @@
 #include "core/fault.h"
 #include "core/pack.h"
 #include "core/packio.h"
+#include "core/trust.h"
 #include "transport/store.h"
 
 /* Split "STORE/NAME" at its last '/' into a store URL and a pack name. */
@@ -25,6 +26,12 @@ struct dcr_xfer_opts {
 	/* called after each payload: bytes moved so far, payloads moved so far */
 	void (*progress)(void *ctx, uint64_t bytes, uint64_t payloads);
 	void *progress_ctx;
+	/* pull: the keys the manifest must be signed by, and the least
+	 * version it must reach (NULL or no keys: none); checked as soon as
+	 * the manifest and its signature are in, before anything goes on (with
+	 * wait_s, payloads listed before the manifest exists go on ahead: no
+	 * receiver applies anything before a manifest) */
+	const struct dcr_trust *trust;
 };
 
 struct dcr_xfer_stats {
@@ -41,7 +48,7 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 
 /* Download NAME's payloads in parallel and hand them to out in order, each
  * checked against its own checksum and the manifest's digest, then the
- * manifest. With wait_s, start before the manifest exists. `have`, when
+ * manifest's signature (when the pack is signed) and the manifest. With wait_s, start before the manifest exists. `have`, when
  * non-NULL, reports payloads already on hand (resume): it returns 1 and
  * fills digest if payload `index` is present. */
 int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
@@ -63,7 +70,8 @@ struct dcr_pull_source {
 /* Open the store of one STORE/NAME argument into src (src->name malloc'd):
  * with dense, NAME's dense copy, which lives beside the deltas as
  * NAME.dense (dcr-diff --dense NEW | dcr-pack | dcr-push - STORE/NAME.dense).
- * An argument that is no STORE/NAME is -EINVAL. */
+ * An argument that is no STORE/NAME is DCR_EFORMAT (a usage error, nothing
+ * opened); a store that cannot be opened is the store's error, never that. */
 int dcr_pull_source_open(const char *arg, int dense, const struct dcr_store_opts *so,
 			 struct dcr_pull_source *src, struct dcr_err *e);
 void dcr_pull_source_close(struct dcr_pull_source *src);

@@ -1,15 +1,27 @@
 /* fuzz-parsers - libFuzzer harness over every parser of hostile input:
- * safetensors headers, delta streams (records, items, codecs), payloads,
- * manifests and layout maps. The first input byte picks the parser.
- * Build and run with scripts/fuzz (clang, libFuzzer, ASan, UBSan). */
+ * safetensors headers, delta streams (records, items, codecs), payloads
+ * (their records, a window at a time), manifests, layout maps, signify
+ * keys and signatures (and the trust check over a manifest), pack tar
+ * streams (dcr_pack_in_open_tar over a memory file, every entry walked),
+ * HTTP answers (net.c's header and body callbacks as libcurl calls them:
+ * status line, Content-Length and Content-Range, bodies shorter or longer
+ * than announced, resumed and ranged requests, the cause of an error) and
+ * S3 XML (a ListObjectsV2 page, an error body). The first input byte
+ * picks the parser. Build and run with scripts/fuzz (clang, libFuzzer,
+ * ASan, UBSan); scripts/fuzz TARGET runs one. */
 #include "config.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "dcr.h"
 #include "core/bytes.h"
+#include "transport/net.h"
+#include "transport/store-s3.h"
 
 struct mem {
 	const uint8_t *p;
@@ -95,6 +107,162 @@ static void codec(const uint8_t *p, size_t n)
 				&e);
 }
 
+/* keys and signatures: parsed, and a signature checked against a fixed
+ * key (the input's first byte splits key text from signature text) */
+static void sign(const uint8_t *p, size_t n)
+{
+	static const char pub[] = "untrusted comment: fuzz\n"
+				  "RWQAAQIDBAUGB2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6e3x9fn+AgYKD\n";
+	struct dcr_err e;
+	struct dcr_pubkey k, fixed;
+	struct dcr_seckey sk;
+	size_t cut = n ? p[0] % (n + 1) : 0;
+	dcr_pubkey_parse(p, cut, "fuzz", &k, &e);
+	dcr_seckey_parse(p, cut, "fuzz", &sk, &e);
+	if (dcr_pubkey_parse((const uint8_t *)pub, sizeof(pub) - 1, "key", &fixed, &e))
+		return;
+	dcr_verify_sig(&fixed, 1, "msg", 3, p + cut, n - cut, "fuzz", NULL, &e);
+	/* the trust check over a manifest that parses */
+	struct dcr_manifest m;
+	if (!dcr_manifest_parse(p + cut, n - cut, "fuzz", &m, &e)) {
+		struct dcr_trust t = {.keys = &fixed, .nkeys = 1, .min_version = 3};
+		dcr_trust_check(&t, p + cut, n - cut, &m, p, cut, "fuzz", &e);
+		dcr_manifest_release(&m);
+	}
+}
+
+static int walk_entry(void *ctx, const struct dcr_pack_entry *en)
+{
+	(void)ctx, (void)en;
+	return 0;
+}
+
+/* a pack tar stream from a memory file, every entry read and checked */
+static void tar(const uint8_t *p, size_t n)
+{
+	int fd = memfd_create("fuzz-tar", MFD_CLOEXEC);
+	if (fd < 0)
+		return;
+	struct dcr_err e;
+	struct dcr_pack_in *in;
+	if (dcr_write_full(fd, p, n) == 0 && lseek(fd, 0, SEEK_SET) == 0 &&
+	    !dcr_pack_in_open_tar(fd, NULL, 0, &in, &e)) {
+		dcr_pack_walk(in, walk_entry, NULL, &e);
+		dcr_pack_in_close(in);
+	}
+	close(fd);
+}
+
+static int http_sink(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t total)
+{
+	struct dcr_buf *b = arg;
+	(void)off, (void)total;
+	if (b->len + n > (1u << 20))
+		return -EFBIG;
+	return dcr_buf_add(b, p, n) ? -ENOMEM : 0;
+}
+
+/* An HTTP answer fed to net.c as libcurl would: a request described by
+ * the first 4 bytes (ranged or not, a resume, a sink or a kept body), the
+ * header lines up to the blank one, then the body in pieces whose sizes
+ * the input picks; then what net_perform and get_stream decide from it. */
+static void http(const uint8_t *p, size_t n)
+{
+	if (n < 4)
+		return;
+	struct net_req q;
+	struct dcr_buf body = {0};
+	memset(&q, 0, sizeof(q));
+	q.body_fd = -1;
+	q.what = "fuzz";
+	q.ranged = p[0] & 1;
+	q.r_start = p[1] * 1000u;
+	q.r_len = 1 + p[2] * 100u;
+	q.got = p[0] & 2 ? p[3] : 0; /* a resumed request: that much arrived */
+	if (q.ranged && q.got > q.r_len)
+		q.got = q.r_len;
+	q.keep_body = (p[0] & 4) != 0;
+	if (!(p[0] & 4)) {
+		q.sink = http_sink;
+		q.sink_arg = &body;
+	}
+	size_t chunk = 1 + (p[0] >> 3);
+	p += 4;
+	n -= 4;
+	int in_body = 0;
+	while (n && !q.sink_rc) {
+		if (!in_body) {
+			const uint8_t *nl = memchr(p, '\n', n);
+			size_t l = nl ? (size_t)(nl - p) + 1 : n;
+			char line[4096];
+			size_t k = l < sizeof(line) ? l : sizeof(line);
+			memcpy(line, p, k);
+			if (net_on_header(line, 1, k, &q) != k)
+				break;
+			in_body = k <= 2 && (line[0] == '\r' || line[0] == '\n');
+			p += l;
+			n -= l;
+			continue;
+		}
+		size_t k = n < chunk ? n : chunk;
+		char buf[256];
+		memcpy(buf, p, k);
+		if (net_on_data(buf, 1, k, &q) != k)
+			break;
+		p += k;
+		n -= k;
+	}
+	char cause[700];
+	char *code = NULL;
+	if (q.status < 200 || q.status >= 300) {
+		net_http_cause(&q, cause, sizeof(cause), &code);
+		free(code);
+	}
+	/* get_stream's last checks: nothing more than announced arrived */
+	if (!q.sink_rc && !q.ranged && q.have_total && q.got > q.total)
+		__builtin_trap();
+	if (!q.sink_rc && q.ranged && q.got > q.r_len)
+		__builtin_trap();
+	dcr_buf_free(&body);
+	dcr_buf_free(&q.resp);
+}
+
+/* S3 XML: a ListObjectsV2 page under a prefix, and an error body */
+static void s3xml(const uint8_t *p, size_t n)
+{
+	struct dcr_names l = {0};
+	struct dcr_err e;
+	int more;
+	char *token = NULL;
+	size_t strip = n && p[0] & 1 ? 4 : 0; /* a store prefix "pre/", or none */
+	s3_list_page((const char *)p, n, strip ? "pre/v1/" : "v1/", strip, "fuzz", &l, &more,
+		     &token, &e);
+	free(token);
+	dcr_store_names_free(l.v, l.n);
+	struct net_req q;
+	memset(&q, 0, sizeof(q));
+	q.status = 403;
+	q.resp.p = (uint8_t *)p;
+	q.resp.len = n;
+	char cause[700];
+	char *code = NULL;
+	net_http_cause(&q, cause, sizeof(cause), &code);
+	free(code);
+}
+
+/* DCR_FUZZ_ONLY=N (scripts/fuzz TARGET): parser N whatever the first
+ * byte says, so that one parser is fuzzed alone; -1 or unset: the byte. */
+static int only = -1;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc, (void)argv;
+	const char *v = getenv("DCR_FUZZ_ONLY");
+	if (v && *v)
+		only = atoi(v);
+	return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (!size)
@@ -102,7 +270,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint8_t *p = data + 1;
 	size_t n = size - 1;
 	struct dcr_err e;
-	switch (data[0] % 6) {
+	switch (only >= 0 ? only : data[0] % 10) {
 	case 0: {
 		struct dcr_st *st;
 		if (!dcr_st_parse(p, n, &st, &e))
@@ -112,20 +280,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 1: delta(p, n); break;
 	case 2: {
 		struct dcr_payload pl;
-		if (!dcr_payload_open(p, n, "fuzz", &pl, &e)) {
-			struct dcr_rd rd;
-			dcr_rd_init(&rd, pl.raw, pl.raw_len);
-			while (dcr_rd_left(&rd) && !rd.bad) {
-				struct dcr_delta_rec rec = {.type = dcr_rd_le32(&rd)};
-				rec.flags = dcr_rd_le32(&rd);
-				rec.len = dcr_rd_le64(&rd);
-				rec.body = rec.len <= dcr_rd_left(&rd) ? dcr_rd_bytes(&rd, rec.len) : NULL;
-				if (!rec.body)
-					break;
+		struct dcr_payload_records it;
+		struct dcr_delta_rec rec;
+		if (!dcr_payload_check(p, n, "fuzz", &pl, &e) &&
+		    !dcr_payload_records_open(&it, p, n, &pl, "fuzz", &e)) {
+			while (dcr_payload_records_next(&it, &rec, &e) == 1)
 				if (rec.type == DCR_REC_ITEM)
 					items(&rec);
-			}
-			dcr_payload_release(&pl);
+			dcr_payload_records_close(&it);
 		}
 		break;
 	}
@@ -142,6 +304,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	}
 	case 5: codec(p, n); break;
+	case 6: sign(p, n); break;
+	case 7: tar(p, n); break;
+	case 8: http(p, n); break;
+	case 9: s3xml(p, n); break;
 	}
 	return 0;
 }

@@ -1,0 +1,310 @@
+/* hostile - craft the hostile packs of tests/t09NN-*.sh: few bytes that
+ * claim a lot. Each writes a pack tar stream to OUT. Not installed.
+ *
+ *   hostile index N OUT          one well-formed payload whose index (in its
+ *                                header and its entry name) is N; no manifest
+ *   hostile bomb OUT             one payload of about 132 KB whose zstd body
+ *                                declares and holds 4 GiB of raw records
+ *                                (ancillary records of zero bytes, each
+ *                                64 MiB); no manifest
+ *   hostile dense ELEMS ITEMS OUT
+ *                                a dense copy of one NEW F64 tensor "t" of
+ *                                ELEMS zero elements, in ITEMS dense items of
+ *                                equal length (the last shorter; ITEMS 0:
+ *                                none, the tensor only declared), and its
+ *                                manifest (whose
+ *                                target digest is wrong: an apply must fail
+ *                                at the check, after staging)
+ *   hostile tamper IN OUT        payload file IN with one record more (an
+ *                                ancillary one) and its trailer made anew:
+ *                                a payload that checks out by itself, and
+ *                                no longer matches its manifest's digest
+ *
+ * zstd frames are written by hand (raw and RLE blocks), so that gigabytes
+ * of zeros cost 4 bytes per 128 KiB. Exit 0, or 128 with a message.
+ */
+#include "config.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dcr.h"
+#include "core/bytes.h"
+
+#define BLOCK (128u << 10)
+
+static void die(const char *what, const struct dcr_err *e)
+{
+	fprintf(stderr, "hostile: error: %s%s%s\n", what, e ? ": " : "", e ? e->msg : "");
+	exit(128);
+}
+
+static void add(struct dcr_buf *b, const void *p, size_t n)
+{
+	if (dcr_buf_add(b, p, n))
+		die("out of memory", NULL);
+}
+
+/* a zstd frame of `total` bytes, built by parts */
+static void zframe_start(struct dcr_buf *z, uint64_t total)
+{
+	uint8_t h[14] = {0x28, 0xb5, 0x2f, 0xfd, 0xc0 /* FCS 8 bytes */, (17 - 10) << 3};
+	put_le64(h + 6, total);
+	add(z, h, sizeof(h));
+}
+
+static void zblock(struct dcr_buf *z, int type, const uint8_t *p, size_t n, int last)
+{
+	uint32_t bh = (uint32_t)last | (uint32_t)type << 1 | (uint32_t)n << 3;
+	uint8_t h[3] = {(uint8_t)bh, (uint8_t)(bh >> 8), (uint8_t)(bh >> 16)};
+	add(z, h, 3);
+	add(z, p, type == 1 ? 1 : n);
+}
+
+static void zraw(struct dcr_buf *z, const uint8_t *p, size_t n, int last)
+{
+	while (n) {
+		size_t k = n < BLOCK ? n : BLOCK;
+		zblock(z, 0, p, k, last && k == n);
+		p += k;
+		n -= k;
+	}
+}
+
+static void zzeros(struct dcr_buf *z, uint64_t n, int last)
+{
+	static const uint8_t zero[1];
+	while (n) {
+		size_t k = n < BLOCK ? (size_t)n : BLOCK;
+		zblock(z, 1, zero, k, last && k == n);
+		n -= k;
+	}
+}
+
+static void rec_head(uint8_t h[16], uint32_t type, uint64_t len)
+{
+	put_le32(h, type);
+	put_le32(h + 4, 0);
+	put_le64(h + 8, len);
+}
+
+/* A payload image of a zstd body z declaring raw bytes. */
+static void payload(struct dcr_buf *out, const dcr_digest *base, const uint8_t attempt[16],
+		    uint32_t index, const struct dcr_buf *z, uint64_t raw, dcr_digest *dg)
+{
+	uint8_t h[DCR_PAYLOAD_HDR_LEN] = {0};
+	memcpy(h, DCR_PAYLOAD_MAGIC, 8);
+	put_le32(h + 8, DCR_PACK_VERSION);
+	put_le32(h + 12, DCR_PAYLOAD_BLAKE3);
+	memcpy(h + 16, base->b, 32);
+	memcpy(h + 48, attempt, 16);
+	put_le32(h + 64, index);
+	put_le32(h + 68, DCR_PAYLOAD_ZSTD);
+	put_le64(h + 72, raw);
+	put_le64(h + 80, z->len);
+	out->len = 0;
+	add(out, h, sizeof(h));
+	add(out, z->p, z->len);
+	dcr_payload_digest(out->p, out->len, dg);
+	add(out, dg->b, 32);
+}
+
+struct tar {
+	int fd;
+	struct dcr_tar_out *t;
+};
+
+static void tar_open(struct tar *t, const char *path)
+{
+	struct dcr_err e;
+	t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (t->fd < 0)
+		die(path, NULL);
+	if (dcr_tar_out_open(t->fd, &t->t, &e))
+		die(path, &e);
+}
+
+static void tar_entry(struct tar *t, const char *name, const struct dcr_buf *b)
+{
+	struct dcr_err e;
+	if (dcr_tar_out_entry(t->t, name, b->p, b->len, &e))
+		die(name, &e);
+}
+
+static void tar_close(struct tar *t)
+{
+	struct dcr_err e;
+	if (dcr_tar_out_close(t->t, &e) || close(t->fd))
+		die("closing the output", &e);
+}
+
+/* a TENSOR record's body, framed */
+static void tensor_rec(struct dcr_buf *raw, const struct dcr_delta_tensor *t)
+{
+	struct dcr_buf b = {0};
+	uint8_t h[16];
+	if (dcr_delta_tensor_body(&b, t))
+		die("out of memory", NULL);
+	rec_head(h, DCR_REC_TENSOR, b.len);
+	add(raw, h, 16);
+	add(raw, b.p, b.len);
+	dcr_buf_free(&b);
+}
+
+static int cmd_index(uint32_t idx, const char *out)
+{
+	dcr_digest base = {{0}}, dg;
+	uint8_t attempt[16] = {1};
+	struct dcr_delta_tensor t = {.name = "t", .file = "model.safetensors",
+				     .dtype = DCR_DT_U8, .ndim = 1, .shape = {4}, .nelem = 4};
+	struct dcr_buf raw = {0}, z = {0}, img = {0};
+	tensor_rec(&raw, &t);
+	zframe_start(&z, raw.len);
+	zraw(&z, raw.p, raw.len, 1);
+	payload(&img, &base, attempt, idx, &z, raw.len, &dg);
+	struct tar tr;
+	tar_open(&tr, out);
+	char *name = dcr_payload_name(idx);
+	tar_entry(&tr, name, &img);
+	tar_close(&tr);
+	return 0;
+}
+
+static int cmd_bomb(const char *out)
+{
+	dcr_digest base = {{0}}, dg;
+	uint8_t attempt[16] = {2};
+	const uint64_t rec = 64u << 20, nrec = 64; /* 64 x 64 MiB = 4 GiB */
+	struct dcr_buf z = {0}, img = {0};
+	zframe_start(&z, rec * nrec);
+	for (uint64_t i = 0; i < nrec; i++) {
+		uint8_t h[16];
+		rec_head(h, DCR_REC_ANCILLARY + 0x100, rec - 16);
+		zraw(&z, h, 16, 0);
+		zzeros(&z, rec - 16, i == nrec - 1);
+	}
+	payload(&img, &base, attempt, 0, &z, rec * nrec, &dg);
+	struct tar tr;
+	tar_open(&tr, out);
+	tar_entry(&tr, "payload-000000.dcrp", &img);
+	tar_close(&tr);
+	fprintf(stderr, "hostile: bomb payload of %zu bytes declaring %llu raw bytes\n", img.len,
+		(unsigned long long)(rec * nrec));
+	return 0;
+}
+
+static int cmd_dense(uint64_t elems, uint64_t items, const char *out)
+{
+	struct dcr_err e;
+	dcr_digest zero = {{0}}, dg;
+	uint8_t attempt[16];
+	if (dcr_attempt_id(NULL, attempt, &e))
+		die("attempt", &e);
+	struct dcr_delta_tensor t = {.name = "t", .file = "model.safetensors", .flags = DCR_TENSOR_NEW,
+				     .dtype = DCR_DT_F64, .ndim = 1, .shape = {elems}, .nelem = elems};
+	struct dcr_buf raw = {0}, img = {0}, body = {0}, planes = {0};
+	tensor_rec(&raw, &t);
+	uint64_t per = items ? (elems + items - 1) / items : elems;
+	for (uint64_t s = 0; items && s < elems; s += per) {
+		uint64_t n = elems - s < per ? elems - s : per;
+		/* the values: one zstd frame of n * 8 zero bytes, byte planes */
+		planes.len = 0;
+		zframe_start(&planes, n * 8);
+		zzeros(&planes, n * 8, 1);
+		body.len = 0;
+		if (dcr_buf_add_varint(&body, 0) || dcr_buf_add_varint(&body, DCR_ITEM_DENSE) ||
+		    dcr_buf_add_u8(&body, DCR_ENC_OVERWRITE) || dcr_buf_add_u8(&body, DCR_CODEC_PLAIN) ||
+		    dcr_buf_add_varint(&body, s) || dcr_buf_add_varint(&body, n) ||
+		    dcr_buf_add_varint(&body, n) || dcr_buf_add_varint(&body, planes.len))
+			die("out of memory", NULL);
+		add(&body, planes.p, planes.len);
+		uint8_t h[16];
+		rec_head(h, DCR_REC_ITEM, body.len);
+		add(&raw, h, 16);
+		add(&raw, body.p, body.len);
+	}
+	struct dcr_buf pieces = {0};
+	if (dcr_payload_build(&zero, attempt, 0, raw.p, raw.len, DCR_PDIGEST_BLAKE3, &img, &dg,
+			      &pieces, &e))
+		die("payload", &e);
+	/* the manifest: a target digest that no zero tensor has */
+	struct dcr_manifest m = {0};
+	uint64_t psize = img.len;
+	memcpy(m.attempt, attempt, 16);
+	m.npayloads = 1;
+	m.psize = &psize;
+	m.pdigest = &dg;
+	t.flags = DCR_TENSOR_NEW;
+	dcr_sha256("not zeros", 9, &t.digest);
+	t.have_digest = 1;
+	m.ntensors = 1;
+	m.tensors = &t;
+	m.nitems = items ? (elems + per - 1) / per : 0;
+	m.nchanges = items ? elems : 0;
+	m.dense = 1;
+	struct dcr_state_entry se = {.name = t.name, .dtype = t.dtype, .ndim = t.ndim,
+				     .shape = t.shape, .digest = t.digest};
+	dcr_state_id(&se, 1, &m.target);
+	struct dcr_buf man = {0};
+	if (dcr_manifest_build(&m, &man, &e))
+		die("manifest", &e);
+	struct tar tr;
+	tar_open(&tr, out);
+	tar_entry(&tr, "payload-000000.dcrp", &img);
+	tar_entry(&tr, DCR_MANIFEST_NAME, &man);
+	tar_close(&tr);
+	fprintf(stderr, "hostile: dense pack, payload %zu bytes, %llu items of %llu elements\n",
+		img.len, (unsigned long long)m.nitems, (unsigned long long)per);
+	return 0;
+}
+
+static int cmd_tamper(const char *in, const char *out)
+{
+	struct dcr_err e;
+	uint8_t *buf;
+	size_t len;
+	struct dcr_payload pl;
+	struct dcr_payload_records it;
+	struct dcr_delta_rec rec;
+	if (dcr_read_file(in, 1u << 30, &buf, &len, &e) || dcr_payload_check(buf, len, in, &pl, &e) ||
+	    dcr_payload_records_open(&it, buf, len, &pl, in, &e))
+		die(in, &e);
+	struct dcr_buf raw = {0}, img = {0};
+	int r;
+	while ((r = dcr_payload_records_next(&it, &rec, &e)) == 1) {
+		uint8_t h[16];
+		rec_head(h, rec.type, rec.len);
+		add(&raw, h, 16);
+		add(&raw, rec.body, (size_t)rec.len);
+	}
+	if (r)
+		die(in, &e);
+	uint8_t h[16];
+	rec_head(h, DCR_REC_ANCILLARY + 0x200, 5);
+	add(&raw, h, 16);
+	add(&raw, "evil!", 5);
+	dcr_digest dg;
+	if (dcr_payload_build(&pl.base, pl.attempt, pl.index, raw.p, raw.len,
+			      pl.flags & DCR_PAYLOAD_BLAKE3 ? DCR_PDIGEST_BLAKE3 : DCR_PDIGEST_SHA256,
+			      &img, &dg, NULL, &e) ||
+	    dcr_write_file_atomic(out, img.p, img.len, &e))
+		die(out, &e);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && !strcmp(argv[1], "tamper"))
+		return cmd_tamper(argv[2], argv[3]);
+	if (argc == 4 && !strcmp(argv[1], "index"))
+		return cmd_index((uint32_t)strtoul(argv[2], NULL, 10), argv[3]);
+	if (argc == 3 && !strcmp(argv[1], "bomb"))
+		return cmd_bomb(argv[2]);
+	if (argc == 5 && !strcmp(argv[1], "dense"))
+		return cmd_dense(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10), argv[4]);
+	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT | tamper IN OUT\n", stderr);
+	return 129;
+}

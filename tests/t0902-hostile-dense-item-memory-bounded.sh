@@ -1,0 +1,52 @@
+#!/bin/sh
+# A 16 KB dense item of 2^26 F64 took 2.6 GB in dcr-apply and left 513 MB
+# in .dcr/stage. An item now spans at most 2^22 units (decoding one takes at
+# most 64 MiB): the 2^26 item is refused with one line, in a few MiB; the
+# same tensor (2^24 F64) in four items of 2^22 is decoded an item at a
+# time, stays under 300 MiB (the tensor itself is 128 MiB, staged and
+# hashed), fails at its wrong target digest, and leaves .dcr/stage empty
+# and the receiver as it was. A pack that only declares a new tensor of
+# 2^50 bytes is refused before a byte is staged: the files to rebuild must
+# fit the free space (a file size limit guards the disk should that break).
+. "$DCR_SRC/tests/lib-dcr.sh"
+H="$DCR_BUILD/tests/hostile"
+TIME=/usr/bin/time
+[ -x "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
+"$H" dense 67108864 1 "$T/one.tar" 2>/dev/null || fail "hostile exited $?"
+"$H" dense 16777216 4 "$T/four.tar" 2>/dev/null || fail "hostile exited $?"
+mkdir "$T/r"
+$MKST new "$T/r" t:BF16:64
+before=$(snapshot "$T/r")
+peak() { # CMD...: run CMD, expect exit 128, print its peak RSS in MiB
+	set +e
+	"$TIME" -f %M -o "$T/rss" "$@" >"$T/out" 2>"$T/err"
+	_rc=$?
+	set -e
+	[ $_rc -eq 128 ] || { cat "$T/err" >&2; fail "'$*' exited $_rc, expected 128"; }
+	echo $(( $(tail -n 1 "$T/rss") / 1024 ))
+}
+m=$(peak dcr-apply "$T/r" "$T/one.tar")
+one_line_error dcr-apply
+grep -q "ITEM of 67108864 units is larger than the 4194304" "$T/err" || { cat "$T/err"; fail "no word of the item's size"; }
+say "one item of 2^26: $m MiB"
+[ "$m" -lt 50 ] || fail "dcr-apply took $m MiB to refuse an item"
+m=$(peak dcr-apply "$T/r" "$T/four.tar")
+one_line_error dcr-apply
+grep -q "would not match its target digest" "$T/err" || { cat "$T/err"; fail "no word of the digest"; }
+say "four items of 2^22: $m MiB"
+[ "$m" -lt 300 ] || fail "dcr-apply took $m MiB for four items of 2^22"
+left=$(find "$T/r/.dcr/stage" -type f | wc -l)
+[ "$left" -eq 0 ] || { ls -la "$T/r/.dcr/stage"; fail "$left files left in .dcr/stage"; }
+[ ! -e "$T/r/.dcr/journal" ] || fail "a journal was left"
+[ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"
+
+# a new tensor of 2^50 bytes, declared and nothing else
+"$H" dense 140737488355328 0 "$T/huge.tar" 2>/dev/null || fail "hostile exited $?"
+rc=0
+(ulimit -f 262144; exec dcr-apply "$T/r" "$T/huge.tar") >"$T/out" 2>"$T/err" || rc=$?
+[ $rc = 128 ] || { cat "$T/err"; fail "the 2^50-byte tensor: exit $rc"; }
+one_line_error dcr-apply
+grep -q "they need 1125899906842624 bytes" "$T/err" || { cat "$T/err"; fail "no word of the room"; }
+left=$(find "$T/r/.dcr/stage" -type f | wc -l)
+[ "$left" -eq 0 ] || fail "$left files left in .dcr/stage"
+[ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"

@@ -1,0 +1,36 @@
+#!/bin/sh
+# An HTTP store answering "Content-Length: 3000000000" with 100 bytes made
+# dcr-pull reserve (and prefault) 2.9 GB. A memory sink now sets aside at
+# most 1 MiB ahead of the bytes that arrived: dcr-pull stays under 100 MiB
+# and fails with one line saying how few bytes came; a body shorter than
+# announced is an error too, never a short manifest.
+. "$DCR_SRC/tests/lib-xfer.sh"
+TIME=/usr/bin/time
+[ -x "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
+
+lies() { # MODE: start tests/lie-server.py, set PORT
+	rm -f "$T/lie.port"
+	python3 "$DCR_SRC/tests/lie-server.py" --port-file "$T/lie.port" "$1" 2>"$T/lie.log" &
+	PIDS="$PIDS $!"
+	i=0
+	while [ ! -s "$T/lie.port" ]; do
+		i=$((i + 1))
+		[ $i -lt 200 ] || fail "lie-server did not start"
+		sleep 0.05
+	done
+	PORT=$(cat "$T/lie.port")
+}
+lies huge
+rc=0
+"$TIME" -f %M -o "$T/rss" dcr-pull -q --retries 1 "http://127.0.0.1:$PORT/s/v1" >"$T/out" 2>"$T/err" || rc=$?
+[ $rc -eq 128 ] || fail "dcr-pull exited $rc: $(cat "$T/err")"
+[ "$(wc -l <"$T/err")" = 1 ] || fail "not one line: $(cat "$T/err")"
+contains "$(cat "$T/err")" "dcr-pull: error: "
+m=$(( $(tail -n 1 "$T/rss") / 1024 ))
+echo "dcr-pull of a 100-byte answer claiming 3 GB: $m MiB ($(cat "$T/err"))"
+[ "$m" -lt 100 ] || fail "dcr-pull took $m MiB"
+
+kill $PIDS 2>/dev/null || :
+lies short
+expect_fail 128 dcr-pull -q --retries 1 "http://127.0.0.1:$PORT/s/v1"
+contains "$ERR" "transfer closed with 900 bytes remaining"
