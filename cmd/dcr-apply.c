@@ -30,6 +30,7 @@ static const char usage[] =
 	"                       $DCR_VERIFY_KEY, paths separated by ':'), or whose\n"
 	"                       signed version is not above the committed one;\n"
 	"                       checked before anything is written\n"
+	"      --threads N      hash with N threads (default: one per core)\n"
 	"      --progress       show progress on stderr\n"
 	"      --no-progress    do not show progress\n"
 	"  -q, --quiet          print nothing but errors\n"
@@ -59,13 +60,14 @@ int main(int argc, char **argv)
 		{"version", required_argument, NULL, 'V'},
 		{"device", required_argument, NULL, 'G'},
 		CMD_TRUST_LONGOPT,
+		{"threads", required_argument, NULL, 'N'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	int recover_only = 0, have_version = 0, device = DCR_DEVICE_CPU, c;
+	int recover_only = 0, have_version = 0, device = DCR_DEVICE_CPU, threads = 0, c;
 	uint64_t version = 0;
 	while ((c = getopt_long(argc, argv, ":qh", longopts, NULL)) != -1) {
 		switch (c) {
@@ -79,6 +81,7 @@ int main(int argc, char **argv)
 			if ((device = dcr_device_parse(optarg)) < 0)
 				cmd_usage_error(usage, "--device wants cpu or cuda, not '%s'", optarg);
 			break;
+		case 'N': threads = (int)cmd_parse_u64(usage, "--threads", optarg, 1, 64); break;
 		default: cmd_common_option(c, usage); break;
 		}
 	}
@@ -97,6 +100,7 @@ int main(int argc, char **argv)
 	int r = dcr_receiver_open(ckpt, 1, &rc, &e);
 	if (r)
 		cmd_die_err(&e, cmd_exit_code(r));
+	rc->threads = threads;
 	struct dcr_head head;
 	if ((r = dcr_head_read(rc, &head, &e)))
 		cmd_die_err(&e, cmd_exit_code(r));

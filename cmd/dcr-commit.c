@@ -27,6 +27,7 @@ static const char usage[] =
 	"      --version V      the version (receiver: default what dcr-apply recorded,\n"
 	"                       else HEAD + 1)\n"
 	"      --full           re-hash every tensor instead of trusting the state cache\n"
+	"      --threads N      hash with N threads (default: one per core)\n"
 	"      --store URL      the store (a directory, s3://..., http(s)://...)\n"
 	"      --policy NAME    the policy's name in the store\n"
 	"      --receiver ID    this receiver's name in acknowledgements\n"
@@ -137,7 +138,7 @@ struct args {
 	long long expect; /* -1: not given */
 	double timeout;
 	dcr_digest state;
-	int have_state, status, log, porcelain;
+	int have_state, status, log, porcelain, threads;
 	char eol;
 };
 
@@ -146,6 +147,7 @@ static void parse_args(int argc, char **argv, struct args *a)
 	static const struct option longopts[] = {
 		{"version", required_argument, NULL, 'V'},
 		{"full", no_argument, NULL, 'F'},
+		{"threads", required_argument, NULL, 'N'},
 		{"store", required_argument, NULL, 'S'},
 		{"policy", required_argument, NULL, 'P'},
 		{"receiver", required_argument, NULL, 'r'},
@@ -170,6 +172,7 @@ static void parse_args(int argc, char **argv, struct args *a)
 			a->co.have_version = 1;
 			break;
 		case 'F': a->co.full = 1; break;
+		case 'N': a->threads = (int)cmd_parse_u64(usage, "--threads", optarg, 1, 64); break;
 		case 'S': a->store = optarg; break;
 		case 'P': a->policy = optarg; break;
 		case 'r': a->receiver = optarg; break;
@@ -233,8 +236,8 @@ static int trainer_commit(struct args *a)
 	struct dcr_err e = {0};
 	if (!a->co.have_version || a->expect < 0)
 		cmd_usage_error(usage, "the trainer side needs --version and --expect");
-	if (a->receiver || a->log || a->co.full)
-		cmd_usage_error(usage, "--receiver, --log and --full need CKPT");
+	if (a->receiver || a->log || a->co.full || a->threads)
+		cmd_usage_error(usage, "--receiver, --log, --full and --threads need CKPT");
 	struct dcr_store *s = open_store(a->store, &a->so);
 	if (!a->have_state && dcr_policy_target(s, a->policy, a->co.version, &a->state, &e))
 		cmd_die_err(&e, EXIT_FATAL);
@@ -270,6 +273,7 @@ static int receiver_commit(const struct args *a)
 	int r = dcr_receiver_open(a->ckpt, 1, &rc, &e);
 	if (r)
 		cmd_die_err(&e, cmd_exit_code(r));
+	rc->threads = a->threads;
 	struct dcr_commit_result res;
 	r = dcr_commit_receiver(rc, s, a->policy, a->receiver, &a->co, &res, &e);
 	if (r)

@@ -20,6 +20,7 @@ static const char usage[] =
 	"      --against DENSE  the checkpoint CKPT must equal\n"
 	"      --tensor NAME    check only this tensor\n"
 	"      --tensors        list per-tensor digests (without --against)\n"
+	"      --threads N      hash with N threads (default: one per core)\n"
 	"      --porcelain      one stable, tab-separated line per tensor\n"
 	"  -z                   end porcelain lines with NUL\n"
 	"  -q, --quiet          print nothing; only the exit status tells\n"
@@ -70,19 +71,21 @@ int main(int argc, char **argv)
 		{"against", required_argument, NULL, 'a'},
 		{"tensor", required_argument, NULL, 't'},
 		{"tensors", no_argument, NULL, 'T'},
+		{"threads", required_argument, NULL, 'N'},
 		{"porcelain", no_argument, NULL, 'P'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *against = NULL, *only = NULL;
-	int tensors = 0, c;
+	int tensors = 0, threads = 0, c;
 	struct out o = {.eol = '\n'};
 	while ((c = getopt_long(argc, argv, ":zqh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'a': against = optarg; break;
 		case 't': only = optarg; break;
 		case 'T': tensors = 1; break;
+		case 'N': threads = (int)cmd_parse_u64(usage, "--threads", optarg, 1, 64); break;
 		case 'P': o.porcelain = 1; break;
 		case 'z': o.eol = '\0'; break;
 		case 'q': o.quiet = 1; break;
@@ -116,7 +119,8 @@ int main(int argc, char **argv)
 		dcr_digest id, *dg = dcr_calloc(have->ntensors, sizeof(dcr_digest));
 		if (!dg)
 			cmd_die("out of memory");
-		dcr_ckpt_state_id(have, &id, dg, &e);
+		if (dcr_ckpt_state_id_threads(have, threads, &id, dg, &e))
+			cmd_die_err(&e, EXIT_FATAL);
 		char hex[65];
 		int found = !only;
 		if (tensors || only) {

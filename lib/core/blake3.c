@@ -18,6 +18,8 @@
  * byte it passes on. */
 #include "config.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -27,6 +29,7 @@
 
 #include "core/blake3.h"
 #include "core/bytes.h"
+#include "core/error.h"
 
 #define BLOCK_LEN 64
 #define CHUNK_LEN 1024
@@ -195,15 +198,31 @@ AVX2 static inline void transpose8(__m256i r[8])
 	r[7] = _mm256_permute2x128_si256(b3, b7, 0x31);
 }
 
-AVX2 static void hash8(const uint8_t *const in[8], size_t blocks, uint64_t counter, int inc,
+/* eight inputs, each with its own counter. An input is contiguous, or
+ * (rows) a chunk cut in segments of 2^seg_log2 blocks, `pitch` bytes apart:
+ * block b is at (b >> seg_log2) * pitch + (b & mask) * 64. */
+AVX2 static void hash8_rows(const uint8_t *const in[8], size_t blocks, const uint64_t ctr[8],
+			    uint32_t flags, uint32_t start, uint32_t end, size_t pitch,
+			    unsigned seg_log2, uint8_t out[8 * 32]);
+
+AVX2 static void hash8(const uint8_t *const in[8], size_t blocks, const uint64_t ctr[8],
 		       uint32_t flags, uint32_t start, uint32_t end, uint8_t out[8 * 32])
 {
+	hash8_rows(in, blocks, ctr, flags, start, end, 0, 8 * sizeof(size_t) - 1, out);
+}
+
+AVX2 static void hash8_rows(const uint8_t *const in[8], size_t blocks, const uint64_t ctr[8],
+			    uint32_t flags, uint32_t start, uint32_t end, size_t pitch,
+			    unsigned seg_log2, uint8_t out[8 * 32])
+{
+	const size_t mask = ((size_t)1 << seg_log2) - 1;
+	/* rows: prefetch the chunk of the rows below, which comes next */
+	const size_t ahead = pitch ? pitch << (4 - seg_log2) : PREFETCH;
 	__m256i h[8], m[16];
 	uint32_t lo[8], hi[8];
 	for (int j = 0; j < 8; j++) {
-		uint64_t c = counter + (inc ? (uint64_t)j : 0);
-		lo[j] = (uint32_t)c;
-		hi[j] = (uint32_t)(c >> 32);
+		lo[j] = (uint32_t)ctr[j];
+		hi[j] = (uint32_t)(ctr[j] >> 32);
 	}
 	const __m256i clo = _mm256_loadu_si256((const __m256i *)lo);
 	const __m256i chi = _mm256_loadu_si256((const __m256i *)hi);
@@ -213,11 +232,11 @@ AVX2 static void hash8(const uint8_t *const in[8], size_t blocks, uint64_t count
 	for (size_t b = 0; b < blocks; b++) {
 		if (b + 1 == blocks)
 			f |= end;
-		size_t off = b * BLOCK_LEN;
+		size_t off = (b >> seg_log2) * pitch + (b & mask) * BLOCK_LEN;
 		for (int j = 0; j < 8; j++) {
 			/* eight streams 1 KiB apart are more than the hardware
 			 * prefetcher follows well: ask for the next group's */
-			_mm_prefetch((const char *)in[j] + off + PREFETCH, _MM_HINT_T0);
+			_mm_prefetch((const char *)in[j] + off + ahead, _MM_HINT_T0);
 			m[j] = _mm256_loadu_si256((const __m256i *)(in[j] + off));
 			m[j + 8] = _mm256_loadu_si256((const __m256i *)(in[j] + off + 32));
 		}
@@ -292,10 +311,12 @@ static void hash_many(const uint8_t *in, size_t stride, size_t n, size_t blocks,
 			const uint8_t *p[8];
 			uint8_t tmp[8 * 32];
 			size_t k = n - i < 8 ? n - i : 8;
-			for (size_t j = 0; j < 8; j++)
+			uint64_t ctr[8];
+			for (size_t j = 0; j < 8; j++) {
 				p[j] = in + (i + (j < k ? j : 0)) * stride;
-			hash8(p, blocks, counter + (inc ? i : 0), inc, flags, start, end,
-			      k == 8 ? out + 32 * i : tmp);
+				ctr[j] = counter + (inc ? i + j : 0);
+			}
+			hash8(p, blocks, ctr, flags, start, end, k == 8 ? out + 32 * i : tmp);
 			if (k < 8)
 				memcpy(out + 32 * i, tmp, 32 * k);
 		}
@@ -532,4 +553,553 @@ void dcr_blake3(const void *p, size_t n, dcr_digest *out)
 	dcr_blake3_init(&h);
 	dcr_blake3_update(&h, p, n);
 	dcr_blake3_final(&h, out);
+}
+
+/* ---- the tree: covers, parts and joins ----
+ *
+ * A node of the tree over an input of n bytes covers chunks [c0, c1): the
+ * root covers them all; a node of m >= 2 chunks has a left child of the
+ * largest power of two below m chunks, and the rest is its right child.
+ * So every node but the root is an aligned run of 2^k chunks or one that
+ * ends at the input's end, and its CV follows from its bytes and c0 alone:
+ * whoever holds a run of the input can send the CVs of the largest nodes
+ * inside it instead of the bytes. */
+
+uint64_t dcr_blake3_nchunks(uint64_t n)
+{
+	return n ? (n + CHUNK_LEN - 1) / CHUNK_LEN : 1;
+}
+
+/* chunks in the left child of a node of m >= 2 chunks */
+static uint64_t left_len(uint64_t m)
+{
+	return (uint64_t)1 << (63 - __builtin_clzll(m - 1));
+}
+
+static size_t cover(uint64_t s, uint64_t e, uint64_t c0, uint64_t c1, int root,
+		    struct dcr_blake3_node *out, size_t k)
+{
+	if (e <= c0 || s >= c1)
+		return k;
+	if (!root && c0 <= s && e <= c1) {
+		out[k].c0 = s;
+		out[k].c1 = e;
+		return k + 1;
+	}
+	if (e - s < 2)
+		return k;
+	uint64_t m = s + left_len(e - s);
+	k = cover(s, m, c0, c1, 0, out, k);
+	return cover(m, e, c0, c1, 0, out, k);
+}
+
+size_t dcr_blake3_cover(uint64_t n, uint64_t c0, uint64_t c1, struct dcr_blake3_node *out)
+{
+	return cover(0, dcr_blake3_nchunks(n), c0, c1, 1, out, 0);
+}
+
+/* The CV of chunk number `counter` of len <= 1024 bytes (the root's hash
+ * when root). */
+static void chunk_cv(const uint8_t *p, size_t len, uint64_t counter, uint32_t root,
+		     uint8_t out[32])
+{
+	uint32_t cv[8];
+	memcpy(cv, IV, 32);
+	size_t nb = len ? (len + BLOCK_LEN - 1) / BLOCK_LEN : 1;
+	for (size_t b = 0; b < nb; b++) {
+		uint8_t block[BLOCK_LEN] = {0};
+		size_t bl = len - b * BLOCK_LEN < BLOCK_LEN ? len - b * BLOCK_LEN : BLOCK_LEN;
+		memcpy(block, p + b * BLOCK_LEN, bl);
+		uint32_t f = (b ? 0 : CHUNK_START) | (b + 1 == nb ? CHUNK_END | root : 0);
+		compress(cv, block, (uint32_t)bl, counter, f);
+	}
+	cv_bytes(cv, out);
+}
+
+static void parent_of(const uint8_t l[32], const uint8_t r[32], uint32_t root, uint8_t out[32])
+{
+	uint8_t block[64];
+	memcpy(block, l, 32);
+	memcpy(block + 32, r, 32);
+	hash_one(block, 1, 0, PARENT | root, 0, 0, out);
+}
+
+/* Where a run [a, b) of an input of n bytes has whole chunks ([*ca, *cb),
+ * empty when none) and how many bytes lie before and after them. A part
+ * of a one-chunk input is all bytes: that chunk is the root. */
+static void part_shape(uint64_t a, uint64_t b, uint64_t n, uint64_t *ca, uint64_t *cb,
+		       size_t *head, size_t *tail)
+{
+	uint64_t nch = dcr_blake3_nchunks(n);
+	uint64_t x = a / CHUNK_LEN + (a % CHUNK_LEN != 0), y = b == n ? nch : b / CHUNK_LEN;
+	if (nch == 1 || x >= y) {
+		*ca = *cb = 0;
+		*head = (size_t)(b - a);
+		*tail = 0;
+		return;
+	}
+	*ca = x;
+	*cb = y;
+	*head = (size_t)(x * CHUNK_LEN - a);
+	*tail = y == nch ? 0 : (size_t)(b - y * CHUNK_LEN);
+}
+
+void dcr_blake3_part_free(struct dcr_blake3_part *p)
+{
+	if (!p)
+		return;
+	free(p->node);
+	free(p->bytes);
+	memset(p, 0, sizeof(*p));
+}
+
+/* the part's shape and room for its bytes and nodes */
+static int part_alloc(struct dcr_blake3_part *p, uint64_t a, uint64_t b, uint64_t n)
+{
+	memset(p, 0, sizeof(*p));
+	if (a > b || b > n)
+		return -EINVAL;
+	struct dcr_blake3_node tmp[DCR_BLAKE3_MAX_NODES];
+	uint64_t ca, cb;
+	part_shape(a, b, n, &ca, &cb, &p->head_len, &p->tail_len);
+	p->a = a;
+	p->b = b;
+	p->n = n;
+	p->nnodes = ca < cb ? dcr_blake3_cover(n, ca, cb, tmp) : 0;
+	p->bytes = malloc(p->head_len + p->tail_len + 1);
+	p->node = malloc(p->nnodes * sizeof(*p->node) + 1);
+	if (!p->bytes || !p->node) {
+		dcr_blake3_part_free(p);
+		return -ENOMEM;
+	}
+	memcpy(p->node, tmp, p->nnodes * sizeof(*p->node));
+	return 0;
+}
+
+/* the byte offset where a node ending at chunk c1 ends */
+static uint64_t node_end_of(uint64_t c1, uint64_t n)
+{
+	return c1 * CHUNK_LEN < n ? c1 * CHUNK_LEN : n;
+}
+
+static uint64_t node_end(const struct dcr_blake3_run *r, size_t k)
+{
+	return node_end_of(r->p.node[k].c1, r->p.n);
+}
+
+int dcr_blake3_run_init(struct dcr_blake3_run *r, uint64_t a, uint64_t b, uint64_t n)
+{
+	int q = part_alloc(&r->p, a, b, n);
+	r->pos = a;
+	r->inode = 0;
+	if (!q && r->p.nnodes)
+		dcr_blake3_init_at(&r->h, r->p.node[0].c0);
+	return q;
+}
+
+void dcr_blake3_run_update(struct dcr_blake3_run *r, const void *in, size_t len)
+{
+	const uint8_t *p = in;
+	struct dcr_blake3_part *pt = &r->p;
+	uint64_t head_end = pt->a + pt->head_len;
+	if (len > pt->b - r->pos)
+		len = (size_t)(pt->b - r->pos); /* a caller's bug; never past the run */
+	while (len) {
+		size_t k;
+		if (r->pos < head_end) {
+			k = head_end - r->pos < len ? (size_t)(head_end - r->pos) : len;
+			memcpy(pt->bytes + (r->pos - pt->a), p, k);
+		} else if (r->inode < pt->nnodes) {
+			uint64_t end = node_end(r, r->inode);
+			k = end - r->pos < len ? (size_t)(end - r->pos) : len;
+			dcr_blake3_update(&r->h, p, k);
+			if (r->pos + k == end) {
+				dcr_blake3_final_node(&r->h, pt->node[r->inode].cv);
+				if (++r->inode < pt->nnodes)
+					dcr_blake3_init_at(&r->h, pt->node[r->inode].c0);
+			}
+		} else {
+			k = len;
+			memcpy(pt->bytes + pt->head_len + (r->pos - (pt->b - pt->tail_len)), p, k);
+		}
+		p += k;
+		len -= k;
+		r->pos += k;
+	}
+}
+
+int dcr_blake3_run_final(struct dcr_blake3_run *r, struct dcr_blake3_part *out)
+{
+	if (r->pos != r->p.b) {
+		dcr_blake3_part_free(&r->p);
+		return -EINVAL;
+	}
+	*out = r->p;
+	memset(&r->p, 0, sizeof(r->p));
+	return 0;
+}
+
+void dcr_blake3_run_release(struct dcr_blake3_run *r)
+{
+	dcr_blake3_part_free(&r->p);
+}
+
+int dcr_blake3_part_of(const void *p, uint64_t a, uint64_t b, uint64_t n,
+		       struct dcr_blake3_part *out)
+{
+	struct dcr_blake3_run r;
+	int q = dcr_blake3_run_init(&r, a, b, n);
+	if (q)
+		return q;
+	dcr_blake3_run_update(&r, p, (size_t)(b - a));
+	return dcr_blake3_run_final(&r, out);
+}
+
+/* ---- many runs at once ----
+ * Runs that each take whole, aligned chunks inside one node at the same
+ * time (the stripes of a band of rows) are hashed together: their chunks
+ * eight at a time whatever run they belong to, then each level of parents
+ * of all of them at once, down to two CVs per run, which go on the run's
+ * hasher as update() would put them; so that parents, which are one
+ * compression per chunk, are not hashed one by one (with a stripe's 16 to
+ * 64 chunks per band, that cost a tenth of the time). */
+
+#define BATCH_CVS 2048 /* chunk CVs hashed in one go */
+
+/* Can run r take its next len bytes (kc >= 2 aligned whole chunks, a power
+ * of two) in a batch? */
+static int batchable(const struct dcr_blake3_run *r, size_t kc)
+{
+	const struct dcr_blake3_part *pt = &r->p;
+	if (r->inode >= pt->nnodes || r->pos % CHUNK_LEN || r->pos < pt->a + pt->head_len)
+		return 0;
+	uint64_t c = r->pos / CHUNK_LEN;
+	const struct dcr_blake3_node *nd = &pt->node[r->inode];
+	return !(c % kc) && c + kc <= nd->c1 && (c + kc) * CHUNK_LEN <= node_end(r, r->inode) &&
+	       r->h.chunk == c && !r->h.blocks && !r->h.block_len;
+}
+
+/* the halves of a subtree of kc chunks at c are on its hasher: advance */
+static void push_halves(struct dcr_blake3_run *r, const uint8_t cv[64], size_t kc)
+{
+	struct dcr_blake3_part *pt = &r->p;
+	uint64_t c = r->pos / CHUNK_LEN;
+	push_cv(&r->h, cv, c);
+	push_cv(&r->h, cv + 32, c + kc / 2);
+	r->h.chunk = c + kc;
+	r->pos += (uint64_t)kc * CHUNK_LEN;
+	if (r->pos == node_end(r, r->inode)) {
+		dcr_blake3_final_node(&r->h, pt->node[r->inode].cv);
+		if (++r->inode < pt->nnodes)
+			dcr_blake3_init_at(&r->h, pt->node[r->inode].c0);
+	}
+}
+
+/* Run i's bytes are nq segments of w bytes, src[i] and then pitch bytes
+ * apart (a stripe's segments in a band of rows): whole chunks are hashed
+ * where they lie, eight lanes reading eight runs' chunks of the same rows,
+ * so that the rows are read in their stored order (gathering the segments
+ * into contiguous chunks first cost a third of the hashing time). */
+static void batch_rows(struct dcr_blake3_run *const *run, const uint8_t *const *src, size_t k,
+		       size_t kc, size_t w, size_t pitch, uint8_t (*cv)[32], uint8_t (*up)[32])
+{
+#ifdef HAVE_AVX2_PATH
+	size_t n = k * kc, rpc = CHUNK_LEN / w;
+	unsigned seg_log2 = (unsigned)__builtin_ctzll(w / BLOCK_LEN);
+	for (size_t i = 0; i < n; i += 8) {
+		const uint8_t *p[8];
+		uint64_t ctr[8];
+		uint8_t tmp[8 * 32];
+		size_t m = n - i < 8 ? n - i : 8;
+		for (size_t j = 0; j < 8; j++) {
+			size_t q = i + (j < m ? j : 0), t = q / k, r = q % k;
+			p[j] = src[r] + t * rpc * pitch;
+			ctr[j] = run[r]->pos / CHUNK_LEN + t;
+		}
+		hash8_rows(p, CHUNK_LEN / BLOCK_LEN, ctr, 0, CHUNK_START, CHUNK_END, pitch, seg_log2,
+			   tmp);
+		for (size_t j = 0; j < m; j++) {
+			size_t q = i + j;
+			memcpy(cv[(q % k) * kc + q / k], tmp + 32 * j, 32);
+		}
+	}
+	for (size_t wd = kc; wd > 2; wd /= 2) {
+		hash_many(cv[0], 64, k * wd / 2, 1, 0, 0, PARENT, 0, 0, up[0]);
+		memcpy(cv, up, k * wd / 2 * 32);
+	}
+	for (size_t i = 0; i < k; i++)
+		push_halves((struct dcr_blake3_run *)run[i], cv[2 * i], kc);
+#else
+	(void)run, (void)src, (void)k, (void)kc, (void)w, (void)pitch, (void)cv, (void)up;
+#endif
+}
+
+void dcr_blake3_runs_update_rows(struct dcr_blake3_run *const *run, const uint8_t *const *src,
+				 size_t n, size_t w, size_t nq, size_t pitch)
+{
+	size_t len = w * nq, kc = len / CHUNK_LEN;
+	int rows = w >= 2 * BLOCK_LEN && w <= CHUNK_LEN && !(w & (w - 1)) && kc >= 2 &&
+		   kc <= BATCH_CVS / 2 && !(kc & (kc - 1)) && !(len % CHUNK_LEN) && simd();
+	struct dcr_blake3_run *b[64];
+	const uint8_t *bs[64];
+	uint8_t (*cv)[32] = NULL, (*up)[32] = NULL, *g = NULL;
+	size_t nb = 0, most = rows ? BATCH_CVS / kc : 0;
+	if (most > 64)
+		most = 64;
+	if (rows) {
+		cv = malloc(BATCH_CVS * 32);
+		up = malloc(BATCH_CVS / 2 * 32);
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!cv || !up || !batchable(run[i], kc)) {
+			/* gathered, and fed as bytes */
+			if (!g && !(g = malloc(len ? len : 1)))
+				continue; /* the run stays short: its final says so */
+			for (size_t q = 0; q < nq; q++)
+				memcpy(g + q * w, src[i] + q * pitch, w);
+			dcr_blake3_run_update(run[i], g, len);
+			continue;
+		}
+		b[nb] = run[i];
+		bs[nb++] = src[i];
+		if (nb == most) {
+			batch_rows(b, bs, nb, kc, w, pitch, cv, up);
+			nb = 0;
+		}
+	}
+	if (nb)
+		batch_rows(b, bs, nb, kc, w, pitch, cv, up);
+	free(cv);
+	free(up);
+	free(g);
+}
+
+/* ---- joining parts ---- */
+
+struct jnodes {
+	struct dcr_blake3_node *v;
+	size_t n, cap;
+};
+
+static int jn_add(struct jnodes *j, uint64_t c0, uint64_t c1, const uint8_t cv[32])
+{
+	if (j->n == j->cap) {
+		size_t cap = j->cap ? 2 * j->cap : 256;
+		struct dcr_blake3_node *nv = realloc(j->v, cap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		j->v = nv;
+		j->cap = cap;
+	}
+	j->v[j->n].c0 = c0;
+	j->v[j->n].c1 = c1;
+	memcpy(j->v[j->n].cv, cv, 32);
+	j->n++;
+	return 0;
+}
+
+/* Bytes of the input between nodes, gathered into chunks: each chunk is
+ * hashed once it is whole (or the input ends). */
+struct jbytes {
+	uint8_t buf[CHUNK_LEN];
+	size_t fill;
+	uint64_t pos; /* the input offset of buf[0] */
+};
+
+static int jb_add(struct jbytes *jb, struct jnodes *jn, uint64_t n, const uint8_t *p, size_t len)
+{
+	uint32_t root = dcr_blake3_nchunks(n) == 1 ? ROOT : 0;
+	while (len) {
+		size_t k = CHUNK_LEN - jb->fill < len ? CHUNK_LEN - jb->fill : len;
+		memcpy(jb->buf + jb->fill, p, k);
+		jb->fill += k;
+		p += k;
+		len -= k;
+		if (jb->fill == CHUNK_LEN || jb->pos + jb->fill == n) {
+			uint8_t cv[32];
+			uint64_t c = jb->pos / CHUNK_LEN;
+			chunk_cv(jb->buf, jb->fill, c, root, cv);
+			if (jn_add(jn, c, c + 1, cv))
+				return -ENOMEM;
+			jb->pos += jb->fill;
+			jb->fill = 0;
+		}
+	}
+	return 0;
+}
+
+/* The CV of node [s, e) from the nodes v[*i...] in order (the root's hash
+ * when root), or -1 when they are not the nodes of a tree. */
+static int build(const struct jnodes *j, size_t *i, uint64_t s, uint64_t e, uint32_t root,
+		 uint8_t out[32])
+{
+	if (*i >= j->n || j->v[*i].c0 != s || j->v[*i].c1 > e)
+		return -1;
+	if (j->v[*i].c1 == e && !root) {
+		memcpy(out, j->v[*i].cv, 32);
+		(*i)++;
+		return 0;
+	}
+	if (e - s < 2)
+		return -1;
+	uint64_t m = s + left_len(e - s);
+	uint8_t l[32], r[32];
+	if (build(j, i, s, m, 0, l) || build(j, i, m, e, 0, r))
+		return -1;
+	parent_of(l, r, root, out);
+	return 0;
+}
+
+static int cmp_part(const void *x, const void *y)
+{
+	const struct dcr_blake3_part *a = *(const struct dcr_blake3_part *const *)x;
+	const struct dcr_blake3_part *b = *(const struct dcr_blake3_part *const *)y;
+	if (a->a != b->a)
+		return a->a < b->a ? -1 : 1;
+	return a->b < b->b ? -1 : a->b > b->b;
+}
+
+/* a part's fields agree with its run (a decoded part was made so; this
+ * catches parts built by hand) */
+static int part_sane(const struct dcr_blake3_part *p, uint64_t n)
+{
+	uint64_t ca, cb;
+	size_t h, t;
+	if (p->n != n || p->a > p->b || p->b > n)
+		return 0;
+	part_shape(p->a, p->b, n, &ca, &cb, &h, &t);
+	if (h != p->head_len || t != p->tail_len)
+		return 0;
+	struct dcr_blake3_node tmp[DCR_BLAKE3_MAX_NODES];
+	size_t k = ca < cb ? dcr_blake3_cover(n, ca, cb, tmp) : 0;
+	if (k != p->nnodes)
+		return 0;
+	for (size_t i = 0; i < k; i++)
+		if (tmp[i].c0 != p->node[i].c0 || tmp[i].c1 != p->node[i].c1)
+			return 0;
+	return 1;
+}
+
+int dcr_blake3_join(const struct dcr_blake3_part *v, size_t k, uint64_t n, dcr_digest *out,
+		    struct dcr_err *e)
+{
+	const struct dcr_blake3_part **s = malloc((k + 1) * sizeof(*s));
+	struct jnodes jn = {0};
+	struct jbytes *jb = calloc(1, sizeof(*jb));
+	int r = 0;
+	if (!s || !jb) {
+		r = dcr_err_sys(e, ENOMEM, "digest parts");
+		goto out;
+	}
+	size_t m = 0;
+	for (size_t i = 0; i < k; i++) {
+		if (!part_sane(&v[i], n)) {
+			r = dcr_err_set(e, DCR_EFORMAT,
+					"digest part %zu is malformed or of another length (%llu bytes, not %llu)",
+					i, (unsigned long long)v[i].n, (unsigned long long)n);
+			goto out;
+		}
+		if (v[i].a < v[i].b)
+			s[m++] = &v[i];
+	}
+	qsort(s, m, sizeof(*s), cmp_part);
+	uint64_t at = 0;
+	for (size_t i = 0; i < m; i++) {
+		if (s[i]->a != at) {
+			r = s[i]->a < at
+				    ? dcr_err_set(e, DCR_EFORMAT,
+						  "digest parts overlap: bytes [%llu, %llu) are covered twice",
+						  (unsigned long long)s[i]->a,
+						  (unsigned long long)(s[i]->b < at ? s[i]->b : at))
+				    : dcr_err_set(e, DCR_EFORMAT,
+						  "digest parts leave bytes [%llu, %llu) uncovered",
+						  (unsigned long long)at, (unsigned long long)s[i]->a);
+			goto out;
+		}
+		at = s[i]->b;
+	}
+	if (at != n) {
+		r = dcr_err_set(e, DCR_EFORMAT, "digest parts leave bytes [%llu, %llu) uncovered",
+				(unsigned long long)at, (unsigned long long)n);
+		goto out;
+	}
+	if (!n) {
+		dcr_blake3(NULL, 0, out);
+		goto out;
+	}
+	for (size_t i = 0; i < m && !r; i++) {
+		const struct dcr_blake3_part *p = s[i];
+		r = jb_add(jb, &jn, n, p->bytes, p->head_len);
+		if (!r && p->nnodes && jb->fill)
+			r = -1; /* bytes before a node end inside a chunk: cannot be */
+		for (size_t q = 0; q < p->nnodes && !r; q++)
+			r = jn_add(&jn, p->node[q].c0, p->node[q].c1, p->node[q].cv);
+		if (!r && p->nnodes)
+			jb->pos = node_end_of(p->node[p->nnodes - 1].c1, n);
+		if (!r)
+			r = jb_add(jb, &jn, n, p->bytes + p->head_len, p->tail_len);
+	}
+	size_t i = 0;
+	uint64_t nch = dcr_blake3_nchunks(n);
+	if (!r && nch == 1) {
+		if (jn.n != 1)
+			r = -1;
+		else
+			memcpy(out->b, jn.v[0].cv, 32);
+	} else if (!r && (build(&jn, &i, 0, nch, ROOT, out->b) || i != jn.n)) {
+		r = -1;
+	}
+	if (r == -ENOMEM)
+		r = dcr_err_sys(e, ENOMEM, "digest parts");
+	else if (r)
+		r = dcr_err_set(e, DCR_EFORMAT, "digest parts do not make a tree");
+out:
+	free(s);
+	free(jb);
+	free(jn.v);
+	return r;
+}
+
+/* ---- parts on the wire ----
+ * le64 a, le64 b, le64 n, the head's bytes, the nodes' CVs, the tail's
+ * bytes: how many of each follows from a, b and n. */
+
+int dcr_blake3_part_encode(const struct dcr_blake3_part *p, struct dcr_buf *out)
+{
+	int r = dcr_buf_add_le64(out, p->a) || dcr_buf_add_le64(out, p->b) ||
+		dcr_buf_add_le64(out, p->n) || dcr_buf_add(out, p->bytes, p->head_len);
+	for (size_t i = 0; i < p->nnodes && !r; i++)
+		r = dcr_buf_add(out, p->node[i].cv, 32);
+	r = r || dcr_buf_add(out, p->bytes + p->head_len, p->tail_len);
+	return r ? -ENOMEM : 0;
+}
+
+int dcr_blake3_part_decode(const uint8_t *buf, size_t len, size_t *used,
+			   struct dcr_blake3_part *p, struct dcr_err *e)
+{
+	memset(p, 0, sizeof(*p));
+	if (len < 24)
+		return dcr_err_set(e, DCR_EFORMAT, "digest part is truncated");
+	uint64_t a = get_le64(buf), b = get_le64(buf + 8), n = get_le64(buf + 16);
+	if (a > b || b > n)
+		return dcr_err_set(e, DCR_EFORMAT, "digest part names bytes [%llu, %llu) of %llu",
+				   (unsigned long long)a, (unsigned long long)b,
+				   (unsigned long long)n);
+	int r = part_alloc(p, a, b, n);
+	if (r)
+		return dcr_err_sys(e, -r, "digest part");
+	size_t need = 24 + p->head_len + 32 * p->nnodes + p->tail_len;
+	if (len < need) {
+		dcr_blake3_part_free(p);
+		return dcr_err_set(e, DCR_EFORMAT, "digest part is truncated");
+	}
+	const uint8_t *q = buf + 24;
+	memcpy(p->bytes, q, p->head_len);
+	q += p->head_len;
+	for (size_t i = 0; i < p->nnodes; i++, q += 32)
+		memcpy(p->node[i].cv, q, 32);
+	memcpy(p->bytes + p->head_len, q, p->tail_len);
+	if (used)
+		*used = need;
+	return 0;
 }

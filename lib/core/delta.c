@@ -34,7 +34,7 @@ int dcr_sink_fd_write(void *ctx, const void *p, size_t n)
 
 static int w_raw(struct dcr_delta_writer *w, const void *p, size_t n, struct dcr_err *e)
 {
-	dcr_sha_update(w->sha, p, n);
+	dcr_blake3_update(w->sum, p, n);
 	int r = w->sink.write(w->sink.ctx, p, n);
 	if (r)
 		return dcr_err_sys(e, r, "cannot write %s", w->what);
@@ -69,9 +69,10 @@ int dcr_delta_writer_init_flags(struct dcr_delta_writer *w, struct dcr_sink sink
 	memset(w, 0, sizeof(*w));
 	w->sink = sink;
 	w->what = what ? what : "delta";
-	w->sha = dcr_sha_new();
-	if (!w->sha)
+	w->sum = malloc(sizeof(*w->sum));
+	if (!w->sum)
 		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	dcr_blake3_init(w->sum);
 	uint8_t h[DCR_DELTA_HDR_LEN];
 	memcpy(h, DCR_DELTA_MAGIC, 8);
 	put_le32(h + 8, DCR_DELTA_VERSION);
@@ -175,7 +176,7 @@ int dcr_delta_write_end(struct dcr_delta_writer *w, const dcr_digest *target,
 	if (r)
 		return r;
 	dcr_digest d;
-	dcr_sha_final(w->sha, &d);
+	dcr_blake3_final(w->sum, &d);
 	r = w->sink.write(w->sink.ctx, d.b, 32);
 	if (r)
 		return dcr_err_sys(e, r, "cannot write %s", w->what);
@@ -185,9 +186,9 @@ int dcr_delta_write_end(struct dcr_delta_writer *w, const dcr_digest *target,
 
 void dcr_delta_writer_release(struct dcr_delta_writer *w)
 {
-	dcr_sha_free(w->sha);
+	free(w->sum);
 	dcr_buf_free(&w->rec);
-	w->sha = NULL;
+	w->sum = NULL;
 }
 
 /* ---- reader ---- */
@@ -206,7 +207,7 @@ static int r_raw(struct dcr_delta_reader *r, void *p, size_t n, const char *wher
 				   where, (unsigned long long)r->offset);
 	if (s)
 		return dcr_err_sys(e, s, "cannot read %s", r->what);
-	dcr_sha_update(r->sha, p, n);
+	dcr_blake3_update(r->sum, p, n);
 	r->offset += n;
 	return 0;
 }
@@ -225,15 +226,16 @@ int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source sr
 	memset(r, 0, sizeof(*r));
 	r->src = src;
 	r->what = what ? what : "delta";
-	r->sha = dcr_sha_new();
-	if (!r->sha)
+	r->sum = malloc(sizeof(*r->sum));
+	if (!r->sum)
 		return dcr_err_sys(e, ENOMEM, "%s", r->what);
+	dcr_blake3_init(r->sum);
 	uint8_t h[DCR_DELTA_HDR_LEN];
 	if (head_len > sizeof(h))
 		return dcr_err_set(e, DCR_EFORMAT, "%s: bad header", r->what);
 	if (head_len) /* head may be NULL when nothing was sniffed */
 		memcpy(h, head, head_len);
-	dcr_sha_update(r->sha, h, head_len);
+	dcr_blake3_update(r->sum, h, head_len);
 	r->offset = head_len;
 	int s = r_raw(r, h + head_len, sizeof(h) - head_len, "header", e);
 	if (s)
@@ -242,6 +244,10 @@ int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source sr
 		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr delta (bad magic)", r->what);
 	r->version = get_le32(h + 8);
 	r->flags = get_le32(h + 12);
+	if (r->version == 1)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s is a version 1 delta, made by an older dcr (SHA-256 tensor digests): make it again with this dcr-diff",
+				   r->what);
 	if (r->version != DCR_DELTA_VERSION)
 		return dcr_err_set(e, DCR_EFORMAT, "%s has unsupported version %u", r->what,
 				   r->version);
@@ -309,7 +315,7 @@ int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct
 			return dcr_err_set(e, DCR_EFORMAT, "%s: bad END record", r->what);
 		memcpy(r->target.b, t, 32);
 		dcr_digest want, got;
-		dcr_sha_final(r->sha, &want);
+		dcr_blake3_final(r->sum, &want);
 		int q = r->src.read(r->src.ctx, got.b, 32);
 		if (q == -EPIPE)
 			return dcr_err_set(e, DCR_EFORMAT, "%s is truncated (in the trailer)", r->what);
@@ -331,9 +337,9 @@ int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct
 
 void dcr_delta_reader_release(struct dcr_delta_reader *r)
 {
-	dcr_sha_free(r->sha);
+	free(r->sum);
 	dcr_buf_free(&r->body);
-	r->sha = NULL;
+	r->sum = NULL;
 }
 
 /* ---- record bodies ---- */

@@ -3,18 +3,20 @@
  *   stream  = header record* END trailer
  *   header  = magic[8] le32 version le32 flags base_id[32] attempt[16]
  *   record  = le32 type le32 flags le64 length body[length]
- *   trailer = SHA-256 of every byte before it
+ *   trailer = BLAKE3 of every byte before it (version 2; version 1, whose
+ *             tensor digests and state ids were SHA-256, is refused)
  */
 #ifndef DCR_DELTA_H
 #define DCR_DELTA_H
 
+#include "core/blake3.h"
 #include "core/buf.h"
 #include "core/safetensors.h"
 #include "core/digest.h"
 #include "core/item.h"
 
 #define DCR_DELTA_MAGIC "\x89" "DCRD\r\n\x1a"
-#define DCR_DELTA_VERSION 1
+#define DCR_DELTA_VERSION 2
 #define DCR_DELTA_HDR_LEN (8 + 4 + 4 + 32 + 16)
 #define DCR_REC_HDR_LEN 16
 #define DCR_REC_MAX (64u << 20)     /* largest record body accepted (an item
@@ -68,7 +70,7 @@ int dcr_sink_fd_write(void *ctx, const void *p, size_t n); /* ctx: int* fd */
 
 struct dcr_delta_writer {
 	struct dcr_sink sink;
-	struct dcr_sha *sha;
+	struct dcr_blake3 *sum; /* of every byte: the trailer */
 	struct dcr_buf rec;
 	uint32_t ntensors;
 	uint64_t nitems, nchanges, bytes;
@@ -117,7 +119,7 @@ struct dcr_delta_rec {
 
 struct dcr_delta_reader {
 	struct dcr_source src;
-	struct dcr_sha *sha;
+	struct dcr_blake3 *sum;
 	struct dcr_buf body;
 	const char *what;
 	uint32_t version, flags;

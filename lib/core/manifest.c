@@ -189,6 +189,10 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	struct dcr_rd rd;
 	dcr_rd_init(&rd, buf + 8, len - 8 - 32);
 	uint32_t version = dcr_rd_le32(&rd), flags = dcr_rd_le32(&rd);
+	if (version == 1)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s is a version 1 manifest, packed by an older dcr (SHA-256 tensor digests): make the delta again with this dcr-diff and dcr-pack",
+				   what);
 	if (version != DCR_PACK_VERSION)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unsupported manifest version %u", what, version);
 	if (flags & ~(uint32_t)(DCR_MANIFEST_BASES | DCR_MANIFEST_DENSE | DCR_MANIFEST_PIECES |

@@ -166,6 +166,10 @@ static int check_fields(const uint8_t *buf, size_t avail, uint64_t len, const ch
 		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr payload", what);
 	p->version = get_le32(buf + 8);
 	p->flags = get_le32(buf + 12);
+	if (p->version == 1)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s is a version 1 payload, packed by an older dcr (SHA-256 tensor digests): make the delta again with this dcr-diff and dcr-pack",
+				   what);
 	if (p->version != DCR_PACK_VERSION)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unsupported payload version %u", what,
 				   p->version);

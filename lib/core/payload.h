@@ -21,7 +21,9 @@
 #include "core/error.h"
 
 #define DCR_PAYLOAD_MAGIC "\x89" "DCRP\r\n\x1a"
-#define DCR_PACK_VERSION 1 /* of payloads and manifests */
+/* of payloads and manifests: 2 since tensor digests and state ids are
+ * BLAKE3 (version 1, SHA-256, is refused) */
+#define DCR_PACK_VERSION 2
 #define DCR_PAYLOAD_HDR_LEN 96
 #define DCR_PAYLOAD_MAX_RAW (1ull << 32) /* 4 GiB decompressed at most */
 #define DCR_PAYLOAD_MAX_FILE (1ull << 33) /* a sanity bound on sizes manifests list */

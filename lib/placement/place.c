@@ -307,12 +307,12 @@ static int resolve_tensor(const struct dcr_layout *L, uint32_t t, struct pvec *v
 			return dcr_err_set(e, DCR_EFORMAT,
 					   "element %llu of '%s' is changed twice (the delta repeats a canonical element)",
 					   (unsigned long long)v->v[i].s, lt->name);
-	struct dcr_sha *sha = dcr_sha_new();
+	struct dcr_tdigest *td = dcr_tdigest_new(ct->info->dtype, ct->info->ndim, ct->info->shape);
 	struct dcr_changes ch = {0};
 	struct dcr_buf enc = {0};
 	uint8_t *kinds = malloc(v->n + 1);
 	int r = 0;
-	if (!sha || !kinds || dcr_changes_reserve(&ch, v->n + 1)) {
+	if (!td || !kinds || dcr_changes_reserve(&ch, v->n + 1)) {
 		r = dcr_err_sys(e, ENOMEM, "placement");
 		goto out;
 	}
@@ -346,9 +346,12 @@ static int resolve_tensor(const struct dcr_layout *L, uint32_t t, struct pvec *v
 			ch.val[n] = affine ? old ^ nw : nw;
 			kinds[n++] = affine ? DCR_ENC_XOR : DCR_ENC_OVERWRITE;
 		}
-		dcr_sha_update(sha, buf, (size_t)(len * unit));
+		dcr_tdigest_update(td, buf, (size_t)(len * unit));
 	}
-	dcr_sha_final(sha, digest);
+	if (dcr_tdigest_final(td, digest)) {
+		r = dcr_err_set(e, -EINVAL, "placement: tensor '%s' was not hashed whole", lt->name);
+		goto out;
+	}
 	/* items: runs of one encoding, at most 1Mi elements each */
 	struct dcr_changes sub = {0};
 	for (size_t i = 0; i < n && !r;) {
@@ -380,7 +383,7 @@ static int resolve_tensor(const struct dcr_layout *L, uint32_t t, struct pvec *v
 	}
 	dcr_changes_free(&sub);
 out:
-	dcr_sha_free(sha);
+	dcr_tdigest_free(td);
 	dcr_changes_free(&ch);
 	dcr_buf_free(&enc);
 	free(kinds);

@@ -11,7 +11,7 @@
  *    memory in place, device memory through a host staging buffer), each
  *    item resolved to the new stored bits at its positions (XOR masks
  *    against the current bits, as dcr_item_resolve does for files), the
- *    new bytes hashed (SHA-256, on the host) and compared with the target
+ *    new bytes hashed (the BLAKE3 tensor digest, on the host) and compared with the target
  *    digest. The changes are kept as gaps and new units, in batches.
  * 4. Write, once every tensor passed: per tensor, each batch's positions
  *    from its gaps and a scatter of the new units: dcr_gap_positions and
@@ -30,6 +30,7 @@
 #include "core/manifest.h"
 #include "core/payload.h"
 #include "core/pset.h"
+#include "core/state.h"
 #include "core/trust.h"
 #include "core/util.h"
 #include "refit/apply-mem.h"
@@ -73,7 +74,7 @@ struct mctx {
 	const struct dcr_mem_apply_opts *o;
 	const char *what;
 	size_t batch;
-	struct dcr_sha *sha;
+	struct dcr_tdigest *td; /* the tensor being checked */
 	uint8_t *stage;      /* page-locked, for device reads */
 	struct dcr_buf tmp;  /* one item's range */
 	struct dcr_changes ch;
@@ -419,25 +420,43 @@ static int read_bytes(struct mctx *x, const struct mt *t, uint64_t off, size_t l
 	return 0;
 }
 
+/* Start hashing t (its stored bytes are then fed in order). */
+static int td_begin(struct mctx *x, const struct mt *t, struct dcr_err *e)
+{
+	dcr_tdigest_free(x->td);
+	x->td = dcr_tdigest_new(t->t->dtype, t->t->ndim, t->t->shape);
+	return x->td ? 0 : dcr_err_sys(e, ENOMEM, "apply");
+}
+
+/* Whether the bytes fed since td_begin have t's target digest. */
+static int td_matches(struct mctx *x, const struct mt *t)
+{
+	dcr_digest d;
+	int ok = !dcr_tdigest_final(x->td, &d) && !memcmp(d.b, t->t->digest.b, 32);
+	dcr_tdigest_free(x->td);
+	x->td = NULL;
+	return ok;
+}
+
 /* Hash t's current bytes [off, off+len). */
 static int hash_bytes(struct mctx *x, const struct mt *t, uint64_t off, uint64_t len,
 		      struct dcr_err *e)
 {
 	static const uint8_t zero[65536];
 	if (!t->isnew && !is_dev(t)) {
-		dcr_sha_update(x->sha, (const uint8_t *)t->mem.data + off, (size_t)len);
+		dcr_tdigest_update(x->td, (const uint8_t *)t->mem.data + off, (size_t)len);
 		return 0;
 	}
 	while (len) {
 		size_t k = len < STAGE_BYTES ? (size_t)len : STAGE_BYTES;
 		if (t->isnew) {
 			k = k < sizeof(zero) ? k : sizeof(zero);
-			dcr_sha_update(x->sha, zero, k);
+			dcr_tdigest_update(x->td, zero, k);
 		} else {
 			int r = read_bytes(x, t, off, k, x->stage, e);
 			if (r)
 				return r;
-			dcr_sha_update(x->sha, x->stage, k);
+			dcr_tdigest_update(x->td, x->stage, k);
 		}
 		off += k;
 		len -= k;
@@ -502,7 +521,9 @@ static int verify_tensor(struct mctx *x, struct mt *t, const struct mitem *items
 {
 	unsigned unit = t->unit;
 	uint64_t done = 0; /* bytes hashed */
-	int r;
+	int r = td_begin(x, t, e);
+	if (r)
+		return r;
 	if (t->total) {
 		t->gaps = malloc(t->total * 4);
 		t->vals = malloc(t->total * unit);
@@ -543,7 +564,7 @@ static int verify_tensor(struct mctx *x, struct mt *t, const struct mitem *items
 					   x->what, t->t->name, (unsigned long long)it->start, why);
 		}
 		dcr_scatter(x->tmp.p, unit, x->ch.pos, x->ch.val, x->ch.n, 0);
-		dcr_sha_update(x->sha, x->tmp.p, (size_t)l);
+		dcr_tdigest_update(x->td, x->tmp.p, (size_t)l);
 		for (size_t k = 0; k < x->ch.n; k++)
 			if ((r = add_change(x, t, it->start + x->ch.pos[k], x->ch.val[k], e)))
 				return r;
@@ -551,9 +572,7 @@ static int verify_tensor(struct mctx *x, struct mt *t, const struct mitem *items
 	}
 	if ((r = hash_bytes(x, t, done, t->nbytes - done, e)))
 		return r;
-	dcr_digest d;
-	dcr_sha_final(x->sha, &d);
-	if (memcmp(d.b, t->t->digest.b, 32))
+	if (!td_matches(x, t))
 		return dcr_err_set(e, DCR_EDIGEST,
 				   "%s: tensor '%s' would not match its target digest: the pack does not fit the bits in memory (nothing was written)",
 				   x->what, t->t->name);
@@ -563,12 +582,10 @@ static int verify_tensor(struct mctx *x, struct mt *t, const struct mitem *items
 /* A tensor no item touches must already hold its target digest. */
 static int check_untouched(struct mctx *x, struct mt *t, struct dcr_err *e)
 {
-	int r = hash_bytes(x, t, 0, t->nbytes, e);
-	if (r)
+	int r = td_begin(x, t, e);
+	if (r || (r = hash_bytes(x, t, 0, t->nbytes, e)))
 		return r;
-	dcr_digest d;
-	dcr_sha_final(x->sha, &d);
-	if (memcmp(d.b, t->t->digest.b, 32))
+	if (!td_matches(x, t))
 		return dcr_err_set(e, DCR_EDIGEST,
 				   "%s: tensor '%s', which the pack leaves as it is, does not match its target digest (nothing was written)",
 				   x->what, t->t->name);
@@ -687,8 +704,6 @@ int dcr_apply_mem(struct dcr_pack_in *in, const struct dcr_mem_apply_opts *o,
 	x.batch = o->batch ? o->batch : DEFAULT_BATCH;
 	if (x.batch > (1u << 28))
 		x.batch = 1u << 28;
-	if (!(x.sha = dcr_sha_new()))
-		return dcr_err_sys(e, ENOMEM, "apply");
 
 	/* 1. the whole pack */
 	if ((r = read_pack(in, x.what, o->trust, &s, &m, e)))
@@ -778,7 +793,7 @@ out:
 	free(x.hval);
 	dcr_buf_free(&x.tmp);
 	dcr_changes_free(&x.ch);
-	dcr_sha_free(x.sha);
+	dcr_tdigest_free(x.td);
 	dcr_manifest_release(&m);
 	items_free(&s);
 	return r;

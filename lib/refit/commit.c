@@ -21,11 +21,28 @@
 
 #define LOG_MAX (256u << 20)
 
+/* A receiver record of an older dcr, whose state ids were SHA-256 (see
+ * dcr(7), UPGRADING): refused with what to do. */
+static int old_record(struct dcr_receiver *rc, const char *path, const char *magic, int r,
+		      struct dcr_err *e)
+{
+	char *buf = NULL;
+	struct dcr_err ignore;
+	if (r != DCR_EFORMAT || kv_read(path, magic, &buf, &ignore))
+		return r;
+	free(buf);
+	return dcr_err_set(e, DCR_EFORMAT,
+			   "'%s' was written by an older dcr (version 1 state ids): remove '%s/.dcr/HEAD' and '%s/.dcr/applied'; the next delta is checked against the files as always (dcr(7), UPGRADING)",
+			   path, rc->dir, rc->dir);
+}
+
 int dcr_head_read(struct dcr_receiver *rc, struct dcr_head *h, struct dcr_err *e)
 {
 	memset(h, 0, sizeof(*h));
 	char *p = dcr_receiver_path(rc, "HEAD"), *buf = NULL;
-	int r = p ? kv_read(p, "dcr-head 1", &buf, e) : dcr_err_sys(e, ENOMEM, "HEAD");
+	int r = p ? kv_read(p, "dcr-head 2", &buf, e) : dcr_err_sys(e, ENOMEM, "HEAD");
+	if (p)
+		r = old_record(rc, p, "dcr-head 1", r, e);
 	if (r == 1)
 		r = 0;
 	else if (!r) {
@@ -43,7 +60,9 @@ int dcr_applied_read(struct dcr_receiver *rc, struct dcr_applied *a, struct dcr_
 {
 	memset(a, 0, sizeof(*a));
 	char *p = dcr_receiver_path(rc, "applied"), *buf = NULL;
-	int r = p ? kv_read(p, "dcr-applied 1", &buf, e) : dcr_err_sys(e, ENOMEM, "applied");
+	int r = p ? kv_read(p, "dcr-applied 2", &buf, e) : dcr_err_sys(e, ENOMEM, "applied");
+	if (p)
+		r = old_record(rc, p, "dcr-applied 1", r, e);
 	if (r == 1)
 		r = 0;
 	else if (!r) {
@@ -77,7 +96,7 @@ int dcr_applied_write(struct dcr_receiver *rc, const struct dcr_applied *a, stru
 		snprintf(ver, sizeof(ver), "%llu", (unsigned long long)a->version);
 	else
 		strcpy(ver, "-");
-	char *text = dcr_asprintf("dcr-applied 1\nbase %s\ntarget %s\nattempt %s\nversion %s\n", b,
+	char *text = dcr_asprintf("dcr-applied 2\nbase %s\ntarget %s\nattempt %s\nversion %s\n", b,
 				  t, at, ver);
 	char *p = dcr_receiver_path(rc, "applied");
 	int r = text && p ? kv_write(p, text, fault, e) : dcr_err_sys(e, ENOMEM, "applied");
@@ -283,7 +302,7 @@ int dcr_commit_local(struct dcr_receiver *rc, const struct dcr_commit_opts *o,
 			dcr_ckpt_close(c);
 			return dcr_err_sys(e, ENOMEM, "commit");
 		}
-		r = dcr_ckpt_state_id(c, &cur, dg, e);
+		r = dcr_ckpt_state_id_threads(c, rc->threads, &cur, dg, e);
 		if (!r && !memcmp(cur.b, a.target.b, 32))
 			dcr_receiver_save_state(rc, c, &cur, dg, e); /* best effort */
 		free(dg);
@@ -299,7 +318,7 @@ int dcr_commit_local(struct dcr_receiver *rc, const struct dcr_commit_opts *o,
 				   "receiver '%s' does not hold the applied target (files %.12s, applied %.12s); nothing committed",
 				   rc->dir, ch, want);
 	}
-	char *text = dcr_asprintf("dcr-head 1\nversion %llu\nstate %s\n",
+	char *text = dcr_asprintf("dcr-head 2\nversion %llu\nstate %s\n",
 				  (unsigned long long)version, want);
 	char *p = dcr_receiver_path(rc, "HEAD");
 	r = text && p ? kv_write(p, text, st, e) : dcr_err_sys(e, ENOMEM, "HEAD");

@@ -1,8 +1,8 @@
 /* commit.h - binding versions to state ids on a receiver.
  *
  * Receiver (.dcr/ beside the state cache, see receiver.h):
- *   .dcr/HEAD      "dcr-head 1\nversion V\nstate HEX\n": the committed version
- *   .dcr/applied   "dcr-applied 1\nbase HEX\ntarget HEX\nattempt HEX\nversion V|-\n":
+ *   .dcr/HEAD      "dcr-head 2\nversion V\nstate HEX\n": the committed version
+ *   .dcr/applied   "dcr-applied 2\nbase HEX\ntarget HEX\nattempt HEX\nversion V|-\n":
  *                  what the last successful dcr-apply reached (not yet committed)
  *   .dcr/commits   one line per commit: "V<TAB>STATE<TAB>ATTEMPT<TAB>TIME\n"
  * Every file but commits is replaced atomically (temp, fsync, rename, fsync

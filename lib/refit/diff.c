@@ -7,7 +7,10 @@
  * Worker threads (one per core) each take the next tensor, read base and
  * new through the mappings chunk by chunk, releasing each chunk's pages
  * once done (so the resident set stays bounded), compare, encode items
- * into the tensor's output and hash the new bytes for its target digest.
+ * into the tensor's output and hash the new bytes for its target digest
+ * (core/state.h): a chunk is compared and hashed in steps of SCAN_STEP
+ * bytes, so that the hash reads what the compare just brought into the
+ * cache.
  * The calling thread writes the outputs in tensor order as they complete;
  * workers run at most a few tensors ahead, so memory stays bounded by the
  * buffers and the encoded changes of the tensors in flight.
@@ -39,7 +42,7 @@
 #define HAVE_AVX2_SCAN 1
 #endif
 
-#define READ_CHUNK (4u << 20)
+#define SCAN_STEP (256u << 10)
 
 struct tout {
 	struct dcr_buf recs;  /* framed ITEM records */
@@ -174,7 +177,6 @@ struct worker {
 	struct dcr_changes ch;
 	uint64_t *oldv;
 	struct dcr_buf enc;
-	struct dcr_sha *sha;
 	struct dcr_cuda_ctx *gpu; /* --device cuda: the chunks are compared there */
 };
 
@@ -207,6 +209,20 @@ static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, 
 	return 0;
 }
 
+/* Hash NEW's bytes up to `upto` (bytes of the tensor compared so far) in
+ * the digest's whole steps, which it takes without copying; all of them
+ * at the end. */
+static void hash_upto(struct dcr_tdigest *td, const uint8_t *data, uint64_t *hashed, uint64_t upto,
+		      int end)
+{
+	uint64_t step = dcr_tdigest_step(td);
+	uint64_t to = end ? upto : upto - upto % step;
+	if (to > *hashed) {
+		dcr_tdigest_update(td, data + *hashed, (size_t)(to - *hashed));
+		*hashed = to;
+	}
+}
+
 static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 {
 	struct dctx *d = w->d;
@@ -217,29 +233,41 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 	unsigned unit = dcr_dtype_unit(ni->dtype);
 	uint64_t nunits = dcr_tensor_bytes(ni) / unit;
 	uint64_t chunk = d->chunk;
-	int r = 0;
+	struct dcr_tdigest *td = dcr_tdigest_new(ni->dtype, ni->ndim, ni->shape);
+	int r = td ? 0 : dcr_err_sys(&t->e, ENOMEM, "diff");
 	/* read through the mappings, then let go of the pages every RELEASE
 	 * bytes (each release costs a TLB shootdown): the page cache keeps
 	 * them, this process's resident set does not */
-	uint64_t released = 0;
+	uint64_t released = 0, hashed = 0;
 	for (uint64_t s = 0; s < nunits && !r; s += chunk) {
 		uint64_t len = nunits - s < chunk ? nunits - s : chunk;
 		size_t nb = (size_t)(len * unit);
+		int last = s + len >= nunits;
 		w->bb = nt->data + s * unit;
-		dcr_sha_update(w->sha, w->bb, nb);
 		if (same) {
 			w->ba = bt->data + s * unit;
-			if (w->gpu)
-				r = dcr_cuda_scan_changes(w->gpu, w->ba, w->bb, nb, unit, w->ch.pos,
-							  w->ch.val, &w->ch.n, &t->e);
-			else
-				w->ch.n = dcr_scan_changes(w->ba, w->bb, nb, unit, w->ch.pos, w->ch.val);
-			if (r)
-				break;
+			w->ch.n = 0;
+			if (w->gpu) {
+				/* the chunk compared on the device, hashed here */
+				if ((r = dcr_cuda_scan_changes(w->gpu, w->ba, w->bb, nb, unit, w->ch.pos,
+								w->ch.val, &w->ch.n, &t->e)))
+					break;
+				hash_upto(td, nt->data, &hashed, s * unit + nb, last);
+			}
+			for (size_t at = 0; !w->gpu && at < nb; at += SCAN_STEP) {
+				size_t k = nb - at < SCAN_STEP ? nb - at : SCAN_STEP;
+				size_t got = dcr_scan_changes(w->ba + at, w->bb + at, k, unit,
+							      w->ch.pos + w->ch.n, w->ch.val + w->ch.n);
+				for (size_t q = w->ch.n; q < w->ch.n + got; q++)
+					w->ch.pos[q] += at / unit;
+				w->ch.n += got;
+				hash_upto(td, nt->data, &hashed, s * unit + at + k, last && at + k == nb);
+			}
 			if (w->ch.n)
 				r = add_item(t, (uint32_t)i, DCR_ENC_XOR, s, len, 0, w, unit, ni->dtype,
 					     &t->e);
 		} else {
+			hash_upto(td, nt->data, &hashed, s * unit + nb, last);
 			for (uint64_t k = 0; k < len; k++) {
 				w->ch.pos[k] = k;
 				w->ch.val[k] = load_unit(w->bb + k * unit, unit);
@@ -248,15 +276,18 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 			r = add_item(t, (uint32_t)i, DCR_ENC_OVERWRITE, s, len, 1, w, unit, ni->dtype,
 				     &t->e);
 		}
-		uint64_t upto = (s + len) * unit;
-		if (upto - released >= RELEASE || s + len >= nunits) {
+		/* the hash may lag the compare by a step: release what both read */
+		uint64_t upto = hashed;
+		if (upto - released >= RELEASE || last) {
 			release(nt->data + released, (size_t)(upto - released));
 			if (same)
 				release(bt->data + released, (size_t)(upto - released));
 			released = upto;
 		}
 	}
-	dcr_sha_final(w->sha, &t->digest);
+	if (!r && dcr_tdigest_final(td, &t->digest))
+		r = dcr_err_set(&t->e, -EINVAL, "diff: tensor '%s' was not hashed whole", ni->name);
+	dcr_tdigest_free(td);
 	return r;
 }
 
@@ -304,7 +335,7 @@ static int base_state(const struct dcr_diff_opts *o, const struct dcr_ckpt *a, d
 		if (hit)
 			return 0;
 	}
-	return dcr_ckpt_state_id(a, id, NULL, e);
+	return dcr_ckpt_state_id_threads(a, o->threads, id, NULL, e);
 }
 
 /* Leave NEW's digests in NEW/.dcr/state for the next step (best effort). */
@@ -372,9 +403,8 @@ static int start_workers(struct dctx *d, struct worker *ws, int threads, pthread
 {
 	for (int k = 0; k < threads; k++) {
 		ws[k].d = d;
-		ws[k].sha = dcr_sha_new();
 		ws[k].oldv = malloc((size_t)d->chunk * sizeof(uint64_t));
-		if (!ws[k].sha || !ws[k].oldv ||
+		if (!ws[k].oldv ||
 		    dcr_changes_reserve(&ws[k].ch, d->chunk))
 			return dcr_err_sys(e, ENOMEM, "diff");
 		int r;
@@ -511,7 +541,6 @@ out:
 	if (ws)
 		for (int k = 0; k < threads; k++) {
 			free(ws[k].oldv);
-			dcr_sha_free(ws[k].sha);
 			dcr_cuda_ctx_free(ws[k].gpu);
 			dcr_changes_free(&ws[k].ch);
 			dcr_buf_free(&ws[k].enc);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/bytes.h"
 #include "core/cuda.h"
 #include "core/file.h"
 #include "core/state.h"
@@ -23,148 +24,255 @@
 /* ---- checking the journal before it is committed ----
  * Every touched tensor's new bytes (its current bytes, or zeros for a new
  * tensor, with the journal's overwrites applied) must hash to the target
- * digest. Nothing has been written to the receiver yet. */
+ * digest. Nothing has been written to the receiver yet. The items are kept
+ * as they are written, and a tensor goes to the hashing threads as soon as
+ * its last item is written (items come in tensor order), so that its bytes
+ * are hashed while the next tensor's items are resolved and written; the
+ * threads cut a large tensor into bands of rows. */
 
 struct jitem {
-	uint32_t tensor;
-	uint64_t start, len;
-	const uint8_t *body;
-	size_t body_len;
+	struct dcr_item it; /* its data follows */
 };
 
-static int cmp_jitem(const void *a, const void *b)
-{
-	const struct jitem *x = a, *y = b;
-	if (x->tensor != y->tensor)
-		return x->tensor < y->tensor ? -1 : 1;
-	return x->start < y->start ? -1 : x->start > y->start;
-}
+struct jtensor {
+	struct jcheck *jc;
+	uint32_t t;
+	struct jitem **items; /* its items sorted by start, once queued */
+	size_t n, cap;	      /* while the items come */
+	struct jitem **more;  /* items that came after it was queued */
+	size_t nmore, capmore;
+	dcr_digest got;
+	int queued, late;     /* a late item came after it was queued */
+	int err;
+	struct dcr_err e;
+};
 
-static void hash_src(struct dcr_sha *h, const uint8_t *src, uint64_t off, uint64_t n)
+struct jcheck {
+	struct plan *p;
+	struct dcr_hpool *pool;
+	struct jtensor *jt;
+	uint32_t last;
+	int any;
+};
+
+static void hash_src(struct dcr_tdigest *h, const uint8_t *src, uint64_t off, uint64_t n)
 {
 	static const uint8_t zero[65536];
 	if (src) {
-		dcr_sha_update(h, src + off, n);
+		dcr_tdigest_update(h, src + off, n);
 		return;
 	}
 	while (n) {
 		uint64_t k = n < sizeof(zero) ? n : sizeof(zero);
-		dcr_sha_update(h, zero, k);
+		dcr_tdigest_update(h, zero, k);
 		n -= k;
 	}
 }
 
-static int verify_journal(struct plan *p, const char *path, struct dcr_err *e)
+/* The new bytes of rows [r0, r1) of a tensor: its current bytes (zeros for
+ * a new tensor) with the overwrites of the items that meet those rows,
+ * put together a step of the digest at a time (so that it copies nothing
+ * more); a step no item meets is hashed where it lies. */
+static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 {
-	uint8_t *map = NULL;
-	size_t len = 0;
-	struct jitem *v = NULL;
-	size_t nv = 0, cap = 0;
+	struct jtensor *jt = ctx;
+	const struct ptensor *pt = &jt->jc->p->t[jt->t];
+	unsigned unit = dcr_dtype_unit(pt->t.dtype);
+	struct dcr_stripes st;
+	dcr_stripes_init(&st, pt->t.dtype, pt->t.ndim, pt->t.shape);
+	const uint8_t *src = (pt->t.flags & DCR_TENSOR_NEW) || !pt->cur ? NULL : pt->cur->data;
+	uint64_t a = r0 * st.pitch, b = r1 * st.pitch, step = dcr_tdigest_step(td);
 	struct dcr_changes ch = {0};
 	struct dcr_buf tmp = {0};
-	struct dcr_sha *h = dcr_sha_new();
-	int r = h ? dcr_read_file(path, SIZE_MAX, &map, &len, e) : dcr_err_sys(e, ENOMEM, "journal");
-	if (r)
-		goto out;
-	struct dcr_rd rd;
-	dcr_rd_init(&rd, map, len);
-	dcr_rd_bytes(&rd, DCR_DELTA_HDR_LEN);
-	while (!rd.bad && dcr_rd_left(&rd) > 32) {
-		struct dcr_delta_rec rec = {.type = dcr_rd_le32(&rd), .flags = dcr_rd_le32(&rd)};
-		rec.len = dcr_rd_le64(&rd);
-		rec.body = rd.bad || rec.len > dcr_rd_left(&rd) ? NULL : dcr_rd_bytes(&rd, rec.len);
-		if (!rec.body)
+	size_t k = 0, decoded = SIZE_MAX, cc = 0; /* cc: the decoded item's next change */
+	int r = 0;
+	while (k < jt->n && jt->items[k]->it.start * unit + jt->items[k]->it.len * unit <= a)
+		k++;
+	for (uint64_t x0 = a; x0 < b && !r; x0 += step) {
+		uint64_t x1 = b - x0 < step ? b : x0 + step;
+		/* the items that meet [x0, x1): k, k+1, ... */
+		size_t q = k;
+		if (q >= jt->n || jt->items[q]->it.start * unit >= x1) {
+			hash_src(td, src, x0, x1 - x0);
+			continue;
+		}
+		tmp.len = 0;
+		if (dcr_buf_reserve(&tmp, (size_t)(x1 - x0))) {
+			r = dcr_err_sys(&jt->e, ENOMEM, "journal");
 			break;
-		if (rec.type != DCR_REC_ITEM)
-			continue;
-		struct dcr_item it;
-		if ((r = dcr_delta_parse_item(&rec, &it, e)))
-			goto out;
-		if (nv == cap) {
-			cap = cap ? 2 * cap : 256;
-			struct jitem *nvp = realloc(v, cap * sizeof(*v));
-			if (!nvp) {
-				r = dcr_err_sys(e, ENOMEM, "journal");
-				goto out;
+		}
+		if (src)
+			memcpy(tmp.p, src + x0, (size_t)(x1 - x0));
+		else
+			memset(tmp.p, 0, (size_t)(x1 - x0));
+		for (; q < jt->n && jt->items[q]->it.start * unit < x1; q++) {
+			const struct dcr_item *it = &jt->items[q]->it;
+			uint64_t s0 = it->start * unit;
+			if (decoded != q) {
+				if ((r = dcr_item_decode(it, unit, &ch, &jt->e)))
+					break;
+				decoded = q;
+				cc = 0;
 			}
-			v = nvp;
-		}
-		v[nv++] = (struct jitem){it.tensor, it.start, it.len, rec.body, rec.len};
-	}
-	if (rd.bad) {
-		r = dcr_err_set(e, DCR_EFORMAT, "journal is malformed");
-		goto out;
-	}
-	if (nv)
-		qsort(v, nv, sizeof(*v), cmp_jitem);
-	for (size_t i = 0; i < nv;) {
-		struct ptensor *pt = &p->t[v[i].tensor];
-		unsigned unit = dcr_dtype_unit(pt->t.dtype);
-		uint64_t nbytes = pt->t.nelem * dcr_dtype_bits(pt->t.dtype) / 8;
-		const uint8_t *src = (pt->t.flags & DCR_TENSOR_NEW) || !pt->cur ? NULL : pt->cur->data;
-		uint64_t pos = 0; /* bytes hashed */
-		size_t j = i;
-		for (; j < nv && v[j].tensor == v[i].tensor; j++) {
-			uint64_t s = v[j].start * unit, l = v[j].len * unit;
-			if (s < pos) {
-				r = dcr_err_set(e, DCR_EFORMAT, "delta has overlapping items for '%s'",
-						pt->t.name);
-				goto out;
+			for (; cc < ch.n && s0 + ch.pos[cc] * unit < x1; cc++) {
+				uint64_t at = s0 + ch.pos[cc] * unit;
+				if (at >= x0) /* else in the band before */
+					store_unit(tmp.p + (at - x0), unit, ch.val[cc]);
 			}
-			hash_src(h, src, pos, s - pos);
-			struct dcr_delta_rec rec = {.type = DCR_REC_ITEM, .len = v[j].body_len,
-						    .body = v[j].body};
-			struct dcr_item it;
-			if ((r = dcr_delta_parse_item(&rec, &it, e)) ||
-			    (r = dcr_item_decode(&it, unit, &ch, e)))
-				goto out;
-			tmp.len = 0;
-			if (dcr_buf_reserve(&tmp, l)) {
-				r = dcr_err_sys(e, ENOMEM, "journal");
-				goto out;
-			}
-			if (src)
-				memcpy(tmp.p, src + s, l);
-			else
-				memset(tmp.p, 0, l);
-			dcr_scatter(tmp.p, unit, ch.pos, ch.val, ch.n, 0);
-			dcr_sha_update(h, tmp.p, l);
-			pos = s + l;
 		}
-		hash_src(h, src, pos, nbytes - pos);
-		dcr_digest d;
-		dcr_sha_final(h, &d);
-		if (memcmp(d.b, pt->t.digest.b, 32)) {
-			r = dcr_err_set(e, DCR_EDIGEST,
-					"tensor '%s' would not match its target digest: the delta does not fit this receiver's bits (nothing was written)",
-					pt->t.name);
-			goto out;
-		}
-		pt->verified = 1;
-		i = j;
+		if (r)
+			break;
+		dcr_tdigest_update(td, tmp.p, (size_t)(x1 - x0));
+		/* items that end in this step are done with */
+		while (k < jt->n && jt->items[k]->it.start * unit + jt->items[k]->it.len * unit <= x1)
+			k++;
 	}
-	/* a new tensor without items (all zero, or empty) */
-	for (size_t i = 0; i < p->n; i++) {
-		struct ptensor *pt = &p->t[i];
-		if (!(pt->t.flags & DCR_TENSOR_NEW) || pt->verified)
-			continue;
-		hash_src(h, NULL, 0, pt->t.nelem * dcr_dtype_bits(pt->t.dtype) / 8);
-		dcr_digest d;
-		dcr_sha_final(h, &d);
-		if (memcmp(d.b, pt->t.digest.b, 32)) {
-			r = dcr_err_set(e, DCR_EDIGEST, "new tensor '%s' has no data but a non-zero digest",
-					pt->t.name);
-			goto out;
-		}
-		pt->verified = 1;
-	}
-out:
-	dcr_sha_free(h);
-	free(map);
-	free(v);
 	dcr_changes_free(&ch);
 	dcr_buf_free(&tmp);
+	if (r)
+		jt->err = r;
 	return r;
+}
+
+static int cmp_jitem(const void *a, const void *b)
+{
+	const struct jitem *x = *(const struct jitem *const *)a, *y = *(const struct jitem *const *)b;
+	return x->it.start < y->it.start ? -1 : x->it.start > y->it.start;
+}
+
+/* Hand tensor t, whose items are all in, to the threads. */
+static int jc_queue(struct jcheck *jc, uint32_t t)
+{
+	struct jtensor *jt = &jc->jt[t];
+	const struct ptensor *pt = &jc->p->t[t];
+	jt->queued = 1;
+	jt->late = 0;
+	if (jt->n > 1)
+		qsort(jt->items, jt->n, sizeof(*jt->items), cmp_jitem);
+	for (size_t k = 1; k < jt->n; k++)
+		if (jt->items[k]->it.start < jt->items[k - 1]->it.start + jt->items[k - 1]->it.len) {
+			jt->err = dcr_err_set(&jt->e, DCR_EFORMAT, "delta has overlapping items for '%s'",
+					      pt->t.name);
+			return 0;
+		}
+	return dcr_hpool_add(jc->pool, pt->t.dtype, pt->t.ndim, pt->t.shape, NULL, jt_feed, jt, 0,
+			     &jt->got);
+}
+
+static int jc_init(struct jcheck *jc, struct plan *p, int threads)
+{
+	memset(jc, 0, sizeof(*jc));
+	jc->p = p;
+	jc->jt = dcr_calloc(p->n + 1, sizeof(*jc->jt));
+	jc->pool = dcr_hpool_new(threads);
+	if (!jc->jt || !jc->pool)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n; i++) {
+		jc->jt[i].jc = jc;
+		jc->jt[i].t = (uint32_t)i;
+	}
+	return 0;
+}
+
+/* One more item, as written: the tensors before its own are complete. */
+static int jc_add(struct jcheck *jc, const struct dcr_item *it)
+{
+	struct jtensor *jt = &jc->jt[it->tensor];
+	struct jitem *ji = malloc(sizeof(*ji) + it->data_len + 1);
+	if (!ji)
+		return -ENOMEM;
+	ji->it = *it;
+	memcpy(ji + 1, it->data, it->data_len);
+	ji->it.data = (const uint8_t *)(ji + 1);
+	/* an item out of order, for a tensor the threads have: kept aside
+	 * (they read items) and the tensor hashed again at the end */
+	struct jitem ***v = jt->queued ? &jt->more : &jt->items;
+	size_t *n = jt->queued ? &jt->nmore : &jt->n, *cap = jt->queued ? &jt->capmore : &jt->cap;
+	if (*n == *cap) {
+		size_t nc = *cap ? 2 * *cap : 8;
+		struct jitem **nv = realloc(*v, nc * sizeof(*nv));
+		if (!nv) {
+			free(ji);
+			return -ENOMEM;
+		}
+		*v = nv;
+		*cap = nc;
+	}
+	(*v)[(*n)++] = ji;
+	jt->late |= jt->queued;
+	int r = 0;
+	if (jc->any && it->tensor > jc->last && !jc->jt[jc->last].queued)
+		r = jc_queue(jc, jc->last);
+	if (!jc->any || it->tensor > jc->last)
+		jc->last = it->tensor;
+	jc->any = 1;
+	return r;
+}
+
+/* Hash what is left, wait, and check every digest. */
+static int jc_finish(struct jcheck *jc, struct dcr_err *e)
+{
+	struct plan *p = jc->p;
+	int r = 0;
+	for (size_t i = 0; i < p->n && !r; i++) {
+		struct jtensor *jt = &jc->jt[i];
+		if (!jt->queued && (jt->n || (p->t[i].t.flags & DCR_TENSOR_NEW)))
+			r = jc_queue(jc, (uint32_t)i);
+	}
+	int q = dcr_hpool_wait(jc->pool);
+	for (size_t i = 0; i < p->n && !r && !q; i++) {
+		struct jtensor *jt = &jc->jt[i];
+		if (!jt->late)
+			continue;
+		struct jitem **nv = realloc(jt->items, (jt->n + jt->nmore) * sizeof(*nv));
+		if (!nv) {
+			r = -ENOMEM;
+			break;
+		}
+		memcpy(nv + jt->n, jt->more, jt->nmore * sizeof(*nv));
+		jt->items = nv;
+		jt->n += jt->nmore;
+		jt->cap = jt->n;
+		jt->nmore = 0;
+		r = jc_queue(jc, (uint32_t)i);
+	}
+	if (!r)
+		q = dcr_hpool_wait(jc->pool);
+	if (r)
+		return dcr_err_sys(e, -r, "journal");
+	for (size_t i = 0; i < p->n; i++) {
+		struct jtensor *jt = &jc->jt[i];
+		struct ptensor *pt = &p->t[i];
+		if (!jt->queued)
+			continue;
+		if (jt->err) {
+			*e = jt->e;
+			return jt->err;
+		}
+		if (memcmp(jt->got.b, pt->t.digest.b, 32))
+			return jt->n ? dcr_err_set(e, DCR_EDIGEST,
+						   "tensor '%s' would not match its target digest: the delta does not fit this receiver's bits (nothing was written)",
+						   pt->t.name)
+				     : dcr_err_set(e, DCR_EDIGEST,
+						   "new tensor '%s' has no data but a non-zero digest",
+						   pt->t.name);
+		pt->verified = 1;
+	}
+	return q ? dcr_err_sys(e, -q, "cannot hash the journal's tensors") : 0;
+}
+
+static void jc_free(struct jcheck *jc)
+{
+	dcr_hpool_free(jc->pool); /* waits for what is still hashing */
+	for (size_t i = 0; jc->jt && i < jc->p->n; i++) {
+		for (size_t k = 0; k < jc->jt[i].n; k++)
+			free(jc->jt[i].items[k]);
+		for (size_t k = 0; k < jc->jt[i].nmore; k++)
+			free(jc->jt[i].more[k]);
+		free(jc->jt[i].items);
+		free(jc->jt[i].more);
+	}
+	free(jc->jt);
 }
 
 int ap_write_journal(struct ctx *x, struct plan *p, struct item_src src, struct dcr_err *e)
@@ -172,8 +280,9 @@ int ap_write_journal(struct ctx *x, struct plan *p, struct item_src src, struct 
 	char *tmp = dcr_receiver_path(x->rc, "journal.tmp");
 	char *fin = dcr_receiver_path(x->rc, "journal");
 	struct dcr_delta_writer w = {0};
-	int fd = -1, r = 0;
-	if (!tmp || !fin) {
+	struct jcheck jc;
+	int fd = -1, r = jc_init(&jc, p, x->rc->threads);
+	if (r || !tmp || !fin) {
 		r = dcr_err_sys(e, ENOMEM, "journal");
 		goto out;
 	}
@@ -199,6 +308,10 @@ int ap_write_journal(struct ctx *x, struct plan *p, struct item_src src, struct 
 	while ((r = src.next(src.ctx, p, &it, e)) == 1) {
 		if ((r = dcr_delta_write_item(&w, &it, e)))
 			break;
+		if ((r = jc_add(&jc, &it))) {
+			r = dcr_err_sys(e, -r, "journal");
+			break;
+		}
 		done++;
 		if (x->o && x->o->progress)
 			x->o->progress(x->o->progress_ctx, done, p->nitems * 2);
@@ -211,7 +324,7 @@ int ap_write_journal(struct ctx *x, struct plan *p, struct item_src src, struct 
 		r = dcr_delta_write_end(&w, &p->target, e);
 	if (r)
 		goto out;
-	if ((r = verify_journal(p, tmp, e)))
+	if ((r = jc_finish(&jc, e)))
 		goto out;
 	ap_step(x);
 	if (fsync(fd)) {
@@ -231,6 +344,7 @@ int ap_write_journal(struct ctx *x, struct plan *p, struct item_src src, struct 
 	if ((r = dcr_fsync_dir(x->rc->sdir)))
 		r = dcr_err_sys(e, r, "cannot fsync '%s'", x->rc->sdir);
 out:
+	jc_free(&jc);
 	if (fd >= 0)
 		close(fd);
 	if (r && tmp)
@@ -261,6 +375,9 @@ struct replay {
 	struct dcr_delta_reader rd;
 	dcr_digest *dg;		/* per tensor, after the overwrites */
 	struct dcr_cuda_ctx *gpu; /* --device cuda: overwrites scattered there */
+	uint8_t *sel;		/* tensors to check: touched, or in a rebuilt file */
+	uint8_t *queued, *late;	/* handed to the threads; written to after that */
+	struct dcr_hpool *pool;	/* hashes them while the files are written */
 };
 
 /* 1. staged files into place, removed files gone, the directory synced */
@@ -366,8 +483,50 @@ static int rp_open_file(struct replay *rp, const struct dcr_ckpt_tensor *ct,
 	return r;
 }
 
+/* What to check after the write, and room for every tensor's digest (the
+ * unchecked ones' taken from the journal: they were checked against the
+ * base before the commit). */
+static int rp_select(struct replay *rp, struct dcr_err *e)
+{
+	const struct plan *p = &rp->p;
+	rp->dg = dcr_calloc(p->n + 1, sizeof(*rp->dg));
+	rp->sel = dcr_calloc(p->n + 1, 1);
+	rp->queued = dcr_calloc(p->n + 1, 1);
+	rp->late = dcr_calloc(p->n + 1, 1);
+	int threads = rp->x->rc->threads > 0 ? rp->x->rc->threads : dcr_ncpu();
+	/* one thread more than cores: the writer mostly waits for the disk */
+	rp->pool = dcr_hpool_new(threads + 1);
+	if (!rp->dg || !rp->sel || !rp->queued || !rp->late || !rp->pool)
+		return dcr_err_sys(e, ENOMEM, "journal");
+	for (size_t i = 0; i < p->n; i++) {
+		int rebuilt = 0;
+		for (size_t k = 0; k < p->nrenames; k++)
+			rebuilt |= !strcmp(p->renames[k], p->t[i].t.file);
+		rp->sel[i] = p->t[i].touched || rebuilt;
+		if (!rp->sel[i])
+			rp->dg[i] = p->t[i].t.digest;
+	}
+	return 0;
+}
+
+/* Tensor i is written: start writing its pages back, and hash it while
+ * the rest is written. */
+static int rp_written(struct replay *rp, size_t i)
+{
+	const struct dcr_ckpt_tensor *ct = rp->p.t[i].cur;
+	const struct dcr_tensor_info *ti = ct->info;
+	struct wfile *f = &rp->wf[ct->file];
+	if (f->fd >= 0)
+		sync_file_range(f->fd, (off_t)ct->file_off, (off_t)dcr_tensor_bytes(ti),
+				SYNC_FILE_RANGE_WRITE);
+	rp->queued[i] = 1;
+	return dcr_hpool_add(rp->pool, ti->dtype, ti->ndim, ti->shape, ct->data, NULL, NULL, 1,
+			     &rp->dg[i]);
+}
+
 /* 2. overwrites: the journal read again, each item scattered into its
- * file's mapping, then every written file synced */
+ * file's mapping, each tensor hashed (step 3) once its items are written,
+ * then every written file synced */
 static int rp_overwrite(struct replay *rp, struct dcr_err *e)
 {
 	struct ctx *x = rp->x;
@@ -379,6 +538,8 @@ static int rp_overwrite(struct replay *rp, struct dcr_err *e)
 		return dcr_err_sys(e, ENOMEM, "journal");
 	for (size_t i = 0; i < c->nfiles; i++)
 		rp->wf[i].fd = -1;
+	if ((r = rp_select(rp, e)))
+		return r;
 	if (lseek(rp->fd, 0, SEEK_SET))
 		return dcr_err_sys(e, errno, "cannot rewind the journal");
 	if ((r = dcr_delta_reader_init(&rp->rd, (struct dcr_source){dcr_source_fd_read, &rp->fd},
@@ -387,6 +548,7 @@ static int rp_overwrite(struct replay *rp, struct dcr_err *e)
 	rp->rd.journal = 1;
 	struct dcr_delta_rec rec;
 	uint64_t nitems = 0;
+	size_t cur = SIZE_MAX; /* the tensor being written */
 	while ((r = dcr_delta_next(&rp->rd, &rec, e)) == 1) {
 		if (rec.type != DCR_REC_ITEM)
 			continue;
@@ -404,6 +566,12 @@ static int rp_overwrite(struct replay *rp, struct dcr_err *e)
 		struct wfile *f;
 		if ((r = rp_open_file(rp, ct, &f, e)))
 			break;
+		if (it.tensor != cur) {
+			if (cur != SIZE_MAX && !rp->queued[cur] && (r = rp_written(rp, cur)))
+				break;
+			cur = it.tensor;
+			rp->late[cur] |= rp->queued[cur]; /* out of order: hashed again */
+		}
 		uint8_t *dst = f->map + ct->file_off + it.start * unit;
 		if (x->o && x->o->device == DCR_DEVICE_CUDA) {
 			/* the same overwrites, scattered on the device */
@@ -419,8 +587,15 @@ static int rp_overwrite(struct replay *rp, struct dcr_err *e)
 		if (x->o && x->o->progress)
 			x->o->progress(x->o->progress_ctx, p->nitems + nitems, p->nitems * 2);
 	}
+	if (r == -ENOMEM)
+		return dcr_err_sys(e, ENOMEM, "journal");
 	if (r < 0)
 		return r;
+	for (size_t i = 0; i < p->n && !r; i++)
+		if (rp->sel[i] && !rp->queued[i] && !rp->late[i])
+			r = rp_written(rp, i); /* the last one, and rebuilt files */
+	if (r)
+		return dcr_err_sys(e, -r, "journal");
 	for (size_t i = 0; i < c->nfiles; i++) {
 		if (rp->wf[i].fd < 0)
 			continue;
@@ -432,41 +607,29 @@ static int rp_overwrite(struct replay *rp, struct dcr_err *e)
 }
 
 /* 3. check touched tensors and those in rebuilt files (rp->dg: every
- * tensor's digest, the others' taken from the journal) */
+ * tensor's digest) */
 static int rp_check(struct replay *rp, struct dcr_apply_result *res, struct dcr_err *e)
 {
 	const struct plan *p = &rp->p;
-	int r = 0;
-	rp->dg = dcr_calloc(p->n, sizeof(*rp->dg));
-	if (!rp->dg)
-		return dcr_err_sys(e, ENOMEM, "journal");
-	dcr_digest *dg = rp->dg;
-	uint8_t *sel = dcr_calloc(p->n, 1);
-	if (!sel)
-		return dcr_err_sys(e, ENOMEM, "journal");
+	int r = dcr_hpool_wait(rp->pool);
+	for (size_t i = 0; i < p->n && !r; i++)
+		if (rp->late[i])
+			r = rp_written(rp, i);
+	if (!r)
+		r = dcr_hpool_wait(rp->pool);
+	if (r)
+		return dcr_err_sys(e, -r, "cannot hash '%s'", rp->x->rc->dir);
 	for (size_t i = 0; i < p->n; i++) {
-		int rebuilt = 0;
-		for (size_t k = 0; k < p->nrenames; k++)
-			rebuilt |= !strcmp(p->renames[k], p->t[i].t.file);
-		sel[i] = p->t[i].touched || rebuilt;
-		if (!sel[i])
-			dg[i] = p->t[i].t.digest; /* checked against the base before the commit */
-	}
-	dcr_ckpt_digests_sel(rp->c, dg, sel, 0); /* c's order is the plan's (checked above) */
-	for (size_t i = 0; i < p->n; i++) {
-		if (!sel[i])
+		if (!rp->sel[i])
 			continue;
-		if (memcmp(dg[i].b, p->t[i].t.digest.b, 32)) {
-			r = dcr_err_set(e, DCR_EDIGEST,
-					"receiver '%s': tensor '%s' does not match its target digest after apply",
-					rp->x->rc->dir, p->t[i].t.name);
-			break;
-		}
+		if (memcmp(rp->dg[i].b, p->t[i].t.digest.b, 32))
+			return dcr_err_set(e, DCR_EDIGEST,
+					   "receiver '%s': tensor '%s' does not match its target digest after apply",
+					   rp->x->rc->dir, p->t[i].t.name);
 		if (res)
 			res->tensors_checked++;
 	}
-	free(sel);
-	return r;
+	return 0;
 }
 
 /* 4. done: cache the new state, drop the journal and the staging area */
@@ -517,6 +680,7 @@ int ap_replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e)
 		goto out;
 	r = rp_done(&rp, jp, res, e);
 out:
+	dcr_hpool_free(rp.pool); /* its threads read the checkpoint */
 	if (rp.wf)
 		for (size_t i = 0; rp.c && i < rp.c->nfiles; i++) {
 			if (rp.wf[i].map)
@@ -526,6 +690,9 @@ out:
 		}
 	free(rp.wf);
 	free(rp.dg);
+	free(rp.sel);
+	free(rp.queued);
+	free(rp.late);
 	dcr_delta_reader_release(&rp.rd);
 	dcr_changes_free(&rp.ch);
 	dcr_cuda_ctx_free(rp.gpu);

@@ -206,6 +206,10 @@ int ap_read_plan(struct dcr_source src, const uint8_t *head, size_t head_len, in
 		return dcr_err_sys(e, errno, "cannot stage %s", what);
 	int r = dcr_delta_reader_init_flags(&rd, (struct dcr_source){tee_read, &t}, head, head_len,
 					    DCR_DELTA_DENSE, what, e);
+	if (r && journal && rd.version == 1)
+		r = dcr_err_set(e, DCR_EFORMAT,
+				"%s was written by an older dcr (version 1 tensor digests): finish the interrupted apply with that dcr-apply --recover first",
+				what);
 	rd.journal = journal;
 	struct dcr_delta_rec rec;
 	while (!r && (r = dcr_delta_next(&rd, &rec, e)) == 1)

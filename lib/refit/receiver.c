@@ -160,7 +160,7 @@ int dcr_receiver_save_state(struct dcr_receiver *rc, const struct dcr_ckpt *c,
 	char hex[65], line[600];
 	dcr_digest_hex(id, hex);
 	int r = 0;
-	char *s = dcr_asprintf("dcr-state 1\nid %s\nfiles %zu\n", hex, c->nfiles);
+	char *s = dcr_asprintf("dcr-state 2\nid %s\nfiles %zu\n", hex, c->nfiles);
 	r = s ? dcr_buf_add(&b, s, strlen(s)) : -ENOMEM;
 	free(s);
 	for (size_t i = 0; i < c->nfiles && !r; i++) {
@@ -204,8 +204,8 @@ int dcr_receiver_cached_state(struct dcr_receiver *rc, const struct dcr_ckpt *c,
 	char line[600];
 	size_t nf = 0, nt = 0;
 	r = -1;
-	if (!ln || strcmp(ln, "dcr-state 1"))
-		goto out;
+	if (!ln || strcmp(ln, "dcr-state 2"))
+		goto out; /* another dcr's cache (version 1: SHA-256): recomputed */
 	ln = strtok_r(NULL, "\n", &save);
 	if (!ln || strncmp(ln, "id ", 3) || dcr_digest_parse_hex(ln + 3, id))
 		goto out;
@@ -243,7 +243,11 @@ int dcr_receiver_state(struct dcr_receiver *rc, const struct dcr_ckpt *c, int re
 		return dcr_err_sys(e, ENOMEM, "%s", rc->dir);
 	int cached = !dcr_receiver_cached_state(rc, c, id, dg);
 	if (!cached) {
-		dcr_ckpt_digests(c, dg, 0);
+		int r = dcr_ckpt_digests(c, dg, rc->threads);
+		if (r) {
+			free(dg);
+			return dcr_err_sys(e, -r, "cannot hash '%s'", rc->dir);
+		}
 		dcr_ckpt_state_from(c, dg, id);
 		if (refresh)
 			dcr_receiver_save_state(rc, c, id, dg, e); /* best effort */

@@ -18,6 +18,7 @@ struct dcr_receiver {
 	char *dir;   /* checkpoint directory */
 	char *sdir;  /* dir/.dcr */
 	int lock_fd;
+	int threads; /* threads that hash its tensors (0, the default: every core) */
 };
 
 /* lock: 0 none; DCR_RECEIVER_LOCK (1) the exclusive lock whoever changes

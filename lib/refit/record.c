@@ -1,5 +1,5 @@
-/* record.c - the small text records of the commit protocol ("dcr-head 1",
- * "dcr-applied 1", "dcr-ack 1", "dcr-ref 1"): key-value lines, written
+/* record.c - the small text records of the commit protocol ("dcr-head 2",
+ * "dcr-applied 2", "dcr-ack 1", "dcr-ref 1"): key-value lines, written
  * atomically. See record.h. */
 #include "config.h"
 

@@ -1,5 +1,5 @@
 /* record.h - the small text records of the commit protocol: a magic line
- * ("dcr-head 1"), then "key value" lines. Internal to libdcr. */
+ * ("dcr-head 2"), then "key value" lines. Internal to libdcr. */
 #ifndef DCR_REFIT_RECORD_H
 #define DCR_REFIT_RECORD_H
 
