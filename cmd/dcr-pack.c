@@ -228,6 +228,66 @@ static void progress(void *ctx, uint64_t done, uint64_t total)
 	cmd_progress_bytes(ctx, done, done);
 }
 
+/* --producer R/N */
+static void parse_producer(const char *arg, struct dcr_pack_opts *o)
+{
+	const char *sl = strchr(arg, '/');
+	char rs[32];
+	if (!sl || (size_t)(sl - arg) >= sizeof(rs))
+		cmd_usage_error(usage, "--producer wants R/N, not '%s'", arg);
+	memcpy(rs, arg, (size_t)(sl - arg));
+	rs[sl - arg] = 0;
+	o->producers = (int)cmd_parse_u64(usage, "--producer N", sl + 1, 1, DCR_PRODUCERS_MAX);
+	o->producer = (uint32_t)cmd_parse_u64(usage, "--producer R", rs, 0,
+					      (uint64_t)o->producers - 1);
+}
+
+/* --attempt HEX (32 hex digits) into attempt, which o then names */
+static void parse_attempt(const char *arg, uint8_t attempt[16], struct dcr_pack_opts *o)
+{
+	char hex[65];
+	dcr_digest d;
+	if (strlen(arg) != 32)
+		cmd_usage_error(usage, "--attempt wants 32 hex digits, not '%s'", arg);
+	memcpy(hex, arg, 32);
+	memset(hex + 32, '0', 32);
+	hex[64] = 0;
+	if (dcr_digest_parse_hex(hex, &d))
+		cmd_usage_error(usage, "--attempt wants 32 hex digits, not '%s'", arg);
+	memcpy(attempt, d.b, 16);
+	o->attempt = attempt;
+}
+
+/* --policy NAME: 1 to DCR_POLICY_MAX printable bytes, no '/' */
+static void check_policy(const char *policy)
+{
+	if (!*policy || strlen(policy) > DCR_POLICY_MAX || strchr(policy, '/'))
+		cmd_usage_error(usage, "--policy wants a name of 1 to %d printable bytes without '/', not '%s'",
+				DCR_POLICY_MAX, policy);
+	for (const char *p = policy; *p; p++)
+		if (*p < 0x21 || *p > 0x7e)
+			cmd_usage_error(usage, "--policy wants printable bytes, not '%s'", policy);
+}
+
+/* --sign KEY.sec: the key into sk, which o then signs with; returns the
+ * public key's name for the signature's comment (malloc'd, or NULL) */
+static char *load_signer(const char *sign, struct dcr_seckey *sk, struct dcr_pack_opts *o)
+{
+	struct dcr_err ke = {0};
+	if (dcr_seckey_load(sign, sk, &ke))
+		cmd_die_err(&ke, EXIT_FATAL);
+	o->sign = sk;
+	/* the comment names the public key beside it, as signify's does */
+	const char *b = strrchr(sign, '/');
+	b = b ? b + 1 : sign;
+	size_t bl = strlen(b);
+	char *pub_name = bl > 4 && !strcmp(b + bl - 4, ".sec")
+				 ? dcr_asprintf("%.*s.pub", (int)(bl - 4), b)
+				 : NULL;
+	o->sign_pub = pub_name;
+	return pub_name;
+}
+
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-pack", argc, argv);
@@ -271,33 +331,8 @@ int main(int argc, char **argv)
 			else
 				cmd_usage_error(usage, "unknown --digest '%s' (blake3, sha256)", optarg);
 			break;
-		case 'R': {
-			const char *sl = strchr(optarg, '/');
-			char rs[32];
-			if (!sl || (size_t)(sl - optarg) >= sizeof(rs))
-				cmd_usage_error(usage, "--producer wants R/N, not '%s'", optarg);
-			memcpy(rs, optarg, (size_t)(sl - optarg));
-			rs[sl - optarg] = 0;
-			o.producers = (int)cmd_parse_u64(usage, "--producer N", sl + 1, 1,
-							 DCR_PRODUCERS_MAX);
-			o.producer = (uint32_t)cmd_parse_u64(usage, "--producer R", rs, 0,
-							     (uint64_t)o.producers - 1);
-			break;
-		}
-		case 'A': {
-			char hex[65];
-			dcr_digest d;
-			if (strlen(optarg) != 32)
-				cmd_usage_error(usage, "--attempt wants 32 hex digits, not '%s'", optarg);
-			memcpy(hex, optarg, 32);
-			memset(hex + 32, '0', 32);
-			hex[64] = 0;
-			if (dcr_digest_parse_hex(hex, &d))
-				cmd_usage_error(usage, "--attempt wants 32 hex digits, not '%s'", optarg);
-			memcpy(attempt, d.b, 16);
-			o.attempt = attempt;
-			break;
-		}
+		case 'R': parse_producer(optarg, &o); break;
+		case 'A': parse_attempt(optarg, attempt, &o); break;
 		case 'V':
 			o.version = cmd_parse_version(usage, "--version", optarg);
 			o.have_version = 1;
@@ -327,27 +362,10 @@ int main(int argc, char **argv)
 		cmd_usage_error(usage, "--policy goes with --version");
 	if ((sign || o.have_version) && (list || delta_out))
 		cmd_usage_error(usage, "--sign and --version make a pack; not with --list or --delta");
-	if (o.policy && (!*o.policy || strlen(o.policy) > DCR_POLICY_MAX || strchr(o.policy, '/')))
-		cmd_usage_error(usage, "--policy wants a name of 1 to %d printable bytes without '/', not '%s'",
-				DCR_POLICY_MAX, o.policy);
-	for (const char *p = o.policy; p && *p; p++)
-		if (*p < 0x21 || *p > 0x7e)
-			cmd_usage_error(usage, "--policy wants printable bytes, not '%s'", o.policy);
+	if (o.policy)
+		check_policy(o.policy);
 	struct dcr_seckey sk;
-	char *pub_name = NULL;
-	if (sign) {
-		struct dcr_err ke = {0};
-		if (dcr_seckey_load(sign, &sk, &ke))
-			cmd_die_err(&ke, EXIT_FATAL);
-		o.sign = &sk;
-		/* the comment names the public key beside it, as signify's does */
-		const char *b = strrchr(sign, '/');
-		b = b ? b + 1 : sign;
-		size_t bl = strlen(b);
-		pub_name = bl > 4 && !strcmp(b + bl - 4, ".sec") ? dcr_asprintf("%.*s.pub", (int)(bl - 4), b)
-								 : NULL;
-		o.sign_pub = pub_name;
-	}
+	char *pub_name = sign ? load_signer(sign, &sk, &o) : NULL;
 	if (base && !squash)
 		cmd_usage_error(usage, "--base goes with --squash");
 	if (squash && list)
