@@ -195,6 +195,76 @@ static int tensors_add_up(const struct dcr_manifest *m)
 	return !memcmp(d.b, m->target.b, 32);
 }
 
+/* The parts of a manifest after its tensor table, each 0, 1 when
+ * malformed, or -ENOMEM; what they fill is freed with the manifest. */
+
+/* The removed tensors' names. */
+static int read_removed(struct dcr_rd *rd, struct dcr_manifest *m)
+{
+	uint32_t nr = dcr_rd_le32(rd);
+	if (rd->bad || nr > dcr_rd_left(rd))
+		return 1;
+	if (!(m->removed = dcr_calloc(nr, sizeof(char *))))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < nr; i++) {
+		uint64_t n = dcr_rd_varint(rd);
+		const uint8_t *s = rd->bad || n > 65535 ? NULL : dcr_rd_bytes(rd, n);
+		if (!s || memchr(s, 0, n))
+			return 1;
+		m->removed[i] = strndup((const char *)s, n);
+		m->nremoved = i + 1;
+		if (!m->removed[i])
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* DCR_MANIFEST_BASES: the alternative bases of an overwrite-only retry. */
+static int read_alt(struct dcr_rd *rd, struct dcr_manifest *m)
+{
+	uint32_t na = dcr_rd_le32(rd);
+	if (rd->bad || !na || na > 4096 || dcr_rd_left(rd) < (size_t)na * 32)
+		return 1;
+	if (!(m->alt = dcr_calloc(na, sizeof(dcr_digest))))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < na; i++)
+		memcpy(m->alt[i].b, dcr_rd_bytes(rd, 32), 32);
+	m->nalt = na;
+	return 0;
+}
+
+/* DCR_MANIFEST_VERSION: the version the pack reaches and its policy. */
+static int read_version(struct dcr_rd *rd, struct dcr_manifest *m)
+{
+	m->version = dcr_rd_le64(rd);
+	uint64_t n = dcr_rd_varint(rd);
+	const uint8_t *s = rd->bad || n > DCR_POLICY_MAX ? NULL : dcr_rd_bytes(rd, n);
+	if (!s)
+		return 1;
+	for (uint64_t i = 0; i < n; i++)
+		if (s[i] < 0x21 || s[i] > 0x7e || s[i] == '/')
+			return 1; /* a policy is one printable name component */
+	if (!(m->policy = strndup((const char *)s, n)))
+		return -ENOMEM;
+	m->have_version = 1;
+	return 0;
+}
+
+/* DCR_MANIFEST_INDEX: each payload's index, strictly increasing. */
+static int read_index(struct dcr_rd *rd, struct dcr_manifest *m)
+{
+	if (rd->bad || m->npayloads > dcr_rd_left(rd) / 4)
+		return 1;
+	if (!(m->pindex = dcr_calloc(m->npayloads ? m->npayloads : 1, sizeof(uint32_t))))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < m->npayloads; i++) {
+		m->pindex[i] = dcr_rd_le32(rd);
+		if (i && m->pindex[i] <= m->pindex[i - 1])
+			return 1; /* no payload twice */
+	}
+	return 0;
+}
+
 int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
 		       struct dcr_err *e)
 {
@@ -247,33 +317,16 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 		goto oom;
 	if (r)
 		goto bad;
-	uint32_t nr = dcr_rd_le32(&rd);
-	if (rd.bad || nr > dcr_rd_left(&rd))
-		goto bad;
-	m->removed = dcr_calloc(nr, sizeof(char *));
-	if (!m->removed)
+	if ((r = read_removed(&rd, m)) == -ENOMEM)
 		goto oom;
-	for (uint32_t i = 0; i < nr; i++) {
-		uint64_t n = dcr_rd_varint(&rd);
-		const uint8_t *s = rd.bad || n > 65535 ? NULL : dcr_rd_bytes(&rd, n);
-		if (!s || memchr(s, 0, n))
-			goto bad;
-		m->removed[i] = strndup((const char *)s, n);
-		m->nremoved = i + 1;
-		if (!m->removed[i])
-			goto oom;
-	}
+	if (r)
+		goto bad;
 	m->nitems = dcr_rd_le64(&rd);
 	m->nchanges = dcr_rd_le64(&rd);
-	if (flags & DCR_MANIFEST_BASES) {
-		uint32_t na = dcr_rd_le32(&rd);
-		if (rd.bad || !na || na > 4096 || dcr_rd_left(&rd) < (size_t)na * 32)
-			goto bad;
-		if (!(m->alt = dcr_calloc(na, sizeof(dcr_digest))))
+	if ((flags & DCR_MANIFEST_BASES) && (r = read_alt(&rd, m))) {
+		if (r == -ENOMEM)
 			goto oom;
-		for (uint32_t i = 0; i < na; i++)
-			memcpy(m->alt[i].b, dcr_rd_bytes(&rd, 32), 32);
-		m->nalt = na;
+		goto bad;
 	}
 	if (flags & DCR_MANIFEST_PIECES) {
 		r = parse_pieces(&rd, what, m, e);
@@ -284,29 +337,15 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 			return r;
 		}
 	}
-	if (flags & DCR_MANIFEST_VERSION) {
-		m->version = dcr_rd_le64(&rd);
-		uint64_t n = dcr_rd_varint(&rd);
-		const uint8_t *s = rd.bad || n > DCR_POLICY_MAX ? NULL : dcr_rd_bytes(&rd, n);
-		if (!s)
-			goto bad;
-		for (uint64_t i = 0; i < n; i++)
-			if (s[i] < 0x21 || s[i] > 0x7e || s[i] == '/')
-				goto bad; /* a policy is one printable name component */
-		if (!(m->policy = strndup((const char *)s, n)))
+	if ((flags & DCR_MANIFEST_VERSION) && (r = read_version(&rd, m))) {
+		if (r == -ENOMEM)
 			goto oom;
-		m->have_version = 1;
+		goto bad;
 	}
-	if (flags & DCR_MANIFEST_INDEX) {
-		if (rd.bad || m->npayloads > dcr_rd_left(&rd) / 4)
-			goto bad;
-		if (!(m->pindex = dcr_calloc(m->npayloads ? m->npayloads : 1, sizeof(uint32_t))))
+	if ((flags & DCR_MANIFEST_INDEX) && (r = read_index(&rd, m))) {
+		if (r == -ENOMEM)
 			goto oom;
-		for (uint32_t i = 0; i < m->npayloads; i++) {
-			m->pindex[i] = dcr_rd_le32(&rd);
-			if (i && m->pindex[i] <= m->pindex[i - 1])
-				goto bad; /* strictly increasing: no payload twice */
-		}
+		goto bad;
 	}
 	if (rd.bad || dcr_rd_left(&rd))
 		goto bad;

@@ -88,82 +88,117 @@ static int flush_payload(struct packer *k, struct dcr_err *e)
 	return r;
 }
 
+/* A TENSOR record: its body kept, to go into each payload that has its items. */
+static int pack_tensor(struct packer *k, const struct dcr_delta_rec *rec, struct dcr_err *e)
+{
+	int r;
+	if (k->m.ntensors == k->tcap) {
+		size_t cap = k->tcap ? 2 * k->tcap : 256;
+		struct dcr_delta_tensor *t = realloc(k->m.tensors, cap * sizeof(*t));
+		if (t)
+			k->m.tensors = t;
+		struct dcr_buf *b = realloc(k->tbody, cap * sizeof(*b));
+		if (b)
+			k->tbody = b;
+		int32_t *l = realloc(k->local, cap * sizeof(*l));
+		if (l)
+			k->local = l;
+		uint32_t *u = realloc(k->used, cap * sizeof(*u));
+		if (u)
+			k->used = u;
+		struct dcr_parts *pp = realloc(k->parts, cap * sizeof(*pp));
+		if (pp)
+			k->parts = pp;
+		uint8_t *hp = realloc(k->have_parts, cap);
+		if (hp)
+			k->have_parts = hp;
+		if (!t || !b || !l || !u || !pp || !hp)
+			return dcr_err_sys(e, ENOMEM, "pack");
+		k->tcap = cap;
+	}
+	uint32_t i = k->m.ntensors;
+	if ((r = dcr_delta_parse_tensor(rec, &k->m.tensors[i], e)))
+		return r;
+	k->m.ntensors++;
+	if (i && strcmp(k->m.tensors[i - 1].name, k->m.tensors[i].name) >= 0)
+		return dcr_err_set(e, DCR_EFORMAT, "delta: tensor '%s' is out of order",
+				   k->m.tensors[i].name);
+	memset(&k->tbody[i], 0, sizeof(k->tbody[i]));
+	memset(&k->parts[i], 0, sizeof(k->parts[i]));
+	k->have_parts[i] = 0;
+	k->local[i] = -1;
+	if (dcr_buf_add(&k->tbody[i], rec->body, rec->len))
+		return dcr_err_sys(e, ENOMEM, "pack");
+	return 0;
+}
+
+/* An ITEM record into the current payload (its tensor's record first, once
+ * per payload), flushed at the payload size. */
+static int pack_item(struct packer *k, const struct dcr_delta_rec *rec, struct dcr_err *e)
+{
+	int r;
+	struct dcr_item it;
+	if ((r = dcr_delta_parse_item(rec, &it, e)))
+		return r;
+	if (it.tensor >= k->m.ntensors)
+		return dcr_err_set(e, DCR_EFORMAT, "delta: item for undeclared tensor %u",
+				   it.tensor);
+	if (k->local[it.tensor] < 0) {
+		if (raw_record(&k->raw, DCR_REC_TENSOR, k->tbody[it.tensor].p,
+			       k->tbody[it.tensor].len))
+			return dcr_err_sys(e, ENOMEM, "pack");
+		k->local[it.tensor] = (int32_t)k->nused;
+		k->used[k->nused++] = it.tensor;
+	}
+	/* the same item, its tensor renumbered for this payload */
+	struct dcr_rd rd;
+	dcr_rd_init(&rd, rec->body, rec->len);
+	dcr_rd_varint(&rd);
+	struct dcr_buf body = {0};
+	if (dcr_buf_add_varint(&body, (uint64_t)k->local[it.tensor]) ||
+	    dcr_buf_add(&body, rd.p, dcr_rd_left(&rd)) ||
+	    raw_record(&k->raw, DCR_REC_ITEM, body.p, body.len)) {
+		dcr_buf_free(&body);
+		return dcr_err_sys(e, ENOMEM, "pack");
+	}
+	dcr_buf_free(&body);
+	k->m.nitems++;
+	k->m.nchanges += it.n;
+	uint64_t cap = k->o && k->o->payload_size ? k->o->payload_size
+						   : DCR_DEFAULT_PAYLOAD_SIZE;
+	return k->raw.len >= cap ? flush_payload(k, e) : 0;
+}
+
+/* A PARTS record: the tensor's digest parts, for a producer's summary. */
+static int pack_parts(struct packer *k, const struct dcr_delta_rec *rec, struct dcr_err *e)
+{
+	int r;
+	uint32_t ti;
+	if (!k->o || !k->o->producers)
+		return 0; /* ancillary: a whole pack's manifest has the digests */
+	struct dcr_parts tmp = {0};
+	if ((r = dcr_delta_parse_parts(rec, &ti, &tmp.v, &tmp.n, &tmp.cap, e))) {
+		dcr_parts_free(&tmp);
+		return r;
+	}
+	if (ti + 1 != k->m.ntensors || k->have_parts[ti]) {
+		dcr_parts_free(&tmp);
+		return dcr_err_set(e, DCR_EFORMAT, "delta: digest parts out of place for tensor %u",
+				   ti);
+	}
+	k->parts[ti] = tmp;
+	k->have_parts[ti] = 1;
+	return 0;
+}
+
 static int pack_record(struct packer *k, const struct dcr_delta_rec *rec, struct dcr_err *e)
 {
 	int r;
 	switch (rec->type) {
-	case DCR_REC_TENSOR: {
-		if (k->m.ntensors == k->tcap) {
-			size_t cap = k->tcap ? 2 * k->tcap : 256;
-			struct dcr_delta_tensor *t = realloc(k->m.tensors, cap * sizeof(*t));
-			if (t)
-				k->m.tensors = t;
-			struct dcr_buf *b = realloc(k->tbody, cap * sizeof(*b));
-			if (b)
-				k->tbody = b;
-			int32_t *l = realloc(k->local, cap * sizeof(*l));
-			if (l)
-				k->local = l;
-			uint32_t *u = realloc(k->used, cap * sizeof(*u));
-			if (u)
-				k->used = u;
-			struct dcr_parts *pp = realloc(k->parts, cap * sizeof(*pp));
-			if (pp)
-				k->parts = pp;
-			uint8_t *hp = realloc(k->have_parts, cap);
-			if (hp)
-				k->have_parts = hp;
-			if (!t || !b || !l || !u || !pp || !hp)
-				return dcr_err_sys(e, ENOMEM, "pack");
-			k->tcap = cap;
-		}
-		uint32_t i = k->m.ntensors;
-		if ((r = dcr_delta_parse_tensor(rec, &k->m.tensors[i], e)))
-			return r;
-		k->m.ntensors++;
-		if (i && strcmp(k->m.tensors[i - 1].name, k->m.tensors[i].name) >= 0)
-			return dcr_err_set(e, DCR_EFORMAT, "delta: tensor '%s' is out of order",
-					   k->m.tensors[i].name);
-		memset(&k->tbody[i], 0, sizeof(k->tbody[i]));
-		memset(&k->parts[i], 0, sizeof(k->parts[i]));
-		k->have_parts[i] = 0;
-		k->local[i] = -1;
-		if (dcr_buf_add(&k->tbody[i], rec->body, rec->len))
-			return dcr_err_sys(e, ENOMEM, "pack");
-		return 0;
-	}
-	case DCR_REC_ITEM: {
-		struct dcr_item it;
-		if ((r = dcr_delta_parse_item(rec, &it, e)))
-			return r;
-		if (it.tensor >= k->m.ntensors)
-			return dcr_err_set(e, DCR_EFORMAT, "delta: item for undeclared tensor %u",
-					   it.tensor);
-		if (k->local[it.tensor] < 0) {
-			if (raw_record(&k->raw, DCR_REC_TENSOR, k->tbody[it.tensor].p,
-				       k->tbody[it.tensor].len))
-				return dcr_err_sys(e, ENOMEM, "pack");
-			k->local[it.tensor] = (int32_t)k->nused;
-			k->used[k->nused++] = it.tensor;
-		}
-		/* the same item, its tensor renumbered for this payload */
-		struct dcr_rd rd;
-		dcr_rd_init(&rd, rec->body, rec->len);
-		dcr_rd_varint(&rd);
-		struct dcr_buf body = {0};
-		if (dcr_buf_add_varint(&body, (uint64_t)k->local[it.tensor]) ||
-		    dcr_buf_add(&body, rd.p, dcr_rd_left(&rd)) ||
-		    raw_record(&k->raw, DCR_REC_ITEM, body.p, body.len)) {
-			dcr_buf_free(&body);
-			return dcr_err_sys(e, ENOMEM, "pack");
-		}
-		dcr_buf_free(&body);
-		k->m.nitems++;
-		k->m.nchanges += it.n;
-		uint64_t cap = k->o && k->o->payload_size ? k->o->payload_size
-							   : DCR_DEFAULT_PAYLOAD_SIZE;
-		return k->raw.len >= cap ? flush_payload(k, e) : 0;
-	}
+	case DCR_REC_TENSOR:
+		return pack_tensor(k, rec, e);
+	case DCR_REC_ITEM:
+		return pack_item(k, rec, e);
 	case DCR_REC_REMOVE: {
 		char *name;
 		if ((r = dcr_delta_parse_name(rec, &name, e)))
@@ -188,24 +223,8 @@ static int pack_record(struct packer *k, const struct dcr_delta_rec *rec, struct
 		k->m.tensors[ti].have_digest = 1;
 		return 0;
 	}
-	case DCR_REC_PARTS: {
-		uint32_t ti;
-		if (!k->o || !k->o->producers)
-			return 0; /* ancillary: a whole pack's manifest has the digests */
-		struct dcr_parts tmp = {0};
-		if ((r = dcr_delta_parse_parts(rec, &ti, &tmp.v, &tmp.n, &tmp.cap, e))) {
-			dcr_parts_free(&tmp);
-			return r;
-		}
-		if (ti + 1 != k->m.ntensors || k->have_parts[ti]) {
-			dcr_parts_free(&tmp);
-			return dcr_err_set(e, DCR_EFORMAT, "delta: digest parts out of place for tensor %u",
-					   ti);
-		}
-		k->parts[ti] = tmp;
-		k->have_parts[ti] = 1;
-		return 0;
-	}
+	case DCR_REC_PARTS:
+		return pack_parts(k, rec, e);
 	case DCR_REC_CANON:
 		if (k->have_canon)
 			return dcr_err_set(e, DCR_EFORMAT, "delta: two CANON records");

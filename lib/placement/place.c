@@ -966,6 +966,56 @@ static int hsink_write(void *ctx, const void *p, size_t n)
 /* Resolve the canonical delta into the spool of rcs[0] (or find it there
  * from an interrupted run of the same delta). *all_done: every rank holds
  * the delta already (res filled). */
+/* 1 when every rank already holds the canonical delta d's placement
+ * (each result then says so), 0 when one does not, or an error. */
+static int placed_everywhere(struct dcr_receiver *const *rcs, uint32_t nranks,
+			     const dcr_digest *d, struct dcr_place_result *res, struct dcr_err *e)
+{
+	for (uint32_t k = 0; k < nranks; k++) {
+		int h = rank_holds(rcs[k], d, NULL, &res[k].apply.target, e);
+		if (h <= 0)
+			return h;
+	}
+	for (uint32_t k = 0; k < nranks; k++) {
+		res[k].already = res[k].apply.already = 1;
+		res[k].apply.base = res[k].apply.target;
+	}
+	return 1;
+}
+
+/* A spool of another delta (pending, resolved as presolved) may be
+ * replaced only once every rank placed it. */
+static int pending_placed(struct dcr_receiver *const *rcs, uint32_t nranks,
+			  const dcr_digest *pending, const dcr_digest *presolved, struct dcr_err *e)
+{
+	for (uint32_t k = 0; k < nranks; k++) {
+		dcr_digest cur;
+		int h = rank_holds(rcs[k], NULL, presolved, &cur, e);
+		if (h < 0)
+			return h;
+		if (!h) {
+			char hx[65];
+			dcr_digest_hex(pending, hx);
+			return dcr_err_set(e, DCR_EBASE,
+					   "replica '%s' has an unfinished placement of another delta (%.12s): apply that one again first",
+					   rcs[0]->dir, hx);
+		}
+	}
+	return 0;
+}
+
+/* The spool's record of what it holds: the canonical delta and its
+ * resolution. */
+static int spool_src_write(const struct spool *sp, const dcr_digest *canon,
+			   const dcr_digest *resolved, struct dcr_err *e)
+{
+	char text[256], h1[65], h2[65];
+	dcr_digest_hex(canon, h1);
+	dcr_digest_hex(resolved, h2);
+	int n = snprintf(text, sizeof(text), "canonical %s\nresolved %s\n", h1, h2);
+	return dcr_write_file_atomic(sp->src, text, (size_t)n, e);
+}
+
 static int replica_resolve(struct dcr_receiver *const *rcs, uint32_t nranks,
 			   const struct dcr_layout *L, struct dcr_source src, const uint8_t *head,
 			   size_t head_len, const char *what, const struct spool *sp,
@@ -1030,42 +1080,17 @@ static int replica_resolve(struct dcr_receiver *const *rcs, uint32_t nranks,
 		goto out;
 	}
 	/* placed everywhere before (its spool gone) */
-	int all = 1;
-	for (uint32_t k = 0; k < nranks && all; k++) {
-		int h = rank_holds(rcs[k], &d, NULL, &res[k].apply.target, e);
-		if (h < 0) {
-			r = h;
-			goto out;
-		}
-		all = h;
-	}
-	if (all) {
-		for (uint32_t k = 0; k < nranks; k++) {
-			res[k].already = res[k].apply.already = 1;
-			res[k].apply.base = res[k].apply.target;
-		}
+	if ((r = placed_everywhere(rcs, nranks, &d, res, e)) < 0)
+		goto out;
+	if (r) {
+		r = 0;
 		*all_done = 1;
 		dcr_atomic_abort(&a);
 		goto out;
 	}
-	if (have_pending) {
-		/* another delta's spool: fine only if every rank placed it */
-		for (uint32_t k = 0; k < nranks && !r; k++) {
-			dcr_digest cur;
-			int h = rank_holds(rcs[k], NULL, &presolved, &cur, e);
-			if (h < 0) {
-				r = h;
-			} else if (!h) {
-				char hx[65];
-				dcr_digest_hex(&pending, hx);
-				r = dcr_err_set(e, DCR_EBASE,
-						"replica '%s' has an unfinished placement of another delta (%.12s): apply that one again first",
-						rcs[0]->dir, hx);
-			}
-		}
-		if (r)
-			goto out;
-	}
+	/* another delta's spool: fine only if every rank placed it */
+	if (have_pending && (r = pending_placed(rcs, nranks, &pending, &presolved, e)))
+		goto out;
 	if (x.deferred) {
 		*e = x.derr;
 		r = x.deferred;
@@ -1077,11 +1102,7 @@ static int replica_resolve(struct dcr_receiver *const *rcs, uint32_t nranks,
 	hk.sha = NULL;
 	if ((r = dcr_atomic_commit(&a, e)))
 		goto out;
-	char text[256], h1[65], h2[65];
-	dcr_digest_hex(&d, h1);
-	dcr_digest_hex(&rdg, h2);
-	int n = snprintf(text, sizeof(text), "canonical %s\nresolved %s\n", h1, h2);
-	r = dcr_write_file_atomic(sp->src, text, (size_t)n, e);
+	r = spool_src_write(sp, &d, &rdg, e);
 out:
 	if (a.tmp)
 		dcr_atomic_abort(&a);
