@@ -498,7 +498,8 @@ static int join_tensor(struct htensor *t, size_t nbands)
 	for (size_t k = 0; k < nbands; k++) {
 		struct dcr_parts *bp = &t->band[k];
 		if (all.v) {
-			memcpy(all.v + all.n, bp->v, bp->n * sizeof(*bp->v));
+			if (bp->n)
+				memcpy(all.v + all.n, bp->v, bp->n * sizeof(*bp->v));
 			all.n += bp->n;
 			free(bp->v);
 			memset(bp, 0, sizeof(*bp));

@@ -497,7 +497,8 @@ static int canon_parts(struct rdctx *d, uint32_t c, struct dcr_parts *ps, struct
 	}
 	if (r)
 		goto oom;
-	qsort(o.v, o.n, sizeof(*o.v), cmp_orun);
+	if (o.n)
+		qsort(o.v, o.n, sizeof(*o.v), cmp_orun);
 	struct dcr_stripes s;
 	dcr_stripes_init(&s, cn->dtype, cn->ndim, cn->shape);
 	for (size_t i = 0; i < o.n; i++) {
