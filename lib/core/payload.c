@@ -26,16 +26,8 @@ char *dcr_payload_name(uint32_t index)
 
 int dcr_payload_name_parse(const char *name, uint32_t *index)
 {
-	if (strncmp(name, "payload-", 8))
-		return 0;
-	const char *p = name + 8;
-	uint64_t v = 0;
-	size_t digits = 0;
-	while (*p >= '0' && *p <= '9' && digits < 10) {
-		v = v * 10 + (uint64_t)(*p++ - '0');
-		digits++;
-	}
-	if (digits < 6 || strcmp(p, ".dcrp") || v > UINT32_MAX)
+	uint64_t v;
+	if (!dcr_numbered_name_parse(name, "payload-", ".dcrp", UINT32_MAX, &v))
 		return 0;
 	*index = (uint32_t)v;
 	return 1;

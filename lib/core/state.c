@@ -716,12 +716,13 @@ int dcr_ckpt_digests_sel(const struct dcr_ckpt *c, dcr_digest *out, const uint8_
 /* The state id: BLAKE3 over "dcr-state-v2\n" then, per tensor sorted by
  * name: le32 name length, name, le32 dtype name length, dtype name, le32
  * ndim, le64 dims, 32-byte digest. */
-void dcr_state_id(const struct dcr_state_entry *ent, size_t n, dcr_digest *out)
+void dcr_state_hash_entries(const char *magic, const struct dcr_state_entry *ent, size_t n,
+			    int digests, dcr_digest *out)
 {
 	struct dcr_blake3 h;
 	uint8_t t[8];
 	dcr_blake3_init(&h);
-	dcr_blake3_update(&h, DCR_STATE_MAGIC, strlen(DCR_STATE_MAGIC));
+	dcr_blake3_update(&h, magic, strlen(magic));
 	for (size_t i = 0; i < n; i++) {
 		const char *dt = dcr_dtype_name(ent[i].dtype);
 		size_t nl = strlen(ent[i].name), dl = strlen(dt);
@@ -737,9 +738,15 @@ void dcr_state_id(const struct dcr_state_entry *ent, size_t n, dcr_digest *out)
 			put_le64(t, ent[i].shape[k]);
 			dcr_blake3_update(&h, t, 8);
 		}
-		dcr_blake3_update(&h, ent[i].digest.b, DCR_DIGEST_LEN);
+		if (digests)
+			dcr_blake3_update(&h, ent[i].digest.b, DCR_DIGEST_LEN);
 	}
 	dcr_blake3_final(&h, out);
+}
+
+void dcr_state_id(const struct dcr_state_entry *ent, size_t n, dcr_digest *out)
+{
+	dcr_state_hash_entries(DCR_STATE_MAGIC, ent, n, 1, out);
 }
 
 void dcr_ckpt_state_from(const struct dcr_ckpt *c, const dcr_digest *dg, dcr_digest *id)

@@ -107,6 +107,11 @@ struct dcr_state_entry {
 	dcr_digest digest;
 };
 void dcr_state_id(const struct dcr_state_entry *ent, size_t n, dcr_digest *out);
+/* BLAKE3 of magic, then of each entry's name, dtype and shape (and digest
+ * when digests is set), each length-prefixed: dcr_state_id with
+ * DCR_STATE_MAGIC and digests, a pack's tensor set id without them. */
+void dcr_state_hash_entries(const char *magic, const struct dcr_state_entry *ent, size_t n,
+			    int digests, dcr_digest *out);
 /* Hash every tensor (optionally return per-tensor digests, ntensors long,
  * in c->tensors order) and compute the state id, on `threads` threads (0:
  * every core). */

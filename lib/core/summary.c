@@ -19,16 +19,8 @@ char *dcr_summary_name(uint32_t producer)
 
 int dcr_summary_name_parse(const char *name, uint32_t *producer)
 {
-	if (strncmp(name, "summary-", 8))
-		return 0;
-	const char *p = name + 8;
-	uint64_t v = 0;
-	size_t digits = 0;
-	while (*p >= '0' && *p <= '9' && digits < 10) {
-		v = v * 10 + (uint64_t)(*p++ - '0');
-		digits++;
-	}
-	if (digits < 6 || strcmp(p, ".dcrs") || v >= DCR_PRODUCERS_MAX)
+	uint64_t v;
+	if (!dcr_numbered_name_parse(name, "summary-", ".dcrs", DCR_PRODUCERS_MAX - 1, &v))
 		return 0;
 	*producer = (uint32_t)v;
 	return 1;
@@ -36,27 +28,7 @@ int dcr_summary_name_parse(const char *name, uint32_t *producer)
 
 void dcr_tensor_set_id(const struct dcr_state_entry *ent, size_t n, dcr_digest *out)
 {
-	struct dcr_blake3 h;
-	uint8_t t[8];
-	dcr_blake3_init(&h);
-	dcr_blake3_update(&h, "dcr-tensors-v1\n", 15);
-	for (size_t i = 0; i < n; i++) {
-		const char *dt = dcr_dtype_name(ent[i].dtype);
-		size_t nl = strlen(ent[i].name), dl = strlen(dt);
-		put_le32(t, (uint32_t)nl);
-		dcr_blake3_update(&h, t, 4);
-		dcr_blake3_update(&h, ent[i].name, nl);
-		put_le32(t, (uint32_t)dl);
-		dcr_blake3_update(&h, t, 4);
-		dcr_blake3_update(&h, dt, dl);
-		put_le32(t, ent[i].ndim);
-		dcr_blake3_update(&h, t, 4);
-		for (unsigned k = 0; k < ent[i].ndim; k++) {
-			put_le64(t, ent[i].shape[k]);
-			dcr_blake3_update(&h, t, 8);
-		}
-	}
-	dcr_blake3_final(&h, out);
+	dcr_state_hash_entries("dcr-tensors-v1\n", ent, n, 0, out);
 }
 
 /* ---- building ---- */

@@ -1,4 +1,4 @@
-/* util.c - memory helpers and the machine's size. */
+/* util.c - memory helpers, the machine's size, numbered names. */
 #include "config.h"
 
 #include <errno.h>
@@ -32,4 +32,23 @@ int dcr_ncpu(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+}
+
+int dcr_numbered_name_parse(const char *name, const char *prefix, const char *ext, uint64_t max,
+			    uint64_t *v)
+{
+	size_t pl = strlen(prefix);
+	if (strncmp(name, prefix, pl))
+		return 0;
+	const char *p = name + pl;
+	uint64_t n = 0;
+	size_t digits = 0;
+	while (*p >= '0' && *p <= '9' && digits < 10) {
+		n = n * 10 + (uint64_t)(*p++ - '0');
+		digits++;
+	}
+	if (digits < 6 || strcmp(p, ext) || n > max)
+		return 0;
+	*v = n;
+	return 1;
 }

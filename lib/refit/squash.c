@@ -452,15 +452,14 @@ static int sq_emit_cell(struct squash *sq, uint32_t ti, int isnew, uint64_t g, u
 	return r;
 }
 
-/* Tensor ti of the last delta: its TENSOR record (NEW when the chain
- * creates it), then its changes composed from its last creation on, cell
- * by cell. */
-static int sq_tensor(struct squash *sq, size_t ti, struct dcr_err *e)
+/* What both ways of squashing do first for tensor T of the last delta:
+ * find the last delta that creates it (*j0, *isnew; 0 and 0 when none
+ * does: it comes from the base), check the base holds it (bt: given in
+ * the --base way), write its TENSOR record, and move every input to it. */
+static int sq_tensor_start(struct squash *sq, const struct dcr_delta_tensor *T,
+			   const struct dcr_ckpt_tensor **bt, size_t *j0, int *isnew,
+			   struct dcr_err *e)
 {
-	const struct sq_in *last = &sq->in[sq->n - 1];
-	const struct dcr_delta_tensor *T = &last->t[ti];
-	int r = 0;
-	/* the last delta that creates T, if any */
 	long j = -1;
 	for (size_t i = 0; i < sq->n; i++) {
 		const struct dcr_delta_tensor *x = find(&sq->in[i], T->name, NULL);
@@ -474,14 +473,32 @@ static int sq_tensor(struct squash *sq, size_t ti, struct dcr_err *e)
 	if (j == -2) /* absent from some step yet never created after it */
 		return dcr_err_set(e, DCR_EFORMAT, "tensor '%s' disappears in the chain without being recreated",
 				   T->name);
-	size_t j0 = j < 0 ? 0 : (size_t)j;
-	int isnew = j >= 0;
+	*j0 = j < 0 ? 0 : (size_t)j;
+	*isnew = j >= 0;
+	if (bt && !*isnew) {
+		*bt = dcr_ckpt_find(sq->base, T->name);
+		if (!dcr_ckpt_tensor_is(*bt, T->dtype, T->ndim, T->shape))
+			return dcr_err_set(e, DCR_EBASE,
+					   "base checkpoint '%s' does not hold '%s' as the chain's first delta does",
+					   sq->base->path, T->name);
+	}
 	struct dcr_delta_tensor ot = *T;
-	ot.flags = isnew ? DCR_TENSOR_NEW : 0;
-	if ((r = dcr_delta_write_tensor(&sq->w, &ot, e)))
-		return r;
+	ot.flags = *isnew ? DCR_TENSOR_NEW : 0;
+	int r = dcr_delta_write_tensor(&sq->w, &ot, e);
 	for (size_t i = 0; i < sq->n && !r; i++)
-		r = skip_to(&sq->in[i], T->name, i < j0, e);
+		r = skip_to(&sq->in[i], T->name, i < *j0, e);
+	return r;
+}
+
+/* Tensor ti of the last delta: its TENSOR record (NEW when the chain
+ * creates it), then its changes composed from its last creation on, cell
+ * by cell. */
+static int sq_tensor(struct squash *sq, size_t ti, struct dcr_err *e)
+{
+	const struct dcr_delta_tensor *T = &sq->in[sq->n - 1].t[ti];
+	size_t j0;
+	int isnew;
+	int r = sq_tensor_start(sq, T, NULL, &j0, &isnew, e);
 	if (r)
 		return r;
 	unsigned unit = dcr_dtype_unit(T->dtype);
@@ -574,37 +591,11 @@ static int sq_emit_work(struct squash *sq, uint32_t ti, const struct dcr_delta_t
  * last delta's digest, and written. */
 static int sq_tensor_base(struct squash *sq, size_t ti, struct dcr_err *e)
 {
-	const struct sq_in *last = &sq->in[sq->n - 1];
-	const struct dcr_delta_tensor *T = &last->t[ti];
-	long j = -1;
-	for (size_t i = 0; i < sq->n; i++) {
-		const struct dcr_delta_tensor *x = find(&sq->in[i], T->name, NULL);
-		if (!x) {
-			j = -2;
-			continue;
-		}
-		if (x->flags & DCR_TENSOR_NEW)
-			j = (long)i;
-	}
-	if (j == -2)
-		return dcr_err_set(e, DCR_EFORMAT, "tensor '%s' disappears in the chain without being recreated",
-				   T->name);
-	size_t j0 = j < 0 ? 0 : (size_t)j;
-	int isnew = j >= 0, r;
+	const struct dcr_delta_tensor *T = &sq->in[sq->n - 1].t[ti];
 	const struct dcr_ckpt_tensor *bt = NULL;
-	if (!isnew) {
-		bt = dcr_ckpt_find(sq->base, T->name);
-		if (!dcr_ckpt_tensor_is(bt, T->dtype, T->ndim, T->shape))
-			return dcr_err_set(e, DCR_EBASE,
-					   "base checkpoint '%s' does not hold '%s' as the chain's first delta does",
-					   sq->base->path, T->name);
-	}
-	struct dcr_delta_tensor ot = *T;
-	ot.flags = isnew ? DCR_TENSOR_NEW : 0;
-	if ((r = dcr_delta_write_tensor(&sq->w, &ot, e)))
-		return r;
-	for (size_t i = 0; i < sq->n && !r; i++)
-		r = skip_to(&sq->in[i], T->name, i < j0, e);
+	size_t j0;
+	int isnew;
+	int r = sq_tensor_start(sq, T, &bt, &j0, &isnew, e);
 	if (r)
 		return r;
 	unsigned unit = dcr_dtype_unit(T->dtype);

@@ -2388,6 +2388,18 @@ unsigned dcr_relay_port(const struct dcr_relay *r)
 	return r->port;
 }
 
+/* Objects of a job queue that never ran, failed (under r->mu). */
+static void fail_queue(struct dcr_relay *r, struct robj **q)
+{
+	while (*q) {
+		struct robj *o = *q;
+		*q = o->qnext;
+		o->state = O_FAILED;
+		dcr_err_set(&o->err, -ECANCELED, "the relay is stopping");
+		obj_put(r, o);
+	}
+}
+
 void dcr_relay_stop(struct dcr_relay *r)
 {
 	if (!r)
@@ -2404,20 +2416,9 @@ void dcr_relay_stop(struct dcr_relay *r)
 		pthread_join(r->workers[i], NULL);
 	/* the jobs never run: their requests answer 503 */
 	pthread_mutex_lock(&r->mu);
-	while (r->fq) {
-		struct robj *o = r->fq;
-		r->fq = o->qnext;
-		o->state = O_FAILED;
-		dcr_err_set(&o->err, -ECANCELED, "the relay is stopping");
-		obj_put(r, o);
-	}
-	while (r->mq) {
-		struct robj *o = r->mq;
-		r->mq = o->qnext;
-		o->state = O_FAILED;
-		dcr_err_set(&o->err, -ECANCELED, "the relay is stopping");
-		obj_put(r, o);
-	}
+	fail_queue(r, &r->fq);
+	r->fq_tail = NULL;
+	fail_queue(r, &r->mq);
 	while (r->mreq) {
 		struct rreq *q = r->mreq;
 		r->mreq = q->tnext;
