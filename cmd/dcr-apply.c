@@ -30,6 +30,9 @@ static const char usage[] =
 	"                       $DCR_VERIFY_KEY, paths separated by ':'), or whose\n"
 	"                       signed version is not above the committed one;\n"
 	"                       checked before anything is written\n"
+	"      --recheck        hash every touched tensor again after the write (by\n"
+	"                       default its new bytes are hashed once, before the\n"
+	"                       commit; a recovery always hashes after the write)\n"
 	"      --threads N      hash with N threads (default: one per core)\n"
 	"      --progress       show progress on stderr\n"
 	"      --no-progress    do not show progress\n"
@@ -60,6 +63,7 @@ int main(int argc, char **argv)
 		{"version", required_argument, NULL, 'V'},
 		{"device", required_argument, NULL, 'G'},
 		CMD_TRUST_LONGOPT,
+		{"recheck", no_argument, NULL, 'C'},
 		{"threads", required_argument, NULL, 'N'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
@@ -67,11 +71,12 @@ int main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	int recover_only = 0, have_version = 0, device = DCR_DEVICE_CPU, threads = 0, c;
+	int recover_only = 0, have_version = 0, device = DCR_DEVICE_CPU, threads = 0, recheck = 0, c;
 	uint64_t version = 0;
 	while ((c = getopt_long(argc, argv, ":qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'R': recover_only = 1; break;
+		case 'C': recheck = 1; break;
 		case 'K': cmd_trust_key(optarg); break;
 		case 'V':
 			version = cmd_parse_version(usage, "--version", optarg);
@@ -93,7 +98,7 @@ int main(int argc, char **argv)
 		cmd_refuse_tty_input("a delta");
 	struct dcr_apply_opts o = {.progress = progress, .fault = &cmd_fault,
 				   .have_version = have_version, .version = version,
-				   .device = device,
+				   .device = device, .recheck = recheck,
 				   .trust = recover_only ? NULL : cmd_trust(0)};
 	struct dcr_err e = {0};
 	struct dcr_receiver *rc;

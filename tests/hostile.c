@@ -15,6 +15,14 @@
  *                                manifest (whose
  *                                target digest is wrong: an apply must fail
  *                                at the check, after staging)
+ *   hostile overlap CKPT OUT     a delta stream (not a pack) from CKPT's
+ *                                state whose first tensor gets two OVERWRITE
+ *                                items that overlap (elements [0, 8) and
+ *                                [4, 12), different values where they
+ *                                meet), with the digests of applying them in
+ *                                the stream's order: the journal's check and
+ *                                its replay would put them together in
+ *                                different orders if both were taken
  *   hostile tamper IN OUT        payload file IN with one record more (an
  *                                ancillary one) and its trailer made anew:
  *                                a payload that checks out by itself, and
@@ -295,6 +303,90 @@ static int cmd_tamper(const char *in, const char *out)
 	return 0;
 }
 
+static void overlap_item(struct dcr_delta_writer *w, uint32_t t, unsigned unit, uint64_t start,
+			 uint8_t fill, uint8_t *bits)
+{
+	struct dcr_changes ch = {0};
+	struct dcr_buf enc = {0};
+	struct dcr_err e = {0};
+	if (dcr_changes_reserve(&ch, 8))
+		die("out of memory", NULL);
+	for (size_t k = 0; k < 8; k++) {
+		ch.pos[k] = k;
+		ch.val[k] = fill + k;
+		memset(bits + (start + k) * unit, 0, unit);
+		bits[(start + k) * unit] = (uint8_t)(fill + k);
+	}
+	ch.n = 8;
+	struct dcr_item it = {.tensor = t, .enc = DCR_ENC_OVERWRITE, .start = start, .len = 8, .n = 8};
+	if (dcr_item_encode(&ch, unit, 8, 0, &it.codec, &enc, &e))
+		die("encode", &e);
+	it.data = enc.p;
+	it.data_len = enc.len;
+	if (dcr_delta_write_item(w, &it, &e))
+		die("write", &e);
+	dcr_buf_free(&enc);
+	dcr_changes_free(&ch);
+}
+
+static int cmd_overlap(const char *dir, const char *out)
+{
+	struct dcr_err e = {0};
+	struct dcr_ckpt *c;
+	if (dcr_ckpt_open(dir, &c, &e))
+		die(dir, &e);
+	dcr_digest *dg = calloc(c->ntensors + 1, sizeof(*dg));
+	if (!dg)
+		die("out of memory", NULL);
+	for (size_t i = 0; i < c->ntensors; i++)
+		dcr_tensor_digest(&c->tensors[i], &dg[i]);
+	dcr_digest base, target;
+	dcr_ckpt_state_from(c, dg, &base);
+	const struct dcr_tensor_info *ti = c->tensors[0].info;
+	unsigned unit = dcr_dtype_unit(ti->dtype);
+	size_t nbytes = (size_t)dcr_tensor_bytes(ti);
+	if (nbytes < 12 * unit)
+		die("the first tensor has fewer than 12 elements", NULL);
+	uint8_t *bits = malloc(nbytes);
+	if (!bits)
+		die("out of memory", NULL);
+	memcpy(bits, c->tensors[0].data, nbytes);
+	int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		die(out, NULL);
+	struct dcr_delta_writer w = {0};
+	uint8_t attempt[16] = {1};
+	if (dcr_delta_writer_init(&w, (struct dcr_sink){dcr_sink_fd_write, &fd}, &base, attempt,
+				  "overlap", &e))
+		die("write", &e);
+	for (size_t i = 0; i < c->ntensors; i++) {
+		const struct dcr_tensor_info *t = c->tensors[i].info;
+		struct dcr_delta_tensor dt = {.name = (char *)t->name,
+					      .file = (char *)c->file_names[c->tensors[i].file],
+					      .dtype = t->dtype, .ndim = t->ndim, .nelem = t->nelem};
+		memcpy(dt.shape, t->shape, sizeof(dt.shape));
+		if (dcr_delta_write_tensor(&w, &dt, &e))
+			die("write", &e);
+	}
+	/* in the stream's order: [0, 8) then [4, 12), which wins at 4..7 */
+	overlap_item(&w, 0, unit, 0, 0x10, bits);
+	overlap_item(&w, 0, unit, 4, 0x40, bits);
+	struct dcr_ckpt_tensor nt = {.info = ti, .data = bits, .fd = -1};
+	dcr_tensor_digest(&nt, &dg[0]);
+	for (size_t i = 0; i < c->ntensors; i++)
+		if (dcr_delta_write_done(&w, (uint32_t)i, &dg[i], &e))
+			die("write", &e);
+	dcr_ckpt_state_from(c, dg, &target);
+	if (dcr_delta_write_end(&w, &target, &e))
+		die("write", &e);
+	dcr_delta_writer_release(&w);
+	close(fd);
+	free(bits);
+	free(dg);
+	dcr_ckpt_close(c);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && !strcmp(argv[1], "tamper"))
@@ -305,6 +397,9 @@ int main(int argc, char **argv)
 		return cmd_bomb(argv[2]);
 	if (argc == 5 && !strcmp(argv[1], "dense"))
 		return cmd_dense(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10), argv[4]);
-	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT | tamper IN OUT\n", stderr);
+	if (argc == 4 && !strcmp(argv[1], "overlap"))
+		return cmd_overlap(argv[2], argv[3]);
+	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT | tamper IN OUT | overlap CKPT OUT\n",
+	      stderr);
 	return 129;
 }

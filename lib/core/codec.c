@@ -25,6 +25,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -978,16 +979,21 @@ static inline unsigned pop64(uint64_t x)
 /* sel8[b][r]: the index of the set bit of byte b with r set bits below. */
 static uint8_t sel8[256][8];
 
-static void sel8_init(void)
+static void sel8_fill(void)
 {
-	if (sel8[255][7])
-		return;
 	for (unsigned b = 0; b < 256; b++) {
 		unsigned r = 0;
 		for (unsigned i = 0; i < 8; i++)
 			if (b >> i & 1)
 				sel8[b][r++] = (uint8_t)i;
 	}
+}
+
+/* once per process: encoders and decoders run on many threads at once */
+static void sel8_init(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, sel8_fill);
 }
 
 /* The index of the set bit of m with r set bits below it (r < pop64(m)),

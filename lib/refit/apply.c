@@ -6,12 +6,16 @@
  * 2. Check: the receiver's state must be the delta's base (or already the
  *    target: then there is nothing to do).
  * 3. Journal: every item becomes an OVERWRITE of new stored bits (XOR masks
- *    are resolved against the current bits here, once). Files whose tensor
- *    set changes are rebuilt under .dcr/stage/. The journal is written to
- *    .dcr/journal.tmp, fsynced and renamed to .dcr/journal: the commit point.
+ *    are resolved against the current bits here, once, on every core).
+ *    Files whose tensor set changes are rebuilt under .dcr/stage/. Every
+ *    touched tensor's new bytes (its current bytes with the overwrites)
+ *    are hashed and must match its target digest. The journal is written
+ *    to .dcr/journal.tmp, fsynced and renamed to .dcr/journal: the commit
+ *    point.
  * 4. Replay: staged files are renamed into place, overwrites are written,
- *    files fsynced, touched tensors re-hashed against their target digests,
- *    the state cache written, the journal removed.
+ *    files fsynced, the state cache written, the journal removed. Tensors
+ *    of rebuilt files are hashed after the write; touched ones again only
+ *    with --recheck, or in a recovery (a journal another run committed).
  * A crash before 3 leaves the receiver as it was; a crash after 3 is
  * finished by replaying the journal, which only holds overwrites, so
  * replaying it twice is harmless.
@@ -31,14 +35,17 @@
 #include "refit/commit.h"
 #include "refit/journal.h"
 #include "refit/plan.h"
+#include "refit/resolve.h"
 #include "refit/stage.h"
 
-/* Items of a staged delta: XOR masks resolved against the current bits. */
+/* Items of a staged delta: XOR masks resolved against the current bits,
+ * on every core (refit/resolve.h), in the delta's order. */
 struct delta_items {
 	struct dcr_delta_reader rd;
 	int fd;
-	struct dcr_changes ch;
-	struct dcr_buf enc;
+	int eof;
+	int threads;
+	struct ap_resolver *res;
 };
 
 static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struct dcr_err *e)
@@ -46,28 +53,24 @@ static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struc
 	struct delta_items *d = ctx;
 	struct dcr_delta_rec rec;
 	int r;
-	while ((r = dcr_delta_next(&d->rd, &rec, e)) == 1) {
+	if (!d->res && !(d->res = ap_resolver_new(p, d->threads)))
+		return dcr_err_sys(e, ENOMEM, "apply");
+	while (!d->eof && ap_resolver_room(d->res)) {
+		if ((r = dcr_delta_next(&d->rd, &rec, e)) < 0)
+			return r;
+		if (r == 0) {
+			d->eof = 1;
+			break;
+		}
 		if (rec.type != DCR_REC_ITEM)
 			continue;
 		struct dcr_item it;
 		if ((r = dcr_delta_parse_item(&rec, &it, e)))
 			return r;
-		struct ptensor *pt = &p->t[it.tensor];
-		unsigned unit = dcr_dtype_unit(pt->t.dtype);
-		const uint8_t *base = it.enc == DCR_ENC_XOR ? pt->cur->data + it.start * unit : NULL;
-		if ((r = dcr_item_resolve(&it, unit, base, &d->ch, e)))
-			return r;
-		d->enc.len = 0;
-		*o = it;
-		o->enc = DCR_ENC_OVERWRITE;
-		if ((r = dcr_item_encode(&d->ch, unit, it.len, it.flags & DCR_ITEM_DENSE, &o->codec,
-					 &d->enc, e)))
-			return r;
-		o->data = d->enc.p;
-		o->data_len = d->enc.len;
-		return 1;
+		if (ap_resolver_put(d->res, &it))
+			return dcr_err_sys(e, ENOMEM, "apply");
 	}
-	return r;
+	return ap_resolver_get(d->res, o, e);
 }
 
 static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uint8_t *head,
@@ -78,7 +81,7 @@ static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uin
 	struct plan p = {0};
 	struct dcr_ckpt *c = NULL;
 	dcr_digest *cur_dg = NULL;
-	struct delta_items di = {.fd = -1};
+	struct delta_items di = {.fd = -1, .threads = rc->threads};
 	char *inc = dcr_receiver_path(rc, "incoming");
 	int r;
 	if (!inc)
@@ -126,9 +129,8 @@ static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uin
 		goto out;
 	r = ap_commit_plan(&x, &p, c, &cur, cur_dg, (struct item_src){delta_items_next, &di}, res, e);
 out:
+	ap_resolver_free(di.res);
 	dcr_delta_reader_release(&di.rd);
-	dcr_changes_free(&di.ch);
-	dcr_buf_free(&di.enc);
 	if (di.fd >= 0)
 		close(di.fd);
 	unlink(inc);

@@ -31,6 +31,11 @@ struct dcr_apply_opts {
 	 * trust->min_version: checked at the manifest, before anything is
 	 * committed (DCR_ETRUST). */
 	const struct dcr_trust *trust;
+	/* hash every written tensor again after the write and compare it
+	 * with its target digest (what a recovery always does); by default a
+	 * tensor whose new bytes this apply hashed before the commit is not
+	 * hashed twice */
+	int recheck;
 };
 
 struct dcr_apply_result {

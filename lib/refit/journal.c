@@ -82,7 +82,9 @@ struct jactive {
  * put together a step of the digest at a time (so that it copies nothing
  * more); a step no item meets is hashed where it lies. Items may span
  * overlapping ranges (the producers of one pack each send their own
- * elements of a tensor) but never change one element twice. */
+ * elements of a tensor) but never change one element twice: then the
+ * order the replay writes them in cannot matter, and the bytes hashed
+ * here are the bytes it writes (which is why it need not hash them). */
 static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 {
 	struct jtensor *jt = ctx;
@@ -419,6 +421,7 @@ struct replay {
 	struct ctx *x;
 	int fd;			/* the journal */
 	struct plan p;
+	const struct plan *checked; /* the plan checked before the commit, or NULL */
 	struct dcr_ckpt *c;
 	struct wfile *wf;	/* per file of c, opened when first written */
 	struct dcr_changes ch;
@@ -533,30 +536,50 @@ static int rp_open_file(struct replay *rp, const struct dcr_ckpt_tensor *ct,
 	return r;
 }
 
-/* What to check after the write, and room for every tensor's digest (the
- * unchecked ones' taken from the journal: they were checked against the
- * base before the commit). */
+/* Tensor i's new bytes were hashed to its target digest before the
+ * commit, by this process, from the journal being replayed. */
+static int rp_prechecked(const struct replay *rp, size_t i)
+{
+	const struct plan *c = rp->checked;
+	return c && i < c->n && c->t[i].verified && !strcmp(c->t[i].t.name, rp->p.t[i].t.name) &&
+	       !memcmp(c->t[i].t.digest.b, rp->p.t[i].t.digest.b, 32);
+}
+
+/* What to hash after the write, and room for every tensor's digest (the
+ * others' taken from the journal: untouched ones were checked against
+ * the base before the commit, touched ones were hashed with their
+ * overwrites applied before the commit, by this process). A recovery, or
+ * o->recheck, hashes every touched tensor again; the tensors of a rebuilt
+ * file (copies made by stage.c) are always hashed. */
 static int rp_select(struct replay *rp, struct dcr_err *e)
 {
 	const struct plan *p = &rp->p;
+	int recheck = !rp->checked || (rp->x->o && rp->x->o->recheck);
+	size_t nsel = 0;
 	rp->dg = dcr_calloc(p->n + 1, sizeof(*rp->dg));
 	rp->sel = dcr_calloc(p->n + 1, 1);
 	rp->queued = dcr_calloc(p->n + 1, 1);
 	rp->late = dcr_calloc(p->n + 1, 1);
-	int threads = rp->x->rc->threads > 0 ? rp->x->rc->threads : dcr_ncpu();
-	/* one thread more than cores: the writer mostly waits for the disk */
-	rp->pool = dcr_hpool_new(threads + 1);
-	if (!rp->dg || !rp->sel || !rp->queued || !rp->late || !rp->pool)
+	if (!rp->dg || !rp->sel || !rp->queued || !rp->late)
 		return dcr_err_sys(e, ENOMEM, "journal");
 	for (size_t i = 0; i < p->n; i++) {
 		int rebuilt = 0;
 		for (size_t k = 0; k < p->nrenames; k++)
 			rebuilt |= !strcmp(p->renames[k], p->t[i].t.file);
-		rp->sel[i] = p->t[i].touched || rebuilt;
+		/* a touched tensor of a file left in place: its bytes are the
+		 * ones hashed (a rebuilt file's are a copy made by stage.c) */
+		int done = p->t[i].touched && !rebuilt && !recheck && rp_prechecked(rp, i);
+		rp->sel[i] = (uint8_t)((rebuilt || p->t[i].touched) && !done);
+		nsel += rp->sel[i];
 		if (!rp->sel[i])
 			rp->dg[i] = p->t[i].t.digest;
 	}
-	return 0;
+	/* one thread more than cores: the writer mostly waits for the disk;
+	 * none when nothing is hashed (threads that touch the mapping make
+	 * every page written back cost a TLB shootdown on their cores) */
+	int threads = rp->x->rc->threads > 0 ? rp->x->rc->threads : dcr_ncpu();
+	rp->pool = dcr_hpool_new(nsel ? threads + 1 : 1);
+	return rp->pool ? 0 : dcr_err_sys(e, ENOMEM, "journal");
 }
 
 /* Tensor i is written: start writing its pages back, and hash it while
@@ -570,6 +593,8 @@ static int rp_written(struct replay *rp, size_t i)
 		sync_file_range(f->fd, (off_t)ct->file_off, (off_t)dcr_tensor_bytes(ti),
 				SYNC_FILE_RANGE_WRITE);
 	rp->queued[i] = 1;
+	if (!rp->sel[i])
+		return 0;
 	return dcr_hpool_add(rp->pool, ti->dtype, ti->ndim, ti->shape, ct->data, NULL, NULL, 1,
 			     &rp->dg[i]);
 }
@@ -670,8 +695,11 @@ static int rp_check(struct replay *rp, struct dcr_apply_result *res, struct dcr_
 	if (r)
 		return dcr_err_sys(e, -r, "cannot hash '%s'", rp->x->rc->dir);
 	for (size_t i = 0; i < p->n; i++) {
-		if (!rp->sel[i])
+		if (!rp->sel[i]) {
+			if (res && p->t[i].touched)
+				res->tensors_checked++; /* before the commit */
 			continue;
+		}
 		if (memcmp(rp->dg[i].b, p->t[i].t.digest.b, 32))
 			return dcr_err_set(e, DCR_EDIGEST,
 					   "receiver '%s': tensor '%s' does not match its target digest after apply",
@@ -709,10 +737,11 @@ static int rp_done(struct replay *rp, const char *jp, struct dcr_apply_result *r
 	return 0;
 }
 
-int ap_replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e)
+int ap_replay(struct ctx *x, const struct plan *checked, struct dcr_apply_result *res,
+	      struct dcr_err *e)
 {
 	char *jp = dcr_receiver_path(x->rc, "journal");
-	struct replay rp = {.x = x, .fd = -1};
+	struct replay rp = {.x = x, .checked = checked, .fd = -1};
 	int r;
 	if (!jp)
 		return dcr_err_sys(e, ENOMEM, "journal");
@@ -773,7 +802,7 @@ int ap_recover(struct dcr_receiver *rc, const struct dcr_apply_opts *o,
 	if (!have)
 		return 0;
 	struct ctx x = {.rc = rc, .o = o};
-	int r = ap_replay(&x, NULL, e);
+	int r = ap_replay(&x, NULL, NULL, e);
 	if (r)
 		return r;
 	dcr_receiver_log(rc, "recovered an interrupted apply");

@@ -9,8 +9,13 @@
 
 /* Write the journal from the plan's items, check it, commit it (rename). */
 int ap_write_journal(struct ctx *x, struct plan *p, struct item_src src, struct dcr_err *e);
-/* Replay the committed journal into the files and remove it. */
-int ap_replay(struct ctx *x, struct dcr_apply_result *res, struct dcr_err *e);
+/* Replay the committed journal into the files and remove it. checked: the
+ * plan this process wrote the journal from (its tensors' verified flags
+ * say which new bytes were hashed to their target digests before the
+ * commit: those are not hashed again unless o->recheck), or NULL (a
+ * recovery: every written tensor is hashed after the write). */
+int ap_replay(struct ctx *x, const struct plan *checked, struct dcr_apply_result *res,
+	      struct dcr_err *e);
 /* Replay a committed journal if one exists (1 if it did). */
 int ap_recover(struct dcr_receiver *rc, const struct dcr_apply_opts *o, struct dcr_err *e);
 /* What every apply does first: clear the result, and finish an interrupted

@@ -307,6 +307,6 @@ int ap_commit_plan(struct ctx *x, struct plan *p, struct dcr_ckpt *c, const dcr_
 		free(jp);
 		return r;
 	}
-	return ap_replay(x, res, e);
+	return ap_replay(x, p, res, e);
 }
 

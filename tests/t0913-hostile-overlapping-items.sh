@@ -1,0 +1,28 @@
+#!/bin/sh
+# A delta whose items of one tensor change the same elements twice, with
+# digests that hold for the stream's order, is refused before the commit
+# point with one line: the journal's check puts a tensor's items together
+# sorted by start while the replay writes them in the stream's order, and
+# since the replay does not hash touched tensors again (unless dcr-apply
+# --recheck), the two must never disagree. (Ranges may overlap: each
+# producer of a pack sends its own elements.) The receiver is left as it
+# was and no journal stays behind.
+. "$DCR_SRC/tests/lib-dcr.sh"
+H="$DCR_BUILD/tests/hostile"
+command -v gen-checkpoint >/dev/null 2>&1 || skip "gen-checkpoint is not built"
+
+run 0 gen-checkpoint -q --size 1M --steps 1 "$T/g"
+"$H" overlap "$T/g/v0" "$T/d" || fail "hostile exited $?"
+cp -r "$T/g/v0" "$T/r"
+before=$(snapshot "$T/r")
+run 128 dcr-apply "$T/r" "$T/d"
+one_line_error dcr-apply
+grep -q "delta has items that change element 4 of .* twice" "$T/err" || { cat "$T/err" >&2; fail "not refused for the overlap"; }
+[ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"
+[ ! -e "$T/r/.dcr/journal" ] || fail "a journal was committed"
+run 0 dcr-apply --recover "$T/r"
+same "$T/r" "$T/g/v0"
+# and with --recheck too
+run 128 dcr-apply --recheck "$T/r" "$T/d"
+grep -q "twice" "$T/err" || { cat "$T/err" >&2; fail "--recheck: not refused for the overlap"; }
+say "ok: an element changed twice is refused before the commit, receiver untouched"
