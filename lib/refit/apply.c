@@ -35,27 +35,50 @@
 #include "refit/commit.h"
 #include "refit/journal.h"
 #include "refit/plan.h"
-#include "refit/resolve.h"
+#include "refit/ipool.h"
 #include "refit/stage.h"
 
 /* Items of a staged delta: XOR masks resolved against the current bits,
- * on every core (refit/resolve.h), in the delta's order. */
+ * on every core (refit/ipool.h), in the delta's order. */
 struct delta_items {
 	struct dcr_delta_reader rd;
 	int fd;
 	int eof;
 	int threads;
-	struct ap_resolver *res;
+	struct ap_ipool *pool;
 };
+
+/* One item decoded against the bits of the receiver's tensor (ctx: the
+ * plan) and encoded as an OVERWRITE of its new bits. */
+static int resolve_item(void *ctx, const struct dcr_item *it, void *arg, struct dcr_changes *ch,
+			struct dcr_buf *enc, struct dcr_item *out, struct dcr_err *e)
+{
+	const struct plan *p = ctx;
+	const struct ptensor *pt = &p->t[it->tensor];
+	unsigned unit = dcr_dtype_unit(pt->t.dtype);
+	const uint8_t *base =
+		it->enc == DCR_ENC_XOR && pt->cur ? pt->cur->data + it->start * unit : NULL;
+	(void)arg;
+	int r = dcr_item_resolve(it, unit, base, ch, e);
+	if (r)
+		return r;
+	out->enc = DCR_ENC_OVERWRITE;
+	if ((r = dcr_item_encode(ch, unit, it->len, it->flags & DCR_ITEM_DENSE, &out->codec, enc,
+				 e)))
+		return r;
+	out->data = enc->p;
+	out->data_len = enc->len;
+	return 0;
+}
 
 static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struct dcr_err *e)
 {
 	struct delta_items *d = ctx;
 	struct dcr_delta_rec rec;
 	int r;
-	if (!d->res && !(d->res = ap_resolver_new(p, d->threads)))
+	if (!d->pool && !(d->pool = ap_ipool_new(d->threads, resolve_item, p)))
 		return dcr_err_sys(e, ENOMEM, "apply");
-	while (!d->eof && ap_resolver_room(d->res)) {
+	while (!d->eof && ap_ipool_room(d->pool)) {
 		if ((r = dcr_delta_next(&d->rd, &rec, e)) < 0)
 			return r;
 		if (r == 0) {
@@ -67,10 +90,10 @@ static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struc
 		struct dcr_item it;
 		if ((r = dcr_delta_parse_item(&rec, &it, e)))
 			return r;
-		if (ap_resolver_put(d->res, &it))
+		if (ap_ipool_put(d->pool, &it, NULL))
 			return dcr_err_sys(e, ENOMEM, "apply");
 	}
-	return ap_resolver_get(d->res, o, e);
+	return ap_ipool_get(d->pool, o, NULL, e);
 }
 
 static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uint8_t *head,
@@ -129,7 +152,7 @@ static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uin
 		goto out;
 	r = ap_commit_plan(&x, &p, c, &cur, cur_dg, (struct item_src){delta_items_next, &di}, res, e);
 out:
-	ap_resolver_free(di.res);
+	ap_ipool_free(di.pool);
 	dcr_delta_reader_release(&di.rd);
 	if (di.fd >= 0)
 		close(di.fd);

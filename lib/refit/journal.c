@@ -19,6 +19,7 @@
 #include "core/file.h"
 #include "core/state.h"
 #include "core/util.h"
+#include "refit/ipool.h"
 #include "refit/journal.h"
 
 /* ---- checking the journal before it is committed ----
@@ -424,7 +425,6 @@ struct replay {
 	const struct plan *checked; /* the plan checked before the commit, or NULL */
 	struct dcr_ckpt *c;
 	struct wfile *wf;	/* per file of c, opened when first written */
-	struct dcr_changes ch;
 	struct dcr_delta_reader rd;
 	dcr_digest *dg;		/* per tensor, after the overwrites */
 	struct dcr_cuda_ctx *gpu; /* --device cuda: overwrites scattered there */
@@ -599,9 +599,58 @@ static int rp_written(struct replay *rp, size_t i)
 			     &rp->dg[i]);
 }
 
-/* 2. overwrites: the journal read again, each item scattered into its
- * file's mapping, each tensor hashed (step 3) once its items are written,
- * then every written file synced */
+/* One of the journal's overwrites decoded and scattered into its file's
+ * mapping at arg (on the device with --device cuda: then on the caller's
+ * thread only). Items never change one element twice (the check before
+ * the commit), so they may be written in any order, side by side. */
+static int rp_item(void *ctx, const struct dcr_item *it, void *arg, struct dcr_changes *ch,
+		   struct dcr_buf *enc, struct dcr_item *out, struct dcr_err *e)
+{
+	struct replay *rp = ctx;
+	const struct ctx *x = rp->x;
+	unsigned unit = dcr_dtype_unit(rp->p.t[it->tensor].cur->info->dtype);
+	uint8_t *dst = arg;
+	int r = dcr_item_decode(it, unit, ch, e);
+	(void)enc;
+	(void)out;
+	if (r)
+		return r;
+	if (x->o && x->o->device == DCR_DEVICE_CUDA)
+		/* the same overwrites, scattered on the device */
+		return (!rp->gpu && (r = dcr_cuda_ctx_new(&rp->gpu, e))) ? r
+			: dcr_cuda_scatter_host(rp->gpu, dst, (size_t)(it->len * unit), unit, ch->pos,
+						ch->val, ch->n, 0, e);
+	dcr_scatter(dst, unit, ch->pos, ch->val, ch->n, 0);
+	return 0;
+}
+
+/* The next item written, in the journal's order (1), or 0 at the end: the
+ * tensor before it, once all of its items are written, starts its way to
+ * the disk (and to the hash threads, rp_written). */
+static int rp_take(struct replay *rp, struct ap_ipool *ip, size_t *cur, uint64_t *nitems,
+		   struct dcr_err *e)
+{
+	struct ctx *x = rp->x;
+	struct dcr_item it;
+	int r = ap_ipool_get(ip, &it, NULL, e);
+	if (r != 1)
+		return r;
+	if (it.tensor != *cur) {
+		if (*cur != SIZE_MAX && !rp->queued[*cur] && (r = rp_written(rp, *cur)))
+			return dcr_err_sys(e, -r, "journal");
+		*cur = it.tensor;
+		rp->late[*cur] |= rp->queued[*cur]; /* out of order: hashed again */
+	}
+	rp->p.t[it.tensor].touched = 1;
+	++*nitems;
+	if (x->o && x->o->progress)
+		x->o->progress(x->o->progress_ctx, rp->p.nitems + *nitems, rp->p.nitems * 2);
+	return 1;
+}
+
+/* 2. overwrites: the journal read again, its items decoded and scattered
+ * into their files' mappings on every core, each tensor hashed (step 3)
+ * once its items are written, then every written file synced */
 static int rp_overwrite(struct replay *rp, struct dcr_err *e)
 {
 	struct ctx *x = rp->x;
@@ -621,6 +670,10 @@ static int rp_overwrite(struct replay *rp, struct dcr_err *e)
 				       "journal", e)))
 		return r;
 	rp->rd.journal = 1;
+	int cuda = x->o && x->o->device == DCR_DEVICE_CUDA;
+	struct ap_ipool *ip = ap_ipool_new(cuda ? 1 : x->rc->threads, rp_item, rp);
+	if (!ip)
+		return dcr_err_sys(e, ENOMEM, "journal");
 	struct dcr_delta_rec rec;
 	uint64_t nitems = 0;
 	size_t cur = SIZE_MAX; /* the tensor being written */
@@ -636,32 +689,22 @@ static int rp_overwrite(struct replay *rp, struct dcr_err *e)
 		}
 		const struct dcr_ckpt_tensor *ct = p->t[it.tensor].cur;
 		unsigned unit = dcr_dtype_unit(ct->info->dtype);
-		if ((r = dcr_item_decode(&it, unit, &rp->ch, e)))
-			break;
 		struct wfile *f;
 		if ((r = rp_open_file(rp, ct, &f, e)))
 			break;
-		if (it.tensor != cur) {
-			if (cur != SIZE_MAX && !rp->queued[cur] && (r = rp_written(rp, cur)))
-				break;
-			cur = it.tensor;
-			rp->late[cur] |= rp->queued[cur]; /* out of order: hashed again */
+		while (!ap_ipool_room(ip) && (r = rp_take(rp, ip, &cur, &nitems, e)) == 1)
+			;
+		if (r < 0)
+			break;
+		if (ap_ipool_put(ip, &it, f->map + ct->file_off + it.start * unit)) {
+			r = dcr_err_sys(e, ENOMEM, "journal");
+			break;
 		}
-		uint8_t *dst = f->map + ct->file_off + it.start * unit;
-		if (x->o && x->o->device == DCR_DEVICE_CUDA) {
-			/* the same overwrites, scattered on the device */
-			if ((!rp->gpu && (r = dcr_cuda_ctx_new(&rp->gpu, e))) ||
-			    (r = dcr_cuda_scatter_host(rp->gpu, dst, (size_t)(it.len * unit), unit,
-						       rp->ch.pos, rp->ch.val, rp->ch.n, 0, e)))
-				break;
-		} else {
-			dcr_scatter(dst, unit, rp->ch.pos, rp->ch.val, rp->ch.n, 0);
-		}
-		p->t[it.tensor].touched = 1;
-		nitems++;
-		if (x->o && x->o->progress)
-			x->o->progress(x->o->progress_ctx, p->nitems + nitems, p->nitems * 2);
+		r = 1;
 	}
+	while (r == 0 && (r = rp_take(rp, ip, &cur, &nitems, e)) == 1)
+		r = 0;
+	ap_ipool_free(ip); /* waits for the item being written, if any */
 	if (r == -ENOMEM)
 		return dcr_err_sys(e, ENOMEM, "journal");
 	if (r < 0)
@@ -773,7 +816,6 @@ out:
 	free(rp.queued);
 	free(rp.late);
 	dcr_delta_reader_release(&rp.rd);
-	dcr_changes_free(&rp.ch);
 	dcr_cuda_ctx_free(rp.gpu);
 	dcr_ckpt_close(rp.c);
 	ap_plan_free(&rp.p);

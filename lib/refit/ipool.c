@@ -1,12 +1,12 @@
-/* resolve.c - items resolved on threads, handed back in order.
+/* ipool.c - items worked on threads, handed back in order.
  *
  * A ring of slots: the caller copies an item into the next free slot, a
- * thread takes the oldest waiting one, decodes it against the receiver's
- * current bits and encodes the new bits as an OVERWRITE into the slot, and
- * the caller takes the slots back in the order it gave them. The ring's
- * size bounds the memory: a few items (each at most one diff chunk) per
- * thread. The slot last handed back stays the caller's until its next
- * call, so that the item it got may point into it. */
+ * thread takes the oldest waiting one and runs the pool's function on it
+ * (whose output goes into the slot), and the caller takes the slots back
+ * in the order it gave them. The ring's size bounds the memory: a few
+ * items (each at most DCR_ITEM_MAX_ELEMS units) per thread. The slot last
+ * handed back stays the caller's until its next call, so that the item it
+ * got may point into it. */
 #include "config.h"
 
 #include <errno.h>
@@ -14,23 +14,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/item.h"
 #include "core/util.h"
-#include "refit/resolve.h"
+#include "refit/ipool.h"
 
 enum { FREE, WAITING, WORKING, DONE };
 
 struct slot {
 	int state;
 	struct dcr_item in, out;
+	void *arg;
 	struct dcr_buf data; /* in's data */
 	struct dcr_buf enc;  /* out's data */
 	int err;
 	struct dcr_err e;
 };
 
-struct ap_resolver {
-	const struct plan *p;
+struct ap_ipool {
+	ap_ipool_fn *fn;
+	void *ctx;
 	pthread_mutex_t mu;
 	pthread_cond_t more, done;
 	struct slot *s;
@@ -43,30 +44,16 @@ struct ap_resolver {
 	struct dcr_changes ch; /* the caller's, when there are no threads */
 };
 
-static int resolve(const struct plan *p, struct slot *s, struct dcr_changes *ch)
+static int work(struct ap_ipool *r, struct slot *s, struct dcr_changes *ch)
 {
-	const struct dcr_item *it = &s->in;
-	const struct ptensor *pt = &p->t[it->tensor];
-	unsigned unit = dcr_dtype_unit(pt->t.dtype);
-	const uint8_t *base =
-		it->enc == DCR_ENC_XOR && pt->cur ? pt->cur->data + it->start * unit : NULL;
-	int r = dcr_item_resolve(it, unit, base, ch, &s->e);
-	if (r)
-		return r;
 	s->enc.len = 0;
-	s->out = *it;
-	s->out.enc = DCR_ENC_OVERWRITE;
-	if ((r = dcr_item_encode(ch, unit, it->len, it->flags & DCR_ITEM_DENSE, &s->out.codec,
-				 &s->enc, &s->e)))
-		return r;
-	s->out.data = s->enc.p;
-	s->out.data_len = s->enc.len;
-	return 0;
+	s->out = s->in;
+	return r->fn(r->ctx, &s->in, s->arg, ch, &s->enc, &s->out, &s->e);
 }
 
 static void *worker(void *arg)
 {
-	struct ap_resolver *r = arg;
+	struct ap_ipool *r = arg;
 	struct dcr_changes ch = {0};
 	pthread_mutex_lock(&r->mu);
 	for (;;) {
@@ -77,7 +64,7 @@ static void *worker(void *arg)
 		struct slot *s = &r->s[r->started++ % r->ns];
 		s->state = WORKING;
 		pthread_mutex_unlock(&r->mu);
-		int err = resolve(r->p, s, &ch);
+		int err = work(r, s, &ch);
 		pthread_mutex_lock(&r->mu);
 		s->err = err;
 		s->state = DONE;
@@ -88,9 +75,9 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-struct ap_resolver *ap_resolver_new(const struct plan *p, int threads)
+struct ap_ipool *ap_ipool_new(int threads, ap_ipool_fn *fn, void *ctx)
 {
-	struct ap_resolver *r = dcr_calloc(1, sizeof(*r));
+	struct ap_ipool *r = dcr_calloc(1, sizeof(*r));
 	if (!r)
 		return NULL;
 	if (threads < 1)
@@ -98,9 +85,10 @@ struct ap_resolver *ap_resolver_new(const struct plan *p, int threads)
 	if (threads > 64)
 		threads = 64;
 	if (threads == 1)
-		threads = 0; /* the caller resolves each item as it takes it */
-	r->p = p;
-	r->ns = 2 * (size_t)threads + 2;
+		threads = 0; /* the caller works on each item as it takes it */
+	r->fn = fn;
+	r->ctx = ctx;
+	r->ns = (size_t)threads + 2; /* one held, one per thread, one waiting */
 	r->s = dcr_calloc(r->ns, sizeof(*r->s));
 	if (!r->s) {
 		free(r);
@@ -115,15 +103,15 @@ struct ap_resolver *ap_resolver_new(const struct plan *p, int threads)
 	return r;
 }
 
-int ap_resolver_room(const struct ap_resolver *r)
+int ap_ipool_room(const struct ap_ipool *r)
 {
 	/* slots taken .. given are in use, the held one among them */
 	return r->given - r->taken < r->ns;
 }
 
-int ap_resolver_put(struct ap_resolver *r, const struct dcr_item *it)
+int ap_ipool_put(struct ap_ipool *r, const struct dcr_item *it, void *arg)
 {
-	if (!ap_resolver_room(r))
+	if (!ap_ipool_room(r))
 		return -ENOSPC;
 	struct slot *s = &r->s[r->given % r->ns];
 	s->data.len = 0;
@@ -131,6 +119,7 @@ int ap_resolver_put(struct ap_resolver *r, const struct dcr_item *it)
 		return -ENOMEM;
 	s->in = *it;
 	s->in.data = s->data.p;
+	s->arg = arg;
 	pthread_mutex_lock(&r->mu);
 	s->state = WAITING;
 	r->given++;
@@ -139,7 +128,7 @@ int ap_resolver_put(struct ap_resolver *r, const struct dcr_item *it)
 	return 0;
 }
 
-int ap_resolver_get(struct ap_resolver *r, struct dcr_item *out, struct dcr_err *e)
+int ap_ipool_get(struct ap_ipool *r, struct dcr_item *out, void **arg, struct dcr_err *e)
 {
 	pthread_mutex_lock(&r->mu);
 	if (r->held) {
@@ -155,7 +144,7 @@ int ap_resolver_get(struct ap_resolver *r, struct dcr_item *out, struct dcr_err 
 		r->started++;
 		s->state = WORKING;
 		pthread_mutex_unlock(&r->mu);
-		s->err = resolve(r->p, s, &r->ch);
+		s->err = work(r, s, &r->ch);
 		pthread_mutex_lock(&r->mu);
 		s->state = DONE;
 	}
@@ -168,10 +157,12 @@ int ap_resolver_get(struct ap_resolver *r, struct dcr_item *out, struct dcr_err 
 		return s->err;
 	}
 	*out = s->out;
+	if (arg)
+		*arg = s->arg;
 	return 1;
 }
 
-void ap_resolver_free(struct ap_resolver *r)
+void ap_ipool_free(struct ap_ipool *r)
 {
 	if (!r)
 		return;
