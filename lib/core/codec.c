@@ -1198,6 +1198,22 @@ static void class_plan(const uint8_t *old, unsigned unit, int dtype, uint64_t ra
 	clsmap_fill(cm);
 }
 
+/* Block b's class masks (the nb <= CBLK elements from b, nb returned):
+ * mk (blk_masks_avx2, inlined in the callers' AVX2 instances) for whole
+ * blocks when fast is 2, else blk_masks; the blocks 16 ahead prefetched. */
+static inline __attribute__((always_inline)) unsigned
+blk_at(const uint8_t *old, unsigned unit, uint64_t range_len, uint64_t b, const struct clsmap *cm,
+       const int fast, blkfn *const mk, const unsigned K, uint64_t *m)
+{
+	unsigned nb = range_len - b < CBLK ? (unsigned)(range_len - b) : CBLK;
+	__builtin_prefetch(old + (b + 16 * CBLK) * unit);
+	if (fast == 2 && nb == CBLK)
+		mk(old + b * unit, cm, K, m);
+	else
+		blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
+	return nb;
+}
+
 /* Each change's gap within its class (cc: the changes' classes), stored
  * class by class: gseq[at[c]++] for the changes of class c in order. The
  * class ranks come from the masks of the blocks up to the last change.
@@ -1213,12 +1229,7 @@ class_gaps_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 	uint64_t base[MAXCLS] = {0}, next[MAXCLS] = {0}, m[MAXCLS];
 	size_t k = 0;
 	for (uint64_t b = 0; k < n; b += CBLK) {
-		unsigned nb = range_len - b < CBLK ? (unsigned)(range_len - b) : CBLK;
-		__builtin_prefetch(old + (b + 16 * CBLK) * unit);
-		if (fast == 2 && nb == CBLK)
-			mk(old + b * unit, cm, K, m);
-		else
-			blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
+		unsigned nb = blk_at(old, unit, range_len, b, cm, fast, mk, K, m);
 		for (; k < n && pos[k] < b + nb; k++) {
 			unsigned bit = (unsigned)(pos[k] - b), c = cc[k];
 			uint64_t rank = base[c] + pop64(m[c] & ((1ULL << bit) - 1));
@@ -2069,12 +2080,7 @@ class_scan_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 	for (uint64_t b = 0; k < n; b += CBLK) {
 		if (b >= range_len)
 			return -1;
-		unsigned nb = range_len - b < CBLK ? (unsigned)(range_len - b) : CBLK;
-		__builtin_prefetch(old + (b + 16 * CBLK) * unit);
-		if (fast == 2 && nb == CBLK)
-			mk(old + b * unit, cm, K, m);
-		else
-			blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
+		blk_at(old, unit, range_len, b, cm, fast, mk, K, m);
 		uint64_t chg = 0;
 		for (unsigned c = 0; c < K; c++) {
 			uint64_t top = base[c] + pop64(m[c]);
@@ -2126,12 +2132,7 @@ class_dep_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 	for (uint64_t b = 0; k < n; b += CBLK) {
 		if (b >= range_len)
 			return -1;
-		unsigned nb = range_len - b < CBLK ? (unsigned)(range_len - b) : CBLK;
-		__builtin_prefetch(old + (b + 16 * CBLK) * unit);
-		if (fast == 2 && nb == CBLK)
-			blk_masks_avx2(old + b * unit, cm, K, m);
-		else
-			blk_masks(old + b * unit, unit, nb, cm, fast, K, m);
+		blk_at(old, unit, range_len, b, cm, fast, blk_masks_avx2, K, m);
 		uint64_t chg = 0;
 #pragma GCC unroll 8
 		for (unsigned c = 0; c < K; c++) {
