@@ -39,6 +39,26 @@ run() {
 	fi
 }
 
+# need_gnu_time: skip unless GNU time(1) is /usr/bin/time; sets TIME.
+need_gnu_time() {
+	TIME=/usr/bin/time
+	[ -x "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
+}
+
+# peak_rss EXPECTED CMD...: run CMD as run does (stdout in $T/out, stderr in
+# $T/err), fail unless it exits EXPECTED, print its peak RSS in MiB (the
+# kernel's maxrss, as GNU time -f %M gives it; need_gnu_time first).
+peak_rss() {
+	_want=$1
+	shift
+	set +e
+	"$TIME" -f %M -o "$T/rss" "$@" >"$T/out" 2>"$T/err"
+	_got=$?
+	set -e
+	[ "$_got" -eq "$_want" ] || { cat "$T/err" >&2; fail "'$*' exited $_got, expected $_want"; }
+	echo $(( $(tail -n 1 "$T/rss") / 1024 ))
+}
+
 # one_line_error CMDNAME: $T/err holds exactly one line, starting "CMDNAME: ".
 one_line_error() {
 	_n=$(wc -l <"$T/err")

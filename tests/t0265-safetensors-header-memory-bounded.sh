@@ -6,9 +6,7 @@
 # declaring more than 1,000,000 tensors, or nesting 100,000 arrays deep, is
 # refused with one line and exit 128.
 . "$DCR_SRC/tests/lib-dcr.sh"
-TIME=$(command -v time || :)
-[ -x /usr/bin/time ] && TIME=/usr/bin/time
-[ -n "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
+need_gnu_time
 
 python3 - "$T" <<'PY'
 import struct, sys
@@ -31,18 +29,10 @@ PY
 mkdir "$T/c"
 $MKST new "$T/c" t:U8:2:zero
 
-rss() { # CMD...: run it, print its peak RSS in MiB, fail unless it exits 0
-	set +e
-	"$TIME" -f %M -o "$T/rss" "$@" >"$T/out" 2>"$T/err"
-	_rc=$?
-	set -e
-	[ $_rc -eq 0 ] || { cat "$T/err" >&2; fail "'$*' exited $_rc"; }
-	echo $(( $(tail -n 1 "$T/rss") / 1024 ))
-}
-m=$(rss dcr-verify "$T/padded.safetensors")
+m=$(peak_rss 0 dcr-verify "$T/padded.safetensors")
 say "dcr-verify of a 99,999,999-byte header: $m MiB"
 [ "$m" -lt 600 ] || fail "dcr-verify took $m MiB for one tensor"
-m=$(rss dcr-diff -o "$T/d" "$T/padded.safetensors" "$T/padded.safetensors")
+m=$(peak_rss 0 dcr-diff -o "$T/d" "$T/padded.safetensors" "$T/padded.safetensors")
 say "dcr-diff of two: $m MiB"
 [ "$m" -lt 900 ] || fail "dcr-diff took $m MiB for one tensor"
 

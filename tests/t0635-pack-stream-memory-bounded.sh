@@ -4,8 +4,7 @@
 # reserving what it declares: each stays under 200 MiB (it took 2 GB), and
 # the receiver is untouched.
 . "$DCR_SRC/tests/lib-dcr.sh"
-TIME=/usr/bin/time
-[ -x "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
+need_gnu_time
 command -v dcr-push >/dev/null 2>&1 || skip "dcr-push is not built"
 
 python3 - "$T/huge.tar" <<'PY'
@@ -18,19 +17,9 @@ mkdir "$T/r" "$T/store"
 $MKST new "$T/r" t:BF16:64
 before=$(snapshot "$T/r")
 
-peak() { # EXPECTED CMD...: run CMD, check its exit status, print its peak RSS in MiB
-	_want=$1
-	shift
-	set +e
-	"$TIME" -f %M -o "$T/rss" "$@" >"$T/out" 2>"$T/err"
-	_rc=$?
-	set -e
-	[ $_rc -eq "$_want" ] || { cat "$T/err" >&2; fail "'$*' exited $_rc, expected $_want"; }
-	grep -q 'truncated\|Truncated' "$T/err" || { cat "$T/err" >&2; fail "'$*': no word of truncation"; }
-	echo $(( $(tail -n 1 "$T/rss") / 1024 ))
-}
 for cmd in "dcr-pack --list $T/huge.tar" "dcr-apply $T/r $T/huge.tar" "dcr-push $T/huge.tar $T/store/v1"; do
-	m=$(peak 128 $cmd)
+	m=$(peak_rss 128 $cmd)
+	grep -q 'truncated\|Truncated' "$T/err" || { cat "$T/err" >&2; fail "'$cmd': no word of truncation"; }
 	say "$cmd: $m MiB"
 	[ "$m" -lt 200 ] || fail "$cmd reserved $m MiB for a 612-byte input"
 done

@@ -9,8 +9,7 @@
 . "$DCR_SRC/tests/lib-dcr.sh"
 command -v dcr-push >/dev/null 2>&1 || skip "dcr-push is not built"
 H="$DCR_BUILD/tests/hostile"
-TIME=/usr/bin/time
-[ -x "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
+need_gnu_time
 
 mkdir "$T/r" "$T/store"
 $MKST new "$T/r" t:BF16:64
@@ -28,9 +27,8 @@ for idx in 4294967295 4294967233 16777216; do
 done
 # an index within the bound, alone: memory in proportion to what arrived
 "$H" index 16777215 "$T/p.tar"
-"$TIME" -f %M -o "$T/rss" dcr-apply "$T/r" "$T/p.tar" >"$T/out" 2>"$T/err" && fail "applied a lone payload"
+m=$(peak_rss 128 dcr-apply "$T/r" "$T/p.tar")
 grep -q "without a manifest" "$T/err" || { cat "$T/err"; fail "no word of the missing manifest"; }
-m=$(( $(tail -n 1 "$T/rss") / 1024 ))
 say "dcr-apply of payload 16777215 (the largest index) alone: $m MiB"
 [ "$m" -lt 100 ] || fail "dcr-apply took $m MiB for one payload"
 [ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"

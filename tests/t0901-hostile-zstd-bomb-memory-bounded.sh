@@ -6,8 +6,7 @@
 # does not decompress, stays small too.
 . "$DCR_SRC/tests/lib-dcr.sh"
 command -v dcr-push >/dev/null 2>&1 || skip "dcr-push is not built"
-TIME=/usr/bin/time
-[ -x "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
+need_gnu_time
 "$DCR_BUILD/tests/hostile" bomb "$T/bomb.tar" 2>/dev/null || fail "hostile exited $?"
 sz=$(wc -c <"$T/bomb.tar")
 [ "$sz" -lt 200000 ] || fail "the bomb is $sz bytes"
@@ -15,25 +14,15 @@ mkdir "$T/r" "$T/store"
 $MKST new "$T/r" t:BF16:64
 before=$(snapshot "$T/r")
 
-peak() { # EXPECTED CMD...: run CMD, check its exit status, print its peak RSS in MiB
-	_want=$1
-	shift
-	set +e
-	"$TIME" -f %M -o "$T/rss" "$@" >"$T/out" 2>"$T/err"
-	_rc=$?
-	set -e
-	[ $_rc -eq "$_want" ] || { cat "$T/err" >&2; fail "'$*' exited $_rc, expected $_want"; }
-	echo $(( $(tail -n 1 "$T/rss") / 1024 ))
-}
-m=$(peak 128 dcr-apply "$T/r" "$T/bomb.tar")
+m=$(peak_rss 128 dcr-apply "$T/r" "$T/bomb.tar")
 grep -q "without a manifest" "$T/err" || { cat "$T/err"; fail "apply: no word of the missing manifest"; }
 say "dcr-apply: $m MiB"
 [ "$m" -lt 200 ] || fail "dcr-apply took $m MiB for a 132 KB payload"
-m=$(peak 0 dcr-pack --list "$T/bomb.tar")
+m=$(peak_rss 0 dcr-pack --list "$T/bomb.tar")
 grep -q "raw 4294967296" "$T/out" || { cat "$T/out"; fail "the listing does not show the raw size"; }
 say "dcr-pack --list: $m MiB"
 [ "$m" -lt 200 ] || fail "dcr-pack --list took $m MiB for a 132 KB payload"
-m=$(peak 128 dcr-push "$T/bomb.tar" "$T/store/v1")
+m=$(peak_rss 128 dcr-push "$T/bomb.tar" "$T/store/v1")
 say "dcr-push: $m MiB"
 [ "$m" -lt 200 ] || fail "dcr-push took $m MiB for a 132 KB payload"
 [ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"

@@ -10,8 +10,7 @@
 # fit the free space (a file size limit guards the disk should that break).
 . "$DCR_SRC/tests/lib-dcr.sh"
 H="$DCR_BUILD/tests/hostile"
-TIME=/usr/bin/time
-[ -x "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
+need_gnu_time
 "$H" dense 67108864 1 "$T/one.tar" 2>/dev/null || fail "hostile exited $?"
 "$H" dense 16777216 4 "$T/four.tar" 2>/dev/null || fail "hostile exited $?"
 mkdir "$T/r"
@@ -21,20 +20,12 @@ before=$(snapshot "$T/r")
 # default, which would count as resident here: keep it small)
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=8"
 export ASAN_OPTIONS
-peak() { # CMD...: run CMD, expect exit 128, print its peak RSS in MiB
-	set +e
-	"$TIME" -f %M -o "$T/rss" "$@" >"$T/out" 2>"$T/err"
-	_rc=$?
-	set -e
-	[ $_rc -eq 128 ] || { cat "$T/err" >&2; fail "'$*' exited $_rc, expected 128"; }
-	echo $(( $(tail -n 1 "$T/rss") / 1024 ))
-}
-m=$(peak dcr-apply "$T/r" "$T/one.tar")
+m=$(peak_rss 128 dcr-apply "$T/r" "$T/one.tar")
 one_line_error dcr-apply
 grep -q "ITEM of 67108864 units is larger than the 4194304" "$T/err" || { cat "$T/err"; fail "no word of the item's size"; }
 say "one item of 2^26: $m MiB"
 [ "$m" -lt 50 ] || fail "dcr-apply took $m MiB to refuse an item"
-m=$(peak dcr-apply "$T/r" "$T/four.tar")
+m=$(peak_rss 128 dcr-apply "$T/r" "$T/four.tar")
 one_line_error dcr-apply
 grep -q "would not match its target digest" "$T/err" || { cat "$T/err"; fail "no word of the digest"; }
 say "four items of 2^22: $m MiB"
