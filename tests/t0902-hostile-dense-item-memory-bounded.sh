@@ -4,7 +4,8 @@
 # most 64 MiB): the 2^26 item is refused with one line, in a few MiB; the
 # same tensor (2^24 F64) in four items of 2^22 is decoded an item at a
 # time, stays under 300 MiB (the tensor itself is 128 MiB, staged and
-# hashed), fails at its wrong target digest, and leaves .dcr/stage empty
+# hashed; also with 8 threads resolving), fails at its wrong target digest,
+# and leaves .dcr/stage empty
 # and the receiver as it was. A pack that only declares a new tensor of
 # 2^50 bytes is refused before a byte is staged: the files to rebuild must
 # fit the free space (a file size limit guards the disk should that break).
@@ -30,6 +31,10 @@ one_line_error dcr-apply
 grep -q "would not match its target digest" "$T/err" || { cat "$T/err"; fail "no word of the digest"; }
 say "four items of 2^22: $m MiB"
 [ "$m" -lt 300 ] || fail "dcr-apply took $m MiB for four items of 2^22"
+# resolving on more threads takes no more: big items go one at a time
+m=$(peak_rss 128 dcr-apply --threads 8 "$T/r" "$T/four.tar")
+say "four items of 2^22, 8 threads: $m MiB"
+[ "$m" -lt 300 ] || fail "dcr-apply --threads 8 took $m MiB for four items of 2^22"
 left=$(find "$T/r/.dcr/stage" -type f | wc -l)
 [ "$left" -eq 0 ] || { ls -la "$T/r/.dcr/stage"; fail "$left files left in .dcr/stage"; }
 [ ! -e "$T/r/.dcr/journal" ] || fail "a journal was left"

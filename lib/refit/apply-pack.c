@@ -17,6 +17,7 @@
 #include "core/util.h"
 #include "refit/apply-pack.h"
 #include "refit/commit.h"
+#include "refit/ipool.h"
 #include "refit/journal.h"
 #include "refit/plan.h"
 #include "refit/stage.h"
@@ -29,8 +30,8 @@
 
 struct spool {
 	int fd;
-	struct dcr_buf rec, enc;
-	struct dcr_changes ch;
+	int threads; /* resolving payloads (refit/ipool.h) */
+	struct dcr_buf rec;
 	/* reading back */
 	struct dcr_buf buf;
 	size_t off;
@@ -118,7 +119,78 @@ static int spool_next(void *ctx, struct plan *p, struct dcr_item *it, struct dcr
 	return 1;
 }
 
-/* Resolve one payload's items into the spool. */
+/* One payload item made ready for the spool (ctx: the payload's tensor
+ * table, which does not change while items are in the pool): an XOR item
+ * resolved against the base bits at arg and encoded as an OVERWRITE, an
+ * OVERWRITE decoded (so that a bad payload is refused early) and kept. */
+static int spool_work(void *ctx, const struct dcr_item *it, void *arg, struct dcr_changes *ch,
+		      struct dcr_buf *enc, struct dcr_item *out, struct dcr_err *e)
+{
+	const struct dcr_delta_tensor *lt = *(const struct dcr_delta_tensor *const *)ctx;
+	unsigned unit = dcr_dtype_unit(lt[it->tensor].dtype);
+	if (it->enc != DCR_ENC_XOR)
+		return dcr_item_decode(it, unit, ch, e);
+	int r = dcr_item_resolve(it, unit, arg, ch, e);
+	if (r)
+		return r;
+	out->enc = DCR_ENC_OVERWRITE;
+	if ((r = dcr_item_encode(ch, unit, it->len, it->flags & DCR_ITEM_DENSE, &out->codec, enc,
+				 e)))
+		return r;
+	out->data = enc->p;
+	out->data_len = enc->len;
+	return 0;
+}
+
+/* The next item the pool made ready, into the spool (1), or 0: none left. */
+static int spool_take(struct spool *s, struct ap_ipool *ip, const struct dcr_delta_tensor *lt,
+		      struct dcr_err *e)
+{
+	struct dcr_item it;
+	int r = ap_ipool_get(ip, &it, NULL, e);
+	if (r != 1)
+		return r;
+	return (r = spool_item(s, lt[it.tensor].name, &it, e)) ? r : 1;
+}
+
+/* An item of a payload, checked against its tensor and the receiver's
+ * base and given to the pool (the XOR ones with their base bits). */
+static int spool_give(struct spool *s, struct ap_ipool *ip, const struct dcr_delta_tensor *lt,
+		      size_t nlt, const struct dcr_delta_rec *rec, const char *what,
+		      const struct dcr_ckpt *c, int allow_xor, struct dcr_err *e)
+{
+	struct dcr_item it;
+	int r;
+	if ((r = dcr_delta_parse_item(rec, &it, e)))
+		return r;
+	if (it.tensor >= nlt)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor", what);
+	const struct dcr_delta_tensor *t = &lt[it.tensor];
+	unsigned unit = dcr_dtype_unit(t->dtype);
+	uint64_t units = t->nelem * dcr_dtype_bits(t->dtype) / 8 / unit;
+	if (it.start > units || it.len > units - it.start)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end", what,
+				   t->name);
+	if (it.enc == DCR_ENC_XOR && !allow_xor) {
+		s->xor_seen = 1;
+		return 0;
+	}
+	const uint8_t *base = NULL;
+	if (it.enc == DCR_ENC_XOR) {
+		const struct dcr_ckpt_tensor *ct = dcr_ckpt_find(c, t->name);
+		if ((t->flags & DCR_TENSOR_NEW) || !dcr_ckpt_tensor_is(ct, t->dtype, t->ndim, t->shape))
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "%s: XOR item for '%s', which the receiver does not hold as in the base",
+					   what, t->name);
+		base = ct->data + it.start * unit;
+	}
+	while (!ap_ipool_room(ip))
+		if ((r = spool_take(s, ip, lt, e)) < 0)
+			return r;
+	return ap_ipool_put(ip, &it, (void *)base) ? dcr_err_sys(e, ENOMEM, "%s", what) : 0;
+}
+
+/* Resolve one payload's items into the spool, on every core, in order. */
 static int spool_payload(struct spool *s, const uint8_t *buf, size_t len,
 			 const struct dcr_payload *pl, const char *what, const struct dcr_ckpt *c,
 			 int allow_xor, struct dcr_err *e)
@@ -127,10 +199,18 @@ static int spool_payload(struct spool *s, const uint8_t *buf, size_t len,
 	size_t nlt = 0, cap = 0;
 	struct dcr_payload_records rd;
 	struct dcr_delta_rec rec;
+	struct ap_ipool *ip = ap_ipool_new(s->threads, spool_work, &lt);
+	if (!ip)
+		return dcr_err_sys(e, ENOMEM, "%s", what);
 	int r = dcr_payload_records_open(&rd, buf, len, pl, what, e);
 	while (!r && (r = dcr_payload_records_next(&rd, &rec, e)) == 1) {
 		r = 0;
 		if (rec.type == DCR_REC_TENSOR) {
+			/* the table may move: the pool's items are done first */
+			while ((r = spool_take(s, ip, lt, e)) == 1)
+				;
+			if (r)
+				break;
 			if (nlt == cap) {
 				cap = cap ? 2 * cap : 16;
 				struct dcr_delta_tensor *v = realloc(lt, cap * sizeof(*v));
@@ -143,55 +223,16 @@ static int spool_payload(struct spool *s, const uint8_t *buf, size_t len,
 			if (!(r = dcr_delta_parse_tensor(&rec, &lt[nlt], e)))
 				nlt++;
 		} else if (rec.type == DCR_REC_ITEM) {
-			struct dcr_item it;
-			if ((r = dcr_delta_parse_item(&rec, &it, e)))
-				break;
-			if (it.tensor >= nlt) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor", what);
-				break;
-			}
-			const struct dcr_delta_tensor *t = &lt[it.tensor];
-			unsigned unit = dcr_dtype_unit(t->dtype);
-			uint64_t units = t->nelem * dcr_dtype_bits(t->dtype) / 8 / unit;
-			if (it.start > units || it.len > units - it.start) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end",
-						what, t->name);
-				break;
-			}
-			if (it.enc == DCR_ENC_XOR && !allow_xor) {
-				s->xor_seen = 1;
-				continue;
-			}
-			if (it.enc == DCR_ENC_XOR) {
-				const struct dcr_ckpt_tensor *ct = dcr_ckpt_find(c, t->name);
-				if ((t->flags & DCR_TENSOR_NEW) ||
-				    !dcr_ckpt_tensor_is(ct, t->dtype, t->ndim, t->shape)) {
-					r = dcr_err_set(e, DCR_EFORMAT,
-							"%s: XOR item for '%s', which the receiver does not hold as in the base",
-							what, t->name);
-					break;
-				}
-				if ((r = dcr_item_resolve(&it, unit, ct->data + it.start * unit, &s->ch, e)))
-					break;
-				s->enc.len = 0;
-				it.enc = DCR_ENC_OVERWRITE;
-				if ((r = dcr_item_encode(&s->ch, unit, it.len, it.flags & DCR_ITEM_DENSE,
-							 &it.codec, &s->enc, e)))
-					break;
-				it.data = s->enc.p;
-				it.data_len = s->enc.len;
-			} else {
-				/* check it decodes now, so a bad payload is refused early */
-				if ((r = dcr_item_decode(&it, unit, &s->ch, e)))
-					break;
-			}
-			r = spool_item(s, t->name, &it, e);
+			r = spool_give(s, ip, lt, nlt, &rec, what, c, allow_xor, e);
 		} else if (rec.type == DCR_REC_REMOVE) {
 			/* the manifest lists removals */
 		} else if (rec.type < DCR_REC_ANCILLARY) {
 			r = dcr_err_set(e, DCR_EFORMAT, "%s: unexpected record type %u", what, rec.type);
 		}
 	}
+	while (r == 0 && (r = spool_take(s, ip, lt, e)) == 1)
+		r = 0;
+	ap_ipool_free(ip);
 	dcr_payload_records_close(&rd);
 	for (size_t i = 0; i < nlt; i++)
 		dcr_delta_tensor_clear(&lt[i]);
@@ -460,7 +501,7 @@ static int apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 		   const struct dcr_apply_opts *o, struct dcr_apply_result *res,
 		   int *have_version, uint64_t *version, struct dcr_err *e)
 {
-	struct apack ak = {.x = {.rc = rc, .o = o}, .s = {.fd = -1},
+	struct apack ak = {.x = {.rc = rc, .o = o}, .s = {.fd = -1, .threads = rc->threads},
 			   .have_version = *have_version, .version = *version};
 	char *sp = dcr_receiver_path(rc, "spool");
 	int r;
@@ -501,9 +542,7 @@ out:
 	unlink(sp);
 	free(sp);
 	dcr_buf_free(&ak.s.rec);
-	dcr_buf_free(&ak.s.enc);
 	dcr_buf_free(&ak.s.buf);
-	dcr_changes_free(&ak.s.ch);
 	pset_free(&ak.seen);
 	free(ak.sig);
 	free(ak.cur_dg);

@@ -6,7 +6,14 @@
  * in the order it gave them. The ring's size bounds the memory: a few
  * items (each at most DCR_ITEM_MAX_ELEMS units) per thread. The slot last
  * handed back stays the caller's until its next call, so that the item it
- * got may point into it. */
+ * got may point into it.
+ *
+ * Memory: an item's work takes about 16 bytes per change it declares (its
+ * positions and values decoded), so items are let in while those of the
+ * items waiting and being worked on stay within IPOOL_BUDGET (one is let in
+ * whatever it declares): a hostile input of items that claim the most
+ * costs one of them at a time, not one per thread. A thread lets go of
+ * scratch larger than IPOOL_KEEP after each item. */
 #include "config.h"
 
 #include <errno.h>
@@ -19,10 +26,14 @@
 
 enum { FREE, WAITING, WORKING, DONE };
 
+#define IPOOL_BUDGET (64ull << 20)
+#define IPOOL_KEEP ((size_t)1 << 20) /* changes of scratch a thread keeps */
+
 struct slot {
 	int state;
 	struct dcr_item in, out;
 	void *arg;
+	uint64_t cost;	     /* bytes its work may take */
 	struct dcr_buf data; /* in's data */
 	struct dcr_buf enc;  /* out's data */
 	int err;
@@ -37,6 +48,7 @@ struct ap_ipool {
 	struct slot *s;
 	size_t ns;
 	uint64_t given, started, taken; /* counters; slot k % ns */
+	uint64_t busy;			/* cost of the items waiting and being worked on */
 	int held;			/* slot `taken` is the caller's */
 	int stop;
 	pthread_t th[64];
@@ -65,9 +77,12 @@ static void *worker(void *arg)
 		s->state = WORKING;
 		pthread_mutex_unlock(&r->mu);
 		int err = work(r, s, &ch);
+		if (ch.cap > IPOOL_KEEP)
+			dcr_changes_free(&ch);
 		pthread_mutex_lock(&r->mu);
 		s->err = err;
 		s->state = DONE;
+		r->busy -= s->cost;
 		pthread_cond_broadcast(&r->done);
 	}
 	pthread_mutex_unlock(&r->mu);
@@ -120,7 +135,11 @@ int ap_ipool_put(struct ap_ipool *r, const struct dcr_item *it, void *arg)
 	s->in = *it;
 	s->in.data = s->data.p;
 	s->arg = arg;
+	s->cost = 16 * (uint64_t)it->n + it->data_len;
 	pthread_mutex_lock(&r->mu);
+	while (r->nth && r->busy && r->busy + s->cost > IPOOL_BUDGET)
+		pthread_cond_wait(&r->done, &r->mu);
+	r->busy += s->cost;
 	s->state = WAITING;
 	r->given++;
 	pthread_cond_signal(&r->more);
@@ -145,8 +164,11 @@ int ap_ipool_get(struct ap_ipool *r, struct dcr_item *out, void **arg, struct dc
 		s->state = WORKING;
 		pthread_mutex_unlock(&r->mu);
 		s->err = work(r, s, &r->ch);
+		if (r->ch.cap > IPOOL_KEEP)
+			dcr_changes_free(&r->ch);
 		pthread_mutex_lock(&r->mu);
 		s->state = DONE;
+		r->busy -= s->cost;
 	}
 	while (s->state != DONE)
 		pthread_cond_wait(&r->done, &r->mu);

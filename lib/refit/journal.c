@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,35 @@ struct jcheck {
 	struct jtensor *jt;
 	uint32_t last;
 	int any;
+	/* bytes of decoded items the threads hold (JC_BUDGET, jc_hold) */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t held;
 };
+
+/* Decoding an item takes about 16 bytes per change it declares; a band
+ * that holds none yet starts one only while the threads hold at most
+ * JC_BUDGET in all (or nothing), so that items that claim the most are
+ * decoded one at a time, not one per thread. A band that holds some goes
+ * on, so that it can finish and let go. */
+#define JC_BUDGET (64ull << 20)
+
+static void jc_hold(struct jcheck *jc, uint64_t cost, uint64_t mine)
+{
+	pthread_mutex_lock(&jc->mu);
+	while (!mine && jc->held && jc->held + cost > JC_BUDGET)
+		pthread_cond_wait(&jc->cv, &jc->mu);
+	jc->held += cost;
+	pthread_mutex_unlock(&jc->mu);
+}
+
+static void jc_release(struct jcheck *jc, uint64_t cost)
+{
+	pthread_mutex_lock(&jc->mu);
+	jc->held -= cost;
+	pthread_cond_broadcast(&jc->cv);
+	pthread_mutex_unlock(&jc->mu);
+}
 
 static void hash_src(struct dcr_tdigest *h, const uint8_t *src, uint64_t off, uint64_t n)
 {
@@ -76,6 +105,7 @@ struct jactive {
 	size_t q;
 	struct dcr_changes ch;
 	size_t cc;
+	uint64_t cost; /* held for ch (jc_hold) */
 };
 
 /* The new bytes of rows [r0, r1) of a tensor: its current bytes (zeros for
@@ -98,6 +128,7 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 	struct dcr_buf tmp = {0}, seen = {0};
 	struct jactive *act = NULL;
 	size_t k = 0, nact = 0, capact = 0;
+	uint64_t mine = 0; /* held by this band */
 	int r = 0;
 #define IT_END(q) (jt->items[q]->it.start * unit + jt->items[q]->it.len * unit)
 	while (k < jt->n && IT_END(k) <= a)
@@ -147,7 +178,9 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 					capact = nc;
 				}
 				ja = &act[nact++];
-				*ja = (struct jactive){.q = q};
+				*ja = (struct jactive){.q = q, .cost = 16 * (uint64_t)it->n};
+				jc_hold(jt->jc, ja->cost, mine);
+				mine += ja->cost;
 				if ((r = dcr_item_decode(it, unit, &ja->ch, &jt->e)))
 					break;
 			}
@@ -175,6 +208,8 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 		for (size_t z = 0; z < nact;)
 			if (IT_END(act[z].q) <= x1) {
 				dcr_changes_free(&act[z].ch);
+				jc_release(jt->jc, act[z].cost);
+				mine -= act[z].cost;
 				act[z] = act[--nact];
 			} else {
 				z++;
@@ -183,8 +218,10 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 			k++;
 	}
 #undef IT_END
-	for (size_t z = 0; z < nact; z++)
+	for (size_t z = 0; z < nact; z++) {
 		dcr_changes_free(&act[z].ch);
+		jc_release(jt->jc, act[z].cost);
+	}
 	free(act);
 	dcr_buf_free(&tmp);
 	dcr_buf_free(&seen);
@@ -215,6 +252,8 @@ static int jc_queue(struct jcheck *jc, uint32_t t)
 static int jc_init(struct jcheck *jc, struct plan *p, int threads)
 {
 	memset(jc, 0, sizeof(*jc));
+	pthread_mutex_init(&jc->mu, NULL);
+	pthread_cond_init(&jc->cv, NULL);
 	jc->p = p;
 	jc->jt = dcr_calloc(p->n + 1, sizeof(*jc->jt));
 	jc->pool = dcr_hpool_new(threads);
@@ -326,6 +365,8 @@ static void jc_free(struct jcheck *jc)
 		free(jc->jt[i].more);
 	}
 	free(jc->jt);
+	pthread_cond_destroy(&jc->cv);
+	pthread_mutex_destroy(&jc->mu);
 }
 
 int ap_write_journal(struct ctx *x, struct plan *p, struct item_src src, struct dcr_err *e)
