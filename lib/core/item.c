@@ -228,6 +228,23 @@ int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *ol
 	return r;
 }
 
+int dcr_item_to_overwrite(const struct dcr_item *it, unsigned unit, const uint8_t *old,
+			  struct dcr_changes *ch, struct dcr_buf *enc, struct dcr_item *out,
+			  struct dcr_err *e)
+{
+	int r = dcr_item_resolve(it, unit, old, ch, e);
+	if (r)
+		return r;
+	enc->len = 0;
+	out->enc = DCR_ENC_OVERWRITE;
+	if ((r = dcr_item_encode(ch, unit, it->len, it->flags & DCR_ITEM_DENSE, &out->codec, enc,
+				 e)))
+		return r;
+	out->data = enc->p;
+	out->data_len = enc->len;
+	return 0;
+}
+
 void dcr_scatter(uint8_t *dst, unsigned unit, const uint64_t *pos, const uint64_t *val, size_t n,
 		 int xor_)
 {

@@ -64,6 +64,12 @@ int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes
  * range (old points at element it->start; unused for OVERWRITE items). */
 int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *old,
 		     struct dcr_changes *ch, struct dcr_err *e);
+/* The item resolved (dcr_item_resolve, scratch ch) and its new bits encoded
+ * as an OVERWRITE into enc: out's enc, codec and data are set, the rest of
+ * out is left to the caller (an apply's journal holds only these). */
+int dcr_item_to_overwrite(const struct dcr_item *it, unsigned unit, const uint8_t *old,
+			  struct dcr_changes *ch, struct dcr_buf *enc, struct dcr_item *out,
+			  struct dcr_err *e);
 
 /* dst[pos[k]] = val[k] (or ^= with xor_) for units of `unit` bytes: how
  * changes reach the bytes; the CPU reference of the GPU apply kernel. */

@@ -130,16 +130,7 @@ static int spool_work(void *ctx, const struct dcr_item *it, void *arg, struct dc
 	unsigned unit = dcr_dtype_unit(lt[it->tensor].dtype);
 	if (it->enc != DCR_ENC_XOR)
 		return dcr_item_decode(it, unit, ch, e);
-	int r = dcr_item_resolve(it, unit, arg, ch, e);
-	if (r)
-		return r;
-	out->enc = DCR_ENC_OVERWRITE;
-	if ((r = dcr_item_encode(ch, unit, it->len, it->flags & DCR_ITEM_DENSE, &out->codec, enc,
-				 e)))
-		return r;
-	out->data = enc->p;
-	out->data_len = enc->len;
-	return 0;
+	return dcr_item_to_overwrite(it, unit, arg, ch, enc, out, e);
 }
 
 /* The next item the pool made ready, into the spool (1), or 0: none left. */

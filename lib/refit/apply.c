@@ -59,16 +59,7 @@ static int resolve_item(void *ctx, const struct dcr_item *it, void *arg, struct 
 	const uint8_t *base =
 		it->enc == DCR_ENC_XOR && pt->cur ? pt->cur->data + it->start * unit : NULL;
 	(void)arg;
-	int r = dcr_item_resolve(it, unit, base, ch, e);
-	if (r)
-		return r;
-	out->enc = DCR_ENC_OVERWRITE;
-	if ((r = dcr_item_encode(ch, unit, it->len, it->flags & DCR_ITEM_DENSE, &out->codec, enc,
-				 e)))
-		return r;
-	out->data = enc->p;
-	out->data_len = enc->len;
-	return 0;
+	return dcr_item_to_overwrite(it, unit, base, ch, enc, out, e);
 }
 
 static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struct dcr_err *e)
