@@ -1558,6 +1558,17 @@ static int split_streams(struct dcr_rd *r, struct rdec *d, struct bitr *br,
 		RENORM(X);                                                 \
 	} while (0)
 
+/* Why a positions section's rANS stream or raw bits do not end where the
+ * item does, or NULL when both were used up exactly. */
+static const char *positions_end(const struct rdec *d, const struct bitr *br, size_t rawlen)
+{
+	if (!rdec_done(d))
+		return "positions stream does not end where the item does";
+	if (!br_check(br, rawlen))
+		return "positions raw bits do not end where the item does";
+	return NULL;
+}
+
 static int delta_decode_positions(const uint8_t *p, size_t len,
 				  uint64_t range_len, size_t n, uint64_t *pos,
 				  struct dcr_err *e)
@@ -1651,14 +1662,8 @@ static int delta_decode_positions(const uint8_t *p, size_t len,
 		why = "position beyond the range";
 		goto fail;
 	}
-	if (!rdec_done(&d)) {
-		why = "positions stream does not end where the item does";
+	if ((why = positions_end(&d, &br, rawlen)))
 		goto fail;
-	}
-	if (!br_check(&br, rawlen)) {
-		why = "positions raw bits do not end where the item does";
-		goto fail;
-	}
 	free(tab);
 	return 0;
 fail:
@@ -2259,14 +2264,8 @@ static int class_decode(const uint8_t *p, size_t len, unsigned unit, uint64_t ra
 		why = "position beyond the range";
 		goto fail;
 	}
-	if (!rdec_done(&d)) {
-		why = "positions stream does not end where the item does";
+	if ((why = positions_end(&d, &br, rawlen)))
 		goto fail;
-	}
-	if (!br_check(&br, rawlen)) {
-		why = "positions raw bits do not end where the item does";
-		goto fail;
-	}
 	const uint64_t *rkc[MAXCLS];
 	size_t o = 0;
 	for (unsigned c = 0; c < cm.ncls; c++) {
