@@ -8,9 +8,9 @@
  * handed back stays the caller's until its next call, so that the item it
  * got may point into it.
  *
- * Memory: an item's work takes about 16 bytes per change it declares (its
- * positions and values decoded), so items are let in while those of the
- * items waiting and being worked on stay within IPOOL_BUDGET (one is let in
+ * Memory: an item's work takes ap_decode_bytes (its positions and values
+ * decoded), so items are let in while those of the items waiting and
+ * being worked on stay within AP_DECODE_BUDGET (one is let in
  * whatever it declares): a hostile input of items that claim the most
  * costs one of them at a time, not one per thread. A thread lets go of
  * scratch larger than IPOOL_KEEP after each item. */
@@ -26,7 +26,6 @@
 
 enum { FREE, WAITING, WORKING, DONE };
 
-#define IPOOL_BUDGET (64ull << 20)
 #define IPOOL_KEEP ((size_t)1 << 20) /* changes of scratch a thread keeps */
 
 struct slot {
@@ -135,9 +134,9 @@ int ap_ipool_put(struct ap_ipool *r, const struct dcr_item *it, void *arg)
 	s->in = *it;
 	s->in.data = s->data.p;
 	s->arg = arg;
-	s->cost = 16 * (uint64_t)it->n + it->data_len;
+	s->cost = ap_decode_bytes(it) + it->data_len;
 	pthread_mutex_lock(&r->mu);
-	while (r->nth && r->busy && r->busy + s->cost > IPOOL_BUDGET)
+	while (r->nth && r->busy && r->busy + s->cost > AP_DECODE_BUDGET)
 		pthread_cond_wait(&r->done, &r->mu);
 	r->busy += s->cost;
 	s->state = WAITING;

@@ -9,6 +9,15 @@
 
 struct ap_ipool;
 
+/* What decoding an item takes: its positions and values, 16 bytes per
+ * change it declares. The pool, and the journal's check, let decodes in
+ * while those they hold stay within AP_DECODE_BUDGET (one always). */
+#define AP_DECODE_BUDGET (64ull << 20)
+static inline uint64_t ap_decode_bytes(const struct dcr_item *it)
+{
+	return 16 * (uint64_t)it->n;
+}
+
 /* The work on one item: in (its data a copy the pool keeps), the caller's
  * arg for it, scratch changes of the thread's own, out's data to be put in
  * enc (out starts as a copy of in). 0 or an error set in e. */

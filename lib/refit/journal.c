@@ -55,23 +55,21 @@ struct jcheck {
 	struct jtensor *jt;
 	uint32_t last;
 	int any;
-	/* bytes of decoded items the threads hold (JC_BUDGET, jc_hold) */
+	/* bytes of decoded items the threads hold (jc_hold) */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint64_t held;
 };
 
-/* Decoding an item takes about 16 bytes per change it declares; a band
- * that holds none yet starts one only while the threads hold at most
- * JC_BUDGET in all (or nothing), so that items that claim the most are
- * decoded one at a time, not one per thread. A band that holds some goes
- * on, so that it can finish and let go. */
-#define JC_BUDGET (64ull << 20)
+/* A band that holds no decoded item yet starts one only while the threads
+ * hold at most AP_DECODE_BUDGET in all (or nothing), so that items that
+ * claim the most are decoded one at a time, not one per thread. A band
+ * that holds some goes on, so that it can finish and let go. */
 
 static void jc_hold(struct jcheck *jc, uint64_t cost, uint64_t mine)
 {
 	pthread_mutex_lock(&jc->mu);
-	while (!mine && jc->held && jc->held + cost > JC_BUDGET)
+	while (!mine && jc->held && jc->held + cost > AP_DECODE_BUDGET)
 		pthread_cond_wait(&jc->cv, &jc->mu);
 	jc->held += cost;
 	pthread_mutex_unlock(&jc->mu);
@@ -178,7 +176,7 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 					capact = nc;
 				}
 				ja = &act[nact++];
-				*ja = (struct jactive){.q = q, .cost = 16 * (uint64_t)it->n};
+				*ja = (struct jactive){.q = q, .cost = ap_decode_bytes(it)};
 				jc_hold(jt->jc, ja->cost, mine);
 				mine += ja->cost;
 				if ((r = dcr_item_decode(it, unit, &ja->ch, &jt->e)))
