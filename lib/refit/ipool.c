@@ -59,7 +59,10 @@ static int work(struct ap_ipool *r, struct slot *s, struct dcr_changes *ch)
 {
 	s->enc.len = 0;
 	s->out = s->in;
-	return r->fn(r->ctx, &s->in, s->arg, ch, &s->enc, &s->out, &s->e);
+	int err = r->fn(r->ctx, &s->in, s->arg, ch, &s->enc, &s->out, &s->e);
+	if (ch->cap > IPOOL_KEEP)
+		dcr_changes_free(ch);
+	return err;
 }
 
 static void *worker(void *arg)
@@ -76,8 +79,6 @@ static void *worker(void *arg)
 		s->state = WORKING;
 		pthread_mutex_unlock(&r->mu);
 		int err = work(r, s, &ch);
-		if (ch.cap > IPOOL_KEEP)
-			dcr_changes_free(&ch);
 		pthread_mutex_lock(&r->mu);
 		s->err = err;
 		s->state = DONE;
@@ -163,8 +164,6 @@ int ap_ipool_get(struct ap_ipool *r, struct dcr_item *out, void **arg, struct dc
 		s->state = WORKING;
 		pthread_mutex_unlock(&r->mu);
 		s->err = work(r, s, &r->ch);
-		if (r->ch.cap > IPOOL_KEEP)
-			dcr_changes_free(&r->ch);
 		pthread_mutex_lock(&r->mu);
 		s->state = DONE;
 		r->busy -= s->cost;
