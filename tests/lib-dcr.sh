@@ -111,6 +111,26 @@ roundtrip() {
 	[ ! -e "$T/rt/.dcr/journal" ] || fail "journal left behind after a successful apply"
 }
 
+# crash_committed A DELTA DIR [fresh]: DIR a copy of A (fresh: without
+# A's .dcr/) in which dcr-apply DELTA was killed (DCR_FAULT_AT) at the
+# first durable step after which its journal stands committed; FAULT is
+# that step.
+crash_committed() {
+	FAULT=1
+	while :; do
+		rm -rf "$3"
+		cp -r "$1" "$3"
+		[ -z "${4:-}" ] || rm -rf "$3/.dcr"
+		_rc=0
+		(DCR_FAULT_AT=$FAULT exec dcr-apply -q "$3" "$2") >/dev/null 2>"$T/err" || _rc=$?
+		[ $_rc -ne 0 ] || fail "no fault point with a journal pending"
+		[ $_rc -eq 137 ] || { cat "$T/err" >&2; fail "DCR_FAULT_AT=$FAULT: exit $_rc, not killed"; }
+		[ ! -e "$3/.dcr/journal" ] || return 0
+		FAULT=$((FAULT + 1))
+		[ $FAULT -lt 200 ] || fail "never a journal"
+	done
+}
+
 # crash_loop A B: for N = 1, 2, ... kill dcr-apply (DCR_FAULT_AT=N: SIGKILL
 # at its Nth durable step) turning a copy of A into B, until a run passes
 # every step. After each kill the receiver must be A or B exactly, never a

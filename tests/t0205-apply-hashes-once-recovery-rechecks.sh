@@ -39,20 +39,7 @@ v=$(verified)
 same "$T/b" "$T/g/v1"
 
 # killed after the commit point: the first fault that leaves a journal
-n=1
-while :; do
-	rm -rf "$T/c"
-	cp -r "$T/g/v0" "$T/c"
-	set +e
-	DCR_FAULT_AT=$n dcr-apply "$T/c" "$T/d" >"$T/out" 2>"$T/err"
-	rc=$?
-	set -e
-	[ $rc -ne 0 ] || fail "no fault left a committed journal"
-	[ $rc -eq 137 ] || { cat "$T/err" >&2; fail "DCR_FAULT_AT=$n: exit $rc, not killed"; }
-	[ ! -e "$T/c/.dcr/journal" ] || break
-	n=$((n + 1))
-	[ $n -le 200 ] || fail "no journal after 200 faults"
-done
+crash_committed "$T/g/v0" "$T/d" "$T/c"
 cp -r "$T/c" "$T/c2"
 # a byte the step leaves alone, inside a tensor it touches, flipped
 python3 - "$T/g/v0/model.safetensors" "$T/g/v1/model.safetensors" "$T/c/model.safetensors" <<'EOF'
@@ -81,4 +68,4 @@ grep -q "does not match its target digest after apply" "$T/err" || { cat "$T/err
 # the same crash without the flipped byte recovers to the target
 run 0 dcr-apply --recover "$T/c2"
 same "$T/c2" "$T/g/v1"
-say "ok: $touched tensors verified once, with --recheck, and a recovery rechecks (fault $n)"
+say "ok: $touched tensors verified once, with --recheck, and a recovery rechecks (fault $FAULT)"

@@ -32,17 +32,7 @@ wait $apid || fail "dcr-apply exited $?: $(cat "$T/apply.err")"
 [ "$(state_id "$T/r")" = "$new" ] || fail "not at the new state after the apply"
 
 # an apply killed after its journal was committed: refused until recovered
-n=1
-while :; do
-	rm -rf "$T/k"
-	cp -r "$T/g/v0" "$T/k"
-	rc=0
-	(DCR_FAULT_AT=$n exec dcr-apply -q "$T/k" "$T/d") 2>/dev/null || rc=$?
-	[ $rc = 0 ] && fail "no fault point with a journal pending"
-	[ -e "$T/k/.dcr/journal" ] && break
-	n=$((n + 1))
-	[ $n -lt 200 ] || fail "never a journal"
-done
+crash_committed "$T/g/v0" "$T/d" "$T/k"
 run 128 dcr-verify "$T/k"
 one_line_error dcr-verify
 grep -q "dcr-apply --recover" "$T/err" || { cat "$T/err"; fail "no hint to recover"; }

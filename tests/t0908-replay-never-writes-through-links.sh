@@ -10,23 +10,9 @@ command -v gen-checkpoint >/dev/null 2>&1 || skip "gen-checkpoint is not built"
 run 0 gen-checkpoint -q --size 2M --steps 1 --shards 2 "$T/g"
 run 0 dcr-diff -o "$T/d" "$T/g/v0" "$T/g/v1"
 new=$(state_id "$T/g/v1")
-crashed() { # a receiver $T/k at v0 killed with its journal committed
-	n=1
-	while :; do
-		rm -rf "$T/k"
-		cp -r "$T/g/v0" "$T/k"
-		rm -rf "$T/k/.dcr"
-		rc=0
-		(DCR_FAULT_AT=$n exec dcr-apply -q "$T/k" "$T/d") 2>/dev/null || rc=$?
-		[ $rc = 0 ] && fail "no fault point with a journal pending"
-		[ -e "$T/k/.dcr/journal" ] && break
-		n=$((n + 1))
-		[ $n -lt 200 ] || fail "never a journal"
-	done
-}
 f=$(cd "$T/g/v0" && ls *.safetensors | head -1)
 for kind in symbolic hard; do
-	crashed
+	crash_committed "$T/g/v0" "$T/d" "$T/k" fresh
 	mkdir -p "$T/outside"
 	cp "$T/k/$f" "$T/outside/$f"
 	rm "$T/k/$f"
