@@ -664,6 +664,71 @@ Test(codec, classed_random_bit_patterns_round_trip_for_every_dtype)
 	free(nw);
 }
 
+Test(codec, classed_blocks_of_any_change_count_decode_into_exact_buffers)
+{
+	/* Both scans handle a block's changes in bulk (the decoder writes a
+	 * block's first four positions without a branch, the encoder ranks
+	 * a strip of blocks at once): blocks of 0 to 64 changes, items of 1
+	 * to 300 changes and ranges that end inside a block, decoded into
+	 * buffers of exactly n entries (so that ASan sees a write past
+	 * them), on every code path. */
+	rs = 41;
+	enum { MAXR = 64 * 300 + 37 };
+	uint8_t *old = malloc(MAXR * 2);
+	uint64_t *pos = malloc(MAXR * 8), *nw = malloc(MAXR * 8), *oldv = malloc(MAXR * 8);
+	for (int trial = 0; trial < 40; trial++) {
+		uint64_t range_len = trial < 4 ? 64 * (uint64_t)(trial + 1) - trial : 1 + rnd() % MAXR;
+		size_t n = 0, cap = trial < 10 ? 1 + (size_t)trial : 1 + rnd() % 300;
+		for (uint64_t i = 0; i < range_len; i++) {
+			/* two magnitudes, so that there are classes */
+			uint16_t x = (uint16_t)((rnd() & 1) << 15 | (i / 64 % 3 ? 120 : 126) << 7 |
+						(rnd() & 127));
+			put_le16(old + 2 * i, x);
+		}
+		for (uint64_t b = 0; b < range_len && n < cap; b += 64) {
+			/* this block's share: none, a few, or all of it */
+			unsigned want = (unsigned)(rnd() % 4 == 0 ? 0 : rnd() % 3 == 0 ? 64 : rnd() % 9);
+			for (uint64_t i = b; i < b + 64 && i < range_len && n < cap; i++)
+				if (want == 64 || rnd() % 64 < want) {
+					pos[n] = i;
+					oldv[n] = get_le16(old + 2 * i);
+					nw[n] = oldv[n] ^ (1 + rnd() % 3);
+					n++;
+				}
+		}
+		if (!n)
+			continue;
+		struct dcr_buf ref = {0};
+		cdc_cpu_limit(3);
+		cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, range_len, n,
+						    pos, oldv, nw, old, &ref, NULL), 0);
+		for (int lv = 0; lv <= 3; lv++) {
+			cdc_cpu_limit(lv);
+			struct dcr_buf b = {0};
+			cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, range_len,
+							    n, pos, oldv, nw, old, &b, NULL), 0);
+			cr_assert(b.len == ref.len && !memcmp(b.p, ref.p, b.len),
+				  "trial %d: path %d encodes other bytes", trial, lv);
+			dcr_buf_free(&b);
+			uint64_t *p1 = malloc(n * 8), *v1 = malloc(n * 8);
+			struct dcr_err e = {0};
+			cr_assert_eq(dcr_codec_decode_range(DCR_CODEC_CLASSED, ref.p, ref.len, 2,
+							    range_len, n, old, p1, v1, &e),
+				     0, "trial %d: path %d: %s", trial, lv, e.msg);
+			cr_assert(!memcmp(p1, pos, n * 8) && !memcmp(v1, nw, n * 8),
+				  "trial %d: path %d decodes other changes", trial, lv);
+			free(p1);
+			free(v1);
+		}
+		dcr_buf_free(&ref);
+	}
+	cdc_cpu_limit(3);
+	free(old);
+	free(pos);
+	free(nw);
+	free(oldv);
+}
+
 /* The number of classes a CLASSED payload declares (byte 2 of its
  * positions section). */
 static unsigned classes_of(const struct dcr_buf *b)

@@ -527,15 +527,66 @@ static int check_input(unsigned unit, uint64_t range_len, size_t n,
 	return 0;
 }
 
+/* ---- histograms ------------------------------------------------------ */
+
+/* h[s[i]] += 1 for i < n, into the nsym counts h. Changes of one class
+ * or exponent mostly take the same few symbols, and one counter bumped
+ * again and again waits on its own store each time: four counters per
+ * symbol, summed at the end, keep four increments in flight. */
+static void count_syms(const uint8_t *sym, size_t n, unsigned nsym, uint64_t *h)
+{
+	uint32_t c[4][256] = {{0}};
+	size_t i = 0;
+	for (; i + 4 <= n; i += 4) {
+		c[0][sym[i]]++;
+		c[1][sym[i + 1]]++;
+		c[2][sym[i + 2]]++;
+		c[3][sym[i + 3]]++;
+	}
+	for (; i < n; i++)
+		c[0][sym[i]]++;
+	for (unsigned k = 0; k < nsym; k++)
+		h[k] += (uint64_t)c[0][k] + c[1][k] + c[2][k] + c[3][k];
+}
+
+/* hist[x[i] * stride + y[i]] += 1 for i < n, where lo <= x[i] <= hi and
+ * y[i] < stride (rows lo..hi of hist are set, the others untouched);
+ * count_syms's four counters per cell when the rows fit, else one. */
+static void count_pairs(const uint8_t *x, const uint8_t *y, size_t n, unsigned lo, unsigned hi,
+			unsigned stride, uint64_t *hist)
+{
+	size_t cells = (size_t)(hi - lo + 1) * stride;
+	uint32_t *c = n < UINT32_MAX ? calloc(4 * cells, sizeof(uint32_t)) : NULL;
+	uint64_t *h = hist + (size_t)lo * stride;
+	memset(h, 0, cells * sizeof(uint64_t));
+	if (!c) {
+		for (size_t i = 0; i < n; i++)
+			h[(size_t)(x[i] - lo) * stride + y[i]]++;
+		return;
+	}
+	uint32_t *c1 = c + cells, *c2 = c1 + cells, *c3 = c2 + cells;
+	size_t i = 0;
+	for (; i + 4 <= n; i += 4) {
+		c[(size_t)(x[i] - lo) * stride + y[i]]++;
+		c1[(size_t)(x[i + 1] - lo) * stride + y[i + 1]]++;
+		c2[(size_t)(x[i + 2] - lo) * stride + y[i + 2]]++;
+		c3[(size_t)(x[i + 3] - lo) * stride + y[i + 3]]++;
+	}
+	for (; i < n; i++)
+		c[(size_t)(x[i] - lo) * stride + y[i]]++;
+	for (size_t k = 0; k < cells; k++)
+		h[k] = (uint64_t)c[k] + c1[k] + c2[k] + c3[k];
+	free(c);
+}
+
 /* ---- DELTA encoder --------------------------------------------------- */
 
 /* First pass over the values, specialised for each constant unit: symbols,
- * exponent fields, histogram per exponent, raw bits. */
+ * exponent fields, raw bits. */
 static inline __attribute__((always_inline)) void
 values_pass(const unsigned unit, size_t n, const uint64_t *oldv,
 	    const uint64_t *newv, const struct vmap *vm, uint8_t *sym,
-	    uint8_t *ex, uint64_t *hist, struct bitw *w, unsigned *pemin,
-	    unsigned *pemax)
+	    uint8_t *ex, struct bitw *w, unsigned *pemin, unsigned *pemax)
 {
 	const uint64_t mask = unit_mask(unit), half = mask ^ (mask >> 1);
 	const int flt = (vm->flags & VF_FLOAT) != 0, fold = (vm->flags & VF_FOLD) != 0;
@@ -565,7 +616,6 @@ values_pass(const unsigned unit, size_t n, const uint64_t *oldv,
 		}
 		sym[i] = (uint8_t)s;
 		ex[i] = (uint8_t)ev;
-		hist[(size_t)ev * VAL_NSYM_MAX + s]++;
 		emin = ev < emin ? ev : emin;
 		emax = ev > emax ? ev : emax;
 	}
@@ -655,12 +705,14 @@ static size_t value_symbols(struct denc *d, const uint64_t *oldv,
 	struct bitw w = {d->bits, 0, 0, 0};
 	unsigned emin = NE, emax = 0;
 	switch (d->unit) {
-	case 1: values_pass(1, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
-	case 2: values_pass(2, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
-	case 4: values_pass(4, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
-	default: values_pass(8, n, oldv, newv, &vm, sym, ex, hist, &w, &emin, &emax); break;
+	case 1: values_pass(1, n, oldv, newv, &vm, sym, ex, &w, &emin, &emax); break;
+	case 2: values_pass(2, n, oldv, newv, &vm, sym, ex, &w, &emin, &emax); break;
+	case 4: values_pass(4, n, oldv, newv, &vm, sym, ex, &w, &emin, &emax); break;
+	default: values_pass(8, n, oldv, newv, &vm, sym, ex, &w, &emin, &emax); break;
 	}
 	bw_flush(&w);
+	if (n)
+		count_pairs(ex, sym, n, emin, emax, VAL_NSYM_MAX, hist);
 
 	/* symbols in use, and cumulative histograms over exponents */
 	d->nused = 0;
@@ -1012,6 +1064,40 @@ static inline unsigned select64(uint64_t m, unsigned r)
 	return 8 * byte + sel8[(m >> (8 * byte)) & 0xff][r - before];
 }
 
+/* Append the positions b + i of the set bits i of chg to pos[k..] and
+ * return the new count; never past pos[n - 1] (a block never holds more
+ * changes than are left). A block holds a few changes, a number the
+ * branch predictor cannot guess: the first four are written without a
+ * branch (the slots past the block's last change get values the next
+ * blocks overwrite), the rest one by one. */
+static inline __attribute__((always_inline)) size_t
+emit_positions(uint64_t *pos, size_t k, size_t n, uint64_t b, uint64_t chg)
+{
+	const uint64_t top = 1ULL << 63; /* ctz of 0 | top: 63, a slot overwritten later */
+	unsigned cnt = pop64(chg);
+	if (__builtin_expect(k + 4 <= n, 1)) {
+		uint64_t *q = pos + k;
+		q[0] = b + (unsigned)__builtin_ctzll(chg | top);
+		chg &= chg - 1;
+		q[1] = b + (unsigned)__builtin_ctzll(chg | top);
+		chg &= chg - 1;
+		q[2] = b + (unsigned)__builtin_ctzll(chg | top);
+		chg &= chg - 1;
+		q[3] = b + (unsigned)__builtin_ctzll(chg | top);
+		chg &= chg - 1;
+		for (size_t j = k + 4; chg && j < n; j++) {
+			pos[j] = b + (unsigned)__builtin_ctzll(chg);
+			chg &= chg - 1;
+		}
+		return k + cnt < n ? k + cnt : n;
+	}
+	while (chg && k < n) {
+		pos[k++] = b + (unsigned)__builtin_ctzll(chg);
+		chg &= chg - 1;
+	}
+	return k;
+}
+
 /* Quantized gap tables: symbols [lo, lo + cnt) with a 4-bit code each;
  * code 0: absent, q > 0: weight 2^(q - 1). Frequencies: 1 + floor(w (PM -
  * nnz) / W) for each present symbol (W the sum of the weights), and what
@@ -1216,29 +1302,43 @@ blk_at(const uint8_t *old, unsigned unit, uint64_t range_len, uint64_t b, const 
 
 /* Each change's gap within its class (cc: the changes' classes), stored
  * class by class: gseq[at[c]++] for the changes of class c in order. The
- * class ranks come from the masks of the blocks up to the last change.
- * Returns non-zero when oldv differs from the range's bits. */
+ * class ranks come from the masks of the blocks up to the last change,
+ * GAP_STRIP blocks at a time: first each block's masks and the class
+ * counts before it (no branch), then each change of the strip's rank
+ * from its block's (no loop per block, whose count of changes the branch
+ * predictor cannot guess). sm: GAP_STRIP * K words for the masks, sb as
+ * many for the counts. Returns non-zero when oldv differs from the
+ * range's bits. */
+#define GAP_STRIP 256
 static inline __attribute__((always_inline)) uint64_t
 class_gaps_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 		const uint64_t *pos, const uint64_t *oldv, const uint8_t *cc,
-		const struct clsmap *cm, const int fast, blkfn *const mk, size_t *at,
-		uint64_t *gseq)
+		const struct clsmap *cm, const int fast, blkfn *const mk, const unsigned K,
+		size_t *at, uint64_t *gseq, uint64_t *sm, uint64_t *sb)
 {
 	uint64_t bad = 0;
-	const unsigned K = cm->ncls;
-	uint64_t base[MAXCLS] = {0}, next[MAXCLS] = {0}, m[MAXCLS];
+	uint64_t base[MAXCLS] = {0}, next[MAXCLS] = {0};
 	size_t k = 0;
-	for (uint64_t b = 0; k < n; b += CBLK) {
-		unsigned nb = blk_at(old, unit, range_len, b, cm, fast, mk, K, m);
-		for (; k < n && pos[k] < b + nb; k++) {
-			unsigned bit = (unsigned)(pos[k] - b), c = cc[k];
-			uint64_t rank = base[c] + pop64(m[c] & ((1ULL << bit) - 1));
+	const uint64_t nblk = n ? pos[n - 1] / CBLK + 1 : 0;
+	for (uint64_t b0 = 0; b0 < nblk; b0 += GAP_STRIP) {
+		uint64_t b1 = nblk - b0 < GAP_STRIP ? nblk : b0 + GAP_STRIP;
+		for (uint64_t j = 0; j < b1 - b0; j++) {
+			uint64_t *m = sm + j * K, *bs = sb + j * K;
+			blk_at(old, unit, range_len, (b0 + j) * CBLK, cm, fast, mk, K, m);
+			for (unsigned c = 0; c < K; c++) {
+				bs[c] = base[c];
+				base[c] += pop64(m[c]);
+			}
+		}
+		const uint64_t end = b1 * CBLK;
+		for (; k < n && pos[k] < end; k++) {
+			uint64_t p = pos[k], j = p / CBLK - b0;
+			unsigned bit = (unsigned)(p % CBLK), c = cc[k];
+			uint64_t rank = sb[j * K + c] + pop64(sm[j * K + c] & ((1ULL << bit) - 1));
 			gseq[at[c]++] = rank - next[c];
 			next[c] = rank + 1;
-			bad |= load_unit(old + pos[k] * unit, unit) ^ oldv[k];
+			bad |= load_unit(old + p * unit, unit) ^ oldv[k];
 		}
-		for (unsigned c = 0; c < K; c++)
-			base[c] += pop64(m[c]);
 	}
 	return bad;
 }
@@ -1277,39 +1377,51 @@ static int cpu_fast_pdep(void)
 __attribute__((target("avx2,popcnt"))) static uint64_t
 class_gaps_avx2(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 		const uint64_t *pos, const uint64_t *oldv, const uint8_t *cc,
-		const struct clsmap *cm, size_t *at, uint64_t *gseq)
+		const struct clsmap *cm, size_t *at, uint64_t *gseq, uint64_t *sm, uint64_t *sb)
 {
+	/* the class count as a constant where the encoder's plan can put it */
 	if (clsmap_fast(cm, unit))
-		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 2,
-				       blk_masks_avx2, at, gseq);
-	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, NULL, at, gseq);
+		switch (cm->ncls) {
+		case 1: return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 2,
+					       blk_masks_avx2, 1, at, gseq, sm, sb);
+		case 2: return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 2,
+					       blk_masks_avx2, 2, at, gseq, sm, sb);
+		case 3: return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 2,
+					       blk_masks_avx2, 3, at, gseq, sm, sb);
+		case 4: return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 2,
+					       blk_masks_avx2, 4, at, gseq, sm, sb);
+		default: return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 2,
+						blk_masks_avx2, cm->ncls, at, gseq, sm, sb);
+		}
+	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, NULL, cm->ncls, at,
+			       gseq, sm, sb);
 }
 
 __attribute__((target("popcnt"))) static uint64_t
 class_gaps_popcnt(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 		  const uint64_t *pos, const uint64_t *oldv, const uint8_t *cc,
-		  const struct clsmap *cm, size_t *at, uint64_t *gseq)
+		  const struct clsmap *cm, size_t *at, uint64_t *gseq, uint64_t *sm, uint64_t *sb)
 {
-	if (clsmap_fast(cm, unit))
-		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 1, NULL, at, gseq);
-	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, NULL, at, gseq);
+	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm,
+			       clsmap_fast(cm, unit), NULL, cm->ncls, at, gseq, sm, sb);
 }
 #endif
 
 static uint64_t class_gaps(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 			   const uint64_t *pos, const uint64_t *oldv, const uint8_t *cc,
-			   const struct clsmap *cm, size_t *at, uint64_t *gseq)
+			   const struct clsmap *cm, size_t *at, uint64_t *gseq, uint64_t *sm,
+			   uint64_t *sb)
 {
 #ifdef CLS_AVX2
 	int lv = cpu_level();
 	if (lv == 2)
-		return class_gaps_avx2(old, unit, range_len, n, pos, oldv, cc, cm, at, gseq);
+		return class_gaps_avx2(old, unit, range_len, n, pos, oldv, cc, cm, at, gseq, sm, sb);
 	if (lv == 1)
-		return class_gaps_popcnt(old, unit, range_len, n, pos, oldv, cc, cm, at, gseq);
+		return class_gaps_popcnt(old, unit, range_len, n, pos, oldv, cc, cm, at, gseq, sm, sb);
 #endif
-	if (cpu_cap >= 1 && clsmap_fast(cm, unit))
-		return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 1, NULL, at, gseq);
-	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm, 0, NULL, at, gseq);
+	return class_gaps_body(old, unit, range_len, n, pos, oldv, cc, cm,
+			       cpu_cap >= 1 && clsmap_fast(cm, unit), NULL, cm->ncls, at, gseq, sm,
+			       sb);
 }
 
 /* The CLASSED positions section: the field, the classes, each class's
@@ -1327,34 +1439,34 @@ static int encode_class_positions(struct denc *d, const struct clsmap *cm,
 	uint64_t *gseq = malloc(n * sizeof(uint64_t));
 	uint64_t (*hist)[GAP_NSYM] = calloc(K, sizeof(*hist));
 	struct esym *es = malloc((size_t)K * GAP_NSYM * sizeof(*es));
-	if (!cc || !gseq || !hist || !es)
+	uint64_t *strip = malloc((size_t)2 * GAP_STRIP * K * sizeof(uint64_t));
+	if (!cc || !gseq || !hist || !es || !strip)
 		goto out;
 	uint64_t count[MAXCLS] = {0};
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++)
 		cc[i] = cm->cls[vmap_exp(&cm->vm, oldv[i])];
-		count[cc[i]]++;
-	}
+	count_syms(cc, n, K, count);
 	size_t off[MAXCLS + 1], at[MAXCLS];
 	off[0] = 0;
 	for (unsigned c = 0; c < K; c++) {
 		off[c + 1] = off[c] + count[c];
 		at[c] = off[c];
 	}
-	if (class_gaps(old, d->unit, range_len, n, pos, oldv, cc, cm, at, gseq)) {
+	if (class_gaps(old, d->unit, range_len, n, pos, oldv, cc, cm, at, gseq, strip,
+		       strip + (size_t)GAP_STRIP * K)) {
 		rc = -EINVAL; /* the caller's old values are not the range's */
 		goto out;
 	}
 	struct bitw w = {d->bits, 0, 0, 0};
-	for (unsigned c = 0; c < K; c++)
-		for (size_t i = off[c]; i < off[c + 1]; i++) {
-			unsigned nb;
-			uint64_t x;
-			unsigned s = gap_sym(gseq[i] + 1, &nb, &x);
-			d->sym[i] = (uint8_t)s;
-			hist[c][s]++;
-			bw_put(&w, x, nb);
-		}
+	for (size_t i = 0; i < n; i++) {
+		unsigned nb;
+		uint64_t x;
+		d->sym[i] = (uint8_t)gap_sym(gseq[i] + 1, &nb, &x);
+		bw_put(&w, x, nb);
+	}
 	bw_flush(&w);
+	for (unsigned c = 0; c < K; c++)
+		count_syms(d->sym + off[c], off[c + 1] - off[c], GAP_NSYM, hist[c]);
 	/* head, counts and tables */
 	struct dcr_buf *sec = &d->sec;
 	if (dcr_buf_add_u8(sec, (uint8_t)cm->vm.mshift) < 0 ||
@@ -1404,6 +1516,7 @@ out:
 	free(gseq);
 	free(hist);
 	free(es);
+	free(strip);
 	return rc;
 }
 
@@ -1431,15 +1544,7 @@ static int delta_encode(unsigned unit, int dtype, size_t n, const uint64_t *pos,
 	d.es = malloc(sizeof(*d.es) * MAXCTX * VAL_NSYM_MAX);
 	if (!d.sym || !d.ex || !d.scratch || !d.bits || !d.hist || !d.es)
 		goto out;
-	/* zero only the histograms of the exponents there are */
-	unsigned elo = NE - 1, ehi = 0;
-	for (size_t i = 0; i < n; i++) {
-		unsigned ev = d.vm.ebits ? vmap_exp(&d.vm, oldv ? oldv[i] : 0) : 0;
-		elo = ev < elo ? ev : elo;
-		ehi = ev > ehi ? ev : ehi;
-	}
-	memset(d.hist + (size_t)elo * VAL_NSYM_MAX, 0,
-	       (size_t)(ehi - elo + 1) * VAL_NSYM_MAX * sizeof(uint64_t));
+	/* (value_symbols sets the histograms of the exponents there are) */
 	if (cm && (rc = encode_class_positions(&d, cm, old, range_len, pos, oldv, out)) < 0)
 		goto out;
 	rc = -ENOMEM;
@@ -2093,10 +2198,7 @@ class_scan_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 				chg |= 1ULL << select64(m[c], (unsigned)(*rk[c]++ - base[c]));
 			base[c] = top;
 		}
-		while (chg) {
-			pos[k++] = b + (unsigned)__builtin_ctzll(chg);
-			chg &= chg - 1;
-		}
+		k = emit_positions(pos, k, n, b, chg);
 	}
 	return 0;
 }
@@ -2147,10 +2249,7 @@ class_dep_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 			chg |= _pdep_u64(bits, m[c]);
 			base[c] = o + pop64(m[c]);
 		}
-		while (chg) {
-			pos[k++] = b + (unsigned)__builtin_ctzll(chg);
-			chg &= chg - 1;
-		}
+		k = emit_positions(pos, k, n, b, chg);
 	}
 	return 0;
 }
