@@ -26,11 +26,16 @@
 /* ---- checking the journal before it is committed ----
  * Every touched tensor's new bytes (its current bytes, or zeros for a new
  * tensor, with the journal's overwrites applied) must hash to the target
- * digest. Nothing has been written to the receiver yet. The items are kept
- * as they are written, and a tensor goes to the hashing threads as soon as
- * its last item is written (items come in tensor order), so that its bytes
- * are hashed while the next tensor's items are resolved and written; the
- * threads cut a large tensor into bands of rows. */
+ * digest. Nothing has been written to the receiver yet. A tensor's items
+ * are kept as they are written, and the tensor goes to the hashing threads
+ * as soon as its last item is written (items come in tensor order), so
+ * that its bytes are hashed while the next tensor's items are resolved and
+ * written; the threads cut a large tensor into bands of rows, and the
+ * thread that hashes its last rows lets its items go. So the items held
+ * are those of the tensors being hashed, not the whole journal. An item
+ * that comes after its tensor went to the threads (a pack's producers
+ * need not keep tensor order) is not kept: the tensor is hashed again at
+ * the end with all its items, read back from the journal file. */
 
 struct jitem {
 	struct dcr_item it; /* its data follows */
@@ -41,8 +46,7 @@ struct jtensor {
 	uint32_t t;
 	struct jitem **items; /* its items sorted by start, once queued */
 	size_t n, cap;	      /* while the items come */
-	struct jitem **more;  /* items that came after it was queued */
-	size_t nmore, capmore;
+	uint64_t rows, fed;   /* rows to hash, rows hashed (atomic) */
 	dcr_digest got;
 	int queued, late;     /* a late item came after it was queued */
 	int err;
@@ -59,7 +63,13 @@ struct jcheck {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint64_t held;
+	uint64_t kept; /* bytes of items kept (atomic: threads let go) */
 };
+
+/* Items kept for the tensors the threads hash: past this many bytes the
+ * writer waits for the threads (and hashes with them) before it keeps
+ * more. One tensor's own items are always kept whole. */
+#define JC_KEEP_BUDGET ((uint64_t)64 << 20)
 
 /* A band that holds no decoded item yet starts one only while the threads
  * hold at most AP_DECODE_BUDGET in all (or nothing), so that items that
@@ -105,6 +115,20 @@ struct jactive {
 	size_t cc;
 	uint64_t cost; /* held for ch (jc_hold) */
 };
+
+/* Let a tensor's items go (its count stays, for the messages). */
+static void jt_drop(struct jtensor *jt)
+{
+	uint64_t bytes = 0;
+	for (size_t k = 0; jt->items && k < jt->n; k++) {
+		bytes += sizeof(*jt->items[k]) + jt->items[k]->it.data_len;
+		free(jt->items[k]);
+	}
+	__atomic_sub_fetch(&jt->jc->kept, bytes, __ATOMIC_RELAXED);
+	free(jt->items);
+	jt->items = NULL;
+	jt->cap = 0;
+}
 
 /* The new bytes of rows [r0, r1) of a tensor: its current bytes (zeros for
  * a new tensor) with the overwrites of the items that meet those rows,
@@ -225,6 +249,9 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 	dcr_buf_free(&seen);
 	if (r)
 		jt->err = r;
+	/* the last rows hashed: no band reads the items any more */
+	if (__atomic_add_fetch(&jt->fed, r1 - r0, __ATOMIC_ACQ_REL) == jt->rows)
+		jt_drop(jt);
 	return r;
 }
 
@@ -239,8 +266,12 @@ static int jc_queue(struct jcheck *jc, uint32_t t)
 {
 	struct jtensor *jt = &jc->jt[t];
 	const struct ptensor *pt = &jc->p->t[t];
+	struct dcr_stripes st;
+	dcr_stripes_init(&st, pt->t.dtype, pt->t.ndim, pt->t.shape);
 	jt->queued = 1;
 	jt->late = 0;
+	jt->rows = st.rows;
+	jt->fed = 0;
 	if (jt->n > 1)
 		qsort(jt->items, jt->n, sizeof(*jt->items), cmp_jitem);
 	return dcr_hpool_add(jc->pool, pt->t.dtype, pt->t.ndim, pt->t.shape, NULL, jt_feed, jt, 0,
@@ -264,33 +295,47 @@ static int jc_init(struct jcheck *jc, struct plan *p, int threads)
 	return 0;
 }
 
-/* One more item, as written: the tensors before its own are complete. */
-static int jc_add(struct jcheck *jc, const struct dcr_item *it)
+/* Keep a copy of item it with tensor jt's. */
+static int jt_keep(struct jtensor *jt, const struct dcr_item *it)
 {
-	struct jtensor *jt = &jc->jt[it->tensor];
 	struct jitem *ji = malloc(sizeof(*ji) + it->data_len + 1);
 	if (!ji)
 		return -ENOMEM;
 	ji->it = *it;
 	memcpy(ji + 1, it->data, it->data_len);
 	ji->it.data = (const uint8_t *)(ji + 1);
-	/* an item out of order, for a tensor the threads have: kept aside
-	 * (they read items) and the tensor hashed again at the end */
-	struct jitem ***v = jt->queued ? &jt->more : &jt->items;
-	size_t *n = jt->queued ? &jt->nmore : &jt->n, *cap = jt->queued ? &jt->capmore : &jt->cap;
-	if (*n == *cap) {
-		size_t nc = *cap ? 2 * *cap : 8;
-		struct jitem **nv = realloc(*v, nc * sizeof(*nv));
+	if (jt->n == jt->cap) {
+		size_t nc = jt->cap ? 2 * jt->cap : 8;
+		struct jitem **nv = realloc(jt->items, nc * sizeof(*nv));
 		if (!nv) {
 			free(ji);
 			return -ENOMEM;
 		}
-		*v = nv;
-		*cap = nc;
+		jt->items = nv;
+		jt->cap = nc;
 	}
-	(*v)[(*n)++] = ji;
-	jt->late |= jt->queued;
+	jt->items[jt->n++] = ji;
+	__atomic_add_fetch(&jt->jc->kept, sizeof(*ji) + it->data_len, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* One more item, as written: the tensors before its own are complete. */
+static int jc_add(struct jcheck *jc, const struct dcr_item *it)
+{
+	struct jtensor *jt = &jc->jt[it->tensor];
 	int r = 0;
+	/* an item out of order, for a tensor the threads have: the tensor
+	 * is hashed again at the end, its items read back from the file */
+	if (jt->queued) {
+		jt->late = 1;
+	} else {
+		/* the threads are behind: hash with them until they are not
+		 * (their errors are the tensors' own, told by jc_finish) */
+		if (__atomic_load_n(&jc->kept, __ATOMIC_RELAXED) > JC_KEEP_BUDGET)
+			(void)dcr_hpool_wait(jc->pool);
+		if ((r = jt_keep(jt, it)))
+			return r;
+	}
 	if (jc->any && it->tensor > jc->last && !jc->jt[jc->last].queued)
 		r = jc_queue(jc, jc->last);
 	if (!jc->any || it->tensor > jc->last)
@@ -299,37 +344,72 @@ static int jc_add(struct jcheck *jc, const struct dcr_item *it)
 	return r;
 }
 
-/* Hash what is left, wait, and check every digest. */
-static int jc_finish(struct jcheck *jc, struct dcr_err *e)
+/* The items of the tensors that had late ones, read back from the
+ * journal written so far (path), each tensor's in full. */
+static int jc_reload(struct jcheck *jc, const char *path, struct dcr_err *e)
 {
 	struct plan *p = jc->p;
-	int r = 0;
+	for (size_t i = 0; i < p->n; i++)
+		if (jc->jt[i].late) {
+			jt_drop(&jc->jt[i]);
+			jc->jt[i].n = 0;
+		}
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return dcr_err_sys(e, errno, "cannot read back '%s'", path);
+	struct dcr_delta_reader rd;
+	struct dcr_delta_rec rec;
+	int r = dcr_delta_reader_init(&rd, (struct dcr_source){dcr_source_fd_read, &fd}, "journal",
+				      e);
+	if (!r) {
+		rd.journal = 1;
+		while ((r = dcr_delta_next(&rd, &rec, e)) == 1) {
+			struct dcr_item it;
+			if (rec.type != DCR_REC_ITEM)
+				continue;
+			if ((r = dcr_delta_parse_item(&rec, &it, e)))
+				break;
+			if (it.tensor >= p->n) {
+				r = dcr_err_set(e, DCR_EFORMAT, "journal item of tensor %u of %zu",
+						(unsigned)it.tensor, p->n);
+				break;
+			}
+			if (jc->jt[it.tensor].late && jt_keep(&jc->jt[it.tensor], &it)) {
+				r = dcr_err_sys(e, ENOMEM, "journal");
+				break;
+			}
+		}
+		dcr_delta_reader_release(&rd);
+	}
+	close(fd);
+	return r;
+}
+
+/* Hash what is left, wait, and check every digest; path: the journal
+ * written so far, for tensors with late items. */
+static int jc_finish(struct jcheck *jc, const char *path, struct dcr_err *e)
+{
+	struct plan *p = jc->p;
+	int r = 0, late = 0;
 	for (size_t i = 0; i < p->n && !r; i++) {
 		struct jtensor *jt = &jc->jt[i];
 		if (!jt->queued && (jt->n || (p->t[i].t.flags & DCR_TENSOR_NEW)))
 			r = jc_queue(jc, (uint32_t)i);
+		late |= jt->late;
 	}
 	int q = dcr_hpool_wait(jc->pool);
-	for (size_t i = 0; i < p->n && !r && !q; i++) {
-		struct jtensor *jt = &jc->jt[i];
-		if (!jt->late)
-			continue;
-		struct jitem **nv = realloc(jt->items, (jt->n + jt->nmore) * sizeof(*nv));
-		if (!nv) {
-			r = -ENOMEM;
-			break;
-		}
-		memcpy(nv + jt->n, jt->more, jt->nmore * sizeof(*nv));
-		jt->items = nv;
-		jt->n += jt->nmore;
-		jt->cap = jt->n;
-		jt->nmore = 0;
-		r = jc_queue(jc, (uint32_t)i);
-	}
-	if (!r)
-		q = dcr_hpool_wait(jc->pool);
 	if (r)
 		return dcr_err_sys(e, -r, "journal");
+	if (late && !q) {
+		if ((r = jc_reload(jc, path, e)))
+			return r;
+		for (size_t i = 0; i < p->n && !r; i++)
+			if (jc->jt[i].late)
+				r = jc_queue(jc, (uint32_t)i);
+		q = dcr_hpool_wait(jc->pool);
+		if (r)
+			return dcr_err_sys(e, -r, "journal");
+	}
 	for (size_t i = 0; i < p->n; i++) {
 		struct jtensor *jt = &jc->jt[i];
 		struct ptensor *pt = &p->t[i];
@@ -354,14 +434,8 @@ static int jc_finish(struct jcheck *jc, struct dcr_err *e)
 static void jc_free(struct jcheck *jc)
 {
 	dcr_hpool_free(jc->pool); /* waits for what is still hashing */
-	for (size_t i = 0; jc->jt && i < jc->p->n; i++) {
-		for (size_t k = 0; k < jc->jt[i].n; k++)
-			free(jc->jt[i].items[k]);
-		for (size_t k = 0; k < jc->jt[i].nmore; k++)
-			free(jc->jt[i].more[k]);
-		free(jc->jt[i].items);
-		free(jc->jt[i].more);
-	}
+	for (size_t i = 0; jc->jt && i < jc->p->n; i++)
+		jt_drop(&jc->jt[i]);
 	free(jc->jt);
 	pthread_cond_destroy(&jc->cv);
 	pthread_mutex_destroy(&jc->mu);
@@ -416,7 +490,7 @@ int ap_write_journal(struct ctx *x, struct plan *p, struct item_src src, struct 
 		r = dcr_delta_write_end(&w, &p->target, e);
 	if (r)
 		goto out;
-	if ((r = jc_finish(&jc, e)))
+	if ((r = jc_finish(&jc, tmp, e)))
 		goto out;
 	ap_step(x);
 	if (fsync(fd)) {
