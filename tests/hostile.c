@@ -23,6 +23,14 @@
  *                                the stream's order: the journal's check and
  *                                its replay would put them together in
  *                                different orders if both were taken
+ *   hostile interleave IN OUT    delta stream IN (TENSOR, ITEM, DONE and END
+ *                                records) rewritten with its items in
+ *                                another order: the first half's and the
+ *                                second half's taken in turn, as a pack of
+ *                                producers that each cover part of every
+ *                                tensor may send them; a valid delta with
+ *                                the same changes and digests, whose items
+ *                                leave their tensors' order
  *   hostile tamper IN OUT        payload file IN with one record more (an
  *                                ancillary one) and its trailer made anew:
  *                                a payload that checks out by itself, and
@@ -387,6 +395,87 @@ static int cmd_overlap(const char *dir, const char *out)
 	return 0;
 }
 
+/* a record body kept for later */
+struct body {
+	uint8_t *p;
+	size_t n;
+};
+
+static struct body keep(const struct dcr_delta_rec *rec)
+{
+	struct body b = {malloc(rec->len + 1), (size_t)rec->len};
+	if (!b.p)
+		die("out of memory", NULL);
+	memcpy(b.p, rec->body, rec->len);
+	return b;
+}
+
+static int cmd_interleave(const char *in, const char *out)
+{
+	struct dcr_err e = {0};
+	int fi = open(in, O_RDONLY), fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fi < 0 || fo < 0)
+		die(fi < 0 ? in : out, NULL);
+	struct dcr_delta_reader rd;
+	struct dcr_delta_writer w = {0};
+	struct dcr_delta_rec rec;
+	if (dcr_delta_reader_init(&rd, (struct dcr_source){dcr_source_fd_read, &fi}, in, &e) ||
+	    dcr_delta_writer_init(&w, (struct dcr_sink){dcr_sink_fd_write, &fo}, &rd.base,
+				  rd.attempt, "interleave", &e))
+		die(in, &e);
+	struct body *items = NULL, *done = NULL;
+	size_t ni = 0, nd = 0;
+	int r;
+	while ((r = dcr_delta_next(&rd, &rec, &e)) == 1) {
+		if (rec.type == DCR_REC_TENSOR) {
+			struct dcr_delta_tensor t;
+			if (dcr_delta_parse_tensor(&rec, &t, &e) || dcr_delta_write_tensor(&w, &t, &e))
+				die(in, &e);
+			dcr_delta_tensor_clear(&t);
+		} else if (rec.type == DCR_REC_ITEM || rec.type == DCR_REC_DONE) {
+			struct body **v = rec.type == DCR_REC_ITEM ? &items : &done;
+			size_t *n = rec.type == DCR_REC_ITEM ? &ni : &nd;
+			struct body *nv = realloc(*v, (*n + 1) * sizeof(*nv));
+			if (!nv)
+				die("out of memory", NULL);
+			*v = nv;
+			(*v)[(*n)++] = keep(&rec);
+		} else if (rec.type != DCR_REC_END) {
+			die("a record other than TENSOR, ITEM, DONE and END", NULL);
+		}
+	}
+	if (r)
+		die(in, &e);
+	size_t half = (ni + 1) / 2;
+	for (size_t k = 0; k < half; k++)
+		for (size_t j = k; j < ni; j += half) {
+			struct dcr_delta_rec ir = {DCR_REC_ITEM, 0, items[j].n, items[j].p};
+			struct dcr_item it;
+			if (dcr_delta_parse_item(&ir, &it, &e) || dcr_delta_write_item(&w, &it, &e))
+				die(in, &e);
+		}
+	for (size_t k = 0; k < nd; k++) {
+		struct dcr_delta_rec dr = {DCR_REC_DONE, 0, done[k].n, done[k].p};
+		uint32_t t;
+		dcr_digest d;
+		if (dcr_delta_parse_done(&dr, &t, &d, &e) || dcr_delta_write_done(&w, t, &d, &e))
+			die(in, &e);
+	}
+	if (dcr_delta_write_end(&w, &rd.target, &e))
+		die(out, &e);
+	dcr_delta_writer_release(&w);
+	dcr_delta_reader_release(&rd);
+	for (size_t k = 0; k < ni; k++)
+		free(items[k].p);
+	for (size_t k = 0; k < nd; k++)
+		free(done[k].p);
+	free(items);
+	free(done);
+	close(fi);
+	close(fo);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && !strcmp(argv[1], "tamper"))
@@ -399,7 +488,10 @@ int main(int argc, char **argv)
 		return cmd_dense(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10), argv[4]);
 	if (argc == 4 && !strcmp(argv[1], "overlap"))
 		return cmd_overlap(argv[2], argv[3]);
-	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT | tamper IN OUT | overlap CKPT OUT\n",
+	if (argc == 4 && !strcmp(argv[1], "interleave"))
+		return cmd_interleave(argv[2], argv[3]);
+	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT | tamper IN OUT | overlap CKPT OUT\n"
+	      "       hostile interleave IN OUT\n",
 	      stderr);
 	return 129;
 }

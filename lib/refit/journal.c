@@ -329,10 +329,18 @@ static int jc_add(struct jcheck *jc, const struct dcr_item *it)
 	if (jt->queued) {
 		jt->late = 1;
 	} else {
-		/* the threads are behind: hash with them until they are not
-		 * (their errors are the tensors' own, told by jc_finish) */
-		if (__atomic_load_n(&jc->kept, __ATOMIC_RELAXED) > JC_KEEP_BUDGET)
+		/* past the budget: hash with the threads until they are done
+		 * (their errors are the tensors' own, told by jc_finish), and
+		 * first hand them the other tensors whose items are kept (items
+		 * out of tensor order; those that come later make them late) */
+		if (__atomic_load_n(&jc->kept, __ATOMIC_RELAXED) > JC_KEEP_BUDGET) {
+			for (uint32_t i = 0; i < jc->p->n && !r; i++)
+				if (i != it->tensor && !jc->jt[i].queued && jc->jt[i].n)
+					r = jc_queue(jc, i);
 			(void)dcr_hpool_wait(jc->pool);
+			if (r)
+				return r;
+		}
 		if ((r = jt_keep(jt, it)))
 			return r;
 	}
@@ -344,44 +352,121 @@ static int jc_add(struct jcheck *jc, const struct dcr_item *it)
 	return r;
 }
 
-/* The items of the tensors that had late ones, read back from the
- * journal written so far (path), each tensor's in full. */
-static int jc_reload(struct jcheck *jc, const char *path, struct dcr_err *e)
+/* Where a late tensor's item lies in the journal file. */
+struct jloc {
+	uint64_t off, len; /* the ITEM record's body */
+	uint32_t t;
+};
+
+/* Load the items of the late tensors in [t0, t1) from the journal file
+ * (fd) at locs[0..n). */
+static int jc_load(struct jcheck *jc, int fd, const struct jloc *loc, size_t n, uint32_t t0,
+		   uint32_t t1, struct dcr_buf *body, struct dcr_err *e)
+{
+	for (size_t k = 0; k < n; k++) {
+		if (loc[k].t < t0 || loc[k].t >= t1 || !jc->jt[loc[k].t].late)
+			continue;
+		body->len = 0;
+		if (dcr_buf_reserve(body, (size_t)loc[k].len + 1))
+			return dcr_err_sys(e, ENOMEM, "journal");
+		int q = dcr_pread_full(fd, body->p, (size_t)loc[k].len, loc[k].off);
+		if (q)
+			return dcr_err_sys(e, q == -EPIPE ? EIO : -q, "cannot read back the journal");
+		struct dcr_delta_rec rec = {DCR_REC_ITEM, 0, loc[k].len, body->p};
+		struct dcr_item it;
+		int r = dcr_delta_parse_item(&rec, &it, e);
+		if (r)
+			return r;
+		if (it.tensor != loc[k].t)
+			return dcr_err_set(e, DCR_EFORMAT, "the journal changed while it was read back");
+		if (jt_keep(&jc->jt[it.tensor], &it))
+			return dcr_err_sys(e, ENOMEM, "journal");
+	}
+	return 0;
+}
+
+/* Hash again the tensors that had late items, each with all its items
+ * read back from the journal written so far (path): first where each
+ * item lies, then tensors a group at a time, a group's items within
+ * JC_KEEP_BUDGET (a tensor's own always whole). Returns an error, or
+ * the pool's answer in *q. */
+static int jc_reload(struct jcheck *jc, const char *path, int *q, struct dcr_err *e)
 {
 	struct plan *p = jc->p;
+	struct jloc *loc = NULL;
+	size_t nloc = 0, cap = 0;
+	uint64_t *bytes = dcr_calloc(p->n + 1, sizeof(*bytes));
+	struct dcr_buf body = {0};
+	int fd = open(path, O_RDONLY | O_CLOEXEC), r = 0;
+	if (fd < 0 || !bytes) {
+		r = fd < 0 ? dcr_err_sys(e, errno, "cannot read back '%s'", path)
+			   : dcr_err_sys(e, ENOMEM, "journal");
+		goto out;
+	}
 	for (size_t i = 0; i < p->n; i++)
 		if (jc->jt[i].late) {
 			jt_drop(&jc->jt[i]);
 			jc->jt[i].n = 0;
 		}
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return dcr_err_sys(e, errno, "cannot read back '%s'", path);
 	struct dcr_delta_reader rd;
 	struct dcr_delta_rec rec;
-	int r = dcr_delta_reader_init(&rd, (struct dcr_source){dcr_source_fd_read, &fd}, "journal",
-				      e);
-	if (!r) {
-		rd.journal = 1;
-		while ((r = dcr_delta_next(&rd, &rec, e)) == 1) {
-			struct dcr_item it;
-			if (rec.type != DCR_REC_ITEM)
-				continue;
-			if ((r = dcr_delta_parse_item(&rec, &it, e)))
-				break;
-			if (it.tensor >= p->n) {
-				r = dcr_err_set(e, DCR_EFORMAT, "journal item of tensor %u of %zu",
-						(unsigned)it.tensor, p->n);
-				break;
-			}
-			if (jc->jt[it.tensor].late && jt_keep(&jc->jt[it.tensor], &it)) {
+	if ((r = dcr_delta_reader_init(&rd, (struct dcr_source){dcr_source_fd_read, &fd}, "journal",
+				       e)))
+		goto out;
+	rd.journal = 1;
+	while ((r = dcr_delta_next(&rd, &rec, e)) == 1) {
+		struct dcr_item it;
+		if (rec.type != DCR_REC_ITEM)
+			continue;
+		if ((r = dcr_delta_parse_item(&rec, &it, e)))
+			break;
+		if (it.tensor >= p->n) {
+			r = dcr_err_set(e, DCR_EFORMAT, "journal item of tensor %u of %zu",
+					(unsigned)it.tensor, p->n);
+			break;
+		}
+		if (!jc->jt[it.tensor].late)
+			continue;
+		if (nloc == cap) {
+			size_t nc = cap ? 2 * cap : 64;
+			struct jloc *nv = realloc(loc, nc * sizeof(*nv));
+			if (!nv) {
 				r = dcr_err_sys(e, ENOMEM, "journal");
 				break;
 			}
+			loc = nv;
+			cap = nc;
 		}
-		dcr_delta_reader_release(&rd);
+		loc[nloc++] = (struct jloc){rd.offset - rec.len, rec.len, it.tensor};
+		bytes[it.tensor] += sizeof(struct jitem) + it.data_len;
 	}
-	close(fd);
+	dcr_delta_reader_release(&rd);
+	if (r)
+		goto out;
+	for (uint32_t t0 = 0; t0 < p->n && !r && !*q;) {
+		uint32_t t1 = t0;
+		uint64_t sum = 0;
+		for (; t1 < p->n; t1++) {
+			if (!jc->jt[t1].late)
+				continue;
+			if (sum && sum + bytes[t1] > JC_KEEP_BUDGET)
+				break;
+			sum += bytes[t1];
+		}
+		if ((r = jc_load(jc, fd, loc, nloc, t0, t1, &body, e)))
+			break;
+		for (uint32_t t = t0; t < t1 && !r; t++)
+			if (jc->jt[t].late && (r = jc_queue(jc, t)))
+				r = dcr_err_sys(e, -r, "journal");
+		*q = dcr_hpool_wait(jc->pool);
+		t0 = t1;
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	free(loc);
+	free(bytes);
+	dcr_buf_free(&body);
 	return r;
 }
 
@@ -400,16 +485,8 @@ static int jc_finish(struct jcheck *jc, const char *path, struct dcr_err *e)
 	int q = dcr_hpool_wait(jc->pool);
 	if (r)
 		return dcr_err_sys(e, -r, "journal");
-	if (late && !q) {
-		if ((r = jc_reload(jc, path, e)))
-			return r;
-		for (size_t i = 0; i < p->n && !r; i++)
-			if (jc->jt[i].late)
-				r = jc_queue(jc, (uint32_t)i);
-		q = dcr_hpool_wait(jc->pool);
-		if (r)
-			return dcr_err_sys(e, -r, "journal");
-	}
+	if (late && !q && (r = jc_reload(jc, path, &q, e)))
+		return r;
 	for (size_t i = 0; i < p->n; i++) {
 		struct jtensor *jt = &jc->jt[i];
 		struct ptensor *pt = &p->t[i];
