@@ -205,9 +205,10 @@ Test(state, digest_is_b3sum_of_the_stripe_stream)
 		dcr_digest d1, d2;
 		struct dcr_hpool *pool = dcr_hpool_new(3);
 		cr_assert_not_null(pool);
-		cr_assert_eq(dcr_hpool_add(pool, sh->dtype, sh->ndim, sh->dims, t, NULL, NULL, 0, &d1), 0);
+		cr_assert_eq(dcr_hpool_add(pool, sh->dtype, sh->ndim, sh->dims, t, NULL, NULL, NULL, 0,
+					   &d1), 0);
 		cr_assert_eq(dcr_hpool_add(pool, sh->dtype, sh->ndim, sh->dims, NULL, feed_rows_oddly,
-					   &fc, 0, &d2), 0);
+					   NULL, &fc, 0, &d2), 0);
 		cr_assert_eq(dcr_hpool_wait(pool), 0);
 		dcr_hpool_free(pool);
 		expect_hex(&d1, want, "pool", s);

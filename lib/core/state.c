@@ -420,6 +420,7 @@ struct htensor {
 	uint64_t shape[DCR_MAX_NDIM];
 	const uint8_t *data; /* its bytes, or NULL: feed gives them */
 	dcr_hpool_feed feed;
+	dcr_hpool_done done;
 	void *ctx;
 	dcr_digest *out;
 	int release;	     /* mapped file pages: let them go once hashed */
@@ -543,6 +544,8 @@ static int work_one(struct dcr_hpool *p, int block)
 	pthread_mutex_unlock(&p->mu);
 	if (last) {
 		r = join_tensor(b.t, nbands_of(b.t));
+		if (b.t->done)
+			b.t->done(b.t->ctx);
 		free(b.t->band);
 		free(b.t);
 	}
@@ -589,8 +592,8 @@ struct dcr_hpool *dcr_hpool_new(int threads)
 }
 
 int dcr_hpool_add(struct dcr_hpool *p, int dtype, unsigned ndim, const uint64_t *shape,
-		  const uint8_t *data, dcr_hpool_feed feed, void *ctx, int release,
-		  dcr_digest *out)
+		  const uint8_t *data, dcr_hpool_feed feed, dcr_hpool_done done, void *ctx,
+		  int release, dcr_digest *out)
 {
 	struct htensor *t = dcr_calloc(1, sizeof(*t));
 	if (!t)
@@ -601,6 +604,7 @@ int dcr_hpool_add(struct dcr_hpool *p, int dtype, unsigned ndim, const uint64_t 
 	memcpy(t->shape, shape, ndim * sizeof(*shape));
 	t->data = data;
 	t->feed = feed;
+	t->done = done;
 	t->ctx = ctx;
 	t->out = out;
 	t->release = release;
@@ -668,7 +672,7 @@ void dcr_digest_tensor_mem(int dtype, unsigned ndim, const uint64_t *shape,
 			   const uint8_t *data, int threads, dcr_digest *out)
 {
 	struct dcr_hpool *p = dcr_hpool_new(threads);
-	int r = p ? dcr_hpool_add(p, dtype, ndim, shape, data, NULL, NULL, 0, out) : -ENOMEM;
+	int r = p ? dcr_hpool_add(p, dtype, ndim, shape, data, NULL, NULL, NULL, 0, out) : -ENOMEM;
 	if (p && !r)
 		r = dcr_hpool_wait(p);
 	dcr_hpool_free(p);
@@ -679,7 +683,8 @@ void dcr_digest_tensor_mem(int dtype, unsigned ndim, const uint64_t *shape,
 static int add_ckpt_tensor(struct dcr_hpool *p, const struct dcr_ckpt_tensor *t, dcr_digest *out)
 {
 	const struct dcr_tensor_info *ti = t->info;
-	return dcr_hpool_add(p, ti->dtype, ti->ndim, ti->shape, t->data, NULL, NULL, t->fd >= 0, out);
+	return dcr_hpool_add(p, ti->dtype, ti->ndim, ti->shape, t->data, NULL, NULL, NULL, t->fd >= 0,
+			     out);
 }
 
 void dcr_tensor_digest(const struct dcr_ckpt_tensor *t, dcr_digest *out)

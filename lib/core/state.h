@@ -79,13 +79,16 @@ int dcr_tdigest_parts(struct dcr_tdigest *t, struct dcr_parts *ps);
  * once, and the thread that waits works too. A tensor's bytes are at data,
  * or, when data is NULL, feed gives rows [r0, r1) in order to t (0, or an
  * error that the pool's wait returns). out is set once its last band is
- * done; release says data is a mapping whose pages may be dropped. */
+ * done, and then done (when not NULL) is called with ctx, once, by that
+ * thread: no feed of the tensor runs any more. release says data is a
+ * mapping whose pages may be dropped. */
 typedef int (*dcr_hpool_feed)(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *t);
+typedef void (*dcr_hpool_done)(void *ctx);
 struct dcr_hpool;
 struct dcr_hpool *dcr_hpool_new(int threads); /* threads: 0 for every core */
 int dcr_hpool_add(struct dcr_hpool *p, int dtype, unsigned ndim, const uint64_t *shape,
-		  const uint8_t *data, dcr_hpool_feed feed, void *ctx, int release,
-		  dcr_digest *out);
+		  const uint8_t *data, dcr_hpool_feed feed, dcr_hpool_done done, void *ctx,
+		  int release, dcr_digest *out);
 /* Work until every tensor added is done: 0 or the first error. */
 int dcr_hpool_wait(struct dcr_hpool *p);
 void dcr_hpool_free(struct dcr_hpool *p); /* waits first */

@@ -46,7 +46,6 @@ struct jtensor {
 	uint32_t t;
 	struct jitem **items; /* its items sorted by start, once queued */
 	size_t n, cap;	      /* while the items come */
-	uint64_t rows, fed;   /* rows to hash, rows hashed (atomic) */
 	dcr_digest got;
 	int queued, late;     /* a late item came after it was queued */
 	int err;
@@ -249,10 +248,13 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 	dcr_buf_free(&seen);
 	if (r)
 		jt->err = r;
-	/* the last rows hashed: no band reads the items any more */
-	if (__atomic_add_fetch(&jt->fed, r1 - r0, __ATOMIC_ACQ_REL) == jt->rows)
-		jt_drop(jt);
 	return r;
+}
+
+/* the pool's word that the tensor is hashed: no band reads its items */
+static void jt_done(void *ctx)
+{
+	jt_drop(ctx);
 }
 
 static int cmp_jitem(const void *a, const void *b)
@@ -266,16 +268,12 @@ static int jc_queue(struct jcheck *jc, uint32_t t)
 {
 	struct jtensor *jt = &jc->jt[t];
 	const struct ptensor *pt = &jc->p->t[t];
-	struct dcr_stripes st;
-	dcr_stripes_init(&st, pt->t.dtype, pt->t.ndim, pt->t.shape);
 	jt->queued = 1;
 	jt->late = 0;
-	jt->rows = st.rows;
-	jt->fed = 0;
 	if (jt->n > 1)
 		qsort(jt->items, jt->n, sizeof(*jt->items), cmp_jitem);
-	return dcr_hpool_add(jc->pool, pt->t.dtype, pt->t.ndim, pt->t.shape, NULL, jt_feed, jt, 0,
-			     &jt->got);
+	return dcr_hpool_add(jc->pool, pt->t.dtype, pt->t.ndim, pt->t.shape, NULL, jt_feed, jt_done,
+			     jt, 0, &jt->got);
 }
 
 static int jc_init(struct jcheck *jc, struct plan *p, int threads)
@@ -358,14 +356,19 @@ struct jloc {
 	uint32_t t;
 };
 
-/* Load the items of the late tensors in [t0, t1) from the journal file
- * (fd) at locs[0..n). */
-static int jc_load(struct jcheck *jc, int fd, const struct jloc *loc, size_t n, uint32_t t0,
-		   uint32_t t1, struct dcr_buf *body, struct dcr_err *e)
+static int cmp_jloc(const void *a, const void *b)
+{
+	const struct jloc *x = a, *y = b;
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Load the items at loc[0..n) from the journal file (fd). */
+static int jc_load(struct jcheck *jc, int fd, const struct jloc *loc, size_t n,
+		   struct dcr_buf *body, struct dcr_err *e)
 {
 	for (size_t k = 0; k < n; k++) {
-		if (loc[k].t < t0 || loc[k].t >= t1 || !jc->jt[loc[k].t].late)
-			continue;
 		body->len = 0;
 		if (dcr_buf_reserve(body, (size_t)loc[k].len + 1))
 			return dcr_err_sys(e, ENOMEM, "journal");
@@ -443,6 +446,10 @@ static int jc_reload(struct jcheck *jc, const char *path, int *q, struct dcr_err
 	dcr_delta_reader_release(&rd);
 	if (r)
 		goto out;
+	/* tensor by tensor, each in file order: a group's items are a run */
+	if (nloc > 1)
+		qsort(loc, nloc, sizeof(*loc), cmp_jloc);
+	size_t k0 = 0;
 	for (uint32_t t0 = 0; t0 < p->n && !r && !*q;) {
 		uint32_t t1 = t0;
 		uint64_t sum = 0;
@@ -453,8 +460,12 @@ static int jc_reload(struct jcheck *jc, const char *path, int *q, struct dcr_err
 				break;
 			sum += bytes[t1];
 		}
-		if ((r = jc_load(jc, fd, loc, nloc, t0, t1, &body, e)))
+		size_t k1 = k0;
+		while (k1 < nloc && loc[k1].t < t1)
+			k1++;
+		if ((r = jc_load(jc, fd, loc + k0, k1 - k0, &body, e)))
 			break;
+		k0 = k1;
 		for (uint32_t t = t0; t < t1 && !r; t++)
 			if (jc->jt[t].late && (r = jc_queue(jc, t)))
 				r = dcr_err_sys(e, -r, "journal");
@@ -785,7 +796,7 @@ static int rp_written(struct replay *rp, size_t i)
 	rp->queued[i] = 1;
 	if (!rp->sel[i])
 		return 0;
-	return dcr_hpool_add(rp->pool, ti->dtype, ti->ndim, ti->shape, ct->data, NULL, NULL, 1,
+	return dcr_hpool_add(rp->pool, ti->dtype, ti->ndim, ti->shape, ct->data, NULL, NULL, NULL, 1,
 			     &rp->dg[i]);
 }
 
