@@ -3,6 +3,7 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -664,6 +665,39 @@ Test(codec, classed_random_bit_patterns_round_trip_for_every_dtype)
 	free(nw);
 }
 
+/* A CLASSED payload of the changes, encoded on every code path (0
+ * portable C, 1 POPCNT and SSE2, 2 AVX2, 3 AVX2 and PDEP), each of which
+ * must write path 3's bytes (left in *ref), and decoded on each path into
+ * buffers of exactly n entries (so that ASan sees a write past them) to
+ * the same changes; `what` names the case. Leaves path 3 on. */
+static void classed_every_path(unsigned unit, int dt, uint64_t range_len, size_t n,
+			       const uint64_t *pos, const uint64_t *oldv, const uint64_t *nw,
+			       const uint8_t *old, struct dcr_buf *ref, const char *what)
+{
+	cdc_cpu_limit(3);
+	cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, unit, dt, range_len, n, pos, oldv,
+					    nw, old, ref, NULL), 0, "%s", what);
+	for (int lv = 0; lv <= 3; lv++) {
+		cdc_cpu_limit(lv);
+		struct dcr_buf b = {0};
+		cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, unit, dt, range_len, n, pos,
+						    oldv, nw, old, &b, NULL), 0, "%s", what);
+		cr_assert(b.len == ref->len && !memcmp(b.p, ref->p, b.len),
+			  "%s: path %d encodes other bytes", what, lv);
+		dcr_buf_free(&b);
+		uint64_t *p1 = malloc(n ? n * 8 : 1), *v1 = malloc(n ? n * 8 : 1);
+		struct dcr_err e = {0};
+		cr_assert_eq(dcr_codec_decode_range(DCR_CODEC_CLASSED, ref->p, ref->len, unit,
+						    range_len, n, old, p1, v1, &e),
+			     0, "%s: path %d: %s", what, lv, e.msg);
+		cr_assert(!memcmp(p1, pos, n * 8) && !memcmp(v1, nw, n * 8),
+			  "%s: path %d decodes other changes", what, lv);
+		free(p1);
+		free(v1);
+	}
+	cdc_cpu_limit(3);
+}
+
 Test(codec, classed_blocks_of_any_change_count_decode_into_exact_buffers)
 {
 	/* Both scans handle a block's changes in bulk (the decoder writes a
@@ -699,30 +733,11 @@ Test(codec, classed_blocks_of_any_change_count_decode_into_exact_buffers)
 		if (!n)
 			continue;
 		struct dcr_buf ref = {0};
-		cdc_cpu_limit(3);
-		cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, range_len, n,
-						    pos, oldv, nw, old, &ref, NULL), 0);
-		for (int lv = 0; lv <= 3; lv++) {
-			cdc_cpu_limit(lv);
-			struct dcr_buf b = {0};
-			cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, range_len,
-							    n, pos, oldv, nw, old, &b, NULL), 0);
-			cr_assert(b.len == ref.len && !memcmp(b.p, ref.p, b.len),
-				  "trial %d: path %d encodes other bytes", trial, lv);
-			dcr_buf_free(&b);
-			uint64_t *p1 = malloc(n * 8), *v1 = malloc(n * 8);
-			struct dcr_err e = {0};
-			cr_assert_eq(dcr_codec_decode_range(DCR_CODEC_CLASSED, ref.p, ref.len, 2,
-							    range_len, n, old, p1, v1, &e),
-				     0, "trial %d: path %d: %s", trial, lv, e.msg);
-			cr_assert(!memcmp(p1, pos, n * 8) && !memcmp(v1, nw, n * 8),
-				  "trial %d: path %d decodes other changes", trial, lv);
-			free(p1);
-			free(v1);
-		}
+		char what[32];
+		snprintf(what, sizeof(what), "trial %d", trial);
+		classed_every_path(2, DCR_DT_BF16, range_len, n, pos, oldv, nw, old, &ref, what);
 		dcr_buf_free(&ref);
 	}
-	cdc_cpu_limit(3);
 	free(old);
 	free(pos);
 	free(nw);
@@ -857,23 +872,8 @@ Test(codec, classed_code_paths_write_and_read_the_same_bytes)
 			for (size_t i = 0; i < n; i++)
 				oldv[i] = load_unit(old + pos[i] * unit, unit);
 			struct dcr_buf ref = {0};
-			cdc_cpu_limit(3);
-			cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, unit, dts[d], range_len, n,
-							    pos, oldv, nw, old, &ref, NULL), 0);
-			for (int lv = 0; lv <= 3; lv++) {
-				cdc_cpu_limit(lv);
-				struct dcr_buf b = {0};
-				cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, unit, dts[d],
-								    range_len, n, pos, oldv, nw, old,
-								    &b, NULL), 0);
-				cr_assert(b.len == ref.len && !memcmp(b.p, ref.p, b.len),
-					  "%s: path %d encodes other bytes", dcr_dtype_name(dts[d]), lv);
-				dcr_buf_free(&b);
-				cr_assert_eq(decode_at(ref.p, ref.len, range_len, n, old, unit, p1, v1), 0,
-					     "%s: path %d", dcr_dtype_name(dts[d]), lv);
-				cr_assert(!memcmp(p1, pos, n * 8) && !memcmp(v1, nw, n * 8),
-					  "%s: path %d decodes other changes", dcr_dtype_name(dts[d]), lv);
-			}
+			classed_every_path(unit, dts[d], range_len, n, pos, oldv, nw, old, &ref,
+					   dcr_dtype_name(dts[d]));
 			/* damaged copies: one to three bytes, and wrong counts */
 			for (int k = 0; k < 60; k++) {
 				uint8_t *q = malloc(ref.len);
