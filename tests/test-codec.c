@@ -10,8 +10,8 @@
 #include "dcr.h"
 #include "core/bytes.h"
 
-static const int codecs[] = {DCR_CODEC_XOR_ZSTD, DCR_CODEC_DELTA};
-#define NCODECS 2
+static const int codecs[] = {DCR_CODEC_XOR_ZSTD, DCR_CODEC_DELTA, DCR_CODEC_RAW};
+#define NCODECS 3
 
 static uint64_t rs;
 static uint64_t rnd(void)
@@ -388,6 +388,45 @@ Test(codec, corrupted_and_random_payloads_never_crash)
 		free(p);
 		dcr_buf_free(&b);
 	}
+}
+
+/* RAW's bytes as dcr-format-codec(5) gives them: varint(glen), the gap
+ * varints, then each value's unit bytes, little-endian. */
+Test(codec, raw_payload_is_the_documented_bytes)
+{
+	uint64_t pos[3] = {0, 5, 300}, o[3] = {0x00ff, 0x1111, 0x8000}, nw[3] = {0x1234, 0xabcd, 0x0001};
+	static const uint8_t overwrite[] = {0x04, 0x00, 0x04, 0xa6, 0x02,
+					    0x34, 0x12, 0xcd, 0xab, 0x01, 0x00};
+	static const uint8_t xored[] = {0x04, 0x00, 0x04, 0xa6, 0x02,
+					0xcb, 0x12, 0xdc, 0xba, 0x01, 0x80};
+	struct dcr_buf b = {0};
+	struct dcr_err e = {0};
+	cr_assert_eq(dcr_codec_encode(DCR_CODEC_RAW, 2, DCR_DT_BF16, 301, 3, pos, NULL, nw, &b, &e), 0);
+	cr_assert_eq(b.len, sizeof(overwrite));
+	cr_assert(!memcmp(b.p, overwrite, b.len), "overwrite bytes differ");
+	b.len = 0;
+	cr_assert_eq(dcr_codec_encode(DCR_CODEC_RAW, 2, DCR_DT_BF16, 301, 3, pos, o, nw, &b, &e), 0);
+	cr_assert_eq(b.len, sizeof(xored));
+	cr_assert(!memcmp(b.p, xored, b.len), "xor bytes differ");
+	uint64_t p2[3], v2[3];
+	cr_assert_eq(dcr_codec_decode_positions(DCR_CODEC_RAW, xored, sizeof(xored), 2, 301, 3, p2, &e), 0);
+	cr_assert(!memcmp(p2, pos, sizeof(pos)));
+	cr_assert_eq(dcr_codec_decode_values(DCR_CODEC_RAW, xored, sizeof(xored), 2, DCR_DT_BF16, 301, 3,
+					     p2, o, v2, &e), 0);
+	cr_assert(!memcmp(v2, nw, sizeof(nw)));
+	/* the last position must stay inside the range */
+	cr_assert_eq(dcr_codec_decode_positions(DCR_CODEC_RAW, xored, sizeof(xored), 2, 300, 3, p2, &e),
+		     DCR_EFORMAT);
+	/* a gap varint running into the values, an over-long one */
+	static const uint8_t runon[] = {0x01, 0x80, 0x34, 0x12};
+	cr_assert_eq(dcr_codec_decode_positions(DCR_CODEC_RAW, runon, sizeof(runon), 2, 301, 1, p2, &e),
+		     DCR_EFORMAT);
+	static const uint8_t wide[] = {0x0b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+				       0xff, 0x01, 0x34, 0x12};
+	cr_assert_eq(dcr_codec_decode_positions(DCR_CODEC_RAW, wide, sizeof(wide), 2, UINT64_MAX, 1,
+						p2, &e), DCR_EFORMAT);
+	cr_assert_str_eq(dcr_codec_name(DCR_CODEC_RAW), "raw");
+	dcr_buf_free(&b);
 }
 
 Test(codec, encoder_refuses_bad_input)

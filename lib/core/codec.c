@@ -59,6 +59,7 @@ const char *dcr_codec_name(int codec)
 	case DCR_CODEC_XOR_ZSTD: return "xor-zstd";
 	case DCR_CODEC_DELTA: return "delta";
 	case DCR_CODEC_CLASSED: return "classed";
+	case DCR_CODEC_RAW: return "raw";
 	default: return "?";
 	}
 }
@@ -2572,6 +2573,108 @@ static int xz_decode_values(const uint8_t *p, size_t len, unsigned unit,
 	return 0;
 }
 
+/* ---- RAW --------------------------------------------------------------
+ * varint(glen) gaps[glen] values[n * unit]: the gaps as varints, then each
+ * value (XOR mask, or new bits against zero) as unit little-endian bytes,
+ * in change order. What a journal pays for it: about 3 bytes a bf16
+ * change against about 2.3 with xor-zstd, and no zstd on either side. */
+
+static int raw_encode(unsigned unit, size_t n, const uint64_t *pos, const uint64_t *oldv,
+		      const uint64_t *newv, struct dcr_buf *out, struct dcr_err *e)
+{
+	size_t glen = 0;
+	uint64_t next = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t g = pos[i] - next;
+		next = pos[i] + 1;
+		glen += g ? (bitlen(g) + 6) / 7 : 1;
+	}
+	if (dcr_buf_add_varint(out, glen) < 0 || dcr_buf_reserve(out, glen + n * unit) < 0)
+		return dcr_err_set(e, -ENOMEM, "out of memory");
+	uint8_t *q = out->p + out->len;
+	next = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t g = pos[i] - next;
+		next = pos[i] + 1;
+		while (g >= 0x80) {
+			*q++ = (uint8_t)(g | 0x80);
+			g >>= 7;
+		}
+		*q++ = (uint8_t)g;
+	}
+	for (size_t i = 0; i < n; i++, q += unit)
+		store_unit(q, unit, newv[i] ^ (oldv ? oldv[i] : 0));
+	out->len += glen + n * unit;
+	return 0;
+}
+
+/* The gap and value sections of a RAW payload of n changes. */
+static int raw_header(const uint8_t *p, size_t len, unsigned unit, size_t n,
+		      const uint8_t **gaps, size_t *glen, const uint8_t **vals,
+		      struct dcr_err *e)
+{
+	struct dcr_rd r;
+	dcr_rd_init(&r, p, len);
+	uint64_t gl = dcr_rd_varint(&r);
+	if (r.bad || gl > dcr_rd_left(&r))
+		return bad(e, "raw", "truncated gaps");
+	if (n > SIZE_MAX / unit || dcr_rd_left(&r) - gl != (uint64_t)n * unit)
+		return bad(e, "raw", "values section is not n units long");
+	*gaps = r.p;
+	*glen = (size_t)gl;
+	*vals = r.p + gl;
+	return 0;
+}
+
+static int raw_decode_positions(const uint8_t *p, size_t len, unsigned unit, uint64_t range_len,
+				size_t n, uint64_t *pos, struct dcr_err *e)
+{
+	const uint8_t *q, *v;
+	size_t glen;
+	int rc = raw_header(p, len, unit, n, &q, &glen, &v, e);
+	if (rc < 0)
+		return rc;
+	const uint8_t *end = q + glen;
+	uint64_t next = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t g;
+		if (q < end && *q < 0x80) { /* most gaps: one byte */
+			g = *q++;
+		} else {
+			struct dcr_rd r;
+			dcr_rd_init(&r, q, (size_t)(end - q));
+			g = dcr_rd_varint(&r);
+			if (r.bad)
+				return bad(e, "raw", "truncated gaps");
+			q = r.p;
+		}
+		if (g >= range_len - next)
+			return bad(e, "raw", "position beyond the range");
+		pos[i] = next + g;
+		next = pos[i] + 1;
+	}
+	if (q != end)
+		return bad(e, "raw", "trailing gap bytes");
+	return 0;
+}
+
+static int raw_decode_values(const uint8_t *p, size_t len, unsigned unit, size_t n,
+			     const uint64_t *oldv, uint64_t *newv, struct dcr_err *e)
+{
+	const uint8_t *q, *v;
+	size_t glen;
+	int rc = raw_header(p, len, unit, n, &q, &glen, &v, e);
+	if (rc < 0)
+		return rc;
+	if (unit == 2)
+		for (size_t i = 0; i < n; i++)
+			newv[i] = (oldv ? oldv[i] : 0) ^ get_le16(v + 2 * i);
+	else
+		for (size_t i = 0; i < n; i++)
+			newv[i] = (oldv ? oldv[i] : 0) ^ load_unit(v + (size_t)unit * i, unit);
+	return 0;
+}
+
 /* ---- entry points ---------------------------------------------------- */
 
 int dcr_codec_needs_range(int codec)
@@ -2590,6 +2693,8 @@ int dcr_codec_encode_range(int codec, unsigned unit, int dtype, uint64_t range_l
 	switch (codec) {
 	case DCR_CODEC_XOR_ZSTD:
 		return xz_encode(unit, n, pos, oldv, newv, out, e);
+	case DCR_CODEC_RAW:
+		return raw_encode(unit, n, pos, oldv, newv, out, e);
 	case DCR_CODEC_DELTA:
 		return delta_encode(unit, dtype, n, pos, oldv, newv, NULL, NULL, range_len, out, e);
 	case DCR_CODEC_CLASSED: {
@@ -2624,6 +2729,8 @@ int dcr_codec_decode_positions(int codec, const uint8_t *p, size_t len,
 	switch (codec) {
 	case DCR_CODEC_XOR_ZSTD:
 		return xz_decode_positions(p, len, range_len, n, pos, e);
+	case DCR_CODEC_RAW:
+		return raw_decode_positions(p, len, unit, range_len, n, pos, e);
 	case DCR_CODEC_DELTA:
 		return delta_decode_positions(p, len, range_len, n, pos, e);
 	case DCR_CODEC_CLASSED:
@@ -2647,6 +2754,8 @@ int dcr_codec_decode_values(int codec, const uint8_t *p, size_t len,
 	switch (codec) {
 	case DCR_CODEC_XOR_ZSTD:
 		return xz_decode_values(p, len, unit, range_len, n, oldv, newv, e);
+	case DCR_CODEC_RAW:
+		return raw_decode_values(p, len, unit, n, oldv, newv, e);
 	case DCR_CODEC_DELTA:
 		return delta_decode_values(p, len, unit, range_len, n, oldv, newv, e);
 	case DCR_CODEC_CLASSED:

@@ -43,9 +43,14 @@ enum {
 	 * exponent (gaps within each class's subsequence of the range): needs
 	 * the old bits of the whole range on both sides. */
 	DCR_CODEC_CLASSED = 3,
+	/* Gap varints and the values' bits as they are, unit bytes each:
+	 * no compression, for what is read back on the same machine (an
+	 * apply's journal), where writing and reading it twice must cost
+	 * less than the bytes it saves. */
+	DCR_CODEC_RAW = 4,
 };
 
-const char *dcr_codec_name(int codec); /* "xor-zstd", "delta", "classed", "?" */
+const char *dcr_codec_name(int codec); /* "xor-zstd", "delta", "classed", "raw", "?" */
 
 /* 1 for codecs whose positions depend on the old bits of the whole range
  * (CLASSED): such payloads decode only through dcr_codec_decode_range(). */

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <zstd.h>
 
@@ -45,7 +46,9 @@ void dcr_changes_free(struct dcr_changes *c)
  * codec 2 (DELTA): the delta codec; XOR items' values are coded against the
  * bits the receiver holds, OVERWRITE items' against zero. Never dense.
  * codec 3 (CLASSED): DELTA's values, positions coded by classes of the old
- * values of the whole range; XOR items only. */
+ * values of the whole range; XOR items only.
+ * codec 4 (RAW): gap varints and values as they are; what an apply's
+ * journal holds (dcr_item_to_overwrite). Never dense. */
 
 /* Values only (dense items): byte planes, one zstd frame. */
 static int planes_encode(const uint64_t *val, size_t n, unsigned unit, struct dcr_buf *out,
@@ -147,7 +150,7 @@ int dcr_item_needs_base(const struct dcr_item *it)
 static int check_item(const struct dcr_item *it, struct dcr_changes *ch, struct dcr_err *e)
 {
 	if (it->codec != DCR_CODEC_PLAIN && it->codec != DCR_CODEC_DELTA &&
-	    it->codec != DCR_CODEC_CLASSED)
+	    it->codec != DCR_CODEC_CLASSED && it->codec != DCR_CODEC_RAW)
 		return dcr_err_set(e, DCR_EFORMAT, "item uses unknown codec %u", it->codec);
 	if (it->codec == DCR_CODEC_CLASSED && it->enc != DCR_ENC_XOR)
 		return dcr_err_set(e, DCR_EFORMAT, "codec classed codes XOR items only");
@@ -237,8 +240,12 @@ int dcr_item_to_overwrite(const struct dcr_item *it, unsigned unit, const uint8_
 		return r;
 	enc->len = 0;
 	out->enc = DCR_ENC_OVERWRITE;
-	if ((r = dcr_item_encode(ch, unit, it->len, it->flags & DCR_ITEM_DENSE, &out->codec, enc,
-				 e)))
+	if (it->flags & DCR_ITEM_DENSE)
+		r = dcr_item_encode(ch, unit, it->len, 1, &out->codec, enc, e);
+	else if (!(r = dcr_codec_encode(DCR_CODEC_RAW, unit, 0, it->len, ch->n, ch->pos, NULL,
+					ch->val, enc, e)))
+		out->codec = DCR_CODEC_RAW;
+	if (r)
 		return r;
 	out->data = enc->p;
 	out->data_len = enc->len;
@@ -254,3 +261,38 @@ void dcr_scatter(uint8_t *dst, unsigned unit, const uint64_t *pos, const uint64_
 	}
 }
 
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; EINVAL before */
+#endif
+#define POP_PAGE 4096u
+#define POP_MIN_RUN 8 /* pages: a shorter run takes its faults */
+
+static int populate_off; /* the kernel refused once: do not ask again */
+
+static void populate_run(uintptr_t a, uintptr_t z)
+{
+	if (z - a < (uintptr_t)POP_MIN_RUN * POP_PAGE ||
+	    __atomic_load_n(&populate_off, __ATOMIC_RELAXED))
+		return;
+	if (madvise((void *)a, z - a, MADV_POPULATE_WRITE) && errno == EINVAL)
+		__atomic_store_n(&populate_off, 1, __ATOMIC_RELAXED);
+}
+
+void dcr_scatter_populate(uint8_t *dst, unsigned unit, const uint64_t *pos, size_t n)
+{
+	uintptr_t a = 0, z = 0; /* the run of pages [a, z) */
+	for (size_t k = 0; k < n; k++) {
+		uintptr_t p = (uintptr_t)(dst + pos[k] * unit);
+		uintptr_t p0 = p & ~(uintptr_t)(POP_PAGE - 1);
+		uintptr_t p1 = ((p + unit - 1) & ~(uintptr_t)(POP_PAGE - 1)) + POP_PAGE;
+		if (p0 > z) {
+			populate_run(a, z);
+			a = p0;
+		}
+		if (p1 > z)
+			z = p1;
+	}
+	if (n)
+		populate_run(a, z);
+}

@@ -65,8 +65,10 @@ int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes
 int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *old,
 		     struct dcr_changes *ch, struct dcr_err *e);
 /* The item resolved (dcr_item_resolve, scratch ch) and its new bits encoded
- * as an OVERWRITE into enc: out's enc, codec and data are set, the rest of
- * out is left to the caller (an apply's journal holds only these). */
+ * as an OVERWRITE into enc (codec RAW; a DENSE item PLAIN): out's enc,
+ * codec and data are set, the rest of out is left to the caller (an
+ * apply's journal holds only these, written and read back on the same
+ * machine, so they are not compressed). */
 int dcr_item_to_overwrite(const struct dcr_item *it, unsigned unit, const uint8_t *old,
 			  struct dcr_changes *ch, struct dcr_buf *enc, struct dcr_item *out,
 			  struct dcr_err *e);
@@ -75,5 +77,12 @@ int dcr_item_to_overwrite(const struct dcr_item *it, unsigned unit, const uint8_
  * changes reach the bytes; the CPU reference of the GPU apply kernel. */
 void dcr_scatter(uint8_t *dst, unsigned unit, const uint64_t *pos, const uint64_t *val, size_t n,
 		 int xor_);
+/* Map the pages that dst[pos[k]] (k < n, pos increasing) fall in
+ * writable before dcr_scatter writes them: one madvise(MADV_POPULATE_WRITE)
+ * per run of such pages costs far less than a write fault per page where
+ * most pages of a file mapping are written. Pages no change falls in are
+ * left alone (populating a page of a file mapping dirties it); short runs
+ * take their faults. Nothing on kernels before Linux 5.14. */
+void dcr_scatter_populate(uint8_t *dst, unsigned unit, const uint64_t *pos, size_t n);
 
 #endif

@@ -821,6 +821,7 @@ static int rp_item(void *ctx, const struct dcr_item *it, void *arg, struct dcr_c
 		return (!rp->gpu && (r = dcr_cuda_ctx_new(&rp->gpu, e))) ? r
 			: dcr_cuda_scatter_host(rp->gpu, dst, (size_t)(it->len * unit), unit, ch->pos,
 						ch->val, ch->n, 0, e);
+	dcr_scatter_populate(dst, unit, ch->pos, ch->n);
 	dcr_scatter(dst, unit, ch->pos, ch->val, ch->n, 0);
 	return 0;
 }
