@@ -562,3 +562,41 @@ Test(delta, hostile_record_bodies_give_errors)
 	dcr_delta_tensor_clear(&t);
 	dcr_buf_free(&b);
 }
+
+/* dcr_scan_changes (the CPU reference of the GPU diff) against a unit-by-
+ * unit compare, for every unit size, sparse and dense differences, and
+ * lengths that end inside a vector step. */
+Test(delta, scan_changes_finds_every_changed_unit)
+{
+	enum { N = 4096 + 40 };
+	uint8_t *a = malloc(N), *b = malloc(N);
+	uint64_t *pos = malloc(N * 8), *val = malloc(N * 8);
+	uint64_t s = 5;
+	for (unsigned unit = 1; unit <= 8; unit *= 2)
+		for (int density = 0; density < 4; density++)
+			for (size_t len = N - 40; len <= N; len += 8) {
+				for (size_t i = 0; i < N; i++) {
+					s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+					a[i] = (uint8_t)(s >> 33);
+					int flip = density == 3 || (s >> 20) % (density == 0 ? 997 : density == 1 ? 61 : 5) == 0;
+					b[i] = flip ? (uint8_t)(a[i] ^ (1u << ((s >> 40) % 8))) : a[i];
+				}
+				size_t got = dcr_scan_changes(a, b, len, unit, pos, val);
+				size_t k = 0;
+				for (size_t u = 0; u < len / unit; u++) {
+					uint64_t x = load_unit(a + u * unit, unit), y = load_unit(b + u * unit, unit);
+					if (x == y)
+						continue;
+					cr_assert_lt(k, got, "unit %u: change at %zu missed", unit, u);
+					cr_assert_eq(pos[k], u, "unit %u: change %zu at %llu, expected %zu", unit, k,
+						     (unsigned long long)pos[k], u);
+					cr_assert_eq(val[k], x ^ y, "unit %u: mask of change %zu", unit, k);
+					k++;
+				}
+				cr_assert_eq(k, got, "unit %u: %zu changes found, %zu expected", unit, got, k);
+			}
+	free(a);
+	free(b);
+	free(pos);
+	free(val);
+}

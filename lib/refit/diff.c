@@ -64,12 +64,25 @@ struct dctx {
 	int abort;
 };
 
+/* A change at unit `at` whose old bits are x and new bits y: with oldv,
+ * x to oldv and y to val; without, the XOR mask to val. */
+#define SCAN_PUT(at, x, y)                   \
+	do {                                 \
+		pos[n] = (at);               \
+		if (oldv) {                  \
+			oldv[n] = (x);       \
+			val[n++] = (y);      \
+		} else {                     \
+			val[n++] = (x) ^ (y); \
+		}                            \
+	} while (0)
+
 #ifdef HAVE_AVX2_SCAN
 /* 16-bit units, 64 bytes a step: one bit per differing lane, then walk the
  * set bits. The same result as the portable loop below. */
-__attribute__((target("avx2"))) static size_t scan16_avx2(const uint8_t *a, const uint8_t *b,
-							   size_t nbytes, uint64_t *pos,
-							   uint64_t *val)
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) size_t
+scan16_body(const uint8_t *a, const uint8_t *b, size_t nbytes, uint64_t *pos, uint64_t *oldv,
+	    uint64_t *val)
 {
 	size_t n = 0, i = 0;
 	const __m256i z = _mm256_setzero_si256();
@@ -82,34 +95,40 @@ __attribute__((target("avx2"))) static size_t scan16_avx2(const uint8_t *a, cons
 		uint64_t m1 = (uint32_t)~_mm256_movemask_epi8(_mm256_cmpeq_epi16(d1, z));
 		uint64_t m = (m0 | m1 << 32) & 0x5555555555555555ull;
 		while (m) {
-			size_t lane = (size_t)__builtin_ctzll(m) / 2;
-			size_t at = i + 2 * lane;
-			pos[n] = at / 2;
-			val[n++] = (uint16_t)(get_le16(a + at) ^ get_le16(b + at));
+			size_t at = i + (size_t)__builtin_ctzll(m);
+			SCAN_PUT(at / 2, get_le16(a + at), get_le16(b + at));
 			m &= m - 1;
 		}
 	}
 	for (; i < nbytes; i += 2) {
 		uint16_t x = get_le16(a + i), y = get_le16(b + i);
-		if (x != y) {
-			pos[n] = i / 2;
-			val[n++] = (uint16_t)(x ^ y);
-		}
+		if (x != y)
+			SCAN_PUT(i / 2, x, y);
 	}
 	return n;
 }
+
+__attribute__((target("avx2"))) static size_t scan16_xor(const uint8_t *a, const uint8_t *b,
+							  size_t nbytes, uint64_t *pos,
+							  uint64_t *val)
+{
+	return scan16_body(a, b, nbytes, pos, NULL, val);
+}
+
+__attribute__((target("avx2"))) static size_t scan16_old(const uint8_t *a, const uint8_t *b,
+							  size_t nbytes, uint64_t *pos,
+							  uint64_t *oldv, uint64_t *val)
+{
+	return scan16_body(a, b, nbytes, pos, oldv, val);
+}
 #endif
 
-/* Changed units of one chunk, as positions and XOR masks: the CPU reference
- * of kernels/dcr_cuda.cu's diff kernel. */
-size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
-		   uint64_t *pos, uint64_t *val)
+/* The portable scan: 32 bytes a step, the set units of a step walked. */
+static inline __attribute__((always_inline)) size_t
+scan_body(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit, uint64_t *pos,
+	  uint64_t *oldv, uint64_t *val)
 {
 	size_t n = 0, i = 0;
-#ifdef HAVE_AVX2_SCAN
-	if (unit == 2 && __builtin_cpu_supports("avx2"))
-		return scan16_avx2(a, b, nbytes, pos, val);
-#endif
 	for (; i + 32 <= nbytes; i += 32) {
 		uint64_t x[4], y[4], d = 0;
 		memcpy(x, a + i, 32);
@@ -118,47 +137,43 @@ size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsig
 			d |= x[k] ^ y[k];
 		if (!d)
 			continue;
-		for (int k = 0; k < 4; k++) {
-			uint64_t w = x[k] ^ y[k];
-			if (!w)
-				continue;
-			size_t at = i + 8 * (size_t)k;
-			switch (unit) {
-			case 8:
-				pos[n] = at / 8;
-				val[n++] = w;
-				break;
-			case 4:
-				for (int j = 0; j < 2; j++, w >>= 32)
-					if ((uint32_t)w) {
-						pos[n] = at / 4 + (size_t)j;
-						val[n++] = (uint32_t)w;
-					}
-				break;
-			case 2:
-				for (int j = 0; j < 4; j++, w >>= 16)
-					if ((uint16_t)w) {
-						pos[n] = at / 2 + (size_t)j;
-						val[n++] = (uint16_t)w;
-					}
-				break;
-			default:
-				for (int j = 0; j < 8; j++, w >>= 8)
-					if ((uint8_t)w) {
-						pos[n] = at + (size_t)j;
-						val[n++] = (uint8_t)w;
-					}
-			}
+		for (size_t at = i; at < i + 32; at += unit) {
+			uint64_t u = load_unit(a + at, unit), v = load_unit(b + at, unit);
+			if (u != v)
+				SCAN_PUT(at / unit, u, v);
 		}
 	}
 	for (; i < nbytes; i += unit) {
 		uint64_t x = load_unit(a + i, unit), y = load_unit(b + i, unit);
-		if (x != y) {
-			pos[n] = i / unit;
-			val[n++] = x ^ y;
-		}
+		if (x != y)
+			SCAN_PUT(i / unit, x, y);
 	}
 	return n;
+}
+
+/* Changed units of one chunk, as positions and XOR masks: the CPU reference
+ * of kernels/dcr_cuda.cu's diff kernel. */
+size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
+		   uint64_t *pos, uint64_t *val)
+{
+#ifdef HAVE_AVX2_SCAN
+	if (unit == 2 && __builtin_cpu_supports("avx2"))
+		return scan16_xor(a, b, nbytes, pos, val);
+#endif
+	return scan_body(a, b, nbytes, unit, pos, NULL, val);
+}
+
+/* The same changes with their old bits (oldv) and new bits (val): what
+ * the encoder takes, without a second pass over the chunk for the old
+ * bits. */
+static size_t scan_changes_old(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
+			       uint64_t *pos, uint64_t *oldv, uint64_t *val)
+{
+#ifdef HAVE_AVX2_SCAN
+	if (unit == 2 && __builtin_cpu_supports("avx2"))
+		return scan16_old(a, b, nbytes, pos, oldv, val);
+#endif
+	return scan_body(a, b, nbytes, unit, pos, oldv, val);
 }
 
 #define RELEASE (32u << 20)
@@ -177,7 +192,8 @@ struct worker {
 	struct dcr_changes ch;
 	uint64_t *oldv;
 	struct dcr_buf enc;
-	struct dcr_cuda_ctx *gpu; /* --device cuda: the chunks are compared there */
+	struct dcr_cuda_ctx *gpu; /* --device cuda: the chunks are compared there (ch.val
+				     then holds XOR masks; on the host, new bits) */
 };
 
 static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, uint64_t len,
@@ -188,8 +204,8 @@ static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, 
 			      .n = w->ch.n, .flags = dense ? DCR_ITEM_DENSE : 0};
 	int r;
 	if (enc == DCR_ENC_XOR) {
-		/* old bits from the base chunk; new = old ^ mask */
-		for (size_t k = 0; k < w->ch.n; k++) {
+		/* the device's masks: old bits from the base chunk, new = old ^ mask */
+		for (size_t k = 0; w->gpu && k < w->ch.n; k++) {
 			w->oldv[k] = load_unit(w->ba + w->ch.pos[k] * unit, unit);
 			w->ch.val[k] ^= w->oldv[k];
 		}
@@ -256,8 +272,9 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 			}
 			for (size_t at = 0; !w->gpu && at < nb; at += SCAN_STEP) {
 				size_t k = nb - at < SCAN_STEP ? nb - at : SCAN_STEP;
-				size_t got = dcr_scan_changes(w->ba + at, w->bb + at, k, unit,
-							      w->ch.pos + w->ch.n, w->ch.val + w->ch.n);
+				size_t got = scan_changes_old(w->ba + at, w->bb + at, k, unit,
+							      w->ch.pos + w->ch.n, w->oldv + w->ch.n,
+							      w->ch.val + w->ch.n);
 				for (size_t q = w->ch.n; q < w->ch.n + got; q++)
 					w->ch.pos[q] += at / unit;
 				w->ch.n += got;
