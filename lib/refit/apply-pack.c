@@ -32,9 +32,10 @@ struct spool {
 	int fd;
 	int threads; /* resolving payloads (refit/ipool.h) */
 	struct dcr_buf rec;
-	/* reading back */
-	struct dcr_buf buf;
-	size_t off;
+	/* reading back: the spool mapped (file pages, which the kernel may
+	 * drop and read again, not a heap copy as large as the journal) */
+	const uint8_t *map;
+	size_t len, off;
 	uint64_t nitems, nchanges;
 	int xor_seen; /* XOR items left out (receiver not at the base) */
 };
@@ -63,10 +64,10 @@ static int spool_item(struct spool *s, const char *name, const struct dcr_item *
 static int spool_read(struct spool *s, const char **name, struct dcr_item *it, char *namebuf,
 		      struct dcr_err *e)
 {
-	if (s->off >= s->buf.len)
+	if (s->off >= s->len)
 		return 0;
 	struct dcr_rd rd;
-	dcr_rd_init(&rd, s->buf.p + s->off, s->buf.len - s->off);
+	dcr_rd_init(&rd, s->map + s->off, s->len - s->off);
 	uint64_t nl = dcr_rd_varint(&rd);
 	const uint8_t *nm = nl < 65536 ? dcr_rd_bytes(&rd, nl) : NULL;
 	memset(it, 0, sizeof(*it));
@@ -84,7 +85,7 @@ static int spool_read(struct spool *s, const char **name, struct dcr_item *it, c
 	memcpy(namebuf, nm, nl);
 	namebuf[nl] = '\0';
 	*name = namebuf;
-	s->off = (size_t)(rd.p - s->buf.p);
+	s->off = (size_t)(rd.p - s->map);
 	return 1;
 }
 
@@ -460,10 +461,16 @@ static int ak_read_spool(struct apack *ak, struct dcr_err *e)
 	struct spool *s = &ak->s;
 	int r;
 	off_t sl = lseek(s->fd, 0, SEEK_END);
-	if (sl < 0 || dcr_buf_reserve(&s->buf, (size_t)sl + 1) ||
-	    dcr_pread_full(s->fd, s->buf.p, (size_t)sl, 0))
-		return dcr_err_sys(e, errno ? errno : EIO, "cannot read the spool");
-	s->buf.len = (size_t)sl;
+	if (sl < 0)
+		return dcr_err_sys(e, errno, "cannot read the spool");
+	if (sl > 0) {
+		void *m = mmap(NULL, (size_t)sl, PROT_READ, MAP_SHARED, s->fd, 0);
+		if (m == MAP_FAILED)
+			return dcr_err_sys(e, errno, "cannot map the spool");
+		s->map = m;
+		s->len = (size_t)sl;
+		(void)madvise(m, (size_t)sl, MADV_SEQUENTIAL);
+	}
 	char namebuf[65536];
 	const char *nm;
 	struct dcr_item it;
@@ -533,7 +540,8 @@ out:
 	unlink(sp);
 	free(sp);
 	dcr_buf_free(&ak.s.rec);
-	dcr_buf_free(&ak.s.buf);
+	if (ak.s.map)
+		munmap((void *)ak.s.map, ak.s.len);
 	pset_free(&ak.seen);
 	free(ak.sig);
 	free(ak.cur_dg);
