@@ -2401,6 +2401,58 @@ fail:
 	return bad(e, "classed", why);
 }
 
+/* ---- gap varints (XOR_ZSTD and RAW) ----------------------------------
+ * gap[0] = pos[0], gap[i] = pos[i] - pos[i-1] - 1, each a varint. */
+
+/* The n gaps written at q (or, q NULL, only counted): their bytes. */
+static size_t put_gaps(const uint64_t *pos, size_t n, uint8_t *q)
+{
+	size_t m = 0;
+	uint64_t next = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t g = pos[i] - next;
+		next = pos[i] + 1;
+		if (!q) {
+			m += g ? (bitlen(g) + 6) / 7 : 1;
+			continue;
+		}
+		while (g >= 0x80) {
+			q[m++] = (uint8_t)(g | 0x80);
+			g >>= 7;
+		}
+		q[m++] = (uint8_t)g;
+	}
+	return m;
+}
+
+/* Exactly n gaps in q[0..len) into positions below range_len. */
+static int get_gaps(const uint8_t *q, size_t len, uint64_t range_len, size_t n, uint64_t *pos,
+		    const char *codec, struct dcr_err *e)
+{
+	const uint8_t *end = q + len;
+	uint64_t next = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t g;
+		if (q < end && *q < 0x80) { /* most gaps: one byte */
+			g = *q++;
+		} else {
+			struct dcr_rd r;
+			dcr_rd_init(&r, q, (size_t)(end - q));
+			g = dcr_rd_varint(&r);
+			if (r.bad)
+				return bad(e, codec, "truncated gaps");
+			q = r.p;
+		}
+		if (g >= range_len - next)
+			return bad(e, codec, "position beyond the range");
+		pos[i] = next + g;
+		next = pos[i] + 1;
+	}
+	if (q != end)
+		return bad(e, codec, "trailing gap bytes");
+	return 0;
+}
+
 /* ---- XOR_ZSTD -------------------------------------------------------- */
 
 static int xz_encode(unsigned unit, size_t n, const uint64_t *pos,
@@ -2415,18 +2467,7 @@ static int xz_encode(unsigned unit, size_t n, const uint64_t *pos,
 	ZSTD_CCtx *cc = ZSTD_createCCtx();
 	if (!raw || !z || !cc)
 		goto out;
-	/* gap varints */
-	size_t m = 0;
-	uint64_t next = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint64_t g = pos[i] - next;
-		next = pos[i] + 1;
-		while (g >= 0x80) {
-			raw[m++] = (uint8_t)(g | 0x80);
-			g >>= 7;
-		}
-		raw[m++] = (uint8_t)g;
-	}
+	size_t m = put_gaps(pos, n, raw);
 	for (int part = 0; part < 2; part++) {
 		if (part == 1) {
 			/* XOR masks, byte plane b of change i at raw[b * n + i] */
@@ -2521,23 +2562,9 @@ static int xz_decode_positions(const uint8_t *p, size_t len, uint64_t range_len,
 	rc = xz_unzip(pz, pzn, 10 * n, 0, &raw, &m, "positions", e);
 	if (rc < 0)
 		return rc;
-	struct dcr_rd r;
-	dcr_rd_init(&r, raw, m);
-	uint64_t next = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint64_t g = dcr_rd_varint(&r);
-		if (r.bad || g >= range_len - next) {
-			free(raw);
-			return bad(e, "xor-zstd", r.bad ? "truncated gaps" : "position beyond the range");
-		}
-		pos[i] = next + g;
-		next = pos[i] + 1;
-	}
-	size_t left = dcr_rd_left(&r);
+	rc = get_gaps(raw, m, range_len, n, pos, "xor-zstd", e);
 	free(raw);
-	if (left)
-		return bad(e, "xor-zstd", "trailing gap bytes");
-	return 0;
+	return rc;
 }
 
 static int xz_decode_values(const uint8_t *p, size_t len, unsigned unit,
@@ -2587,26 +2614,11 @@ static int xz_decode_values(const uint8_t *p, size_t len, unsigned unit,
 static int raw_encode(unsigned unit, size_t n, const uint64_t *pos, const uint64_t *oldv,
 		      const uint64_t *newv, struct dcr_buf *out, struct dcr_err *e)
 {
-	size_t glen = 0;
-	uint64_t next = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint64_t g = pos[i] - next;
-		next = pos[i] + 1;
-		glen += g ? (bitlen(g) + 6) / 7 : 1;
-	}
+	size_t glen = put_gaps(pos, n, NULL);
 	if (dcr_buf_add_varint(out, glen) < 0 || dcr_buf_reserve(out, glen + n * unit) < 0)
 		return dcr_err_set(e, -ENOMEM, "out of memory");
 	uint8_t *q = out->p + out->len;
-	next = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint64_t g = pos[i] - next;
-		next = pos[i] + 1;
-		while (g >= 0x80) {
-			*q++ = (uint8_t)(g | 0x80);
-			g >>= 7;
-		}
-		*q++ = (uint8_t)g;
-	}
+	q += put_gaps(pos, n, q);
 	for (size_t i = 0; i < n; i++, q += unit)
 		store_unit(q, unit, newv[i] ^ (oldv ? oldv[i] : 0));
 	out->len += glen + n * unit;
@@ -2637,30 +2649,7 @@ static int raw_decode_positions(const uint8_t *p, size_t len, unsigned unit, uin
 	const uint8_t *q, *v;
 	size_t glen;
 	int rc = raw_header(p, len, unit, n, &q, &glen, &v, e);
-	if (rc < 0)
-		return rc;
-	const uint8_t *end = q + glen;
-	uint64_t next = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint64_t g;
-		if (q < end && *q < 0x80) { /* most gaps: one byte */
-			g = *q++;
-		} else {
-			struct dcr_rd r;
-			dcr_rd_init(&r, q, (size_t)(end - q));
-			g = dcr_rd_varint(&r);
-			if (r.bad)
-				return bad(e, "raw", "truncated gaps");
-			q = r.p;
-		}
-		if (g >= range_len - next)
-			return bad(e, "raw", "position beyond the range");
-		pos[i] = next + g;
-		next = pos[i] + 1;
-	}
-	if (q != end)
-		return bad(e, "raw", "trailing gap bytes");
-	return 0;
+	return rc < 0 ? rc : get_gaps(q, glen, range_len, n, pos, "raw", e);
 }
 
 static int raw_decode_values(const uint8_t *p, size_t len, unsigned unit, size_t n,

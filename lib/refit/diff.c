@@ -80,9 +80,9 @@ struct dctx {
 #ifdef HAVE_AVX2_SCAN
 /* 16-bit units, 64 bytes a step: one bit per differing lane, then walk the
  * set bits. The same result as the portable loop below. */
-__attribute__((target("avx2"))) static inline __attribute__((always_inline)) size_t
-scan16_body(const uint8_t *a, const uint8_t *b, size_t nbytes, uint64_t *pos, uint64_t *oldv,
-	    uint64_t *val)
+__attribute__((target("avx2"))) static size_t scan16_avx2(const uint8_t *a, const uint8_t *b,
+							   size_t nbytes, uint64_t *pos,
+							   uint64_t *oldv, uint64_t *val)
 {
 	size_t n = 0, i = 0;
 	const __m256i z = _mm256_setzero_si256();
@@ -107,27 +107,19 @@ scan16_body(const uint8_t *a, const uint8_t *b, size_t nbytes, uint64_t *pos, ui
 	}
 	return n;
 }
-
-__attribute__((target("avx2"))) static size_t scan16_xor(const uint8_t *a, const uint8_t *b,
-							  size_t nbytes, uint64_t *pos,
-							  uint64_t *val)
-{
-	return scan16_body(a, b, nbytes, pos, NULL, val);
-}
-
-__attribute__((target("avx2"))) static size_t scan16_old(const uint8_t *a, const uint8_t *b,
-							  size_t nbytes, uint64_t *pos,
-							  uint64_t *oldv, uint64_t *val)
-{
-	return scan16_body(a, b, nbytes, pos, oldv, val);
-}
 #endif
 
-/* The portable scan: 32 bytes a step, the set units of a step walked. */
-static inline __attribute__((always_inline)) size_t
-scan_body(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit, uint64_t *pos,
-	  uint64_t *oldv, uint64_t *val)
+/* Changed units of one chunk: positions, and (oldv NULL) XOR masks in
+ * val, or old bits in oldv and new bits in val, what the encoder takes
+ * without a second pass over the chunk for the old bits. The portable
+ * scan: 32 bytes a step, the set units of a step walked. */
+static size_t scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
+			   uint64_t *pos, uint64_t *oldv, uint64_t *val)
 {
+#ifdef HAVE_AVX2_SCAN
+	if (unit == 2 && __builtin_cpu_supports("avx2"))
+		return scan16_avx2(a, b, nbytes, pos, oldv, val);
+#endif
 	size_t n = 0, i = 0;
 	for (; i + 32 <= nbytes; i += 32) {
 		uint64_t x[4], y[4], d = 0;
@@ -156,24 +148,7 @@ scan_body(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit, uint
 size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
 		   uint64_t *pos, uint64_t *val)
 {
-#ifdef HAVE_AVX2_SCAN
-	if (unit == 2 && __builtin_cpu_supports("avx2"))
-		return scan16_xor(a, b, nbytes, pos, val);
-#endif
-	return scan_body(a, b, nbytes, unit, pos, NULL, val);
-}
-
-/* The same changes with their old bits (oldv) and new bits (val): what
- * the encoder takes, without a second pass over the chunk for the old
- * bits. */
-static size_t scan_changes_old(const uint8_t *a, const uint8_t *b, size_t nbytes, unsigned unit,
-			       uint64_t *pos, uint64_t *oldv, uint64_t *val)
-{
-#ifdef HAVE_AVX2_SCAN
-	if (unit == 2 && __builtin_cpu_supports("avx2"))
-		return scan16_old(a, b, nbytes, pos, oldv, val);
-#endif
-	return scan_body(a, b, nbytes, unit, pos, oldv, val);
+	return scan_changes(a, b, nbytes, unit, pos, NULL, val);
 }
 
 #define RELEASE (32u << 20)
@@ -272,7 +247,7 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 			}
 			for (size_t at = 0; !w->gpu && at < nb; at += SCAN_STEP) {
 				size_t k = nb - at < SCAN_STEP ? nb - at : SCAN_STEP;
-				size_t got = scan_changes_old(w->ba + at, w->bb + at, k, unit,
+				size_t got = scan_changes(w->ba + at, w->bb + at, k, unit,
 							      w->ch.pos + w->ch.n, w->oldv + w->ch.n,
 							      w->ch.val + w->ch.n);
 				for (size_t q = w->ch.n; q < w->ch.n + got; q++)
