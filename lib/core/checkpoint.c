@@ -285,3 +285,24 @@ int dcr_ckpt_tensor_is(const struct dcr_ckpt_tensor *ct, int dtype, unsigned ndi
 }
 
 /* ---- hashing every tensor, on all cores ---- */
+
+int dcr_ckpt_tensor_read(const struct dcr_ckpt_tensor *ct, uint64_t off, size_t n,
+			 struct dcr_buf *buf, const uint8_t **out, struct dcr_err *e)
+{
+	if (ct->fd < 0) {
+		*out = ct->data + off;
+		return 0;
+	}
+	buf->len = 0;
+	if (dcr_buf_reserve(buf, n ? n : 1))
+		return dcr_err_sys(e, ENOMEM, "%s", ct->info->name);
+	int r = dcr_pread_full(ct->fd, buf->p, n, ct->file_off + off);
+	if (r == -EPIPE)
+		return dcr_err_set(e, DCR_EFORMAT, "tensor '%s' ends before its header says (file shrank?)",
+				   ct->info->name);
+	if (r)
+		return dcr_err_sys(e, -r, "cannot read tensor '%s'", ct->info->name);
+	buf->len = n;
+	*out = buf->p;
+	return 0;
+}

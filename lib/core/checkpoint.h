@@ -3,6 +3,7 @@
 #ifndef DCR_CORE_CHECKPOINT_H
 #define DCR_CORE_CHECKPOINT_H
 
+#include "core/buf.h"
 #include "core/safetensors.h"
 
 struct dcr_ckpt_tensor {
@@ -34,6 +35,13 @@ const struct dcr_ckpt_tensor *dcr_ckpt_find(const struct dcr_ckpt *c,
 int dcr_ckpt_tensor_is(const struct dcr_ckpt_tensor *ct, int dtype, unsigned ndim,
 		       const uint64_t *shape);
 uint64_t dcr_tensor_bytes(const struct dcr_tensor_info *t);
+/* Bytes [off, off + n) of ct's data (within the tensor), at *out: read
+ * into buf (reset, grown as needed) when ct has a file, else where they
+ * are mapped. A copy from the page cache is about twice as fast as
+ * reading a file's pages through its mapping for the first time (a
+ * page-table entry and a TLB miss each). 0, or an error set in e. */
+int dcr_ckpt_tensor_read(const struct dcr_ckpt_tensor *ct, uint64_t off, size_t n,
+			 struct dcr_buf *buf, const uint8_t **out, struct dcr_err *e);
 
 /* A plain file name: no '/', no control characters, not "." or "..". */
 int dcr_safe_file_name(const char *s);

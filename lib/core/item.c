@@ -10,6 +10,7 @@
 #include <zstd.h>
 
 #include "core/bytes.h"
+#include "core/checkpoint.h"
 #include "core/codec.h"
 #include "core/item.h"
 
@@ -295,4 +296,15 @@ void dcr_scatter_populate(uint8_t *dst, unsigned unit, const uint64_t *pos, size
 	}
 	if (n)
 		populate_run(a, z);
+}
+
+int dcr_item_base(const struct dcr_ckpt_tensor *ct, const struct dcr_item *it, unsigned unit,
+		  struct dcr_buf *buf, const uint8_t **old, struct dcr_err *e)
+{
+	uint64_t bytes = it->len * unit;
+	/* about one change per 2 KiB or more: every page of the range is read */
+	if (it->n >= bytes / 2048 || dcr_codec_needs_range(it->codec))
+		return dcr_ckpt_tensor_read(ct, it->start * unit, (size_t)bytes, buf, old, e);
+	*old = ct->data + it->start * unit;
+	return 0;
 }

@@ -72,6 +72,13 @@ int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *ol
 int dcr_item_to_overwrite(const struct dcr_item *it, unsigned unit, const uint8_t *old,
 			  struct dcr_changes *ch, struct dcr_buf *enc, struct dcr_item *out,
 			  struct dcr_err *e);
+/* The current bits of an XOR item's range in the receiver's tensor ct, for
+ * dcr_item_resolve: the whole range read into buf where the codec scans it
+ * or the changes touch most of its pages (dcr_ckpt_tensor_read), else
+ * where ct maps it (a sparse item reads a few pages). */
+struct dcr_ckpt_tensor;
+int dcr_item_base(const struct dcr_ckpt_tensor *ct, const struct dcr_item *it, unsigned unit,
+		  struct dcr_buf *buf, const uint8_t **old, struct dcr_err *e);
 
 /* dst[pos[k]] = val[k] (or ^= with xor_) for units of `unit` bytes: how
  * changes reach the bytes; the CPU reference of the GPU apply kernel. */

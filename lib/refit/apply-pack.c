@@ -125,13 +125,18 @@ static int spool_next(void *ctx, struct plan *p, struct dcr_item *it, struct dcr
  * resolved against the base bits at arg and encoded as an OVERWRITE, an
  * OVERWRITE decoded (so that a bad payload is refused early) and kept. */
 static int spool_work(void *ctx, const struct dcr_item *it, void *arg, struct dcr_changes *ch,
-		      struct dcr_buf *enc, struct dcr_item *out, struct dcr_err *e)
+		      struct dcr_buf *scratch, struct dcr_buf *enc, struct dcr_item *out,
+		      struct dcr_err *e)
 {
 	const struct dcr_delta_tensor *lt = *(const struct dcr_delta_tensor *const *)ctx;
 	unsigned unit = dcr_dtype_unit(lt[it->tensor].dtype);
+	const uint8_t *base;
+	int r;
 	if (it->enc != DCR_ENC_XOR)
 		return dcr_item_decode(it, unit, ch, e);
-	return dcr_item_to_overwrite(it, unit, arg, ch, enc, out, e);
+	if ((r = dcr_item_base(arg, it, unit, scratch, &base, e)))
+		return r;
+	return dcr_item_to_overwrite(it, unit, base, ch, enc, out, e);
 }
 
 /* The next item the pool made ready, into the spool (1), or 0: none left. */
@@ -146,7 +151,7 @@ static int spool_take(struct spool *s, struct ap_ipool *ip, const struct dcr_del
 }
 
 /* An item of a payload, checked against its tensor and the receiver's
- * base and given to the pool (the XOR ones with their base bits). */
+ * base and given to the pool (the XOR ones with the base's tensor). */
 static int spool_give(struct spool *s, struct ap_ipool *ip, const struct dcr_delta_tensor *lt,
 		      size_t nlt, const struct dcr_delta_rec *rec, const char *what,
 		      const struct dcr_ckpt *c, int allow_xor, struct dcr_err *e)
@@ -167,14 +172,14 @@ static int spool_give(struct spool *s, struct ap_ipool *ip, const struct dcr_del
 		s->xor_seen = 1;
 		return 0;
 	}
-	const uint8_t *base = NULL;
+	const struct dcr_ckpt_tensor *base = NULL;
 	if (it.enc == DCR_ENC_XOR) {
 		const struct dcr_ckpt_tensor *ct = dcr_ckpt_find(c, t->name);
 		if ((t->flags & DCR_TENSOR_NEW) || !dcr_ckpt_tensor_is(ct, t->dtype, t->ndim, t->shape))
 			return dcr_err_set(e, DCR_EFORMAT,
 					   "%s: XOR item for '%s', which the receiver does not hold as in the base",
 					   what, t->name);
-		base = ct->data + it.start * unit;
+		base = ct;
 	}
 	while (!ap_ipool_room(ip))
 		if ((r = spool_take(s, ip, lt, e)) < 0)

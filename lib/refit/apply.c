@@ -49,16 +49,21 @@ struct delta_items {
 };
 
 /* One item decoded against the bits of the receiver's tensor (ctx: the
- * plan) and encoded as an OVERWRITE of its new bits. */
+ * plan), read into the thread's scratch, and encoded as an OVERWRITE of
+ * its new bits. */
 static int resolve_item(void *ctx, const struct dcr_item *it, void *arg, struct dcr_changes *ch,
-			struct dcr_buf *enc, struct dcr_item *out, struct dcr_err *e)
+			struct dcr_buf *scratch, struct dcr_buf *enc, struct dcr_item *out,
+			struct dcr_err *e)
 {
 	const struct plan *p = ctx;
 	const struct ptensor *pt = &p->t[it->tensor];
 	unsigned unit = dcr_dtype_unit(pt->t.dtype);
-	const uint8_t *base =
-		it->enc == DCR_ENC_XOR && pt->cur ? pt->cur->data + it->start * unit : NULL;
+	const uint8_t *base = NULL;
+	int r;
 	(void)arg;
+	if (it->enc == DCR_ENC_XOR && pt->cur &&
+	    (r = dcr_item_base(pt->cur, it, unit, scratch, &base, e)))
+		return r;
 	return dcr_item_to_overwrite(it, unit, base, ch, enc, out, e);
 }
 

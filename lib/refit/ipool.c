@@ -53,15 +53,19 @@ struct ap_ipool {
 	pthread_t th[64];
 	int nth;
 	struct dcr_changes ch; /* the caller's, when there are no threads */
+	struct dcr_buf scratch;
 };
 
-static int work(struct ap_ipool *r, struct slot *s, struct dcr_changes *ch)
+static int work(struct ap_ipool *r, struct slot *s, struct dcr_changes *ch,
+		struct dcr_buf *scratch)
 {
 	s->enc.len = 0;
 	s->out = s->in;
-	int err = r->fn(r->ctx, &s->in, s->arg, ch, &s->enc, &s->out, &s->e);
+	int err = r->fn(r->ctx, &s->in, s->arg, ch, scratch, &s->enc, &s->out, &s->e);
 	if (ch->cap > IPOOL_KEEP)
 		dcr_changes_free(ch);
+	if (scratch->cap > 8 * IPOOL_KEEP)
+		dcr_buf_free(scratch);
 	return err;
 }
 
@@ -69,6 +73,7 @@ static void *worker(void *arg)
 {
 	struct ap_ipool *r = arg;
 	struct dcr_changes ch = {0};
+	struct dcr_buf scratch = {0};
 	pthread_mutex_lock(&r->mu);
 	for (;;) {
 		while (!r->stop && r->started == r->given)
@@ -78,7 +83,7 @@ static void *worker(void *arg)
 		struct slot *s = &r->s[r->started++ % r->ns];
 		s->state = WORKING;
 		pthread_mutex_unlock(&r->mu);
-		int err = work(r, s, &ch);
+		int err = work(r, s, &ch, &scratch);
 		pthread_mutex_lock(&r->mu);
 		s->err = err;
 		s->state = DONE;
@@ -87,6 +92,7 @@ static void *worker(void *arg)
 	}
 	pthread_mutex_unlock(&r->mu);
 	dcr_changes_free(&ch);
+	dcr_buf_free(&scratch);
 	return NULL;
 }
 
@@ -163,7 +169,7 @@ int ap_ipool_get(struct ap_ipool *r, struct dcr_item *out, void **arg, struct dc
 		r->started++;
 		s->state = WORKING;
 		pthread_mutex_unlock(&r->mu);
-		s->err = work(r, s, &r->ch);
+		s->err = work(r, s, &r->ch, &r->scratch);
 		pthread_mutex_lock(&r->mu);
 		s->state = DONE;
 		r->busy -= s->cost;
@@ -200,6 +206,7 @@ void ap_ipool_free(struct ap_ipool *r)
 	pthread_cond_destroy(&r->done);
 	pthread_mutex_destroy(&r->mu);
 	dcr_changes_free(&r->ch);
+	dcr_buf_free(&r->scratch);
 	free(r->s);
 	free(r);
 }

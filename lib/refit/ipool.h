@@ -19,10 +19,11 @@ static inline uint64_t ap_decode_bytes(const struct dcr_item *it)
 }
 
 /* The work on one item: in (its data a copy the pool keeps), the caller's
- * arg for it, scratch changes of the thread's own, out's data to be put in
- * enc (out starts as a copy of in). 0 or an error set in e. */
+ * arg for it, scratch changes and bytes of the thread's own, out's data to
+ * be put in enc (out starts as a copy of in). 0 or an error set in e. */
 typedef int ap_ipool_fn(void *ctx, const struct dcr_item *in, void *arg, struct dcr_changes *ch,
-			struct dcr_buf *enc, struct dcr_item *out, struct dcr_err *e);
+			struct dcr_buf *scratch, struct dcr_buf *enc, struct dcr_item *out,
+			struct dcr_err *e);
 
 /* A pool running fn on `threads` threads (< 1: one per core; with one,
  * each item is worked on in ap_ipool_get, on the caller's thread). NULL:

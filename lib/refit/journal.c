@@ -92,13 +92,10 @@ static void jc_release(struct jcheck *jc, uint64_t cost)
 	pthread_mutex_unlock(&jc->mu);
 }
 
-static void hash_src(struct dcr_tdigest *h, const uint8_t *src, uint64_t off, uint64_t n)
+/* n zero bytes (a new tensor's, before its items) */
+static void hash_zeros(struct dcr_tdigest *h, uint64_t n)
 {
 	static const uint8_t zero[65536];
-	if (src) {
-		dcr_tdigest_update(h, src + off, n);
-		return;
-	}
 	while (n) {
 		uint64_t k = n < sizeof(zero) ? n : sizeof(zero);
 		dcr_tdigest_update(h, zero, k);
@@ -159,7 +156,15 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 		/* the items that meet [x0, x1): from k on */
 		size_t q = k, meet = 0;
 		if (q >= jt->n || jt->items[q]->it.start * unit >= x1) {
-			hash_src(td, src, x0, x1 - x0);
+			/* no item meets the step: its current bytes as they are */
+			const uint8_t *cur;
+			if (src && (r = dcr_ckpt_tensor_read(pt->cur, x0, (size_t)(x1 - x0), &tmp, &cur,
+							     &jt->e)))
+				break;
+			if (src)
+				dcr_tdigest_update(td, cur, (size_t)(x1 - x0));
+			else
+				hash_zeros(td, x1 - x0);
 			continue;
 		}
 		for (size_t z = q; z < jt->n && jt->items[z]->it.start * unit < x1 && meet < 2; z++)
@@ -174,10 +179,17 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 		}
 		if (meet > 1)
 			memset(seen.p, 0, nbits / 8 + 1);
-		if (src)
-			memcpy(tmp.p, src + x0, (size_t)(x1 - x0));
-		else
+		if (src) {
+			/* read (not through the mapping: see dcr_ckpt_tensor_read) */
+			const uint8_t *cur;
+			if ((r = dcr_ckpt_tensor_read(pt->cur, x0, (size_t)(x1 - x0), &tmp, &cur,
+						      &jt->e)))
+				break;
+			if (cur != tmp.p)
+				memcpy(tmp.p, cur, (size_t)(x1 - x0));
+		} else {
 			memset(tmp.p, 0, (size_t)(x1 - x0));
+		}
 		for (; q < jt->n && jt->items[q]->it.start * unit < x1 && !r; q++) {
 			const struct dcr_item *it = &jt->items[q]->it;
 			uint64_t s0 = it->start * unit;
@@ -805,13 +817,15 @@ static int rp_written(struct replay *rp, size_t i)
  * thread only). Items never change one element twice (the check before
  * the commit), so they may be written in any order, side by side. */
 static int rp_item(void *ctx, const struct dcr_item *it, void *arg, struct dcr_changes *ch,
-		   struct dcr_buf *enc, struct dcr_item *out, struct dcr_err *e)
+		   struct dcr_buf *scratch, struct dcr_buf *enc, struct dcr_item *out,
+		   struct dcr_err *e)
 {
 	struct replay *rp = ctx;
 	const struct ctx *x = rp->x;
 	unsigned unit = dcr_dtype_unit(rp->p.t[it->tensor].cur->info->dtype);
 	uint8_t *dst = arg;
 	int r = dcr_item_decode(it, unit, ch, e);
+	(void)scratch;
 	(void)enc;
 	(void)out;
 	if (r)
