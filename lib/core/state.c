@@ -743,7 +743,7 @@ void dcr_digest_tensor_mem(int dtype, unsigned ndim, const uint64_t *shape,
 		memset(out, 0, sizeof(*out));
 }
 
-static int add_ckpt_tensor(struct dcr_hpool *p, const struct dcr_ckpt_tensor *t, dcr_digest *out)
+int dcr_hpool_add_tensor(struct dcr_hpool *p, const struct dcr_ckpt_tensor *t, dcr_digest *out)
 {
 	const struct dcr_tensor_info *ti = t->info;
 	/* a file's tensor is read band by band; the mapping stays for bands
@@ -755,7 +755,7 @@ static int add_ckpt_tensor(struct dcr_hpool *p, const struct dcr_ckpt_tensor *t,
 void dcr_tensor_digest(const struct dcr_ckpt_tensor *t, dcr_digest *out)
 {
 	struct dcr_hpool *p = dcr_hpool_new(1);
-	int r = p ? add_ckpt_tensor(p, t, out) : -ENOMEM;
+	int r = p ? dcr_hpool_add_tensor(p, t, out) : -ENOMEM;
 	if (p && !r)
 		r = dcr_hpool_wait(p);
 	dcr_hpool_free(p);
@@ -775,7 +775,7 @@ int dcr_ckpt_digests_sel(const struct dcr_ckpt *c, dcr_digest *out, const uint8_
 	int r = p ? 0 : -ENOMEM;
 	for (size_t i = 0; i < c->ntensors && !r; i++)
 		if (!sel || sel[i])
-			r = add_ckpt_tensor(p, &c->tensors[i], &out[i]);
+			r = dcr_hpool_add_tensor(p, &c->tensors[i], &out[i]);
 	int q = p ? dcr_hpool_wait(p) : 0;
 	dcr_hpool_free(p);
 	return r ? r : q;

@@ -89,6 +89,9 @@ struct dcr_hpool *dcr_hpool_new(int threads); /* threads: 0 for every core */
 int dcr_hpool_add(struct dcr_hpool *p, int dtype, unsigned ndim, const uint64_t *shape,
 		  const uint8_t *data, dcr_hpool_feed feed, dcr_hpool_done done, void *ctx,
 		  int release, dcr_digest *out);
+/* A checkpoint's tensor: read from its file band by band (see
+ * dcr_ckpt_tensor_read), or through its mapping when it has no file. */
+int dcr_hpool_add_tensor(struct dcr_hpool *p, const struct dcr_ckpt_tensor *t, dcr_digest *out);
 /* Work until every tensor added is done: 0 or the first error. */
 int dcr_hpool_wait(struct dcr_hpool *p);
 void dcr_hpool_free(struct dcr_hpool *p); /* waits first */
