@@ -11,8 +11,8 @@
  *
  * Speed comes from hashing many chunks (and many parents) side by side:
  * with AVX2 eight of them, one per 32-bit lane, so one AVX2 compression does
- * the work of eight (with AVX-512VL's rotates where the CPU has them). The portable code gives the same bits; tests compare
- * both against b3sum. dcr uses BLAKE3 for payload digests (see
+ * the work of eight (with AVX-512VL's rotates where the CPU has them).
+ * The portable code gives the same bits; tests compare both against b3sum. dcr uses BLAKE3 for payload digests (see
  * dcr-format-pack(5)): on a core with SHA extensions it runs about three
  * times as fast as SHA-256, and that is the cost a receiver pays on every
  * byte it passes on. */

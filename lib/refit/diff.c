@@ -153,7 +153,7 @@ size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsig
 struct worker {
 	struct dctx *d;
 	const uint8_t *ba, *bb; /* the current chunk of base and new */
-	uint8_t *bufa, *bufb;	/* where they are read: a chunk of 8-byte units each */
+	struct dcr_buf bufa, bufb; /* where they are read (dcr_ckpt_tensor_read) */
 	struct dcr_changes ch;
 	uint64_t *oldv;
 	struct dcr_buf enc;
@@ -190,17 +190,6 @@ static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, 
 	return 0;
 }
 
-/* Bytes [off, off + n) of a tensor's stored data into buf. */
-static int read_chunk(const struct dcr_ckpt_tensor *t, uint64_t off, uint8_t *buf, size_t n,
-		      struct dcr_err *e)
-{
-	int r = dcr_pread_full(t->fd, buf, n, t->file_off + off);
-	if (r == -EPIPE)
-		return dcr_err_set(e, DCR_EFORMAT, "diff: tensor '%s' ends before its header says (file shrank?)",
-				   t->info->name);
-	return r ? dcr_err_sys(e, -r, "diff: cannot read tensor '%s'", t->info->name) : 0;
-}
-
 static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 {
 	struct dctx *d = w->d;
@@ -220,12 +209,10 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 		 * files through a mapping costs the kernel a page-table entry per
 		 * page and the compare a TLB miss per page, about half the speed
 		 * of a copy into a buffer that stays in the cache */
-		if ((r = read_chunk(nt, s * unit, w->bufb, nb, &t->e)) ||
-		    (same && (r = read_chunk(bt, s * unit, w->bufa, nb, &t->e))))
+		if ((r = dcr_ckpt_tensor_read(nt, s * unit, nb, &w->bufb, &w->bb, &t->e)) ||
+		    (same && (r = dcr_ckpt_tensor_read(bt, s * unit, nb, &w->bufa, &w->ba, &t->e))))
 			break;
-		w->bb = w->bufb;
 		if (same) {
-			w->ba = w->bufa;
 			w->ch.n = 0;
 			if (w->gpu) {
 				/* the chunk compared on the device, hashed here */
@@ -378,10 +365,7 @@ static int start_workers(struct dctx *d, struct worker *ws, int threads, pthread
 	for (int k = 0; k < threads; k++) {
 		ws[k].d = d;
 		ws[k].oldv = malloc((size_t)d->chunk * sizeof(uint64_t));
-		/* a chunk of the widest unit, 8 bytes */
-		ws[k].bufa = malloc((size_t)d->chunk * sizeof(uint64_t));
-		ws[k].bufb = malloc((size_t)d->chunk * sizeof(uint64_t));
-		if (!ws[k].oldv || !ws[k].bufa || !ws[k].bufb ||
+		if (!ws[k].oldv ||
 		    dcr_changes_reserve(&ws[k].ch, d->chunk))
 			return dcr_err_sys(e, ENOMEM, "diff");
 		int r;
@@ -518,8 +502,8 @@ out:
 	if (ws)
 		for (int k = 0; k < threads; k++) {
 			free(ws[k].oldv);
-			free(ws[k].bufa);
-			free(ws[k].bufb);
+			dcr_buf_free(&ws[k].bufa);
+			dcr_buf_free(&ws[k].bufb);
 			dcr_cuda_ctx_free(ws[k].gpu);
 			dcr_changes_free(&ws[k].ch);
 			dcr_buf_free(&ws[k].enc);

@@ -888,14 +888,19 @@ static int rp_item(void *ctx, const struct dcr_item *it, void *arg, struct dcr_c
 		dcr_scatter(dst, unit, ch->pos, ch->val, ch->n, 0);
 	} else if (dcr_buf_reserve(scratch, (size_t)bytes)) {
 		r = dcr_err_sys(e, ENOMEM, "journal");
-	} else if (ch->n < it->len && (r = dcr_pread_full(f->fd, scratch->p, (size_t)bytes, a))) {
-		r = dcr_err_sys(e, r == -EPIPE ? EIO : -r, "cannot read '%s'",
-				rp->c->file_names[ct->file]);
 	} else {
 		/* every element overwritten (a dense item) needs no read */
-		dcr_scatter(scratch->p, unit, ch->pos, ch->val, ch->n, 0);
-		if ((r = dcr_pwrite_full(f->fd, scratch->p, (size_t)bytes, a)))
-			r = dcr_err_sys(e, -r, "cannot write '%s'", rp->c->file_names[ct->file]);
+		const uint8_t *cur = scratch->p;
+		if (ch->n < it->len &&
+		    !(r = dcr_ckpt_tensor_read(ct, it->start * unit, (size_t)bytes, scratch, &cur, e)) &&
+		    cur != scratch->p)
+			memcpy(scratch->p, cur, (size_t)bytes); /* a tensor without a file */
+		if (!r) {
+			dcr_scatter(scratch->p, unit, ch->pos, ch->val, ch->n, 0);
+			if ((r = dcr_pwrite_full(f->fd, scratch->p, (size_t)bytes, a)))
+				r = dcr_err_sys(e, -r, "cannot write '%s'",
+						rp->c->file_names[ct->file]);
+		}
 	}
 	rp_unclaim(rp, ct->file, a);
 	return r;
