@@ -30,8 +30,10 @@ done
 got=$(wc -c <"$T/c1")
 curl -sS -f -o "$T/c2" "$A/$O" 2>"$T/c2.err" &
 C2=$!
-ready=$(status "$A" "obj('$O')['ready']")
-state=$(status "$A" "obj('$O')['state']")
+# one snapshot of the status: two could straddle the fetch's end
+snap=$(status "$A" "'%d %s' % (obj('$O')['ready'], obj('$O')['state'])")
+ready=${snap% *}
+state=${snap#* }
 [ "$ready" -lt "$size" ] && [ "$state" = fetching ] ||
 	fail "the child had $got bytes only once the relay held $ready of $size ($state)"
 wait "$C1" || fail "the first child's GET failed: $(cat "$T/c1.err")"
