@@ -6,11 +6,14 @@
 set -u
 : "${DCR_SRC:=$(cd "$(dirname "$0")/.." && pwd)}"
 : "${DCR_BUILD:=$DCR_SRC}"
-B="$DCR_BUILD"
+# B: where the commands are. make check puts the programs themselves
+# (.libs, with LD_LIBRARY_PATH naming lib/.libs) before libtool's wrapper
+# scripts on PATH; a wrapper costs a shell and several programs a start.
+B=$(dirname "$(command -v dcr-apply || echo "$DCR_BUILD/dcr-apply")")
 D="$DCR_SRC/tests/layout"
-SLICE="python3 $DCR_SRC/tests/layout-slice.py"
-STEP="python3 $DCR_SRC/tests/layout-step.py"
-DUMP="$B/tests/delta-dump"
+SLICE="python3 -S $DCR_SRC/tests/layout-slice.py"
+STEP="python3 -S $DCR_SRC/tests/layout-step.py"
+DUMP="$DCR_BUILD/tests/delta-dump"
 command -v python3 >/dev/null || { echo "skip: python3 not found"; exit 77; }
 [ -x "$DUMP" ] || { echo "skip: tests/delta-dump not built (make check builds it)"; exit 77; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dcr-layout.XXXXXX") || exit 99

@@ -4,10 +4,12 @@
 # by tests/layout-slice.py (never by the map code), and N training ranks
 # that each diff, pack and push their own shards in parallel.
 . "$DCR_SRC/tests/lib-store.sh"
-B="$DCR_BUILD"
+# B: where the commands are, the programs themselves where make check's
+# PATH names them (see lib-layout.sh)
+B=$(dirname "$(command -v dcr-apply || echo "$DCR_BUILD/dcr-apply")")
 D="$DCR_SRC/tests/layout"
-SLICE="python3 $DCR_SRC/tests/layout-slice.py"
-STEP="python3 $DCR_SRC/tests/layout-step.py"
+SLICE="python3 -S $DCR_SRC/tests/layout-slice.py"
+STEP="python3 -S $DCR_SRC/tests/layout-step.py"
 command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 
 # pair CFG: $T/CFG/c0 and c1 (a step of ~5% of most tensors' elements),

@@ -22,10 +22,19 @@
 . "$DCR_SRC/tests/lib-dcr.sh"
 command -v gen-checkpoint >/dev/null 2>&1 || skip "gen-checkpoint is not built"
 command -v bench-compare >/dev/null 2>&1 || skip "bench-compare is not built"
-# (a sanitized build keeps freed memory in quarantine: keep it small)
-ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=8"
-export ASAN_OPTIONS
-run 0 gen-checkpoint -q --size 384M --layers 24 --change 1 "$T/g"
+# A sanitized build hunts memory errors, not memory use: its shadow memory
+# and quarantine are anonymous memory too, and it computes about three
+# times slower. It runs the same paths on a 128 MB checkpoint, whose
+# journal (about 150 MB) still passes the 64 MiB budget twice, prints
+# the peak and leaves the bound to the normal build.
+if [ -n "${DCR_SAN_CFLAGS:-}" ]; then
+	size=128M bound=
+	ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=8"
+	export ASAN_OPTIONS
+else
+	size=384M bound=260
+fi
+run 0 gen-checkpoint -q --size $size --layers 24 --change 1 "$T/g"
 run 0 dcr-diff -q --no-cache "$T/g/v0" "$T/g/v1" -o "$T/d"
 cp -r "$T/g/v0" "$T/r"
 run 0 dcr-diff -q --no-cache "$T/g/v0" "$T/g/v0" -o "$T/d0"
@@ -39,7 +48,8 @@ for d in d dx p; do
 	run 0 bench-compare time -o "$T/rep" -- dcr-apply -q "$T/rx" "$T/$d"
 	anon=$(sed -n 's/.*peak_anon_kib=\([0-9]*\).*/\1/p' "$T/rep")
 	[ -n "$anon" ] || { cat "$T/rep"; fail "no peak_anon_kib in the report"; }
-	say "dense step of 384 MB ($d): peak RssAnon $((anon / 1024)) MiB"
-	[ "$anon" -lt $((260 * 1024)) ] || fail "dcr-apply of $d held $((anon / 1024)) MiB (bound 260 MiB)"
+	say "dense step of $size ($d): peak RssAnon $((anon / 1024)) MiB"
+	[ -z "$bound" ] || [ "$anon" -lt $((bound * 1024)) ] ||
+		fail "dcr-apply of $d held $((anon / 1024)) MiB (bound $bound MiB)"
 	run 0 dcr-verify "$T/rx" --against "$T/g/v1"
 done

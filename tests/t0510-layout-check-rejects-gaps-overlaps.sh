@@ -4,7 +4,7 @@
 set -u
 : "${DCR_SRC:=$(cd "$(dirname "$0")/.." && pwd)}"
 : "${DCR_BUILD:=$DCR_SRC}"
-L="$DCR_BUILD/dcr-layout"
+L=$(command -v dcr-layout || echo "$DCR_BUILD/dcr-layout")
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }

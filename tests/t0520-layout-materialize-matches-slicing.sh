@@ -5,7 +5,7 @@
 set -u
 : "${DCR_SRC:=$(cd "$(dirname "$0")/.." && pwd)}"
 : "${DCR_BUILD:=$DCR_SRC}"
-L="$DCR_BUILD/dcr-layout"
+L=$(command -v dcr-layout || echo "$DCR_BUILD/dcr-layout")
 D="$DCR_SRC/tests/layout"
 S="$DCR_SRC/tests/layout-slice.py"
 command -v python3 >/dev/null || { echo "skip: python3 not found"; exit 77; }
