@@ -58,6 +58,23 @@ merge() {
 		"$1"/r-*.delta -o "$1/full.delta" || fail "merge --target-digests ($1)"
 }
 
+# same_shards A B: the layouts A and B (rank-R/model.safetensors) hold the
+# same tensors. Files equal byte for byte settle it; otherwise
+# layout-slice.py compare, tensor by tensor, decides (a python start is
+# most of a compare's cost, and the placement tests compare often).
+same_shards() {
+	_ra=$(cd "$1" && ls -d rank-* 2>/dev/null) || _ra=
+	_rb=$(cd "$2" && ls -d rank-* 2>/dev/null) || _rb=
+	if [ -n "$_ra" ] && [ "$_ra" = "$_rb" ]; then
+		_same=1
+		for _r in $_ra; do
+			cmp -s "$1/$_r/model.safetensors" "$2/$_r/model.safetensors" || { _same=; break; }
+		done
+		[ -z "$_same" ] || return 0
+	fi
+	$SLICE compare "$1" "$2"
+}
+
 # same_changes A B: the two deltas carry the same changes, element for element
 same_changes() {
 	"$DUMP" "$1" >"$tmp/dump-a" || fail "dump $1"

@@ -51,7 +51,7 @@ for r in 0 1; do
 	"$B/dcr-apply" -q --layout <(cat "$s.map") --rank $r "$s/0/rank-$r" <(cat "$w/full.delta") ||
 		fail "dcr-apply --layout <(map) rank $r"
 done
-$SLICE compare "$s/0" "$s/1" >/dev/null || fail "dcr-apply --layout <(map): serving shards differ"
+same_shards "$s/0" "$s/1" >/dev/null || fail "dcr-apply --layout <(map): serving shards differ"
 
 # dcr-layout generate --config <(config) gives the map the file gives; a
 # config of more than 16 MiB through a pipe is refused, not cut

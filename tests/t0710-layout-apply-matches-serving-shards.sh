@@ -35,12 +35,12 @@ for cfg in llama-gqa qwen2-kv8 qwen2-moe qwen3-moe; do
 					fail "$cfg T=$T E=$E: apply --layout rank $r"
 				r=$((r + 1))
 			done
-			$SLICE compare "$s/0" "$s/1" >/dev/null ||
+			same_shards "$s/0" "$s/1" >/dev/null ||
 				fail "$cfg T=$T E=$E: placed serving shards differ from the new checkpoint's"
 			"$B/dcr-apply" --layout "$s.map" --rank 0 "$s/0/rank-0" "$d" 2>"$tmp/err" ||
 				fail "$cfg T=$T E=$E: second apply"
 			grep -q "already holds this delta" "$tmp/err" || fail "second apply: $(cat "$tmp/err")"
-			$SLICE compare "$s/0" "$s/1" >/dev/null || fail "$cfg T=$T E=$E: second apply changed bits"
+			same_shards "$s/0" "$s/1" >/dev/null || fail "$cfg T=$T E=$E: second apply changed bits"
 			echo "ok $cfg T=$T E=$E ($(basename "$d"))"
 			n=$((n + 1))
 		done
@@ -58,5 +58,5 @@ $SLICE slice "$D/llama-gqa.json" "$tmp/llama-gqa/c1" --framework vllm --tp 2 -o 
 	fail "apply to another rank"
 "$B/dcr-apply" -q --layout "$s.map" --rank 0 "$s/0/rank-1" "$tmp/w-llama-gqa/partial.delta" ||
 	fail "apply to another rank"
-$SLICE compare "$s/0" "$s/1" >/dev/null 2>&1 && fail "ranks swapped, yet the shards match"
+same_shards "$s/0" "$s/1" >/dev/null 2>&1 && fail "ranks swapped, yet the shards match"
 exit 0

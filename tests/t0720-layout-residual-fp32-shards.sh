@@ -59,7 +59,7 @@ for r in 0 1 2 3; do
 	"$B/dcr-apply" -q --layout "$s.map" --rank $r "$s/0/rank-$r" "$w/partial.delta" ||
 		fail "apply --layout F32 rank $r"
 done
-$SLICE compare "$s/0" "$s/1" >/dev/null || fail "fp32 serving shards differ after placement"
+same_shards "$s/0" "$s/1" >/dev/null || fail "fp32 serving shards differ after placement"
 echo "ok placement into fp32 serving shards"
 
 # fp32 changes that vanish in the conversion were seen and not sent

@@ -72,7 +72,7 @@ while :; do
 		"$B/dcr-apply" -q --layout "$tmp/v.map" --rank $r "$tmp/s/rank-$r" "$w/partial.delta" ||
 			fail "rank $r"
 	done
-	$SLICE compare "$tmp/s" "$tmp/v1" >/dev/null || fail "crash at step $n: wrong shards after rerun"
+	same_shards "$tmp/s" "$tmp/v1" >/dev/null || fail "crash at step $n: wrong shards after rerun"
 	n=$((n + 1))
 	[ $n -lt 200 ] || fail "no end of steps"
 done

@@ -44,7 +44,7 @@ for cfg in llama-gqa qwen2-moe; do
 				cp -r "$s/0" "$s/r"
 				"$B/dcr-apply" -q --layout "$s.map" --replica "$s/r" "$c/$d.delta" ||
 					fail "$cfg T=$T E=$E: apply --layout --replica ($d)"
-				$SLICE compare "$s/r" "$s/1" >/dev/null ||
+				same_shards "$s/r" "$s/1" >/dev/null ||
 					fail "$cfg T=$T E=$E ($d): placed shards differ from the new checkpoint's"
 				[ ! -e "$s/r/rank-0/.dcr/layout-resolved" ] || fail "the resolved delta stayed"
 			done
@@ -52,7 +52,7 @@ for cfg in llama-gqa qwen2-moe; do
 				fail "$cfg T=$T E=$E: second apply"
 			[ "$(grep -c "already holds this delta" "$tmp/err")" = "$((T))" ] ||
 				fail "second apply: $(cat "$tmp/err")"
-			$SLICE compare "$s/r" "$s/1" >/dev/null || fail "second apply changed bits"
+			same_shards "$s/r" "$s/1" >/dev/null || fail "second apply changed bits"
 			# one rank alone: llama-gqa's default delta (its base-coded
 			# items are the replicated norms), and the delta-coded one
 			# only where the rank holds all of it
@@ -67,14 +67,14 @@ for cfg in llama-gqa qwen2-moe; do
 			if [ $T = 1 ]; then
 				"$B/dcr-apply" -q --layout "$s.map" --rank 0 "$s/one/rank-0" "$c/delta.delta" ||
 					fail "$cfg: one rank holding everything"
-				$SLICE compare "$s/one" "$s/1" >/dev/null || fail "$cfg: one rank: wrong bits"
+				same_shards "$s/one" "$s/1" >/dev/null || fail "$cfg: one rank: wrong bits"
 			else
 				"$B/dcr-apply" -q --layout "$s.map" --rank $r "$s/one/rank-$r" \
 					"$c/delta.delta" 2>"$tmp/err"
 				[ $? = 128 ] || fail "$cfg T=$T: one rank of many took a delta-coded delta"
 				grep -q -- "--replica" "$tmp/err" && grep -q -- "--codec plain" "$tmp/err" ||
 					fail "refusal does not name both ways out: $(cat "$tmp/err")"
-				$SLICE compare "$s/one" "$s/0" >/dev/null || fail "a refused rank changed its files"
+				same_shards "$s/one" "$s/0" >/dev/null || fail "a refused rank changed its files"
 			fi
 			echo "ok $cfg T=$T E=$E"
 			n=$((n + 1))
@@ -112,7 +112,7 @@ $SLICE slice "$D/$cfg.json" "$c/e1" --framework vllm --tp 4 -o "$s/b1" || fail s
 $STEP widen --exact "$s/b0" -o "$s/0" || fail widen
 $STEP widen --exact "$s/b1" -o "$s/1" || fail widen
 "$B/dcr-apply" -q --layout "$s.map" --replica "$s/0" "$c/e.delta" || fail "apply --replica F32"
-$SLICE compare "$s/0" "$s/1" >/dev/null || fail "fp32 shards differ from the widened target"
+same_shards "$s/0" "$s/1" >/dev/null || fail "fp32 shards differ from the widened target"
 echo "ok: residual fp32 shards"
 cfg=llama-gqa
 c="$tmp/$cfg"
@@ -133,7 +133,7 @@ while :; do
 	[ $st = 137 ] || fail "step $k: exit $st"
 	"$B/dcr-apply" -q --layout "$tmp/v.map" --replica "$tmp/s" "$c/classed.delta" ||
 		fail "rerun after a crash at step $k"
-	$SLICE compare "$tmp/s" "$tmp/v1" >/dev/null || fail "crash at step $k: wrong shards after rerun"
+	same_shards "$tmp/s" "$tmp/v1" >/dev/null || fail "crash at step $k: wrong shards after rerun"
 	k=$((k + 1))
 	[ $k -lt 400 ] || fail "no end of steps"
 done

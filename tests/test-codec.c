@@ -429,6 +429,51 @@ Test(codec, raw_payload_is_the_documented_bytes)
 	dcr_buf_free(&b);
 }
 
+/* n gaps in n bytes (every gap one byte: a dense item's positions, the
+ * journal's) decode on their own path; it must agree with the general one
+ * and refuse the same payloads. */
+Test(codec, one_byte_gaps_decode_and_refuse_as_the_general_path)
+{
+	enum { N = 1000 };
+	static uint64_t pos[N], o[N], nw[N], p2[N], v2[N];
+	struct dcr_buf b = {0};
+	struct dcr_err e = {0};
+	rs = 7;
+	uint64_t at = 0;
+	for (size_t i = 0; i < N; i++) {
+		at += i % 3 ? 0 : rnd() % 128; /* gaps 0..127: one byte each */
+		pos[i] = at++;
+		o[i] = rnd() & 0xffff;
+		nw[i] = rnd() & 0xffff;
+	}
+	uint64_t range = pos[N - 1] + 1;
+	cr_assert_eq(dcr_codec_encode(DCR_CODEC_RAW, 2, DCR_DT_BF16, range, N, pos, o, nw, &b, &e), 0);
+	cr_assert_eq(dcr_codec_decode_positions(DCR_CODEC_RAW, b.p, b.len, 2, range, N, p2, &e), 0,
+		     "%s", e.msg);
+	cr_assert(!memcmp(p2, pos, sizeof(pos)));
+	cr_assert_eq(dcr_codec_decode_values(DCR_CODEC_RAW, b.p, b.len, 2, DCR_DT_BF16, range, N, p2,
+					     o, v2, &e), 0);
+	cr_assert(!memcmp(v2, nw, sizeof(nw)));
+	/* the last position one beyond the range */
+	cr_assert_eq(dcr_codec_decode_positions(DCR_CODEC_RAW, b.p, b.len, 2, range - 1, N, p2, &e),
+		     DCR_EFORMAT);
+	cr_assert(strstr(e.msg, "beyond the range"), "%s", e.msg);
+	/* every element changed: gaps all zero */
+	for (size_t i = 0; i < N; i++)
+		pos[i] = i;
+	b.len = 0;
+	cr_assert_eq(dcr_codec_encode(DCR_CODEC_RAW, 2, DCR_DT_BF16, N, N, pos, NULL, nw, &b, &e), 0);
+	cr_assert_eq(dcr_codec_decode_positions(DCR_CODEC_RAW, b.p, b.len, 2, N, N, p2, &e), 0);
+	cr_assert(!memcmp(p2, pos, sizeof(pos)));
+	cr_assert_eq(dcr_codec_decode_positions(DCR_CODEC_RAW, b.p, b.len, 2, N - 1, N, p2, &e),
+		     DCR_EFORMAT);
+	/* n bytes holding a two-byte varint: fewer than n gaps, refused */
+	static const uint8_t two[] = {0x02, 0x81, 0x01, 0x34, 0x12, 0x78, 0x56};
+	cr_assert_eq(dcr_codec_decode_positions(DCR_CODEC_RAW, two, sizeof(two), 2, 1000, 2, p2, &e),
+		     DCR_EFORMAT);
+	dcr_buf_free(&b);
+}
+
 Test(codec, encoder_refuses_bad_input)
 {
 	uint64_t pos[3] = {1, 1, 2}, o[3] = {0}, nw[3] = {1, 2, 3};
