@@ -24,6 +24,17 @@ command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 # full of .pth files costs a tenth of a second a start)
 MKST="python3 -S $DCR_SRC/tests/mkst.py"
 
+# sanitized: true in a build with AddressSanitizer and UBSan (make check
+# exports the flags configure chose as DCR_SAN_CFLAGS).
+sanitized() { [ -n "${DCR_SAN_CFLAGS:-}" ]; }
+
+# small_quarantine: ASan keeps 256 MiB of freed memory in quarantine by
+# default, resident like any other; keep 8 MiB (no effect unsanitized).
+small_quarantine() {
+	ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=8"
+	export ASAN_OPTIONS
+}
+
 # run EXPECTED CMD...: run CMD with stdout in $T/out, stderr in $T/err;
 # fail unless it exits EXPECTED.
 run() {

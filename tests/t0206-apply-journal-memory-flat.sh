@@ -27,10 +27,9 @@ command -v bench-compare >/dev/null 2>&1 || skip "bench-compare is not built"
 # times slower. It runs the same paths on a 128 MB checkpoint, whose
 # journal (about 150 MB) still passes the 64 MiB budget twice, prints
 # the peak and leaves the bound to the normal build.
-if [ -n "${DCR_SAN_CFLAGS:-}" ]; then
+if sanitized; then
 	size=128M bound=
-	ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=8"
-	export ASAN_OPTIONS
+	small_quarantine
 else
 	size=384M bound=260
 fi

@@ -10,7 +10,7 @@ command -v gen-checkpoint >/dev/null 2>&1 || skip "gen-checkpoint is not built"
 # (a sanitized build, three times slower, kills the same points of a
 # checkpoint half the size: the kills are spread over the apply's time)
 size=16M
-[ -z "${DCR_SAN_CFLAGS:-}" ] || size=8M
+! sanitized || size=8M
 run 0 gen-checkpoint -q --size $size --steps 1 --shards 2 --change 1 "$T/g"
 run 0 dcr-diff "$T/g/v0" "$T/g/v1"
 mv "$T/out" "$T/d"

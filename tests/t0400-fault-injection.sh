@@ -30,7 +30,7 @@ at_one_of() {
 # slower, kills at every other step, the odd ones in one loop and the
 # even ones in the next; the normal build kills at every step of each.
 STRIDE=1 FIRST=1
-[ -z "${DCR_SAN_CFLAGS:-}" ] || STRIDE=2
+! sanitized || STRIDE=2
 kill_loop() {
 	label=$1 base=$2 target=$3 input=$4
 	n=$FIRST

@@ -17,10 +17,8 @@ need_gnu_time
 mkdir "$T/r"
 $MKST new "$T/r" t:BF16:64
 before=$(snapshot "$T/r")
-# (in a sanitized build ASan keeps 256 MiB of freed memory in quarantine by
-# default, which would count as resident here: keep it small)
-ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=8"
-export ASAN_OPTIONS
+# (ASan's quarantine would count as resident here: keep it small)
+small_quarantine
 m=$(peak_rss 128 dcr-apply "$T/r" "$T/one.tar")
 one_line_error dcr-apply
 grep -q "ITEM of 67108864 units is larger than the 4194304" "$T/err" || { cat "$T/err"; fail "no word of the item's size"; }

@@ -2433,21 +2433,23 @@ static int get_gaps(const uint8_t *q, size_t len, uint64_t range_len, size_t n, 
 	uint64_t next = 0;
 	if (len == n && n) {
 		/* n bytes for n gaps: every gap is one byte, unless some byte
-		 * continues a varint (then the loop below says what is wrong) */
+		 * continues a varint (then the positions written here are
+		 * wrong, and the loop below writes them again or says what is
+		 * wrong with the payload) */
 		uint8_t any = 0;
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
 			any |= q[i];
+			pos[i] = next + q[i];
+			next = pos[i] + 1;
+		}
 		if (!(any & 0x80)) {
-			for (size_t i = 0; i < n; i++) {
-				pos[i] = next + q[i];
-				next = pos[i] + 1;
-			}
 			/* positions rise by at least one: only the last can be
 			 * beyond the range */
 			if (pos[n - 1] >= range_len)
 				return bad(e, codec, "position beyond the range");
 			return 0;
 		}
+		next = 0;
 	}
 	for (size_t i = 0; i < n; i++) {
 		uint64_t g;
