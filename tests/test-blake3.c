@@ -96,7 +96,8 @@ static void hash_fed(const uint8_t *p, size_t n, int how, unsigned seed, dcr_dig
 static void check_all_ways(const uint8_t *p, size_t n, const char *want_hex)
 {
 	char hex[65];
-	for (int simd = 2; simd >= 0; simd--) { /* AVX-512VL, AVX2, portable (as the CPU has them) */
+	/* AVX-512 (16 lanes), AVX-512VL (8), AVX2, portable (as the CPU has them) */
+	for (int simd = 3; simd >= 0; simd--) {
 		int was = dcr_blake3_simd(simd);
 		for (int how = 0; how < NFEEDS; how++) {
 			if (how == BYTES && n > 20000)

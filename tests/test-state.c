@@ -192,10 +192,10 @@ Test(state, digest_is_b3sum_of_the_stripe_stream)
 			dcr_digest_tensor_mem(sh->dtype, sh->ndim, sh->dims, t, threads[k], &d);
 			expect_hex(&d, want, threads[k] == 1 ? "1 thread" : "threads", s);
 		}
-		/* AVX2 without AVX-512VL's rotates, and without either: every
-		 * chunk gathered and hashed alone */
-		static const char *const path[] = {"portable code", "AVX2 code"};
-		for (int lv = 0; lv < 2; lv++) {
+		/* eight lanes with AVX-512VL's rotates, without them (AVX2),
+		 * and no vectors: every chunk gathered and hashed alone */
+		static const char *const path[] = {"portable code", "AVX2 code", "AVX-512VL code"};
+		for (int lv = 0; lv < 3; lv++) {
 			dcr_digest d0;
 			int was = dcr_blake3_simd(lv);
 			dcr_digest_tensor_mem(sh->dtype, sh->ndim, sh->dims, t, 1, &d0);

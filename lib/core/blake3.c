@@ -172,17 +172,22 @@ static void hash_one(const uint8_t *in, size_t blocks, uint64_t counter, uint32_
 #define LANES_ROT8(x) _mm256_ror_epi32((x), 8)
 #include "core/blake3-lanes.h"
 
-typedef void hash8_fn(const uint8_t *const in[8], size_t blocks, const uint64_t ctr[8],
-		      uint32_t flags, uint32_t start, uint32_t end, size_t pitch,
-		      unsigned seg_log2, uint8_t out[8 * 32]);
+#include "core/blake3-lanes16.h"
 
-/* 2: AVX-512VL, 1: AVX2, 0: neither */
+/* a function of eight or sixteen lanes: in, ctr and out have one entry
+ * (32 bytes of out) per lane */
+typedef void hashn_fn(const uint8_t *const *in, size_t blocks, const uint64_t *ctr,
+		      uint32_t flags, uint32_t start, uint32_t end, size_t pitch,
+		      unsigned seg_log2, uint8_t *out);
+
+/* 3: AVX-512F and VL (sixteen lanes), 2: AVX-512VL (eight), 1: AVX2, 0:
+ * neither */
 static int cpu_level(void)
 {
 	__builtin_cpu_init();
 	if (!__builtin_cpu_supports("avx2"))
 		return 0;
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") ? 2 : 1;
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") ? 3 : 1;
 }
 #else
 static int cpu_level(void)
@@ -191,7 +196,8 @@ static int cpu_level(void)
 }
 #endif
 
-/* the code path in use: 0 portable, 1 AVX2, 2 AVX-512VL */
+/* the code path in use: 0 portable, 1 AVX2, 2 AVX-512VL, 3 AVX-512 with
+ * sixteen lanes */
 static int simd(void)
 {
 	int s = __atomic_load_n(&use_simd, __ATOMIC_RELAXED);
@@ -210,9 +216,16 @@ int dcr_blake3_simd(int level)
 }
 
 #ifdef HAVE_AVX2_PATH
-static hash8_fn *hash8_rows(void)
+#define MAX_LANES 16
+/* The lanes to hash `left` more inputs with: sixteen where the CPU has
+ * them and more than eight inputs are left (measured on this project's
+ * AMD EPYC, Zen 5: 5.3 GB/s a core against 3.5 with eight, hashing 64
+ * MiB in memory), else eight. */
+static hashn_fn *lanes_for(size_t left, size_t *nl)
 {
-	return simd() >= 2 ? hash8_rows_avx512 : hash8_rows_avx2;
+	int s = simd();
+	*nl = s >= 3 && left > 8 ? 16 : 8;
+	return *nl == 16 ? hash16_rows_avx512 : s >= 2 ? hash8_rows_avx512 : hash8_rows_avx2;
 }
 #endif
 
@@ -224,20 +237,20 @@ static void hash_many(const uint8_t *in, size_t stride, size_t n, size_t blocks,
 	size_t i = 0;
 #ifdef HAVE_AVX2_PATH
 	if (n > 2 && simd()) {
-		hash8_fn *const h8 = hash8_rows();
-		for (; i < n; i += 8) {
-			const uint8_t *p[8];
-			uint8_t tmp[8 * 32];
-			size_t k = n - i < 8 ? n - i : 8;
-			uint64_t ctr[8];
-			for (size_t j = 0; j < 8; j++) {
+		for (size_t nl; i < n; i += nl) {
+			hashn_fn *const hn = lanes_for(n - i, &nl);
+			const uint8_t *p[MAX_LANES];
+			uint8_t tmp[MAX_LANES * 32];
+			size_t k = n - i < nl ? n - i : nl;
+			uint64_t ctr[MAX_LANES];
+			for (size_t j = 0; j < nl; j++) {
 				p[j] = in + (i + (j < k ? j : 0)) * stride;
 				ctr[j] = counter + (inc ? i + j : 0);
 			}
 			/* contiguous inputs: one segment as long as any input */
-			h8(p, blocks, ctr, flags, start, end, 0, 8 * sizeof(size_t) - 1,
-			   k == 8 ? out + 32 * i : tmp);
-			if (k < 8)
+			hn(p, blocks, ctr, flags, start, end, 0, 8 * sizeof(size_t) - 1,
+			   k == nl ? out + 32 * i : tmp);
+			if (k < nl)
 				memcpy(out + 32 * i, tmp, 32 * k);
 		}
 		return;
@@ -249,14 +262,12 @@ static void hash_many(const uint8_t *in, size_t stride, size_t n, size_t blocks,
 }
 
 /* The two child CVs (left half, right half) of the complete subtree of
- * n = 2^k whole chunks, k >= 1, starting at chunk number `counter` (a
- * multiple of n). Its own node is left to the caller: it may be the root. */
-static void subtree_halves(const uint8_t *in, size_t n, uint64_t counter, uint8_t out[64])
+ * n = 2^k chunks, k >= 1, whose chunk CVs are cv[0..n) (cv is scratch).
+ * Its own node is left to the caller: it may be the root. */
+static void subtree_halves(uint8_t *cv, size_t n, uint8_t out[64])
 {
-	uint8_t a[MAX_SUBTREE * 32], b[MAX_SUBTREE / 2 * 32];
-	hash_many(in, CHUNK_LEN, n, CHUNK_LEN / BLOCK_LEN, counter, 1, 0, CHUNK_START, CHUNK_END,
-		  a);
-	uint8_t *cur = a, *nxt = b;
+	uint8_t b[MAX_SUBTREE / 2 * 32];
+	uint8_t *cur = cv, *nxt = b;
 	for (; n > 2; n /= 2) {
 		hash_many(cur, 64, n / 2, 1, 0, 0, PARENT, 0, 0, nxt);
 		uint8_t *t = cur;
@@ -326,23 +337,38 @@ void dcr_blake3_update(struct dcr_blake3 *h, const void *p, size_t n)
 			have = 0;
 		}
 		if (!have && n > CHUNK_LEN) {
-			/* the largest aligned power-of-two run of whole chunks;
-			 * a single chunk only with input after it */
-			uint64_t size = MAX_SUBTREE;
-			while (size * CHUNK_LEN > n || (h->chunk & (size - 1)))
-				size /= 2;
-			uint8_t cv[64];
-			if (size == 1) {
-				hash_one(in, CHUNK_LEN / BLOCK_LEN, h->chunk, 0, CHUNK_START, CHUNK_END, cv);
-				push_cv(h, cv, h->chunk);
-			} else {
-				subtree_halves(in, (size_t)size, h->chunk, cv);
-				push_cv(h, cv, h->chunk);
-				push_cv(h, cv + 32, h->chunk + size / 2);
+			/* Whole chunks, in subtrees: each the largest aligned
+			 * power-of-two run of chunks that fits (a single chunk
+			 * only with input after it), up to MAX_SUBTREE chunks in
+			 * all, whose chunks are hashed in one go: a run that
+			 * starts off a multiple of 16 chunks still fills every
+			 * lane. */
+			uint8_t a[MAX_SUBTREE * 32], cv[64];
+			uint64_t size[8], c = h->chunk, tot = 0;
+			size_t ns = 0, left = n;
+			while (ns < 8 && tot < MAX_SUBTREE && left > CHUNK_LEN) {
+				uint64_t z = MAX_SUBTREE;
+				while (z * CHUNK_LEN > left || (c & (z - 1)) || tot + z > MAX_SUBTREE)
+					z /= 2;
+				size[ns++] = z;
+				tot += z;
+				c += z;
+				left -= z * CHUNK_LEN;
 			}
-			h->chunk += size;
-			in += size * CHUNK_LEN;
-			n -= size * CHUNK_LEN;
+			hash_many(in, CHUNK_LEN, tot, CHUNK_LEN / BLOCK_LEN, h->chunk, 1, 0,
+				  CHUNK_START, CHUNK_END, a);
+			for (size_t i = 0, o = 0; i < ns; o += size[i++]) {
+				if (size[i] == 1) {
+					push_cv(h, a + 32 * o, h->chunk);
+				} else {
+					subtree_halves(a + 32 * o, (size_t)size[i], cv);
+					push_cv(h, cv, h->chunk);
+					push_cv(h, cv + 32, h->chunk + size[i] / 2);
+				}
+				h->chunk += size[i];
+			}
+			in += tot * CHUNK_LEN;
+			n -= tot * CHUNK_LEN;
 			continue;
 		}
 		/* into the chunk, a block at a time; the last block waits
@@ -726,18 +752,18 @@ static void batch_rows(struct dcr_blake3_run *const *run, const uint8_t *const *
 #ifdef HAVE_AVX2_PATH
 	size_t n = k * kc, rpc = CHUNK_LEN / w;
 	unsigned seg_log2 = (unsigned)__builtin_ctzll(w / BLOCK_LEN);
-	hash8_fn *const h8 = hash8_rows();
-	for (size_t i = 0; i < n; i += 8) {
-		const uint8_t *p[8];
-		uint64_t ctr[8];
-		uint8_t tmp[8 * 32];
-		size_t m = n - i < 8 ? n - i : 8;
-		for (size_t j = 0; j < 8; j++) {
+	for (size_t i = 0, nl; i < n; i += nl) {
+		hashn_fn *const hn = lanes_for(n - i, &nl);
+		const uint8_t *p[MAX_LANES];
+		uint64_t ctr[MAX_LANES];
+		uint8_t tmp[MAX_LANES * 32];
+		size_t m = n - i < nl ? n - i : nl;
+		for (size_t j = 0; j < nl; j++) {
 			size_t q = i + (j < m ? j : 0), t = q / k, r = q % k;
 			p[j] = src[r] + t * rpc * pitch;
 			ctr[j] = run[r]->pos / CHUNK_LEN + t;
 		}
-		h8(p, CHUNK_LEN / BLOCK_LEN, ctr, 0, CHUNK_START, CHUNK_END, pitch, seg_log2, tmp);
+		hn(p, CHUNK_LEN / BLOCK_LEN, ctr, 0, CHUNK_START, CHUNK_END, pitch, seg_log2, tmp);
 		for (size_t j = 0; j < m; j++) {
 			size_t q = i + j;
 			memcpy(cv[(q % k) * kc + q / k], tmp + 32 * j, 32);

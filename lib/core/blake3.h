@@ -24,8 +24,8 @@ void dcr_blake3_init(struct dcr_blake3 *h);
 void dcr_blake3_update(struct dcr_blake3 *h, const void *p, size_t n);
 void dcr_blake3_final(const struct dcr_blake3 *h, dcr_digest *out);
 void dcr_blake3(const void *p, size_t n, dcr_digest *out);
-/* tests: the code path, 0 portable, 1 AVX2, 2 AVX-512VL (at most what the
- * CPU has); returns the old one */
+/* tests: the code path, 0 portable, 1 AVX2, 2 AVX-512VL (eight lanes), 3
+ * AVX-512 (sixteen lanes; at most what the CPU has); returns the old one */
 int dcr_blake3_simd(int level);
 /* Verified streaming. A piece is an aligned 2^log2-byte run of the input
  * (log2 >= 10; the last piece may be shorter), and a node of BLAKE3's tree
