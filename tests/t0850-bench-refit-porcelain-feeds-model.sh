@@ -45,6 +45,19 @@ nrows=$(echo "$stores" | wc -w)
 grep -q "^  [0-9]* of $nrows rows within +-25%" "$T/model" || fail "the model did not check $nrows rows: $(cat "$T/model")"
 grep -q '^  1T ' "$T/model" || fail "no 1T prediction: $(cat "$T/model")"
 grep -q '^1T at 3%: predicted [0-9.]* s' "$T/model" || fail "no 1T verdict: $(cat "$T/model")"
+# the capacity bound counts the receivers' CPU as measured with all of
+# them applying at once: ten times that CPU (and wall, so that the cores
+# the run got stay the same) in the scale= lines must raise the bound
+# (the last term of the first checked row)
+awk '/^scale=/ { for (i = 1; i <= NF; i++) if ($i ~ /^applyR_(cpu|s)=/) {
+	split($i, kv, "="); $i = kv[1] "=" kv[2] * 10 } } { print }' "$T/res" >"$T/res10"
+run 0 python3 "$DCR_SRC/scripts/refit-model" --results "$T/res10"
+cp "$T/out" "$T/model10"
+bound_of() { awk '/^check:/ { c = 1; next } c == 1 && /^  store/ { c = 2; next } c == 2 { print $NF; exit }' "$1"; }
+b1=$(bound_of "$T/model") b10=$(bound_of "$T/model10")
+[ -n "$b1" ] && [ -n "$b10" ] || fail "no capacity bound in the check: $(cat "$T/model")"
+awk -v a="$b1" -v b="$b10" 'BEGIN { exit !(b + 0 > a + 0) }' ||
+	fail "the bound did not grow with the receivers' CPU: $b1 -> $b10"
 run 129 python3 "$DCR_SRC/scripts/refit-model"
 run 128 python3 "$DCR_SRC/scripts/refit-model" --results "$T/porcelain.none"
 run 129 bash "$DCR_SRC/scripts/bench-refit" --rates 2X
