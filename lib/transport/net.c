@@ -24,6 +24,7 @@
 #include <curl/curl.h>
 #include <openssl/rand.h>
 
+#include "core/dynlib.h"
 #include "core/file.h"
 #include "core/util.h"
 #include "transport/net.h"
@@ -32,9 +33,46 @@
 #define MAX_SMALL_BODY (64u << 20) /* listings, XML answers */
 #define MAX_ERR_BODY (64u << 10)
 
+/* libcurl, loaded when the first HTTP or S3 store opens (core/dynlib.h):
+ * with it come some thirty libraries that a command using only directory
+ * stores would otherwise map and relocate at every start */
+static struct {
+	CURLcode (*global_init)(long);
+	CURL *(*easy_init)(void);
+	CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
+	CURLcode (*easy_perform)(CURL *);
+	CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
+	void (*easy_reset)(CURL *);
+	void (*easy_cleanup)(CURL *);
+	const char *(*easy_strerror)(CURLcode);
+	struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+	void (*slist_free_all)(struct curl_slist *);
+} cu;
+
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static int curl_load_rc;
+static struct dcr_err curl_load_err;
 static CURLcode curl_init_rc;
-static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init(void)
+{
+	static const char *const so[] = {"libcurl.so.4", "libcurl-gnutls.so.4", "libcurl.so", NULL};
+	const struct dcr_dynsym sym[] = {
+		{"curl_global_init", &cu.global_init},
+		{"curl_easy_init", &cu.easy_init},
+		{"curl_easy_setopt", &cu.easy_setopt},
+		{"curl_easy_perform", &cu.easy_perform},
+		{"curl_easy_getinfo", &cu.easy_getinfo},
+		{"curl_easy_reset", &cu.easy_reset},
+		{"curl_easy_cleanup", &cu.easy_cleanup},
+		{"curl_easy_strerror", &cu.easy_strerror},
+		{"curl_slist_append", &cu.slist_append},
+		{"curl_slist_free_all", &cu.slist_free_all},
+	};
+	curl_load_rc = dcr_dynlib_load("for the HTTP and S3 stores", so, sym,
+				       sizeof(sym) / sizeof(sym[0]), &curl_load_err);
+	if (!curl_load_rc)
+		curl_init_rc = cu.global_init(CURL_GLOBAL_DEFAULT);
+}
 
 /* ---- handles --------------------------------------------------------- */
 
@@ -47,9 +85,9 @@ static CURL *handle_get(struct dcr_store *s)
 		c = n->idle[--n->nidle];
 	pthread_mutex_unlock(&n->curl_mu);
 	if (c)
-		curl_easy_reset(c); /* keeps the connection cache */
+		cu.easy_reset(c); /* keeps the connection cache */
 	else
-		c = curl_easy_init();
+		c = cu.easy_init();
 	return c;
 }
 
@@ -71,7 +109,7 @@ static void handle_put(struct dcr_store *s, CURL *c)
 	}
 	pthread_mutex_unlock(&n->curl_mu);
 	if (c)
-		curl_easy_cleanup(c);
+		cu.easy_cleanup(c);
 }
 
 /* ---- small helpers --------------------------------------------------- */
@@ -402,7 +440,7 @@ void net_http_cause(const struct net_req *q, char *out, size_t n, char **codep)
 static struct curl_slist *add_hdr(struct curl_slist *l, const char *k, const char *v, int *bad)
 {
 	char *h = dcr_asprintf("%s: %s", k, v);
-	struct curl_slist *n = h ? curl_slist_append(l, h) : NULL;
+	struct curl_slist *n = h ? cu.slist_append(l, h) : NULL;
 	free(h);
 	if (!n) {
 		*bad = 1;
@@ -441,7 +479,7 @@ static int build_headers(struct dcr_store *s, struct net_req *q, struct curl_sli
 		l = add_hdr(l, h[i].name, h[i].value, &bad);
 	l = add_hdr(l, "Expect", "", &bad); /* "Expect:" removes it */
 	if (bad) {
-		curl_slist_free_all(l);
+		cu.slist_free_all(l);
 		return -ENOMEM;
 	}
 	*out = l;
@@ -455,39 +493,39 @@ static void net_setup(struct dcr_store *s, struct net_req *q, CURL *c, const cha
 		      struct curl_slist *hl, char *errbuf)
 {
 	const char *m = q->method;
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, net_on_header);
-	curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, net_on_data);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)s->o.timeout_s);
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)s->o.timeout_s);
-	curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-	curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+	cu.easy_setopt(c, CURLOPT_URL, url);
+	cu.easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
+	cu.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	cu.easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+	cu.easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+	cu.easy_setopt(c, CURLOPT_HEADERFUNCTION, net_on_header);
+	cu.easy_setopt(c, CURLOPT_HEADERDATA, q);
+	cu.easy_setopt(c, CURLOPT_WRITEFUNCTION, net_on_data);
+	cu.easy_setopt(c, CURLOPT_WRITEDATA, q);
+	cu.easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)s->o.timeout_s);
+	cu.easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	cu.easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)s->o.timeout_s);
+	cu.easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+	cu.easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
 	if (s->o.cacert)
-		curl_easy_setopt(c, CURLOPT_CAINFO, s->o.cacert);
-	curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
-	curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
-	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+		cu.easy_setopt(c, CURLOPT_CAINFO, s->o.cacert);
+	cu.easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
+	cu.easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
+	cu.easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	cu.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
 	if (q->has_body) {
-		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-		curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
-		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
-		curl_easy_setopt(c, CURLOPT_READDATA, q);
-		curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
-		curl_easy_setopt(c, CURLOPT_SEEKDATA, q);
+		cu.easy_setopt(c, CURLOPT_UPLOAD, 1L);
+		cu.easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
+		cu.easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+		cu.easy_setopt(c, CURLOPT_READDATA, q);
+		cu.easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+		cu.easy_setopt(c, CURLOPT_SEEKDATA, q);
 		if (strcmp(m, "PUT"))
-			curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
+			cu.easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
 	} else if (!strcmp(m, "HEAD")) {
-		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+		cu.easy_setopt(c, CURLOPT_NOBODY, 1L);
 	} else if (strcmp(m, "GET")) {
-		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
+		cu.easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
 	}
 }
 
@@ -564,7 +602,7 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 	if (!url || !c) {
 		free(url);
 		if (c)
-			curl_easy_cleanup(c);
+			cu.easy_cleanup(c);
 		return dcr_err_sys(e, ENOMEM, "cannot %s '%s'", m, q->what);
 	}
 	for (;; attempts++) {
@@ -575,7 +613,7 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 				break;
 			}
 			net_backoff(s, attempts - 1);
-			curl_easy_reset(c);
+			cu.easy_reset(c);
 		}
 		if (!q->ranged && q->have_total && q->got == q->total && q->got) {
 			r = 0; /* everything arrived before the connection broke */
@@ -594,16 +632,16 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 		q->resp.len = 0;
 		errbuf[0] = '\0';
 		net_setup(s, q, c, url, hl, errbuf);
-		CURLcode cc = curl_easy_perform(c);
-		curl_slist_free_all(hl);
+		CURLcode cc = cu.easy_perform(c);
+		cu.slist_free_all(hl);
 		long st = 0;
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+		cu.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
 		if (st)
 			q->status = st;
 		if ((r = net_callback_error(q, e)))
 			break;
 		if (cc != CURLE_OK) {
-			snprintf(cause, sizeof(cause), "%s", errbuf[0] ? errbuf : curl_easy_strerror(cc));
+			snprintf(cause, sizeof(cause), "%s", errbuf[0] ? errbuf : cu.easy_strerror(cc));
 			if (curl_retryable(cc))
 				continue;
 			r = dcr_err_set(e, -EIO, "cannot %s '%s': %s", m, q->what, cause);
@@ -664,9 +702,12 @@ int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
 	pthread_mutex_init(&n->cas_mu, NULL);
 	s->impl = n;
 	pthread_once(&curl_once, curl_init);
+	if (curl_load_rc)
+		return dcr_err_set(e, curl_load_rc, "cannot open store '%s': %s", s->url,
+				   curl_load_err.msg);
 	if (curl_init_rc != CURLE_OK)
 		return dcr_err_set(e, -EIO, "cannot open store '%s': libcurl initialisation failed: %s",
-				   s->url, curl_easy_strerror(curl_init_rc));
+				   s->url, cu.easy_strerror(curl_init_rc));
 	return 0;
 }
 
@@ -687,7 +728,7 @@ void net_close(struct dcr_store *s)
 	if (!n)
 		return;
 	for (size_t i = 0; i < n->nidle; i++)
-		curl_easy_cleanup(n->idle[i]);
+		cu.easy_cleanup(n->idle[i]);
 	free(n->idle);
 	free(n->base);
 	free(n->shown);

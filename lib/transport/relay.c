@@ -37,6 +37,7 @@
 
 #include "core/blake3.h"
 #include "core/buf.h"
+#include "core/dynlib.h"
 #include "core/file.h"
 #include "core/manifest.h"
 #include "core/payload.h"
@@ -162,6 +163,48 @@ struct dcr_relay {
 	uint64_t requests, errors, cut, bytes_served, fetched;
 };
 
+/* libmicrohttpd, loaded when the first relay starts (core/dynlib.h): with
+ * it come GnuTLS and its libraries, which no other command needs */
+static struct {
+	__typeof__(MHD_add_response_header) *add_response_header;
+	__typeof__(MHD_queue_response) *queue_response;
+	__typeof__(MHD_destroy_response) *destroy_response;
+	__typeof__(MHD_create_response_from_buffer) *create_response_from_buffer;
+	__typeof__(MHD_lookup_connection_value) *lookup_connection_value;
+	__typeof__(MHD_suspend_connection) *suspend_connection;
+	__typeof__(MHD_resume_connection) *resume_connection;
+	__typeof__(MHD_get_daemon_info) *get_daemon_info;
+	__typeof__(MHD_create_response_from_callback) *create_response_from_callback;
+	__typeof__(MHD_create_response_from_fd_at_offset64) *create_response_from_fd_at_offset64;
+	__typeof__(MHD_stop_daemon) *stop_daemon;
+	__typeof__(MHD_start_daemon) *start_daemon;
+	__typeof__(MHD_is_feature_supported) *is_feature_supported;
+} mh;
+
+static pthread_once_t mh_once = PTHREAD_ONCE_INIT;
+static int mh_rc;
+static struct dcr_err mh_err;
+static void mh_load(void)
+{
+	static const char *const so[] = {"libmicrohttpd.so.12", "libmicrohttpd.so", NULL};
+	const struct dcr_dynsym sym[] = {
+		{"MHD_add_response_header", &mh.add_response_header},
+		{"MHD_queue_response", &mh.queue_response},
+		{"MHD_destroy_response", &mh.destroy_response},
+		{"MHD_create_response_from_buffer", &mh.create_response_from_buffer},
+		{"MHD_lookup_connection_value", &mh.lookup_connection_value},
+		{"MHD_suspend_connection", &mh.suspend_connection},
+		{"MHD_resume_connection", &mh.resume_connection},
+		{"MHD_get_daemon_info", &mh.get_daemon_info},
+		{"MHD_create_response_from_callback", &mh.create_response_from_callback},
+		{"MHD_create_response_from_fd_at_offset64", &mh.create_response_from_fd_at_offset64},
+		{"MHD_stop_daemon", &mh.stop_daemon},
+		{"MHD_start_daemon", &mh.start_daemon},
+		{"MHD_is_feature_supported", &mh.is_feature_supported},
+	};
+	mh_rc = dcr_dynlib_load("for the relay", so, sym, sizeof(sym) / sizeof(sym[0]), &mh_err);
+}
+
 static double now_s(void)
 {
 	struct timespec t;
@@ -215,13 +258,13 @@ static void park(struct dcr_relay *r, struct rreq *q, const void *what)
 
 static void park_finish(struct dcr_relay *r, struct rreq *q)
 {
-	MHD_suspend_connection(q->conn);
+	mh.suspend_connection(q->conn);
 	pthread_mutex_lock(&r->mu);
 	if (q->wstate == W_WOKEN) {
 		/* the news came before the suspension */
 		q->wstate = W_NONE;
 		pthread_mutex_unlock(&r->mu);
-		MHD_resume_connection(q->conn);
+		mh.resume_connection(q->conn);
 		return;
 	}
 	q->wstate = W_SUSPENDED;
@@ -259,7 +302,7 @@ static void resume_all(struct rreq *l)
 {
 	while (l) {
 		struct rreq *next = l->rnext;
-		MHD_resume_connection(l->conn);
+		mh.resume_connection(l->conn);
 		l = next;
 	}
 }
@@ -1288,19 +1331,19 @@ static enum MHD_Result answer_text(struct rreq *q, int status, const char *fmt, 
 	if ((size_t)n > sizeof(msg) - 2)
 		n = (int)sizeof(msg) - 2;
 	msg[n++] = '\n';
-	struct MHD_Response *resp = MHD_create_response_from_buffer((size_t)n, msg,
+	struct MHD_Response *resp = mh.create_response_from_buffer((size_t)n, msg,
 								    MHD_RESPMEM_MUST_COPY);
 	if (!resp)
 		return MHD_NO;
-	MHD_add_response_header(resp, "Content-Type", "text/plain");
+	mh.add_response_header(resp, "Content-Type", "text/plain");
 	q->status = status;
 	if (status >= 500) {
 		pthread_mutex_lock(&q->r->mu);
 		q->r->errors++;
 		pthread_mutex_unlock(&q->r->mu);
 	}
-	enum MHD_Result ret = MHD_queue_response(q->conn, (unsigned)status, resp);
-	MHD_destroy_response(resp);
+	enum MHD_Result ret = mh.queue_response(q->conn, (unsigned)status, resp);
+	mh.destroy_response(resp);
 	return ret;
 }
 
@@ -1361,26 +1404,26 @@ static void range_headers(struct MHD_Response *resp, int status, const struct rr
 			  uint64_t size)
 {
 	char v[96];
-	MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+	mh.add_response_header(resp, "Accept-Ranges", "bytes");
 	if (status == MHD_HTTP_PARTIAL_CONTENT) {
 		snprintf(v, sizeof(v), "bytes %llu-%llu/%llu", (unsigned long long)q->start,
 			 (unsigned long long)(q->start + q->len - 1), (unsigned long long)size);
-		MHD_add_response_header(resp, "Content-Range", v);
+		mh.add_response_header(resp, "Content-Range", v);
 	}
 }
 
 static enum MHD_Result answer_416(struct rreq *q, uint64_t size)
 {
 	char v[64];
-	struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"",
+	struct MHD_Response *resp = mh.create_response_from_buffer(0, (void *)"",
 								    MHD_RESPMEM_PERSISTENT);
 	if (!resp)
 		return MHD_NO;
 	snprintf(v, sizeof(v), "bytes */%llu", (unsigned long long)size);
-	MHD_add_response_header(resp, "Content-Range", v);
+	mh.add_response_header(resp, "Content-Range", v);
 	q->status = MHD_HTTP_RANGE_NOT_SATISFIABLE;
-	enum MHD_Result ret = MHD_queue_response(q->conn, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp);
-	MHD_destroy_response(resp);
+	enum MHD_Result ret = mh.queue_response(q->conn, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp);
+	mh.destroy_response(resp);
 	return ret;
 }
 
@@ -1444,13 +1487,13 @@ static enum MHD_Result answer_obj(struct rreq *q)
 	if (status == MHD_HTTP_RANGE_NOT_SATISFIABLE)
 		return answer_416(q, size);
 	struct MHD_Response *resp =
-		MHD_create_response_from_callback(q->len, RESP_BLOCK, q->head ? no_body : obj_reader,
+		mh.create_response_from_callback(q->len, RESP_BLOCK, q->head ? no_body : obj_reader,
 						  q, NULL);
 	if (!resp)
 		return MHD_NO;
-	MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+	mh.add_response_header(resp, "Content-Type", "application/octet-stream");
 	if (etag[0])
-		MHD_add_response_header(resp, "ETag", etag);
+		mh.add_response_header(resp, "ETag", etag);
 	range_headers(resp, status, q, size);
 	if (!q->head) {
 		pthread_mutex_lock(&r->mu);
@@ -1463,8 +1506,8 @@ static enum MHD_Result answer_obj(struct rreq *q)
 		pthread_mutex_unlock(&r->mu);
 	}
 	q->status = status;
-	enum MHD_Result ret = MHD_queue_response(q->conn, (unsigned)status, resp);
-	MHD_destroy_response(resp);
+	enum MHD_Result ret = mh.queue_response(q->conn, (unsigned)status, resp);
+	mh.destroy_response(resp);
 	return ret;
 }
 
@@ -1477,9 +1520,9 @@ static enum MHD_Result answer_pass(struct rreq *q)
 		return answer_416(q, q->tsize);
 	struct MHD_Response *resp;
 	if (q->head) {
-		resp = MHD_create_response_from_callback(q->tsize, RESP_BLOCK, no_body, NULL, NULL);
+		resp = mh.create_response_from_callback(q->tsize, RESP_BLOCK, no_body, NULL, NULL);
 	} else {
-		resp = MHD_create_response_from_fd_at_offset64(q->len, q->tfd, (int64_t)q->start);
+		resp = mh.create_response_from_fd_at_offset64(q->len, q->tfd, (int64_t)q->start);
 		if (resp)
 			q->tfd = -1; /* the response closes it */
 	}
@@ -1488,8 +1531,8 @@ static enum MHD_Result answer_pass(struct rreq *q)
 	range_headers(resp, status, q, q->tsize);
 	q->status = status;
 	q->sent = q->head ? 0 : q->len;
-	enum MHD_Result ret = MHD_queue_response(q->conn, (unsigned)status, resp);
-	MHD_destroy_response(resp);
+	enum MHD_Result ret = mh.queue_response(q->conn, (unsigned)status, resp);
+	mh.destroy_response(resp);
 	return ret;
 }
 
@@ -1500,14 +1543,14 @@ static enum MHD_Result answer_list(struct rreq *q)
 			return answer_text(q, MHD_HTTP_NOT_FOUND, "%s", q->terr.msg);
 		return answer_err(q, q->trc, &q->terr);
 	}
-	struct MHD_Response *resp = MHD_create_response_from_buffer(
+	struct MHD_Response *resp = mh.create_response_from_buffer(
 		q->body_len, q->body ? q->body : (void *)"", MHD_RESPMEM_MUST_COPY);
 	if (!resp)
 		return MHD_NO;
-	MHD_add_response_header(resp, "Content-Type", "text/plain");
+	mh.add_response_header(resp, "Content-Type", "text/plain");
 	q->status = MHD_HTTP_OK;
-	enum MHD_Result ret = MHD_queue_response(q->conn, MHD_HTTP_OK, resp);
-	MHD_destroy_response(resp);
+	enum MHD_Result ret = mh.queue_response(q->conn, MHD_HTTP_OK, resp);
+	mh.destroy_response(resp);
 	return ret;
 }
 
@@ -1516,16 +1559,16 @@ static enum MHD_Result answer_status(struct rreq *q)
 	char *s = dcr_relay_status(q->r);
 	if (!s)
 		return answer_text(q, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
-	struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(s), s,
+	struct MHD_Response *resp = mh.create_response_from_buffer(strlen(s), s,
 								    MHD_RESPMEM_MUST_FREE);
 	if (!resp) {
 		free(s);
 		return MHD_NO;
 	}
-	MHD_add_response_header(resp, "Content-Type", "application/json");
+	mh.add_response_header(resp, "Content-Type", "application/json");
 	q->status = MHD_HTTP_OK;
-	enum MHD_Result ret = MHD_queue_response(q->conn, MHD_HTTP_OK, resp);
-	MHD_destroy_response(resp);
+	enum MHD_Result ret = mh.queue_response(q->conn, MHD_HTTP_OK, resp);
+	mh.destroy_response(resp);
 	return ret;
 }
 
@@ -1613,14 +1656,14 @@ static int answer_sig(struct rreq *q, const char *name)
 		return 0;
 	struct MHD_Response *resp =
 		p->sig_known == 1
-			? MHD_create_response_from_buffer(p->sig_len, p->sig, MHD_RESPMEM_MUST_COPY)
-			: MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+			? mh.create_response_from_buffer(p->sig_len, p->sig, MHD_RESPMEM_MUST_COPY)
+			: mh.create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
 	if (!resp)
 		return 0;
 	q->status = p->sig_known == 1 ? MHD_HTTP_OK : MHD_HTTP_NOT_FOUND;
 	q->sent = p->sig_known == 1 ? p->sig_len : 0;
-	MHD_queue_response(q->conn, (unsigned)q->status, resp);
-	MHD_destroy_response(resp);
+	mh.queue_response(q->conn, (unsigned)q->status, resp);
+	mh.destroy_response(resp);
 	return 1;
 }
 
@@ -1634,7 +1677,7 @@ static enum MHD_Result start_req(struct rreq *q, const char *url)
 		return answer_text(q, MHD_HTTP_BAD_REQUEST, "bad path '%s'", url);
 	const char *name = url + 1;
 	size_t n = strlen(name);
-	const char *pfx = MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "prefix");
+	const char *pfx = mh.lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "prefix");
 	if ((!n || name[n - 1] == '/') && pfx && !q->head) {
 		/* a listing: GET DIR/?prefix=PFX */
 		q->name = dcr_strdup(name);
@@ -1715,10 +1758,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		q->tfd = -1;
 		q->head = !strcmp(method, MHD_HTTP_METHOD_HEAD);
 		q->reject = !q->head && strcmp(method, MHD_HTTP_METHOD_GET);
-		const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Range");
+		const char *h = mh.lookup_connection_value(conn, MHD_HEADER_KIND, "Range");
 		if (h && !(q->range = dcr_strdup(h)))
 			q->reject = 1;
-		h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Match");
+		h = mh.lookup_connection_value(conn, MHD_HEADER_KIND, "If-Match");
 		if (h && !(q->if_match = dcr_strdup(h)))
 			q->reject = 1;
 		*con_cls = q;
@@ -1808,7 +1851,7 @@ char *dcr_relay_status(struct dcr_relay *r)
 		return NULL;
 	}
 	const union MHD_DaemonInfo *di =
-		r->d ? MHD_get_daemon_info(r->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS) : NULL;
+		r->d ? mh.get_daemon_info(r->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS) : NULL;
 	pthread_mutex_lock(&r->mu);
 	json_object_set_new(doc, "listen", json_string(r->listen));
 	for (size_t i = 0; i < r->np; i++)
@@ -2269,6 +2312,9 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 {
 	if (!o->nparents)
 		return dcr_err_set(e, DCR_EFORMAT, "a relay needs a parent");
+	pthread_once(&mh_once, mh_load);
+	if (mh_rc)
+		return dcr_err_set(e, mh_rc, "%s", mh_err.msg);
 	struct sockaddr_storage ss;
 	int v6 = 0, rc = parse_listen(o->listen ? o->listen : "127.0.0.1:0", &ss, &v6, e);
 	if (rc)
@@ -2348,7 +2394,7 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 		r->nworkers++;
 	}
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME;
-	if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES)
+	if (mh.is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES)
 		flags |= MHD_USE_EPOLL;
 	else
 		flags |= MHD_USE_POLL;
@@ -2356,7 +2402,7 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 		flags |= MHD_USE_IPv6;
 	unsigned threads = o->threads > 0 ? (unsigned)o->threads : 4;
 	errno = 0;
-	r->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, r, MHD_OPTION_SOCK_ADDR,
+	r->d = mh.start_daemon(flags, 0, NULL, NULL, on_request, r, MHD_OPTION_SOCK_ADDR,
 				(struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
 				MHD_OPTION_CONNECTION_LIMIT,
 				o->max_connections ? o->max_connections : 4096u,
@@ -2368,7 +2414,7 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 		rc = dcr_err_sys(e, errno ? errno : EADDRINUSE, "cannot listen on '%s'", o->listen);
 		goto fail;
 	}
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(r->d, MHD_DAEMON_INFO_BIND_PORT);
+	const union MHD_DaemonInfo *di = mh.get_daemon_info(r->d, MHD_DAEMON_INFO_BIND_PORT);
 	r->port = di ? di->port : 0;
 	char host[INET6_ADDRSTRLEN] = "?";
 	if (v6)
@@ -2432,7 +2478,7 @@ void dcr_relay_stop(struct dcr_relay *r)
 	pthread_mutex_unlock(&r->mu);
 	resume_all(l);
 	if (r->d)
-		MHD_stop_daemon(r->d);
+		mh.stop_daemon(r->d);
 	pthread_mutex_lock(&r->mu);
 	for (unsigned h = 0; h < TABLE_SIZE; h++)
 		while (r->tab[h]) {
