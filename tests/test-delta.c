@@ -345,6 +345,47 @@ Test(delta, oversized_record_and_unknown_types)
 
 /* ---- the PLAIN item codec ---- */
 
+/* A dense item as an OVERWRITE, decoded straight to bytes: the stored
+ * bytes of the values, every cut refused, an item of another kind
+ * refused. */
+static void dense_bytes(const struct dcr_item *xor_it, unsigned unit, const struct dcr_changes *ch,
+			const uint8_t *data, size_t len)
+{
+	struct dcr_err e = {0};
+	struct dcr_buf tmp = {0};
+	size_t nb = (size_t)xor_it->len * unit;
+	uint8_t *got = malloc(nb + 1), *want = malloc(nb + 1);
+	for (size_t i = 0; i < ch->n; i++)
+		store_unit(want + i * unit, unit, ch->val[i]);
+	struct dcr_item it = *xor_it;
+	cr_assert_eq(dcr_item_decode_dense(&it, unit, got, &tmp, &e), DCR_EFORMAT, "an XOR item taken");
+	it.enc = DCR_ENC_OVERWRITE;
+	cr_assert(dcr_item_is_dense_overwrite(&it));
+	cr_assert_eq(dcr_item_decode_dense(&it, unit, got, &tmp, &e), 0, "unit %u: %s", unit, e.msg);
+	cr_assert_eq(memcmp(got, want, nb), 0, "unit %u: dense bytes differ", unit);
+	for (size_t cut = 0; cut < len; cut++) {
+		struct dcr_item t = it;
+		uint8_t *c = malloc(cut + 1);
+		memcpy(c, data, cut);
+		t.data = c;
+		t.data_len = cut;
+		cr_assert_lt(dcr_item_decode_dense(&t, unit, got, &tmp, &e), 0, "cut at %zu accepted", cut);
+		free(c);
+	}
+	struct dcr_item t = it;
+	t.flags = 0;
+	cr_assert(!dcr_item_is_dense_overwrite(&t));
+	cr_assert_lt(dcr_item_decode_dense(&t, unit, got, &tmp, &e), 0, "a sparse item taken");
+	if (it.len) {
+		t = it;
+		t.len = t.n = it.len - 1;
+		cr_assert_lt(dcr_item_decode_dense(&t, unit, got, &tmp, &e), 0, "len-1 accepted");
+	}
+	free(got);
+	free(want);
+	dcr_buf_free(&tmp);
+}
+
 static void round_trip(unsigned unit, uint64_t len, size_t n, int dense)
 {
 	struct dcr_changes ch = {0}, got = {0};
@@ -412,6 +453,8 @@ static void round_trip(unsigned unit, uint64_t len, size_t n, int dense)
 			t.len = k + 1;
 		cr_assert_lt(dcr_item_decode(&t, unit, &got, &e), 0, "n+1 accepted");
 	}
+	if (dense)
+		dense_bytes(&it, unit, &ch, d.p, d.len);
 	/* the other unit sizes cannot read it as the same changes */
 	for (unsigned u = 1; u <= 8; u *= 2) {
 		if (u == unit || !k)

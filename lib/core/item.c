@@ -148,7 +148,8 @@ int dcr_item_needs_base(const struct dcr_item *it)
 	       (it->codec == DCR_CODEC_DELTA || it->codec == DCR_CODEC_CLASSED);
 }
 
-static int check_item(const struct dcr_item *it, struct dcr_changes *ch, struct dcr_err *e)
+/* What every decoder checks first: codec, counts, the dense rules. */
+static int check_head(const struct dcr_item *it, struct dcr_err *e)
 {
 	if (it->codec != DCR_CODEC_PLAIN && it->codec != DCR_CODEC_DELTA &&
 	    it->codec != DCR_CODEC_CLASSED && it->codec != DCR_CODEC_RAW)
@@ -161,6 +162,14 @@ static int check_item(const struct dcr_item *it, struct dcr_changes *ch, struct 
 	int dense = it->flags & DCR_ITEM_DENSE;
 	if (dense && (it->n != it->len || it->codec != DCR_CODEC_PLAIN))
 		return dcr_err_set(e, DCR_EFORMAT, "malformed dense item");
+	return 0;
+}
+
+static int check_item(const struct dcr_item *it, struct dcr_changes *ch, struct dcr_err *e)
+{
+	int r = check_head(it, e);
+	if (r)
+		return r;
 	if (dcr_changes_reserve(ch, (size_t)it->n + 1))
 		return dcr_err_sys(e, ENOMEM, "item");
 	ch->n = (size_t)it->n;
@@ -184,6 +193,53 @@ static int decode_positions(const struct dcr_item *it, unsigned unit, struct dcr
 	}
 	return dcr_codec_decode_positions(it->codec, it->data, it->data_len, unit, it->len, ch->n,
 					  ch->pos, e);
+}
+
+int dcr_item_is_dense_overwrite(const struct dcr_item *it)
+{
+	return it->enc == DCR_ENC_OVERWRITE && (it->flags & DCR_ITEM_DENSE) &&
+	       it->codec == DCR_CODEC_PLAIN;
+}
+
+int dcr_item_decode_dense(const struct dcr_item *it, unsigned unit, uint8_t *dst,
+			  struct dcr_buf *tmp, struct dcr_err *e)
+{
+	int r = check_head(it, e);
+	if (r)
+		return r;
+	if (!dcr_item_is_dense_overwrite(it))
+		return dcr_err_set(e, DCR_EFORMAT, "item is not a dense overwrite");
+	size_t n = (size_t)it->n, nb = n * unit;
+	struct dcr_rd rd;
+	dcr_rd_init(&rd, it->data, it->data_len);
+	uint64_t zl = dcr_rd_varint(&rd);
+	const uint8_t *z = rd.bad ? NULL : dcr_rd_bytes(&rd, zl);
+	if (!z || dcr_rd_left(&rd))
+		return dcr_err_set(e, DCR_EFORMAT, "item data is truncated or has trailing bytes");
+	if (ZSTD_getFrameContentSize(z, zl) != (unsigned long long)nb)
+		return dcr_err_set(e, DCR_EFORMAT, "item data frame has a bad size");
+	/* one byte a unit: the planes are the bytes */
+	uint8_t *planes = dst;
+	if (unit > 1) {
+		if (dcr_buf_reserve(tmp, nb))
+			return dcr_err_sys(e, ENOMEM, "item");
+		planes = tmp->p;
+	}
+	size_t got = ZSTD_decompress(planes, nb, z, zl);
+	if (ZSTD_isError(got) || got != nb)
+		return dcr_err_set(e, DCR_EFORMAT, "item data is corrupt");
+	if (unit == 2) {
+		const uint8_t *lo = planes, *hi = planes + n;
+		for (size_t i = 0; i < n; i++) {
+			dst[2 * i] = lo[i];
+			dst[2 * i + 1] = hi[i];
+		}
+	} else if (unit > 1) {
+		for (unsigned b = 0; b < unit; b++)
+			for (size_t i = 0; i < n; i++)
+				dst[i * unit + b] = planes[(size_t)b * n + i];
+	}
+	return 0;
 }
 
 int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes *ch,

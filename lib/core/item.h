@@ -60,6 +60,14 @@ int dcr_item_needs_base(const struct dcr_item *it);
  * items that need the receiver's bits (dcr_item_needs_base). */
 int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes *ch,
 		    struct dcr_err *e);
+/* A DENSE OVERWRITE item's new bytes (len * unit, as stored) straight into
+ * dst, without positions or 64-bit values (16 bytes a change where the
+ * bytes are unit); tmp is the caller's scratch, reused. Refuses what
+ * dcr_item_decode refuses, and any other item. */
+int dcr_item_decode_dense(const struct dcr_item *it, unsigned unit, uint8_t *dst,
+			  struct dcr_buf *tmp, struct dcr_err *e);
+/* 1 for an item dcr_item_decode_dense takes. */
+int dcr_item_is_dense_overwrite(const struct dcr_item *it);
 /* Positions and the NEW stored bits, given the current bits of the item's
  * range (old points at element it->start; unused for OVERWRITE items). */
 int dcr_item_resolve(const struct dcr_item *it, unsigned unit, const uint8_t *old,
