@@ -15,14 +15,19 @@
  *                                manifest (whose
  *                                target digest is wrong: an apply must fail
  *                                at the check, after staging)
- *   hostile overlap CKPT OUT     a delta stream (not a pack) from CKPT's
+ *   hostile overlap CKPT OUT [HOW]  a delta stream (not a pack) from CKPT's
  *                                state whose first tensor gets two OVERWRITE
  *                                items that overlap (elements [0, 8) and
  *                                [4, 12), different values where they
  *                                meet), with the digests of applying them in
  *                                the stream's order: the journal's check and
  *                                its replay would put them together in
- *                                different orders if both were taken
+ *                                different orders if both were taken.
+ *                                HOW dense: both items DENSE overwrites
+ *                                (PLAIN planes); corrupt-dense: a dense
+ *                                [0, 8), then a dense [8, 16) whose zstd
+ *                                frame is cut short (no overlap), the
+ *                                digests those values would give
  *   hostile interleave IN OUT    delta stream IN (TENSOR, ITEM, DONE and END
  *                                records) rewritten with its items in
  *                                another order: the first half's and the
@@ -312,7 +317,7 @@ static int cmd_tamper(const char *in, const char *out)
 }
 
 static void overlap_item(struct dcr_delta_writer *w, uint32_t t, unsigned unit, uint64_t start,
-			 uint8_t fill, uint8_t *bits)
+			 uint8_t fill, uint8_t *bits, int dense, int corrupt)
 {
 	struct dcr_changes ch = {0};
 	struct dcr_buf enc = {0};
@@ -326,9 +331,12 @@ static void overlap_item(struct dcr_delta_writer *w, uint32_t t, unsigned unit, 
 		bits[(start + k) * unit] = (uint8_t)(fill + k);
 	}
 	ch.n = 8;
-	struct dcr_item it = {.tensor = t, .enc = DCR_ENC_OVERWRITE, .start = start, .len = 8, .n = 8};
-	if (dcr_item_encode(&ch, unit, 8, 0, &it.codec, &enc, &e))
+	struct dcr_item it = {.tensor = t, .enc = DCR_ENC_OVERWRITE, .start = start, .len = 8, .n = 8,
+			      .flags = dense ? DCR_ITEM_DENSE : 0};
+	if (dcr_item_encode(&ch, unit, 8, dense, &it.codec, &enc, &e))
 		die("encode", &e);
+	if (corrupt)
+		enc.len--; /* its zstd frame cut short */
 	it.data = enc.p;
 	it.data_len = enc.len;
 	if (dcr_delta_write_item(w, &it, &e))
@@ -337,8 +345,11 @@ static void overlap_item(struct dcr_delta_writer *w, uint32_t t, unsigned unit, 
 	dcr_changes_free(&ch);
 }
 
-static int cmd_overlap(const char *dir, const char *out)
+static int cmd_overlap(const char *dir, const char *out, const char *how)
 {
+	int dense = how && strcmp(how, "plain"), corrupt = how && !strcmp(how, "corrupt-dense");
+	if (how && strcmp(how, "plain") && strcmp(how, "dense") && !corrupt)
+		die("overlap: HOW is plain, dense or corrupt-dense", NULL);
 	struct dcr_err e = {0};
 	struct dcr_ckpt *c;
 	if (dcr_ckpt_open(dir, &c, &e))
@@ -377,8 +388,11 @@ static int cmd_overlap(const char *dir, const char *out)
 			die("write", &e);
 	}
 	/* in the stream's order: [0, 8) then [4, 12), which wins at 4..7 */
-	overlap_item(&w, 0, unit, 0, 0x10, bits);
-	overlap_item(&w, 0, unit, 4, 0x40, bits);
+	overlap_item(&w, 0, unit, 0, 0x10, bits, dense, 0);
+	if (corrupt)
+		overlap_item(&w, 0, unit, 8, 0x40, bits, 1, 1);
+	else
+		overlap_item(&w, 0, unit, 4, 0x40, bits, dense, 0);
 	struct dcr_ckpt_tensor nt = {.info = ti, .data = bits, .fd = -1};
 	dcr_tensor_digest(&nt, &dg[0]);
 	for (size_t i = 0; i < c->ntensors; i++)
@@ -486,11 +500,11 @@ int main(int argc, char **argv)
 		return cmd_bomb(argv[2]);
 	if (argc == 5 && !strcmp(argv[1], "dense"))
 		return cmd_dense(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10), argv[4]);
-	if (argc == 4 && !strcmp(argv[1], "overlap"))
-		return cmd_overlap(argv[2], argv[3]);
+	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "overlap"))
+		return cmd_overlap(argv[2], argv[3], argc == 5 ? argv[4] : NULL);
 	if (argc == 4 && !strcmp(argv[1], "interleave"))
 		return cmd_interleave(argv[2], argv[3]);
-	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT | tamper IN OUT | overlap CKPT OUT\n"
+	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT | tamper IN OUT | overlap CKPT OUT [plain|dense|corrupt-dense]\n"
 	      "       hostile interleave IN OUT\n",
 	      stderr);
 	return 129;

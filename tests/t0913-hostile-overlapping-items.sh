@@ -26,3 +26,23 @@ same "$T/r" "$T/g/v0"
 run 128 dcr-apply --recheck "$T/r" "$T/d"
 grep -q "twice" "$T/err" || { cat "$T/err" >&2; fail "--recheck: not refused for the overlap"; }
 say "ok: an element changed twice is refused before the commit, receiver untouched"
+
+# The same with DENSE overwrites, which go into the journal as the delta
+# holds them and are decoded straight to bytes by the check.
+"$H" overlap "$T/g/v0" "$T/dd" dense || fail "hostile exited $?"
+run 128 dcr-apply "$T/r" "$T/dd"
+one_line_error dcr-apply
+grep -q "delta has items that change element 4 of .* twice" "$T/err" || { cat "$T/err" >&2; fail "dense: not refused for the overlap"; }
+[ "$(snapshot "$T/r")" = "$before" ] || fail "dense: the receiver changed"
+[ ! -e "$T/r/.dcr/journal" ] || fail "dense: a journal was committed"
+
+# A dense item whose zstd frame is cut short, after a good one: refused
+# before the commit point with one line.
+"$H" overlap "$T/g/v0" "$T/dc" corrupt-dense || fail "hostile exited $?"
+run 128 dcr-apply "$T/r" "$T/dc"
+one_line_error dcr-apply
+[ "$(snapshot "$T/r")" = "$before" ] || fail "corrupt dense: the receiver changed"
+[ ! -e "$T/r/.dcr/journal" ] || fail "corrupt dense: a journal was committed"
+run 0 dcr-apply --recover "$T/r"
+same "$T/r" "$T/g/v0"
+say "ok: dense overwrites that overlap, or whose frame is cut, are refused before the commit"

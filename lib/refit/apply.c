@@ -50,7 +50,11 @@ struct delta_items {
 
 /* One item decoded against the bits of the receiver's tensor (ctx: the
  * plan), read into the thread's scratch, and encoded as an OVERWRITE of
- * its new bits. */
+ * its new bits. A DENSE overwrite already is one, coded as the journal
+ * codes it (PLAIN): it goes in as it came (a dense copy's items were
+ * decoded and coded again, zstd and all, for nothing), decoded first by
+ * the journal's check, which refuses one that does not decode before
+ * anything is committed. */
 static int resolve_item(void *ctx, const struct dcr_item *it, void *arg, struct dcr_changes *ch,
 			struct dcr_buf *scratch, struct dcr_buf *enc, struct dcr_item *out,
 			struct dcr_err *e)
@@ -61,6 +65,9 @@ static int resolve_item(void *ctx, const struct dcr_item *it, void *arg, struct 
 	const uint8_t *base = NULL;
 	int r;
 	(void)arg;
+	(void)ch;
+	if (it->enc == DCR_ENC_OVERWRITE && (it->flags & DCR_ITEM_DENSE))
+		return 0;
 	if (it->enc == DCR_ENC_XOR && pt->cur &&
 	    (r = dcr_item_base(pt->cur, it, unit, scratch, &base, e)))
 		return r;

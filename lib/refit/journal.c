@@ -109,8 +109,22 @@ struct jactive {
 	size_t q;
 	struct dcr_changes ch;
 	size_t cc;
-	uint64_t cost; /* held for ch (jc_hold) */
+	struct dcr_buf bytes; /* a dense overwrite: its new bytes instead */
+	uint64_t cost; /* held for ch or bytes (jc_hold) */
 };
+
+/* What decoding item it holds: 16 bytes a change, or for a dense
+ * overwrite its bytes and their planes. */
+static uint64_t jactive_cost(const struct dcr_item *it, unsigned unit)
+{
+	return dcr_item_is_dense_overwrite(it) ? 2 * (uint64_t)unit * it->len : ap_decode_bytes(it);
+}
+
+static void jactive_free(struct jactive *ja)
+{
+	dcr_changes_free(&ja->ch);
+	dcr_buf_free(&ja->bytes);
+}
 
 /* Let a tensor's items go (its count stays, for the messages). */
 static void jt_drop(struct jtensor *jt)
@@ -143,7 +157,7 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 	dcr_stripes_init(&st, pt->t.dtype, pt->t.ndim, pt->t.shape);
 	const uint8_t *src = (pt->t.flags & DCR_TENSOR_NEW) || !pt->cur ? NULL : pt->cur->data;
 	uint64_t a = r0 * st.pitch, b = r1 * st.pitch, step = dcr_tdigest_step(td);
-	struct dcr_buf tmp = {0}, seen = {0};
+	struct dcr_buf tmp = {0}, seen = {0}, planes = {0};
 	struct jactive *act = NULL;
 	size_t k = 0, nact = 0, capact = 0;
 	uint64_t mine = 0; /* held by this band */
@@ -211,11 +225,32 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 					capact = nc;
 				}
 				ja = &act[nact++];
-				*ja = (struct jactive){.q = q, .cost = ap_decode_bytes(it)};
+				*ja = (struct jactive){.q = q, .cost = jactive_cost(it, unit)};
 				jc_hold(jt->jc, ja->cost, mine);
 				mine += ja->cost;
-				if ((r = dcr_item_decode(it, unit, &ja->ch, &jt->e)))
+				if (!dcr_item_is_dense_overwrite(it))
+					r = dcr_item_decode(it, unit, &ja->ch, &jt->e);
+				else if (dcr_buf_reserve(&ja->bytes, (size_t)(it->len * unit) + 1))
+					r = dcr_err_sys(&jt->e, ENOMEM, "journal");
+				else
+					r = dcr_item_decode_dense(it, unit, ja->bytes.p, &planes, &jt->e);
+				if (r)
 					break;
+			}
+			if (ja->bytes.p) {
+				/* a dense overwrite: every element of its range in the step */
+				uint64_t lo = s0 > x0 ? s0 : x0, hi = IT_END(q) < x1 ? IT_END(q) : x1;
+				for (uint64_t u = (lo - x0) / unit; meet > 1 && u < (hi - x0) / unit; u++) {
+					if (seen.p[u / 8] & (1u << (u % 8))) {
+						r = dcr_err_set(&jt->e, DCR_EFORMAT,
+								"delta has items that change element %llu of '%s' twice",
+								(unsigned long long)(x0 / unit + u), pt->t.name);
+						break;
+					}
+					seen.p[u / 8] |= (uint8_t)(1u << (u % 8));
+				}
+				memcpy(tmp.p + (lo - x0), ja->bytes.p + (lo - s0), (size_t)(hi - lo));
+				continue;
 			}
 			for (; ja->cc < ja->ch.n && s0 + ja->ch.pos[ja->cc] * unit < x1; ja->cc++) {
 				uint64_t at = s0 + ja->ch.pos[ja->cc] * unit;
@@ -240,7 +275,7 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 		/* items that end in this step are done with */
 		for (size_t z = 0; z < nact;)
 			if (IT_END(act[z].q) <= x1) {
-				dcr_changes_free(&act[z].ch);
+				jactive_free(&act[z]);
 				jc_release(jt->jc, act[z].cost);
 				mine -= act[z].cost;
 				act[z] = act[--nact];
@@ -252,12 +287,13 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 	}
 #undef IT_END
 	for (size_t z = 0; z < nact; z++) {
-		dcr_changes_free(&act[z].ch);
+		jactive_free(&act[z]);
 		jc_release(jt->jc, act[z].cost);
 	}
 	free(act);
 	dcr_buf_free(&tmp);
 	dcr_buf_free(&seen);
+	dcr_buf_free(&planes);
 	if (r)
 		jt->err = r;
 	return r;
@@ -871,12 +907,23 @@ static int rp_item(void *ctx, const struct dcr_item *it, void *arg, struct dcr_c
 	const struct wfile *f = &rp->wf[ct->file];
 	uint64_t a = ct->file_off + it->start * unit, bytes = it->len * unit;
 	uint8_t *dst = arg;
-	int r = dcr_item_decode(it, unit, ch, e);
-	(void)enc;
+	int cuda = x->o && x->o->device == DCR_DEVICE_CUDA, r;
 	(void)out;
-	if (r)
+	if (!cuda && dcr_item_is_dense_overwrite(it)) {
+		/* a dense overwrite: its bytes decoded where they are written
+		 * from, nothing read (enc: the planes) */
+		rp_claim(rp, ct->file, a, a + bytes);
+		if (dcr_buf_reserve(scratch, (size_t)bytes + 1))
+			r = dcr_err_sys(e, ENOMEM, "journal");
+		else if (!(r = dcr_item_decode_dense(it, unit, scratch->p, enc, e)) &&
+			 (r = dcr_pwrite_full(f->fd, scratch->p, (size_t)bytes, a)))
+			r = dcr_err_sys(e, -r, "cannot write '%s'", rp->c->file_names[ct->file]);
+		rp_unclaim(rp, ct->file, a);
 		return r;
-	if (x->o && x->o->device == DCR_DEVICE_CUDA)
+	}
+	if ((r = dcr_item_decode(it, unit, ch, e)))
+		return r;
+	if (cuda)
 		/* the same overwrites, scattered on the device */
 		return (!rp->gpu && (r = dcr_cuda_ctx_new(&rp->gpu, e))) ? r
 			: dcr_cuda_scatter_host(rp->gpu, dst, (size_t)(it->len * unit), unit, ch->pos,
