@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <jansson.h> /* the writer builds headers with it */
@@ -802,6 +804,42 @@ int dcr_st_writer_write(struct dcr_st_writer *w, const void *buf, size_t len,
 		return dcr_err_set(e, DCR_EFORMAT, "'%s': more tensor data than the header declares",
 				   w->a.final);
 	int r = dcr_write_full(w->a.fd, buf, len);
+	if (r)
+		return dcr_err_sys(e, r, "cannot write '%s'", w->a.final);
+	w->written += len;
+	return 0;
+}
+
+int dcr_st_writer_zeros(struct dcr_st_writer *w, uint64_t len, struct dcr_err *e)
+{
+	if (len > w->expect - w->written)
+		return dcr_err_set(e, DCR_EFORMAT, "'%s': more tensor data than the header declares",
+				   w->a.final);
+	off_t at = lseek(w->a.fd, 0, SEEK_CUR);
+	int r = at < 0 ? errno : 0;
+	if (!r && len) {
+		/* the blocks are the file's from now on and read as zeros; a
+		 * file system without fallocate has them written by glibc, one
+		 * byte a block, or says EOPNOTSUPP: then they are written here */
+		struct statfs fs;
+		int tmpfs = !fstatfs(w->a.fd, &fs) && fs.f_type == TMPFS_MAGIC;
+		/* tmpfs: writing into its fallocated pages costs 2-5x writing
+		 * fresh ones (1 GiB: 0.6-1.8 s against 0.3 here), more than
+		 * the zeros it saves; on ext4 the zeros cost 0.8-2.6 s a GiB
+		 * and the fallocate nothing */
+		r = tmpfs ? EOPNOTSUPP : posix_fallocate(w->a.fd, at, (off_t)len);
+		if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL) {
+			static const uint8_t zero[65536];
+			r = 0;
+			for (uint64_t o = 0; o < len && !r; o += sizeof(zero))
+				r = -dcr_write_full(w->a.fd, zero,
+						    len - o < sizeof(zero) ? (size_t)(len - o) : sizeof(zero));
+			if (!r)
+				at = -1; /* written: the offset moved */
+		}
+		if (!r && at >= 0 && lseek(w->a.fd, at + (off_t)len, SEEK_SET) < 0)
+			r = errno;
+	}
 	if (r)
 		return dcr_err_sys(e, r, "cannot write '%s'", w->a.final);
 	w->written += len;

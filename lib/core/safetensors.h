@@ -51,6 +51,11 @@ int dcr_st_writer_new(const char *path, const struct dcr_tensor_info *t,
 		      struct dcr_st_writer **out, struct dcr_err *e);
 int dcr_st_writer_write(struct dcr_st_writer *w, const void *buf, size_t len,
 			struct dcr_err *e);
+/* len zero bytes, reserved on the disk (posix_fallocate) rather than
+ * written where the file system can (not tmpfs, where that is slower), so
+ * that a tensor whose bytes come later costs no copy now and cannot fail
+ * for room later. */
+int dcr_st_writer_zeros(struct dcr_st_writer *w, uint64_t len, struct dcr_err *e);
 /* Check every byte was written, fsync, rename into place, fsync dir. */
 int dcr_st_writer_commit(struct dcr_st_writer *w, struct dcr_err *e);
 void dcr_st_writer_free(struct dcr_st_writer *w); /* aborts if not committed */

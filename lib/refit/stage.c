@@ -86,16 +86,14 @@ static int build_stage_file(struct ctx *x, const struct plan *p, const struct dc
 	if (!(r = dcr_st_layout(ti, cnt, e)))
 		r = dcr_st_writer_new(path, ti, cnt, meta, nmeta, &w, e);
 	free(meta);
-	static const uint8_t zero[65536];
 	for (size_t j = 0; j < cnt && !r; j++) {
 		uint64_t nb = ti[j].end - ti[j].begin;
-		if (src[j]->cur && !(src[j]->t.flags & DCR_TENSOR_NEW)) {
+		/* a new tensor starts as zeros, its blocks reserved, not written:
+		 * the journal's overwrites (a dense copy's: all of them) come next */
+		if (src[j]->cur && !(src[j]->t.flags & DCR_TENSOR_NEW))
 			r = dcr_st_writer_write(w, src[j]->cur->data, nb, e);
-		} else {
-			for (uint64_t o = 0; o < nb && !r; o += sizeof(zero))
-				r = dcr_st_writer_write(w, zero,
-							nb - o < sizeof(zero) ? nb - o : sizeof(zero), e);
-		}
+		else
+			r = dcr_st_writer_zeros(w, nb, e);
 	}
 	if (!r) {
 		ap_step(x);
