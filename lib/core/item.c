@@ -76,8 +76,10 @@ static int planes_encode(const uint64_t *val, size_t n, unsigned unit, struct dc
 	return r;
 }
 
-static int planes_decode(const uint8_t *p, size_t len, size_t n, unsigned unit, uint64_t *val,
-			 struct dcr_err *e)
+/* The byte planes of a dense item's data (its length, one zstd frame of
+ * exactly nb bytes, nothing after) into planes. */
+static int planes_inflate(const uint8_t *p, size_t len, size_t nb, uint8_t *planes,
+			  struct dcr_err *e)
 {
 	struct dcr_rd rd;
 	dcr_rd_init(&rd, p, len);
@@ -85,16 +87,24 @@ static int planes_decode(const uint8_t *p, size_t len, size_t n, unsigned unit, 
 	const uint8_t *z = rd.bad ? NULL : dcr_rd_bytes(&rd, zl);
 	if (!z || dcr_rd_left(&rd))
 		return dcr_err_set(e, DCR_EFORMAT, "item data is truncated or has trailing bytes");
-	unsigned long long cs = ZSTD_getFrameContentSize(z, zl);
-	if (cs != (unsigned long long)n * unit)
+	if (ZSTD_getFrameContentSize(z, zl) != (unsigned long long)nb)
 		return dcr_err_set(e, DCR_EFORMAT, "item data frame has a bad size");
+	size_t got = ZSTD_decompress(planes, nb, z, zl);
+	if (ZSTD_isError(got) || got != nb)
+		return dcr_err_set(e, DCR_EFORMAT, "item data is corrupt");
+	return 0;
+}
+
+static int planes_decode(const uint8_t *p, size_t len, size_t n, unsigned unit, uint64_t *val,
+			 struct dcr_err *e)
+{
 	uint8_t *tmp = malloc(n * unit + 1);
 	if (!tmp)
 		return dcr_err_sys(e, ENOMEM, "item");
-	size_t got = ZSTD_decompress(tmp, n * unit + 1, z, zl);
-	if (ZSTD_isError(got) || got != n * unit) {
+	int r = planes_inflate(p, len, n * unit, tmp, e);
+	if (r) {
 		free(tmp);
-		return dcr_err_set(e, DCR_EFORMAT, "item data is corrupt");
+		return r;
 	}
 	for (size_t i = 0; i < n; i++)
 		val[i] = 0;
@@ -210,14 +220,6 @@ int dcr_item_decode_dense(const struct dcr_item *it, unsigned unit, uint8_t *dst
 	if (!dcr_item_is_dense_overwrite(it))
 		return dcr_err_set(e, DCR_EFORMAT, "item is not a dense overwrite");
 	size_t n = (size_t)it->n, nb = n * unit;
-	struct dcr_rd rd;
-	dcr_rd_init(&rd, it->data, it->data_len);
-	uint64_t zl = dcr_rd_varint(&rd);
-	const uint8_t *z = rd.bad ? NULL : dcr_rd_bytes(&rd, zl);
-	if (!z || dcr_rd_left(&rd))
-		return dcr_err_set(e, DCR_EFORMAT, "item data is truncated or has trailing bytes");
-	if (ZSTD_getFrameContentSize(z, zl) != (unsigned long long)nb)
-		return dcr_err_set(e, DCR_EFORMAT, "item data frame has a bad size");
 	/* one byte a unit: the planes are the bytes */
 	uint8_t *planes = dst;
 	if (unit > 1) {
@@ -225,9 +227,8 @@ int dcr_item_decode_dense(const struct dcr_item *it, unsigned unit, uint8_t *dst
 			return dcr_err_sys(e, ENOMEM, "item");
 		planes = tmp->p;
 	}
-	size_t got = ZSTD_decompress(planes, nb, z, zl);
-	if (ZSTD_isError(got) || got != nb)
-		return dcr_err_set(e, DCR_EFORMAT, "item data is corrupt");
+	if ((r = planes_inflate(it->data, it->data_len, nb, planes, e)))
+		return r;
 	if (unit == 2) {
 		const uint8_t *lo = planes, *hi = planes + n;
 		for (size_t i = 0; i < n; i++) {

@@ -66,7 +66,7 @@ static int resolve_item(void *ctx, const struct dcr_item *it, void *arg, struct 
 	int r;
 	(void)arg;
 	(void)ch;
-	if (it->enc == DCR_ENC_OVERWRITE && (it->flags & DCR_ITEM_DENSE))
+	if (dcr_item_is_dense_overwrite(it))
 		return 0;
 	if (it->enc == DCR_ENC_XOR && pt->cur &&
 	    (r = dcr_item_base(pt->cur, it, unit, scratch, &base, e)))

@@ -126,6 +126,18 @@ static void jactive_free(struct jactive *ja)
 	dcr_buf_free(&ja->bytes);
 }
 
+/* Element u of a step (elem of tensor name) marked in seen; an error if
+ * an item of the step marked it already. */
+static int mark_once(struct dcr_buf *seen, uint64_t u, uint64_t elem, const char *name,
+		     struct dcr_err *e)
+{
+	if (seen->p[u / 8] & (1u << (u % 8)))
+		return dcr_err_set(e, DCR_EFORMAT, "delta has items that change element %llu of '%s' twice",
+				   (unsigned long long)elem, name);
+	seen->p[u / 8] |= (uint8_t)(1u << (u % 8));
+	return 0;
+}
+
 /* Let a tensor's items go (its count stays, for the messages). */
 static void jt_drop(struct jtensor *jt)
 {
@@ -240,15 +252,8 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 			if (ja->bytes.p) {
 				/* a dense overwrite: every element of its range in the step */
 				uint64_t lo = s0 > x0 ? s0 : x0, hi = IT_END(q) < x1 ? IT_END(q) : x1;
-				for (uint64_t u = (lo - x0) / unit; meet > 1 && u < (hi - x0) / unit; u++) {
-					if (seen.p[u / 8] & (1u << (u % 8))) {
-						r = dcr_err_set(&jt->e, DCR_EFORMAT,
-								"delta has items that change element %llu of '%s' twice",
-								(unsigned long long)(x0 / unit + u), pt->t.name);
-						break;
-					}
-					seen.p[u / 8] |= (uint8_t)(1u << (u % 8));
-				}
+				for (uint64_t u = (lo - x0) / unit; meet > 1 && !r && u < (hi - x0) / unit; u++)
+					r = mark_once(&seen, u, x0 / unit + u, pt->t.name, &jt->e);
 				memcpy(tmp.p + (lo - x0), ja->bytes.p + (lo - s0), (size_t)(hi - lo));
 				continue;
 			}
@@ -257,15 +262,8 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 				if (at < x0)
 					continue; /* in the band before */
 				size_t u = (size_t)((at - x0) / unit);
-				if (meet > 1) {
-					if (seen.p[u / 8] & (1u << (u % 8))) {
-						r = dcr_err_set(&jt->e, DCR_EFORMAT,
-								"delta has items that change element %llu of '%s' twice",
-								(unsigned long long)(at / unit), pt->t.name);
-						break;
-					}
-					seen.p[u / 8] |= (uint8_t)(1u << (u % 8));
-				}
+				if (meet > 1 && (r = mark_once(&seen, u, at / unit, pt->t.name, &jt->e)))
+					break;
 				store_unit(tmp.p + (at - x0), unit, ja->ch.val[ja->cc]);
 			}
 		}
