@@ -717,6 +717,7 @@ struct dcr_st_writer {
 	struct dcr_atomic a;
 	uint64_t expect, written;
 	int committed;
+	int write_zeros; /* dcr_st_writer_zeros: 0 not yet asked, 1 fallocate, 2 write them */
 };
 
 int dcr_st_writer_new(const char *path, const struct dcr_tensor_info *t,
@@ -821,14 +822,18 @@ int dcr_st_writer_zeros(struct dcr_st_writer *w, uint64_t len, struct dcr_err *e
 		/* the blocks are the file's from now on and read as zeros; a
 		 * file system without fallocate has them written by glibc, one
 		 * byte a block, or says EOPNOTSUPP: then they are written here */
-		struct statfs fs;
-		int tmpfs = !fstatfs(w->a.fd, &fs) && fs.f_type == TMPFS_MAGIC;
-		/* tmpfs: writing into its fallocated pages costs 2-5x writing
-		 * fresh ones (1 GiB: 0.6-1.8 s against 0.3 here), more than
-		 * the zeros it saves; on ext4 the zeros cost 0.8-2.6 s a GiB
-		 * and the fallocate nothing */
-		r = tmpfs ? EOPNOTSUPP : posix_fallocate(w->a.fd, at, (off_t)len);
+		if (!w->write_zeros) {
+			/* tmpfs: writing into its fallocated pages costs 2-5x
+			 * writing fresh ones (1 GiB: 0.6-1.8 s against 0.3
+			 * here), more than the zeros it saves; on ext4 the
+			 * zeros cost 0.8-2.6 s a GiB and the fallocate nothing.
+			 * Asked once a file. */
+			struct statfs fs;
+			w->write_zeros = !fstatfs(w->a.fd, &fs) && fs.f_type == TMPFS_MAGIC ? 2 : 1;
+		}
+		r = w->write_zeros == 2 ? EOPNOTSUPP : posix_fallocate(w->a.fd, at, (off_t)len);
 		if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL) {
+			w->write_zeros = 2; /* and for the file's next tensors */
 			static const uint8_t zero[65536];
 			r = 0;
 			for (uint64_t o = 0; o < len && !r; o += sizeof(zero))
