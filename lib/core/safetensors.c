@@ -713,11 +713,15 @@ int dcr_st_layout(struct dcr_tensor_info *t, size_t n, struct dcr_err *e)
 	return 0;
 }
 
+/* How dcr_st_writer_zeros gives a new tensor its zeros, asked of the file
+ * system once a file */
+enum st_zeros { ST_ZEROS_UNASKED, ST_ZEROS_RESERVE, ST_ZEROS_WRITE };
+
 struct dcr_st_writer {
 	struct dcr_atomic a;
 	uint64_t expect, written;
 	int committed;
-	int write_zeros; /* dcr_st_writer_zeros: 0 not yet asked, 1 fallocate, 2 write them */
+	enum st_zeros zeros;
 };
 
 int dcr_st_writer_new(const char *path, const struct dcr_tensor_info *t,
@@ -822,18 +826,19 @@ int dcr_st_writer_zeros(struct dcr_st_writer *w, uint64_t len, struct dcr_err *e
 		/* the blocks are the file's from now on and read as zeros; a
 		 * file system without fallocate has them written by glibc, one
 		 * byte a block, or says EOPNOTSUPP: then they are written here */
-		if (!w->write_zeros) {
+		if (w->zeros == ST_ZEROS_UNASKED) {
 			/* tmpfs: writing into its fallocated pages costs 2-5x
 			 * writing fresh ones (1 GiB: 0.6-1.8 s against 0.3
 			 * here), more than the zeros it saves; on ext4 the
-			 * zeros cost 0.8-2.6 s a GiB and the fallocate nothing.
-			 * Asked once a file. */
+			 * zeros cost 0.8-2.6 s a GiB and the fallocate nothing */
 			struct statfs fs;
-			w->write_zeros = !fstatfs(w->a.fd, &fs) && fs.f_type == TMPFS_MAGIC ? 2 : 1;
+			int tmpfs = !fstatfs(w->a.fd, &fs) && fs.f_type == TMPFS_MAGIC;
+			w->zeros = tmpfs ? ST_ZEROS_WRITE : ST_ZEROS_RESERVE;
 		}
-		r = w->write_zeros == 2 ? EOPNOTSUPP : posix_fallocate(w->a.fd, at, (off_t)len);
+		r = w->zeros == ST_ZEROS_WRITE ? EOPNOTSUPP
+					       : posix_fallocate(w->a.fd, at, (off_t)len);
 		if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL) {
-			w->write_zeros = 2; /* and for the file's next tensors */
+			w->zeros = ST_ZEROS_WRITE; /* and for the file's next tensors */
 			static const uint8_t zero[65536];
 			r = 0;
 			for (uint64_t o = 0; o < len && !r; o += sizeof(zero))
