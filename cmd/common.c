@@ -133,12 +133,14 @@ static void vmsg(const char *kind, const char *fmt, va_list ap)
 	char *text = NULL;
 	if (vasprintf(&text, fmt, ap) < 0)
 		text = NULL;
+	flockfile(stderr); /* one line, whole, among threads' (stderr is unbuffered) */
 	fprintf(stderr, "%s: %s: ", cmd_name, kind);
 	if (text)
 		cmd_escape_write(stderr, text);
 	else
 		fputs(fmt, stderr);
 	fputc('\n', stderr);
+	funlockfile(stderr);
 	free(text);
 }
 

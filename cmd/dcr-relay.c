@@ -68,9 +68,11 @@ static void log_line(void *ctx, const char *line)
 	(void)ctx;
 	if (cmd_quiet && strncmp(line, "error: ", 7))
 		return;
+	flockfile(stderr); /* the relay's threads log at once: one line, whole */
 	fputs("dcr-relay: ", stderr);
 	cmd_escape_write(stderr, line); /* object names and parents' words */
 	fputc('\n', stderr);
+	funlockfile(stderr);
 }
 
 /* digits with an optional K, M, G or T (powers of 1024); 0 when malformed */
