@@ -35,7 +35,8 @@
  *                                producers that each cover part of every
  *                                tensor may send them; a valid delta with
  *                                the same changes and digests, whose items
- *                                leave their tensors' order
+ *                                leave their tensors' order (a dense copy
+ *                                stays one)
  *   hostile tamper IN OUT        payload file IN with one record more (an
  *                                ancillary one) and its trailer made anew:
  *                                a payload that checks out by itself, and
@@ -433,9 +434,11 @@ static int cmd_interleave(const char *in, const char *out)
 	struct dcr_delta_reader rd;
 	struct dcr_delta_writer w = {0};
 	struct dcr_delta_rec rec;
-	if (dcr_delta_reader_init(&rd, (struct dcr_source){dcr_source_fd_read, &fi}, in, &e) ||
-	    dcr_delta_writer_init(&w, (struct dcr_sink){dcr_sink_fd_write, &fo}, &rd.base,
-				  rd.attempt, "interleave", &e))
+	/* a dense copy stays one (its header flag) */
+	if (dcr_delta_reader_init_flags(&rd, (struct dcr_source){dcr_source_fd_read, &fi}, NULL, 0,
+					DCR_DELTA_DENSE, in, &e) ||
+	    dcr_delta_writer_init_flags(&w, (struct dcr_sink){dcr_sink_fd_write, &fo}, &rd.base,
+					rd.attempt, rd.flags & DCR_DELTA_DENSE, "interleave", &e))
 		die(in, &e);
 	struct body *items = NULL, *done = NULL;
 	size_t ni = 0, nd = 0;

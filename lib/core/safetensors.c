@@ -720,6 +720,7 @@ enum st_zeros { ST_ZEROS_UNASKED, ST_ZEROS_RESERVE, ST_ZEROS_WRITE };
 struct dcr_st_writer {
 	struct dcr_atomic a;
 	uint64_t expect, written;
+	uint64_t data_off; /* 8 + the padded header */
 	int committed;
 	enum st_zeros zeros;
 };
@@ -798,8 +799,14 @@ int dcr_st_writer_new(const char *path, const struct dcr_tensor_info *t,
 		return dcr_err_sys(e, r, "cannot write '%s'", path);
 	}
 	w->expect = pos;
+	w->data_off = 8 + padded;
 	*out = w;
 	return 0;
+}
+
+uint64_t dcr_st_writer_data_off(const struct dcr_st_writer *w)
+{
+	return w->data_off;
 }
 
 int dcr_st_writer_write(struct dcr_st_writer *w, const void *buf, size_t len,

@@ -56,6 +56,9 @@ int dcr_st_writer_write(struct dcr_st_writer *w, const void *buf, size_t len,
  * that a tensor whose bytes come later costs no copy now and cannot fail
  * for room later. */
 int dcr_st_writer_zeros(struct dcr_st_writer *w, uint64_t len, struct dcr_err *e);
+/* Where the data section starts in the file (tensor t's bytes are at
+ * that plus t.begin). */
+uint64_t dcr_st_writer_data_off(const struct dcr_st_writer *w);
 /* Check every byte was written, fsync, rename into place, fsync dir. */
 int dcr_st_writer_commit(struct dcr_st_writer *w, struct dcr_err *e);
 void dcr_st_writer_free(struct dcr_st_writer *w); /* aborts if not committed */

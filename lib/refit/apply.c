@@ -7,15 +7,19 @@
  *    target: then there is nothing to do).
  * 3. Journal: every item becomes an OVERWRITE of new stored bits (XOR masks
  *    are resolved against the current bits here, once, on every core).
- *    Files whose tensor set changes are rebuilt under .dcr/stage/. Every
- *    touched tensor's new bytes (its current bytes with the overwrites)
- *    are hashed and must match its target digest. The journal is written
- *    to .dcr/journal.tmp, fsynced and renamed to .dcr/journal: the commit
- *    point.
+ *    Files whose tensor set changes (every file of a dense copy) are
+ *    rebuilt under .dcr/stage/. Every touched tensor's new bytes (its
+ *    current bytes with the overwrites) are hashed and must match its
+ *    target digest; those of a rebuilt file's touched and new tensors are
+ *    written into the staged file as they are hashed, and only items that
+ *    come after their tensor was hashed go to the journal. The journal is
+ *    written to .dcr/journal.tmp, the staged files and it are fsynced, and
+ *    it is renamed to .dcr/journal: the commit point.
  * 4. Replay: staged files are renamed into place, overwrites are written,
- *    files fsynced, the state cache written, the journal removed. Tensors
- *    of rebuilt files are hashed after the write; touched ones again only
- *    with --recheck, or in a recovery (a journal another run committed).
+ *    files fsynced, the state cache written, the journal removed. The
+ *    tensors a rebuilt file copied are hashed after the write; touched
+ *    ones again only with --recheck, or in a recovery (a journal another
+ *    run committed).
  * A crash before 3 leaves the receiver as it was; a crash after 3 is
  * finished by replaying the journal, which only holds overwrites, so
  * replaying it twice is harmless.

@@ -48,12 +48,14 @@ struct jtensor {
 	size_t n, cap;	      /* while the items come */
 	dcr_digest got;
 	int queued, late;     /* a late item came after it was queued */
+	int restage;          /* direct, hashed again: its base is its staged file */
 	int err;
 	struct dcr_err e;
 };
 
 struct jcheck {
 	struct plan *p;
+	const char *sdir; /* the receiver's .dcr, for messages */
 	struct dcr_hpool *pool;
 	struct jtensor *jt;
 	uint32_t last;
@@ -138,6 +140,31 @@ static int mark_once(struct dcr_buf *seen, uint64_t u, uint64_t elem, const char
 	return 0;
 }
 
+/* The bytes [off, off + n) of tensor pt that the journal's items change,
+ * in *out (read into tmp), or NULL for zeros (a new tensor's): a direct
+ * tensor's are those of its staged file (zeros until a pass wrote it). */
+static int jt_base(const struct jtensor *jt, const struct ptensor *pt, uint64_t off, size_t n,
+		   struct dcr_buf *tmp, const uint8_t **out, struct dcr_err *e)
+{
+	*out = NULL;
+	if (pt->direct) {
+		if (pt->dzero && !jt->restage)
+			return 0;
+		tmp->len = 0;
+		if (dcr_buf_reserve(tmp, n + 1))
+			return dcr_err_sys(e, ENOMEM, "journal");
+		int r = dcr_pread_full(pt->dfd, tmp->p, n, pt->doff + off);
+		if (r)
+			return dcr_err_sys(e, r == -EPIPE ? EIO : -r,
+					   "cannot read back the staged bytes of '%s'", pt->t.name);
+		*out = tmp->p;
+		return 0;
+	}
+	if ((pt->t.flags & DCR_TENSOR_NEW) || !pt->cur)
+		return 0;
+	return dcr_ckpt_tensor_read(pt->cur, off, n, tmp, out, e);
+}
+
 /* Let a tensor's items go (its count stays, for the messages). */
 static void jt_drop(struct jtensor *jt)
 {
@@ -155,7 +182,10 @@ static void jt_drop(struct jtensor *jt)
 /* The new bytes of rows [r0, r1) of a tensor: its current bytes (zeros for
  * a new tensor) with the overwrites of the items that meet those rows,
  * put together a step of the digest at a time (so that it copies nothing
- * more); a step no item meets is hashed where it lies. Items may span
+ * more); a step no item meets is hashed where it lies. A direct tensor's
+ * bytes start as the zeros of its staged file, and the steps put
+ * together are written there: the bytes hashed are the bytes the file
+ * holds. Items may span
  * overlapping ranges (the producers of one pack each send their own
  * elements of a tensor) but never change one element twice: then the
  * order the replay writes them in cannot matter, and the bytes hashed
@@ -167,7 +197,6 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 	unsigned unit = dcr_dtype_unit(pt->t.dtype);
 	struct dcr_stripes st;
 	dcr_stripes_init(&st, pt->t.dtype, pt->t.ndim, pt->t.shape);
-	const uint8_t *src = (pt->t.flags & DCR_TENSOR_NEW) || !pt->cur ? NULL : pt->cur->data;
 	uint64_t a = r0 * st.pitch, b = r1 * st.pitch, step = dcr_tdigest_step(td);
 	struct dcr_buf tmp = {0}, seen = {0}, planes = {0};
 	struct jactive *act = NULL;
@@ -184,10 +213,9 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 		if (q >= jt->n || jt->items[q]->it.start * unit >= x1) {
 			/* no item meets the step: its current bytes as they are */
 			const uint8_t *cur;
-			if (src && (r = dcr_ckpt_tensor_read(pt->cur, x0, (size_t)(x1 - x0), &tmp, &cur,
-							     &jt->e)))
+			if ((r = jt_base(jt, pt, x0, (size_t)(x1 - x0), &tmp, &cur, &jt->e)))
 				break;
-			if (src)
+			if (cur)
 				dcr_tdigest_update(td, cur, (size_t)(x1 - x0));
 			else
 				hash_zeros(td, x1 - x0);
@@ -205,17 +233,14 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 		}
 		if (meet > 1)
 			memset(seen.p, 0, nbits / 8 + 1);
-		if (src) {
-			/* read (not through the mapping: see dcr_ckpt_tensor_read) */
-			const uint8_t *cur;
-			if ((r = dcr_ckpt_tensor_read(pt->cur, x0, (size_t)(x1 - x0), &tmp, &cur,
-						      &jt->e)))
-				break;
-			if (cur != tmp.p)
-				memcpy(tmp.p, cur, (size_t)(x1 - x0));
-		} else {
+		/* read (not through the mapping: see dcr_ckpt_tensor_read) */
+		const uint8_t *cur;
+		if ((r = jt_base(jt, pt, x0, (size_t)(x1 - x0), &tmp, &cur, &jt->e)))
+			break;
+		if (!cur)
 			memset(tmp.p, 0, (size_t)(x1 - x0));
-		}
+		else if (cur != tmp.p)
+			memcpy(tmp.p, cur, (size_t)(x1 - x0));
 		for (; q < jt->n && jt->items[q]->it.start * unit < x1 && !r; q++) {
 			const struct dcr_item *it = &jt->items[q]->it;
 			uint64_t s0 = it->start * unit;
@@ -270,6 +295,11 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 		if (r)
 			break;
 		dcr_tdigest_update(td, tmp.p, (size_t)(x1 - x0));
+		if (pt->direct && (r = dcr_pwrite_full(pt->dfd, tmp.p, (size_t)(x1 - x0), pt->doff + x0))) {
+			r = dcr_err_sys(&jt->e, -r, "cannot write the staged bytes of '%s' in '%s'",
+					pt->t.name, jt->jc->sdir);
+			break;
+		}
 		/* items that end in this step are done with */
 		for (size_t z = 0; z < nact;)
 			if (IT_END(act[z].q) <= x1) {
@@ -297,10 +327,17 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 	return r;
 }
 
-/* the pool's word that the tensor is hashed: no band reads its items */
+/* the pool's word that the tensor is hashed: no band reads its items; a
+ * direct tensor's staged bytes start their way to the disk */
 static void jt_done(void *ctx)
 {
-	jt_drop(ctx);
+	struct jtensor *jt = ctx;
+	const struct ptensor *pt = &jt->jc->p->t[jt->t];
+	if (pt->direct)
+		sync_file_range(pt->dfd, (off_t)pt->doff,
+				(off_t)(pt->t.nelem * dcr_dtype_bits(pt->t.dtype) / 8),
+				SYNC_FILE_RANGE_WRITE);
+	jt_drop(jt);
 }
 
 static int cmp_jitem(const void *a, const void *b)
@@ -322,12 +359,13 @@ static int jc_queue(struct jcheck *jc, uint32_t t)
 			     jt, 0, &jt->got);
 }
 
-static int jc_init(struct jcheck *jc, struct plan *p, int threads)
+static int jc_init(struct jcheck *jc, struct plan *p, const char *sdir, int threads)
 {
 	memset(jc, 0, sizeof(*jc));
 	pthread_mutex_init(&jc->mu, NULL);
 	pthread_cond_init(&jc->cv, NULL);
 	jc->p = p;
+	jc->sdir = sdir;
 	jc->jt = dcr_calloc(p->n + 1, sizeof(*jc->jt));
 	jc->pool = dcr_hpool_new(threads);
 	if (!jc->jt || !jc->pool)
@@ -456,6 +494,9 @@ static int jc_reload(struct jcheck *jc, const char *path, int *q, struct dcr_err
 		if (jc->jt[i].late) {
 			jt_drop(&jc->jt[i]);
 			jc->jt[i].n = 0;
+			/* a direct tensor's items before the late ones are in its
+			 * staged file, not in the journal */
+			jc->jt[i].restage = 1;
 		}
 	struct dcr_delta_reader rd;
 	struct dcr_delta_rec rec;
@@ -581,7 +622,7 @@ int ap_write_journal(struct ctx *x, struct plan *p, struct item_src src, struct 
 	char *fin = dcr_receiver_path(x->rc, "journal");
 	struct dcr_delta_writer w = {0};
 	struct jcheck jc;
-	int fd = -1, r = jc_init(&jc, p, x->rc->threads);
+	int fd = -1, r = jc_init(&jc, p, x->rc->sdir, x->rc->threads);
 	if (r || !tmp || !fin) {
 		r = dcr_err_sys(e, ENOMEM, "journal");
 		goto out;
@@ -606,7 +647,13 @@ int ap_write_journal(struct ctx *x, struct plan *p, struct item_src src, struct 
 	struct dcr_item it;
 	uint64_t done = 0;
 	while ((r = src.next(src.ctx, p, &it, e)) == 1) {
-		if ((r = dcr_delta_write_item(&w, &it, e)))
+		/* a direct tensor's items are written into its staged file by
+		 * the check, unless they come after it was hashed (jc_add):
+		 * then it is hashed again at the end, from that file and the
+		 * items read back from the journal, which the replay writes
+		 * again (the same bytes) */
+		if ((!p->t[it.tensor].direct || jc.jt[it.tensor].queued) &&
+		    (r = dcr_delta_write_item(&w, &it, e)))
 			break;
 		if ((r = jc_add(&jc, &it))) {
 			r = dcr_err_sys(e, -r, "journal");
@@ -626,6 +673,13 @@ int ap_write_journal(struct ctx *x, struct plan *p, struct item_src src, struct 
 		goto out;
 	if ((r = jc_finish(&jc, tmp, e)))
 		goto out;
+	for (size_t i = 0; i < p->ndfds; i++) {
+		ap_step(x);
+		if (fsync(p->dfds[i])) {
+			r = dcr_err_sys(e, errno, "cannot fsync a staged file in '%s'", x->rc->sdir);
+			goto out;
+		}
+	}
 	ap_step(x);
 	if (fsync(fd)) {
 		r = dcr_err_sys(e, errno, "cannot fsync '%s'", tmp);
@@ -790,6 +844,14 @@ static int rp_open_file(struct replay *rp, const struct dcr_ckpt_tensor *ct,
 	return r;
 }
 
+/* Tensor i's new bytes were written whole into its staged file by the
+ * check before the commit, by this process (ptensor.direct). */
+static int rp_direct(const struct replay *rp, size_t i)
+{
+	const struct plan *c = rp->checked;
+	return c && i < c->n && c->t[i].direct;
+}
+
 /* Tensor i's new bytes were hashed to its target digest before the
  * commit, by this process, from the journal being replayed. */
 static int rp_prechecked(const struct replay *rp, size_t i)
@@ -802,9 +864,10 @@ static int rp_prechecked(const struct replay *rp, size_t i)
 /* What to hash after the write, and room for every tensor's digest (the
  * others' taken from the journal: untouched ones were checked against
  * the base before the commit, touched ones were hashed with their
- * overwrites applied before the commit, by this process). A recovery, or
- * o->recheck, hashes every touched tensor again; the tensors of a rebuilt
- * file (copies made by stage.c) are always hashed. */
+ * overwrites applied before the commit, by this process, and a rebuilt
+ * file's touched and new ones written as hashed). A recovery, or
+ * o->recheck, hashes every touched tensor again; the tensors a rebuilt
+ * file copied (stage.c) are always hashed. */
 static int rp_select(struct replay *rp, struct dcr_err *e)
 {
 	const struct plan *p = &rp->p;
@@ -820,9 +883,11 @@ static int rp_select(struct replay *rp, struct dcr_err *e)
 		int rebuilt = 0;
 		for (size_t k = 0; k < p->nrenames; k++)
 			rebuilt |= !strcmp(p->renames[k], p->t[i].t.file);
-		/* a touched tensor of a file left in place: its bytes are the
-		 * ones hashed (a rebuilt file's are a copy made by stage.c) */
-		int done = p->t[i].touched && !rebuilt && !recheck && rp_prechecked(rp, i);
+		/* a touched tensor of a file left in place, or a direct one:
+		 * its bytes are the ones hashed (a rebuilt file's others are a
+		 * copy made by stage.c) */
+		int done = ((p->t[i].touched && !rebuilt) || rp_direct(rp, i)) && !recheck &&
+			   rp_prechecked(rp, i);
 		rp->sel[i] = (uint8_t)((rebuilt || p->t[i].touched) && !done);
 		nsel += rp->sel[i];
 		if (!rp->sel[i])
@@ -1066,7 +1131,7 @@ static int rp_check(struct replay *rp, struct dcr_apply_result *res, struct dcr_
 		return dcr_err_sys(e, -r, "cannot hash '%s'", rp->x->rc->dir);
 	for (size_t i = 0; i < p->n; i++) {
 		if (!rp->sel[i]) {
-			if (res && p->t[i].touched)
+			if (res && (p->t[i].touched || rp_direct(rp, i)))
 				res->tensors_checked++; /* before the commit */
 			continue;
 		}
@@ -1094,15 +1159,17 @@ static int rp_done(struct replay *rp, const char *jp, struct dcr_apply_result *r
 	if (unlink(jp))
 		return dcr_err_sys(e, errno, "cannot remove '%s'", jp);
 	dcr_fsync_dir(x->rc->sdir);
+	/* what the delta held: a direct tensor's items are not in the journal */
+	const struct plan *d = rp->checked ? rp->checked : p;
 	char hex[65];
 	dcr_digest_hex(&p->target, hex);
-	dcr_receiver_log(x->rc, "applied %llu items, state %s", (unsigned long long)p->nitems, hex);
+	dcr_receiver_log(x->rc, "applied %llu items, state %s", (unsigned long long)d->nitems, hex);
 	if (res) {
 		res->base = p->base; /* the state the journal was made against */
 		memcpy(res->attempt, p->attempt, 16);
 		res->target = p->target;
-		res->items = p->nitems;
-		res->changes = p->nchanges;
+		res->items = d->nitems;
+		res->changes = d->nchanges;
 	}
 	return 0;
 }

@@ -30,6 +30,9 @@ void ap_plan_free(struct plan *p)
 	for (size_t i = 0; i < p->nunlinks; i++)
 		free(p->unlinks[i]);
 	free(p->unlinks);
+	for (size_t i = 0; i < p->ndfds; i++)
+		close(p->dfds[i]);
+	free(p->dfds);
 	free(p->alt);
 	memset(p, 0, sizeof(*p));
 }

@@ -13,6 +13,13 @@ struct ptensor {
 	int has_done;
 	int touched;
 	int verified; /* new bytes hashed to the target digest before the commit */
+	/* a touched or new tensor of a rebuilt file: the journal's check
+	 * writes its new bytes straight into the staged file (stage.c), at
+	 * doff of dfd, and its items are not journaled; the staged bytes it
+	 * starts from are zeros (dzero) or a copy of the current ones */
+	int direct, dzero;
+	int dfd;
+	uint64_t doff;
 	const struct dcr_ckpt_tensor *cur; /* in the receiver, when present */
 };
 
@@ -23,6 +30,8 @@ struct plan {
 	size_t nremoved;
 	char **renames, **unlinks;
 	size_t nrenames, nunlinks;
+	int *dfds;       /* the staged files, open for the direct tensors */
+	size_t ndfds;
 	dcr_digest base, target;
 	uint8_t attempt[16];
 	uint64_t nitems, nchanges;

@@ -43,14 +43,19 @@ static int file_changes(const struct plan *p, const struct dcr_ckpt *c, const ch
 	return want != c->files[cur_file]->ntensors;
 }
 
-static int build_stage_file(struct ctx *x, const struct plan *p, const struct dcr_ckpt *c,
+/* Build the target's file `file` under .dcr/stage/: the tensors it keeps
+ * copied from the receiver's, new ones zeros. The file stays open for the
+ * journal's check, which writes the new bytes of its touched and new
+ * tensors into it (ptensor.direct): they are written once, before the
+ * commit, and neither journaled nor written again by the replay. */
+static int build_stage_file(struct ctx *x, struct plan *p, const struct dcr_ckpt *c,
 			    const char *file, struct dcr_err *e)
 {
 	size_t cnt = 0;
 	for (size_t i = 0; i < p->n; i++)
 		cnt += !strcmp(p->t[i].t.file, file);
 	struct dcr_tensor_info *ti = dcr_calloc(cnt, sizeof(*ti));
-	const struct ptensor **src = dcr_calloc(cnt, sizeof(*src));
+	struct ptensor **src = dcr_calloc(cnt, sizeof(*src));
 	char *path = dcr_asprintf("%s/stage/%s", x->rc->sdir, file);
 	struct dcr_st_writer *w = NULL;
 	int r = 0;
@@ -60,7 +65,7 @@ static int build_stage_file(struct ctx *x, const struct plan *p, const struct dc
 	}
 	size_t k = 0;
 	for (size_t i = 0; i < p->n; i++) {
-		const struct ptensor *pt = &p->t[i];
+		struct ptensor *pt = &p->t[i];
 		if (strcmp(pt->t.file, file))
 			continue;
 		ti[k].name = pt->t.name;
@@ -89,8 +94,9 @@ static int build_stage_file(struct ctx *x, const struct plan *p, const struct dc
 	for (size_t j = 0; j < cnt && !r; j++) {
 		uint64_t nb = ti[j].end - ti[j].begin;
 		/* a new tensor starts as zeros, its blocks reserved, not written:
-		 * the journal's overwrites (a dense copy's: all of them) come next */
-		if (src[j]->cur && !(src[j]->t.flags & DCR_TENSOR_NEW))
+		 * its new bytes (a dense copy's: every tensor's) come next */
+		src[j]->dzero = !src[j]->cur || (src[j]->t.flags & DCR_TENSOR_NEW);
+		if (!src[j]->dzero)
 			r = dcr_st_writer_write(w, src[j]->cur->data, nb, e);
 		else
 			r = dcr_st_writer_zeros(w, nb, e);
@@ -99,6 +105,27 @@ static int build_stage_file(struct ctx *x, const struct plan *p, const struct dc
 		ap_step(x);
 		r = dcr_st_writer_commit(w, e);
 	}
+	if (r)
+		goto out;
+	/* the stage's own file, just made: no link to follow */
+	int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	int *nv = fd < 0 ? NULL : realloc(p->dfds, (p->ndfds + 1) * sizeof(int));
+	if (!nv) {
+		r = fd < 0 ? dcr_err_sys(e, errno, "cannot open '%s' for writing", path)
+			   : dcr_err_sys(e, ENOMEM, "stage");
+		if (fd >= 0)
+			close(fd);
+		goto out;
+	}
+	p->dfds = nv;
+	p->dfds[p->ndfds++] = fd;
+	uint64_t data = dcr_st_writer_data_off(w);
+	for (size_t j = 0; j < cnt; j++)
+		if (src[j]->touched || src[j]->dzero) {
+			src[j]->direct = 1;
+			src[j]->dfd = fd;
+			src[j]->doff = data + ti[j].begin;
+		}
 out:
 	dcr_st_writer_free(w);
 	free(ti);
