@@ -141,15 +141,14 @@ static int mark_once(struct dcr_buf *seen, uint64_t u, uint64_t elem, const char
 }
 
 /* The bytes [off, off + n) of tensor pt that the journal's items change,
- * in *out (read into tmp), or NULL for zeros (a new tensor's): a direct
- * tensor's are those of its staged file (zeros until a pass wrote it). */
+ * in *out (read into tmp), or NULL for zeros (a new tensor's); a direct
+ * tensor hashed again (late items) starts from what the first pass wrote
+ * into its staged file. */
 static int jt_base(const struct jtensor *jt, const struct ptensor *pt, uint64_t off, size_t n,
 		   struct dcr_buf *tmp, const uint8_t **out, struct dcr_err *e)
 {
 	*out = NULL;
-	if (pt->direct) {
-		if (pt->dzero && !jt->restage)
-			return 0;
+	if (pt->direct && jt->restage) {
 		tmp->len = 0;
 		if (dcr_buf_reserve(tmp, n + 1))
 			return dcr_err_sys(e, ENOMEM, "journal");
@@ -163,6 +162,16 @@ static int jt_base(const struct jtensor *jt, const struct ptensor *pt, uint64_t 
 	if ((pt->t.flags & DCR_TENSOR_NEW) || !pt->cur)
 		return 0;
 	return dcr_ckpt_tensor_read(pt->cur, off, n, tmp, out, e);
+}
+
+/* Bytes [off, off + n) of direct tensor pt, p, into its staged file. */
+static int jt_stage_write(struct jtensor *jt, const struct ptensor *pt, const uint8_t *p,
+			  uint64_t off, uint64_t n)
+{
+	int r = dcr_pwrite_full(pt->dfd, p, (size_t)n, pt->doff + off);
+	return r ? dcr_err_sys(&jt->e, -r, "cannot write the staged bytes of '%s' in '%s'",
+			       pt->t.name, jt->jc->sdir)
+		 : 0;
 }
 
 /* Let a tensor's items go (its count stays, for the messages). */
@@ -219,6 +228,10 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 				dcr_tdigest_update(td, cur, (size_t)(x1 - x0));
 			else
 				hash_zeros(td, x1 - x0);
+			/* a direct tensor's staged blocks hold zeros until written */
+			if (cur && pt->direct && !jt->restage &&
+			    (r = jt_stage_write(jt, pt, cur, x0, x1 - x0)))
+				break;
 			continue;
 		}
 		for (size_t z = q; z < jt->n && jt->items[z]->it.start * unit < x1 && meet < 2; z++)
@@ -295,11 +308,8 @@ static int jt_feed(void *ctx, uint64_t r0, uint64_t r1, struct dcr_tdigest *td)
 		if (r)
 			break;
 		dcr_tdigest_update(td, tmp.p, (size_t)(x1 - x0));
-		if (pt->direct && (r = dcr_pwrite_full(pt->dfd, tmp.p, (size_t)(x1 - x0), pt->doff + x0))) {
-			r = dcr_err_sys(&jt->e, -r, "cannot write the staged bytes of '%s' in '%s'",
-					pt->t.name, jt->jc->sdir);
+		if (pt->direct && (r = jt_stage_write(jt, pt, tmp.p, x0, x1 - x0)))
 			break;
-		}
 		/* items that end in this step are done with */
 		for (size_t z = 0; z < nact;)
 			if (IT_END(act[z].q) <= x1) {

@@ -14,10 +14,11 @@ struct ptensor {
 	int touched;
 	int verified; /* new bytes hashed to the target digest before the commit */
 	/* a touched or new tensor of a rebuilt file: the journal's check
-	 * writes its new bytes straight into the staged file (stage.c), at
-	 * doff of dfd, and its items are not journaled; the staged bytes it
-	 * starts from are zeros (dzero) or a copy of the current ones */
-	int direct, dzero;
+	 * writes its new bytes (the current ones, or zeros for a new tensor,
+	 * with the overwrites) into the staged file, where its blocks are
+	 * reserved, at doff of dfd (stage.c), and its items are not
+	 * journaled */
+	int direct;
 	int dfd;
 	uint64_t doff;
 	const struct dcr_ckpt_tensor *cur; /* in the receiver, when present */

@@ -43,11 +43,30 @@ static int file_changes(const struct plan *p, const struct dcr_ckpt *c, const ch
 	return want != c->files[cur_file]->ntensors;
 }
 
-/* Build the target's file `file` under .dcr/stage/: the tensors it keeps
- * copied from the receiver's, new ones zeros. The file stays open for the
- * journal's check, which writes the new bytes of its touched and new
- * tensors into it (ptensor.direct): they are written once, before the
- * commit, and neither journaled nor written again by the replay. */
+/* The staged file (path) is the stage's own, just made: open it for the
+ * journal's check to write the new bytes of the direct tensors into. */
+static int keep_stage_fd(struct plan *p, const char *path, int *fd, struct dcr_err *e)
+{
+	*fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	int *nv = *fd < 0 ? NULL : realloc(p->dfds, (p->ndfds + 1) * sizeof(int));
+	if (!nv) {
+		int r = *fd < 0 ? dcr_err_sys(e, errno, "cannot open '%s' for writing", path)
+				: dcr_err_sys(e, ENOMEM, "stage");
+		if (*fd >= 0)
+			close(*fd);
+		return r;
+	}
+	p->dfds = nv;
+	p->dfds[p->ndfds++] = *fd;
+	return 0;
+}
+
+/* Build the target's file `file` under .dcr/stage/: the tensors no item
+ * touches copied from the receiver's, the blocks of the others reserved.
+ * The file stays open for the journal's check, which writes the new bytes
+ * of its touched and new tensors into it (ptensor.direct): they are
+ * written once, before the commit, and neither journaled nor written
+ * again by the replay. */
 static int build_stage_file(struct ctx *x, struct plan *p, const struct dcr_ckpt *c,
 			    const char *file, struct dcr_err *e)
 {
@@ -93,10 +112,10 @@ static int build_stage_file(struct ctx *x, struct plan *p, const struct dcr_ckpt
 	free(meta);
 	for (size_t j = 0; j < cnt && !r; j++) {
 		uint64_t nb = ti[j].end - ti[j].begin;
-		/* a new tensor starts as zeros, its blocks reserved, not written:
-		 * its new bytes (a dense copy's: every tensor's) come next */
-		src[j]->dzero = !src[j]->cur || (src[j]->t.flags & DCR_TENSOR_NEW);
-		if (!src[j]->dzero)
+		/* a touched or new tensor's blocks are reserved, not written:
+		 * its new bytes come next */
+		src[j]->direct = src[j]->touched || !src[j]->cur || (src[j]->t.flags & DCR_TENSOR_NEW);
+		if (!src[j]->direct)
 			r = dcr_st_writer_write(w, src[j]->cur->data, nb, e);
 		else
 			r = dcr_st_writer_zeros(w, nb, e);
@@ -105,28 +124,19 @@ static int build_stage_file(struct ctx *x, struct plan *p, const struct dcr_ckpt
 		ap_step(x);
 		r = dcr_st_writer_commit(w, e);
 	}
-	if (r)
+	int fd;
+	if (r || (r = keep_stage_fd(p, path, &fd, e)))
 		goto out;
-	/* the stage's own file, just made: no link to follow */
-	int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-	int *nv = fd < 0 ? NULL : realloc(p->dfds, (p->ndfds + 1) * sizeof(int));
-	if (!nv) {
-		r = fd < 0 ? dcr_err_sys(e, errno, "cannot open '%s' for writing", path)
-			   : dcr_err_sys(e, ENOMEM, "stage");
-		if (fd >= 0)
-			close(fd);
-		goto out;
-	}
-	p->dfds = nv;
-	p->dfds[p->ndfds++] = fd;
 	uint64_t data = dcr_st_writer_data_off(w);
 	for (size_t j = 0; j < cnt; j++)
-		if (src[j]->touched || src[j]->dzero) {
-			src[j]->direct = 1;
+		if (src[j]->direct) {
 			src[j]->dfd = fd;
 			src[j]->doff = data + ti[j].begin;
 		}
 out:
+	for (size_t j = 0; r && j < cnt; j++)
+		if (src[j])
+			src[j]->direct = 0;
 	dcr_st_writer_free(w);
 	free(ti);
 	free(src);
