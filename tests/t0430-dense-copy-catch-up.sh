@@ -8,7 +8,8 @@
 # holds the renames, not the items (a crash just after its commit leaves
 # a journal of a few KB, not one as large as the copy). A dense copy
 # whose items leave their tensors' order is hashed again from the staged
-# bytes and its late items, which the journal does hold.
+# bytes and its late items, which the journal does hold. A dense copy in
+# a regular file is read twice where it lies rather than copied.
 . "$DCR_SRC/tests/lib-dcr.sh"
 for c in dcr-pack dcr-push dcr-pull dcr-commit gen-checkpoint; do
 	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
@@ -78,6 +79,14 @@ grep -q "applied [1-9][0-9]* changes in [1-9][0-9]* items" "$T/err" ||
 	fail "the staged dense copy does not say what it applied: $(cat "$T/err")"
 same "$T/s" "$T/g/v3"
 [ ! -e "$T/s/model.safetensors" ] || fail "the old file outside the target was kept"
+# a delta in a regular file is read again where it lies, not copied: also
+# one that starts further into a file on standard input (the shell read
+# the line before it)
+{ echo "a line before the delta"; cat "$T/d3"; } > "$T/d3p"
+mkdir "$T/s2"
+cp "$T/one.safetensors" "$T/s2/model.safetensors"
+run 0 sh -c "{ read -r line; dcr-apply '$T/s2' -; } < '$T/d3p'"
+same "$T/s2" "$T/g/v3"
 
 # the same dense copy in items of 4096 elements, out of tensor order (the
 # first half's and the second half's in turn): the tensors a late item

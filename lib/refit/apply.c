@@ -1,6 +1,7 @@
 /* apply.c - apply a delta to a receiver in place, crash-safe.
  *
- * 1. Stage: the whole delta is copied to .dcr/incoming while its framing,
+ * 1. Stage: the whole delta is read (from a pipe, copied to .dcr/incoming;
+ *    a regular file is read again where it lies) while its framing,
  *    record bodies, trailer checksum and target state id are checked.
  *    Nothing in the receiver has been touched yet.
  * 2. Check: the receiver's state must be the delta's base (or already the
@@ -103,6 +104,17 @@ static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struc
 	return ap_ipool_get(d->pool, o, NULL, e);
 }
 
+/* Where the delta src starts (its first head_len bytes read already), when
+ * it reads a regular file that can be read again from there; else -1. */
+static off_t staged_in_place(struct dcr_source src, size_t head_len)
+{
+	struct stat sb;
+	if (src.read != dcr_source_fd_read || fstat(*(int *)src.ctx, &sb) || !S_ISREG(sb.st_mode))
+		return -1;
+	off_t at = lseek(*(int *)src.ctx, 0, SEEK_CUR);
+	return at >= (off_t)head_len ? at - (off_t)head_len : -1;
+}
+
 static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uint8_t *head,
 		       size_t head_len, const struct dcr_apply_opts *o,
 		       struct dcr_apply_result *res, struct dcr_err *e)
@@ -119,15 +131,22 @@ static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uin
 	if ((r = ap_begin(rc, o, res, e)))
 		goto out;
 
-	/* 1. stage and check the whole delta */
+	/* 1. stage and check the whole delta: a delta in a regular file is
+	 * read again where it lies (a dense copy is as large as the model),
+	 * any other copied to .dcr/incoming */
+	off_t start = staged_in_place(src, head_len);
 	unlink(inc);
-	di.fd = open(inc, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (start >= 0)
+		di.fd = fcntl(*(int *)src.ctx, F_DUPFD_CLOEXEC, 0);
+	else
+		di.fd = open(inc, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (di.fd < 0) {
-		r = dcr_err_sys(e, errno, "cannot create '%s'", inc);
+		r = start >= 0 ? dcr_err_sys(e, errno, "cannot read the delta again")
+			       : dcr_err_sys(e, errno, "cannot create '%s'", inc);
 		goto out;
 	}
-	if ((r = ap_read_plan(src, head, head_len, di.fd, 0, o && o->what ? o->what : "delta", &p,
-			   e)))
+	if ((r = ap_read_plan(src, head, head_len, start >= 0 ? -1 : di.fd, 0,
+			      o && o->what ? o->what : "delta", &p, e)))
 		goto out;
 
 	/* 2. the receiver must be at the base */
@@ -149,8 +168,10 @@ static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uin
 	if (res)
 		res->base = cur;
 
-	/* 3. journal from the staged delta, commit, replay */
-	if (lseek(di.fd, 0, SEEK_SET)) {
+	/* 3. journal from the staged delta, commit, replay (a delta read
+	 * again must be the one read: its items must give the digests of
+	 * the plan, before anything is committed, and its trailer its bytes) */
+	if (lseek(di.fd, start >= 0 ? start : 0, SEEK_SET) != (start >= 0 ? start : 0)) {
 		r = dcr_err_sys(e, errno, "cannot rewind the staged delta");
 		goto out;
 	}

@@ -5,7 +5,7 @@
  *   .dcr/state     cache of the on-disk state: state id, per-file stat, per-tensor digests
  *   .dcr/journal   committed redo journal (a delta of overwrites), replayed on recovery
  *   .dcr/stage/    files being rebuilt when tensors are added, removed or reshaped
- *   .dcr/incoming  the delta being received
+ *   .dcr/incoming  the delta being received through a pipe
  *   .dcr/log       one line per event
  */
 #ifndef DCR_REFIT_RECEIVER_H
