@@ -43,6 +43,13 @@ run 128 dcr-apply "$T/r" "$T/dc"
 one_line_error dcr-apply
 [ "$(snapshot "$T/r")" = "$before" ] || fail "corrupt dense: the receiver changed"
 [ ! -e "$T/r/.dcr/journal" ] || fail "corrupt dense: a journal was committed"
+# The same items in a pack, whose payloads are spooled as they arrive: a
+# dense overwrite goes into the spool as it came, and the check refuses it.
+run 0 dcr-pack -q -o "$T/pc" "$T/dc"
+run 128 dcr-apply "$T/r" "$T/pc"
+one_line_error dcr-apply
+[ "$(snapshot "$T/r")" = "$before" ] || fail "corrupt dense pack: the receiver changed"
+[ ! -e "$T/r/.dcr/journal" ] || fail "corrupt dense pack: a journal was committed"
 run 0 dcr-apply --recover "$T/r"
 same "$T/r" "$T/g/v0"
 say "ok: dense overwrites that overlap, or whose frame is cut, are refused before the commit"
