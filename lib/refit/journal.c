@@ -192,8 +192,8 @@ static void jt_drop(struct jtensor *jt)
  * a new tensor) with the overwrites of the items that meet those rows,
  * put together a step of the digest at a time (so that it copies nothing
  * more); a step no item meets is hashed where it lies. A direct tensor's
- * bytes start as the zeros of its staged file, and the steps put
- * together are written there: the bytes hashed are the bytes the file
+ * steps are all written into its staged file as they are hashed (those
+ * of zeros are there already): the bytes hashed are the bytes the file
  * holds. Items may span
  * overlapping ranges (the producers of one pack each send their own
  * elements of a tensor) but never change one element twice: then the
