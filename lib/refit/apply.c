@@ -171,7 +171,8 @@ static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uin
 	/* 3. journal from the staged delta, commit, replay (a delta read
 	 * again must be the one read: its items must give the digests of
 	 * the plan, before anything is committed, and its trailer its bytes) */
-	if (lseek(di.fd, start >= 0 ? start : 0, SEEK_SET) != (start >= 0 ? start : 0)) {
+	off_t from = start >= 0 ? start : 0;
+	if (lseek(di.fd, from, SEEK_SET) != from) {
 		r = dcr_err_sys(e, errno, "cannot rewind the staged delta");
 		goto out;
 	}
