@@ -13,6 +13,9 @@
 //   --cas                  honour "If-None-Match: *" on PUT (412 if the key
 //                          exists), as S3 does since 2024; without it the
 //                          header is ignored, as s3rver and older servers do
+//   --torn-puts            keep s3rver's own PUT, which shows an object while
+//                          it is being written (see below); by default PUT
+//                          is atomic, as S3's is
 // plus the fault options of faults.js.
 const crypto = require('crypto');
 const http = require('http');
@@ -31,10 +34,48 @@ try {
   }
 }
 const S3rver = require('s3rver');
+const FilesystemStore = require('s3rver/lib/stores/filesystem');
+const fsp = require('fs').promises;
+const { pipeline, Transform } = require('stream');
+
+// s3rver writes an object's bytes straight into its file, which GET and
+// ListObjectsV2 already show (Content-Length is the file's size so far): a
+// reader polling for a new object, as dcr-pull --wait does, could get a
+// torn object in a well-formed 200 answer. S3's PUT is atomic, so write
+// beside the object (a name s3rver does not list) and rename it into place
+// after its metadata.
+const atomicPut = async function putObject(object) {
+  const objectPath = this.getResourcePath(object.bucket, object.key, 'object');
+  const tmp = `${objectPath}.uploading-${process.pid}-${crypto.randomBytes(6).toString('hex')}`;
+  await fsp.mkdir(require('path').dirname(objectPath), { recursive: true });
+  const md5 = crypto.createHash('md5');
+  let size = 0;
+  try {
+    if (Buffer.isBuffer(object.content)) {
+      await fsp.writeFile(tmp, object.content);
+      md5.update(object.content);
+      size = object.content.length;
+    } else {
+      await new Promise((resolve, reject) => pipeline(object.content,
+        new Transform({
+          transform(chunk, enc, cb) { md5.update(chunk); size += chunk.length; cb(null, chunk); },
+        }),
+        require('fs').createWriteStream(tmp), (err) => (err ? reject(err) : resolve())));
+    }
+    const digest = md5.digest('hex');
+    await this.putMetadata(object.bucket, object.key, object.metadata, digest);
+    await fsp.rename(tmp, objectPath);
+    return { size, md5: digest };
+  } catch (e) {
+    await fsp.rm(tmp, { force: true });
+    throw e;
+  }
+};
 const { parseArgs, Faults, send, readBody, announce } = require('./faults');
 
 const o = parseArgs(process.argv.slice(2));
 const faults = new Faults(o);
+if (!o.tornPuts) FilesystemStore.prototype.putObject = atomicPut;
 const region = o.region || 'us-east-1';
 let upstream = 0;
 
