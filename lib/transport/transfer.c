@@ -532,7 +532,20 @@ struct fetch {
 	const struct dcr_xfer_opts *o;
 	uint64_t *bytes;
 	int *skipped;
+	double deadline; /* waiting for the manifest: the end of the wait */
 };
+
+/* While the manifest has not come, a payload listed but not checking out
+ * may still be being written by a store whose PUT is not atomic (s3rver
+ * shows an object's file as it fills; a directory served over HTTP that
+ * some other tool writes): it is fetched again, until the wait ends. */
+static int fetch_again(const struct fetch *f, int rc)
+{
+	if (f->m || (rc != DCR_EFORMAT && rc != DCR_EDIGEST) || now_s() + 0.2 > f->deadline)
+		return 0;
+	usleep(200 * 1000);
+	return 1;
+}
 
 static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 {
@@ -545,6 +558,7 @@ static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 		return;
 	}
 	/* from the current source; a failure tries the others, each once */
+again:;
 	size_t first = src_cur(f->src);
 	for (size_t t = 0; t < f->src->n; t++) {
 		size_t i = (first + t) % f->src->n;
@@ -576,6 +590,8 @@ static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 			return;
 		src_failed(f->src, i);
 	}
+	if (fetch_again(f, sr->rc))
+		goto again;
 }
 
 static int emit_one(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err *e)
@@ -614,13 +630,14 @@ static void drop_one(void *ctx, struct slot_res *sr)
 static int fetch_range(struct sources *src, const struct dcr_manifest *m,
 		       int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
 		       unsigned par, uint32_t lo, uint32_t hi, struct dcr_pack_out out,
-		       const struct dcr_xfer_opts *o, uint64_t *bytes, int *skipped,
-		       struct dcr_err *e)
+		       const struct dcr_xfer_opts *o, double deadline, uint64_t *bytes,
+		       int *skipped, struct dcr_err *e)
 {
 	if (lo >= hi)
 		return 0;
 	struct fetch f = {.src = src, .m = m, .have = have, .have_ctx = have_ctx,
-			  .lo = lo, .out = out, .o = o, .bytes = bytes, .skipped = skipped};
+			  .lo = lo, .out = out, .o = o, .bytes = bytes, .skipped = skipped,
+			  .deadline = deadline};
 	struct ordered q = {.work = fetch_one, .emit = emit_one, .discard = drop_one, .ctx = &f,
 			    .n = hi - lo, .par = par};
 	return run_ordered(&q, e);
@@ -1027,7 +1044,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 			r = stream_range(&ss, &m, (unsigned)par, next, limit, out, o, &bytes, e);
 		else
 			r = fetch_range(&ss, have_m ? &m : NULL, have, have_ctx, (unsigned)par, next,
-					limit, out, o, &bytes, &skipped, e);
+					limit, out, o, deadline, &bytes, &skipped, e);
 		if (st)
 			st->skipped += skipped;
 		if (r)
