@@ -61,6 +61,38 @@ static int keep_stage_fd(struct plan *p, const char *path, int *fd, struct dcr_e
 	return 0;
 }
 
+/* A rebuilt file replaces the receiver's: give the staged one (fd) the
+ * permission bits of the file it replaces, or for a new file those of the
+ * receiver's first file, so that a serving process of another user or
+ * group reads it as it read the old one (never more widely). The owner
+ * keeps read and write: the replay may write into it. The group too where
+ * the applying user may set it (best effort: chown to a group one is not
+ * in is refused, and then the default group stays). */
+static int keep_mode(const struct dcr_receiver *rc, const struct dcr_ckpt *c, const char *file,
+		     int fd, struct dcr_err *e)
+{
+	struct stat sb;
+	int found = 0;
+	for (size_t i = 0; i <= c->nfiles && !found; i++) {
+		const char *name = i == 0 ? file : c->file_names[i - 1];
+		char *path = dcr_path_join(rc->dir, name);
+		if (!path)
+			return dcr_err_sys(e, ENOMEM, "stage");
+		found = !lstat(path, &sb) && S_ISREG(sb.st_mode);
+		free(path);
+	}
+	if (!found)
+		return 0;
+	if (fchmod(fd, (sb.st_mode & 0777) | S_IRUSR | S_IWUSR))
+		return dcr_err_sys(e, errno, "cannot set the mode of the staged '%s'", file);
+	struct stat me;
+	if (!fstat(fd, &me) && me.st_gid != sb.st_gid) {
+		int refused = fchown(fd, (uid_t)-1, sb.st_gid); /* not our group: ours stays */
+		(void)refused;
+	}
+	return 0;
+}
+
 /* Build the target's file `file` under .dcr/stage/: the tensors no item
  * touches copied from the receiver's, the blocks of the others reserved.
  * The file stays open for the journal's check, which writes the new bytes
@@ -125,7 +157,7 @@ static int build_stage_file(struct ctx *x, struct plan *p, const struct dcr_ckpt
 		r = dcr_st_writer_commit(w, e);
 	}
 	int fd;
-	if (r || (r = keep_stage_fd(p, path, &fd, e)))
+	if (r || (r = keep_stage_fd(p, path, &fd, e)) || (r = keep_mode(x->rc, c, file, fd, e)))
 		goto out;
 	uint64_t data = dcr_st_writer_data_off(w);
 	for (size_t j = 0; j < cnt; j++)
