@@ -176,7 +176,8 @@ out:
 	return r;
 }
 
-static int build_stage_index(struct ctx *x, const struct plan *p, struct dcr_err *e)
+static int build_stage_index(struct ctx *x, const struct plan *p, const struct dcr_ckpt *c,
+			     struct dcr_err *e)
 {
 	struct dcr_buf b = {0};
 	uint64_t total = 0;
@@ -211,6 +212,16 @@ static int build_stage_index(struct ctx *x, const struct plan *p, struct dcr_err
 	char *path = dcr_asprintf("%s/stage/model.safetensors.index.json", x->rc->sdir);
 	ap_step(x);
 	r = path ? dcr_write_file_atomic(path, b.p, b.len, e) : dcr_err_sys(e, ENOMEM, "index");
+	if (!r) { /* its mode as the data files' (keep_mode), durable before the commit */
+		int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			r = dcr_err_sys(e, errno, "cannot open '%s'", path);
+		else if (!(r = keep_mode(x->rc, c, "model.safetensors.index.json", fd, e)) &&
+			 fsync(fd))
+			r = dcr_err_sys(e, errno, "cannot sync '%s'", path);
+		if (fd >= 0)
+			close(fd);
+	}
 	free(path);
 	dcr_buf_free(&b);
 	return r;
@@ -326,7 +337,7 @@ static int stage_files(struct ctx *x, struct plan *p, struct dcr_ckpt *c, struct
 	if (r)
 		return r;
 	if ((p->nrenames || p->nunlinks) && (c->has_index || target_files > 1)) {
-		if ((r = build_stage_index(x, p, e)))
+		if ((r = build_stage_index(x, p, c, e)))
 			return r;
 		if (ap_push_str(&p->renames, &p->nrenames, dcr_strdup("model.safetensors.index.json")))
 			return dcr_err_sys(e, ENOMEM, "apply");
