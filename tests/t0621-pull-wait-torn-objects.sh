@@ -5,8 +5,11 @@
 # fetched again until it does (within the wait). The payloads go up slowly,
 # straight to s3rver, one after the other, then the manifest; the pull ends
 # with every entry byte-identical to the pack's and the receiver at the
-# target. The server's log must show a payload served short, so the case
-# was met.
+# target. The server's log must show a payload fetched again, so the case
+# was met. A payload that never checks out (one bit flipped on every GET)
+# is fetched again 8 times at most, then the pull fails in one line, long
+# before its wait ends: a bad store costs a few copies, not one every
+# 200 ms of the wait.
 . "$DCR_SRC/tests/lib-xfer.sh"
 need_node s3rver aws4
 command -v curl >/dev/null 2>&1 || skip "curl not found"
@@ -36,4 +39,19 @@ same "$T/r1" "$T/g/v1"
 # the log: "GET URL 200" lines carry no length; count the payload GETs
 gets=$(grep -c '^GET .*/payload-.* 200' "$T/log" || true)
 [ "$gets" -gt "$np" ] || fail "$gets payload GETs for $np payloads: no payload was fetched again, nothing was tested"
-echo "ok: pull --wait through torn PUTs ($gets GETs for $np payloads)"
+
+start_s3 bad --corrupt-first 1000 --match 'payload-000001' --direct-port-file "$T/bad.direct" \
+	--log "$T/badlog"
+export DCR_S3_ENDPOINT="$EP"
+D="http://127.0.0.1:$(cat "$T/bad.direct")/dcr-test/r/v1"
+for f in $(ls "$T/p" | grep '^payload-' | sort); do
+	curl -sS -f -T "$T/p/$f" "$D/$f" >/dev/null 2>"$T/put.err" || fail "PUT $f failed: $(cat "$T/put.err")"
+done
+t0=$(date +%s)
+expect_fail 128 dcr-pull -q --wait 60 -o "$T/pulled2" s3://dcr-test/r/v1
+t1=$(date +%s)
+contains "$ERR" "payload-000001"
+bad=$(grep -c '^GET .*/payload-000001.dcrp 200' "$T/badlog" || true)
+[ "$bad" -ge 2 ] && [ "$bad" -le 9 ] || fail "the bad payload was fetched $bad times, want 2 to 9"
+[ $((t1 - t0)) -lt 40 ] || fail "the pull took $((t1 - t0)) s to give up on a bad payload"
+echo "ok: pull --wait through torn PUTs ($gets GETs for $np payloads); a bad one fetched $bad times"

@@ -538,12 +538,19 @@ struct fetch {
 /* While the manifest has not come, a payload listed but not checking out
  * may still be being written by a store whose PUT is not atomic (s3rver
  * shows an object's file as it fills; a directory served over HTTP that
- * some other tool writes): it is fetched again, until the wait ends. */
-static int fetch_again(const struct fetch *f, int rc)
+ * some other tool writes): it is fetched again after 0.2 s, doubled each
+ * time up to 2 s, FETCH_AGAIN times at most and never past the wait, so
+ * that a store serving bad bytes costs a few copies, not one every 0.2 s
+ * for the whole wait. *tries counts the fetches again. */
+#define FETCH_AGAIN 8
+static int fetch_again(const struct fetch *f, int rc, int *tries)
 {
-	if (f->m || (rc != DCR_EFORMAT && rc != DCR_EDIGEST) || now_s() + 0.2 > f->deadline)
+	double d = *tries < 4 ? 0.2 * (1 << *tries) : 2.0;
+	if (f->m || (rc != DCR_EFORMAT && rc != DCR_EDIGEST) || *tries >= FETCH_AGAIN ||
+	    now_s() + d > f->deadline)
 		return 0;
-	usleep(200 * 1000);
+	usleep((useconds_t)(d * 1e6));
+	(*tries)++;
 	return 1;
 }
 
@@ -558,6 +565,7 @@ static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 		return;
 	}
 	/* from the current source; a failure tries the others, each once */
+	int tries = 0;
 again:;
 	size_t first = src_cur(f->src);
 	for (size_t t = 0; t < f->src->n; t++) {
@@ -590,7 +598,7 @@ again:;
 			return;
 		src_failed(f->src, i);
 	}
-	if (fetch_again(f, sr->rc))
+	if (fetch_again(f, sr->rc, &tries))
 		goto again;
 }
 
