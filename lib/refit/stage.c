@@ -78,7 +78,7 @@ static int keep_mode(const struct dcr_receiver *rc, const struct dcr_ckpt *c, co
 		char *path = dcr_path_join(rc->dir, name);
 		if (!path)
 			return dcr_err_sys(e, ENOMEM, "stage");
-		found = !lstat(path, &sb) && S_ISREG(sb.st_mode);
+		found = !stat(path, &sb) && S_ISREG(sb.st_mode); /* a link: its target's */
 		free(path);
 	}
 	if (!found)
