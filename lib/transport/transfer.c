@@ -543,6 +543,7 @@ struct fetch {
  * that a store serving bad bytes costs a few copies, not one every 0.2 s
  * for the whole wait. *tries counts the fetches again. */
 #define FETCH_AGAIN 8
+#define TORN_MANIFEST_S 10.0
 static int fetch_again(const struct fetch *f, int rc, int *tries)
 {
 	double d = *tries < 4 ? 0.2 * (1 << *tries) : 2.0;
@@ -997,6 +998,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 	size_t man_len = 0, sig_len = 0;
 	struct dcr_manifest m = {0};
 	int have_m = 0, r = 0, remote = 1;
+	double torn_since = 0; /* when a manifest that does not parse was first seen */
 	uint32_t next = 0; /* next payload index to hand on */
 	uint64_t bytes = 0;
 	if (!nsrc)
@@ -1014,6 +1016,14 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 			r = get_manifest(&ss, &man, &man_len, &sig, &sig_len, &m, o, e);
 			if (!r) {
 				have_m = 1;
+			} else if ((r == DCR_EFORMAT || r == DCR_EDIGEST) && o && o->wait_s > 0 &&
+				   now_s() < deadline &&
+				   (torn_since == 0 || now_s() < torn_since + TORN_MANIFEST_S)) {
+				/* a manifest that does not parse while we wait may be
+				 * one being written (see fetch_again): asked again
+				 * next round, for TORN_MANIFEST_S at most */
+				if (torn_since == 0)
+					torn_since = now_s();
 			} else if (r != DCR_ENOTFOUND) {
 				goto out;
 			} else if (!o || o->wait_s <= 0) {
