@@ -3,11 +3,11 @@
 # --torn-puts: an object is listed and served, 200 and all, while its file
 # fills): a payload listed before it is whole does not check out, and is
 # fetched again until it does (within the wait). The payloads go up slowly,
-# straight to s3rver, one after the other, then the manifest; the pull ends
-# with every entry byte-identical (the manifest, met torn too, is asked
-# for again in the next round) to the pack's and the receiver at the
-# target. The server's log must show a payload fetched again, so the case
-# was met. A payload that never checks out (one bit flipped on every GET)
+# straight to s3rver, one after the other, then the manifest, which a GET
+# meets torn too and asks for again in the next round; the pull ends with
+# every entry byte-identical to the pack's and the receiver at the target.
+# The server's log must show a payload and the manifest fetched again, so
+# the case was met. A payload that never checks out (one bit flipped on every GET)
 # is fetched again 8 times at most, then the pull fails in one line, long
 # before its wait ends: a bad store costs a few copies, not one every
 # 200 ms of the wait. A manifest that never checks out is asked for again
