@@ -65,9 +65,9 @@ static int keep_stage_fd(struct plan *p, const char *path, int *fd, struct dcr_e
  * permission bits of the file it replaces, or for a new file those of the
  * receiver's first file, so that a serving process of another user or
  * group reads it as it read the old one (never more widely). The owner
- * keeps read and write: the replay may write into it. The group too where
- * the applying user may set it (best effort: chown to a group one is not
- * in is refused, and then the default group stays). */
+ * keeps read and write: the replay may write into it. Its owner and group
+ * too where the applying user may set them (root: both; anyone else: a
+ * group of their own; otherwise theirs stay). */
 static int keep_mode(const struct dcr_receiver *rc, const struct dcr_ckpt *c, const char *file,
 		     int fd, struct dcr_err *e)
 {
@@ -86,8 +86,10 @@ static int keep_mode(const struct dcr_receiver *rc, const struct dcr_ckpt *c, co
 	if (fchmod(fd, (sb.st_mode & 0777) | S_IRUSR | S_IWUSR))
 		return dcr_err_sys(e, errno, "cannot set the mode of the staged '%s'", file);
 	struct stat me;
-	if (!fstat(fd, &me) && me.st_gid != sb.st_gid) {
-		int refused = fchown(fd, (uid_t)-1, sb.st_gid); /* not our group: ours stays */
+	if (!fstat(fd, &me) && (me.st_uid != sb.st_uid || me.st_gid != sb.st_gid) &&
+	    fchown(fd, sb.st_uid, sb.st_gid)) {
+		/* only root may give a file away: the group alone, if it is ours */
+		int refused = fchown(fd, (uid_t)-1, sb.st_gid);
 		(void)refused;
 	}
 	return 0;
