@@ -213,16 +213,21 @@ static int build_stage_index(struct ctx *x, const struct plan *p, const struct d
 	}
 	char *path = dcr_asprintf("%s/stage/model.safetensors.index.json", x->rc->sdir);
 	ap_step(x);
-	r = path ? dcr_write_file_atomic(path, b.p, b.len, e) : dcr_err_sys(e, ENOMEM, "index");
-	if (!r) { /* its mode as the data files' (keep_mode), durable before the commit */
-		int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
-			r = dcr_err_sys(e, errno, "cannot open '%s'", path);
-		else if (!(r = keep_mode(x->rc, c, "model.safetensors.index.json", fd, e)) &&
-			 fsync(fd))
-			r = dcr_err_sys(e, errno, "cannot sync '%s'", path);
-		if (fd >= 0)
-			close(fd);
+	/* written atomically, with its mode as the data files' (keep_mode)
+	 * before the one sync of its commit */
+	struct dcr_atomic a;
+	if (!path)
+		r = dcr_err_sys(e, ENOMEM, "index");
+	else if (!(r = dcr_atomic_open(&a, path, e))) {
+		int w = dcr_write_full(a.fd, b.p, b.len);
+		if (w)
+			r = dcr_err_sys(e, w, "cannot write '%s'", path);
+		else
+			r = keep_mode(x->rc, c, "model.safetensors.index.json", a.fd, e);
+		if (r)
+			dcr_atomic_abort(&a);
+		else
+			r = dcr_atomic_commit(&a, e);
 	}
 	free(path);
 	dcr_buf_free(&b);
