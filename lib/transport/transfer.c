@@ -543,7 +543,6 @@ struct fetch {
  * that a store serving bad bytes costs a few copies, not one every 0.2 s
  * for the whole wait. *tries counts the fetches again. */
 #define FETCH_AGAIN 8
-#define TORN_MANIFEST_S 10.0
 static int fetch_again(const struct fetch *f, int rc, int *tries)
 {
 	double d = *tries < 4 ? 0.2 * (1 << *tries) : 2.0;
@@ -986,6 +985,10 @@ static int listed_run(struct sources *ss, uint32_t next, uint32_t *limit, struct
 	}
 	return r;
 }
+
+/* How long a manifest that does not check out is asked for again while
+ * the pull waits (torn as fetch_again's payloads can be). */
+#define TORN_MANIFEST_S 10.0
 
 int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_out out,
 		  int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,

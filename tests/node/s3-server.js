@@ -35,7 +35,9 @@ try {
 }
 const S3rver = require('s3rver');
 const FilesystemStore = require('s3rver/lib/stores/filesystem');
-const fsp = require('fs').promises;
+const fs = require('fs');
+const fsp = fs.promises;
+const { dirname } = require('path');
 const { pipeline, Transform } = require('stream');
 
 // s3rver writes an object's bytes straight into its file, which GET and
@@ -47,7 +49,7 @@ const { pipeline, Transform } = require('stream');
 const atomicPut = async function putObject(object) {
   const objectPath = this.getResourcePath(object.bucket, object.key, 'object');
   const tmp = `${objectPath}.uploading-${process.pid}-${crypto.randomBytes(6).toString('hex')}`;
-  await fsp.mkdir(require('path').dirname(objectPath), { recursive: true });
+  await fsp.mkdir(dirname(objectPath), { recursive: true });
   const md5 = crypto.createHash('md5');
   let size = 0;
   try {
@@ -60,7 +62,7 @@ const atomicPut = async function putObject(object) {
         new Transform({
           transform(chunk, enc, cb) { md5.update(chunk); size += chunk.length; cb(null, chunk); },
         }),
-        require('fs').createWriteStream(tmp), (err) => (err ? reject(err) : resolve())));
+        fs.createWriteStream(tmp), (err) => (err ? reject(err) : resolve())));
     }
     const digest = md5.digest('hex');
     await this.putMetadata(object.bucket, object.key, object.metadata, digest);
