@@ -377,6 +377,65 @@ Test(state, parts_of_random_blocks_join)
 	}
 }
 
+/* A digest taken from the parts of consecutive ranges of the stored bytes
+ * (an apply's items, in order, with the bytes between them), cut at random
+ * elements, at rows and at single elements: the tensor's digest. A range
+ * out of order spoils it. */
+Test(state, ranges_taken_in_order_give_the_digest)
+{
+	unsigned seed = 4242;
+	for (size_t s = 0; s < NSHAPES; s++) {
+		const struct shape *sh = &shapes[s];
+		struct dcr_stripes st;
+		dcr_stripes_init(&st, sh->dtype, sh->ndim, sh->dims);
+		if (!st.nbytes)
+			continue;
+		uint8_t *t = random_tensor(sh, 7 + (unsigned)s);
+		dcr_digest whole;
+		dcr_digest_tensor_mem(sh->dtype, sh->ndim, sh->dims, t, 1, &whole);
+		uint64_t es = st.esize ? st.esize : 1, nel = st.nbytes / es;
+		for (int way = 0; way < 4; way++) {
+			struct dcr_tacc *acc = dcr_tacc_new(sh->dtype, sh->ndim, sh->dims);
+			cr_assert_not_null(acc);
+			uint64_t cuts[34];
+			size_t k = way == 3 ? 1 : 1 + lcg(&seed) % 33;
+			random_cuts(nel, k, &seed, 0, cuts);
+			if (way == 1) /* at rows */
+				for (size_t i = 1; i < k; i++)
+					cuts[i] -= st.esize ? cuts[i] % st.cols : 0;
+			for (size_t i = 0; i < k; i++) {
+				uint64_t x0 = cuts[i] * es, x1 = cuts[i + 1] * es;
+				struct dcr_parts ps = {0};
+				struct dcr_err e = {0};
+				cr_assert_eq(dcr_tacc_pos(acc), x0);
+				cr_assert_eq(dcr_stripes_range_parts(&st, t + x0, x0, x1, &ps, &e), 0,
+					     "%s", e.msg);
+				cr_assert_eq(dcr_tacc_add(acc, &ps, x1), 0, "shape %zu, way %d, range %zu",
+					     s, way, i);
+				dcr_parts_free(&ps);
+			}
+			dcr_digest d;
+			cr_assert_eq(dcr_tacc_final(acc, &d), 0, "shape %zu, way %d", s, way);
+			cr_assert_eq(memcmp(d.b, whole.b, 32), 0, "shape %zu, way %d: another digest", s,
+				     way);
+			dcr_tacc_free(acc);
+		}
+		if (nel >= 4 && st.esize) {
+			/* single elements: the second range given before the first */
+			struct dcr_tacc *acc = dcr_tacc_new(sh->dtype, sh->ndim, sh->dims);
+			struct dcr_parts ps = {0};
+			struct dcr_err e = {0};
+			cr_assert_eq(dcr_stripes_range_parts(&st, t + es, es, 2 * es, &ps, &e), 0);
+			int q = dcr_tacc_add(acc, &ps, 2 * es);
+			dcr_parts_free(&ps);
+			dcr_digest d;
+			cr_assert(q || dcr_tacc_final(acc, &d), "shape %zu: a range out of order was taken", s);
+			dcr_tacc_free(acc);
+		}
+		free(t);
+	}
+}
+
 /* Many small runs around chunk boundaries, in a shuffled order; a part's
  * bytes are only what it cannot send as nodes. */
 Test(state, parts_of_tiny_runs_join)

@@ -690,6 +690,55 @@ void dcr_blake3_run_release(struct dcr_blake3_run *r)
 	dcr_blake3_part_free(&r->p);
 }
 
+/* The run takes part q, which starts where the run is: its head's and
+ * tail's bytes as update() takes bytes, its nodes' CVs as finished
+ * subtrees of the run's node they lie in (tree nodes nest, so each lies in
+ * one), or as that node's CV when it is the node itself. */
+int dcr_blake3_run_append(struct dcr_blake3_run *r, const struct dcr_blake3_part *q)
+{
+	struct dcr_blake3_part *pt = &r->p;
+	if (q->n != pt->n || q->a != r->pos || q->b > pt->b || q->b < q->a ||
+	    q->head_len + q->tail_len > q->b - q->a)
+		return -EINVAL;
+	dcr_blake3_run_update(r, q->bytes, q->head_len);
+	for (size_t k = 0; k < q->nnodes; k++) {
+		const struct dcr_blake3_node *nd = &q->node[k];
+		if (r->inode >= pt->nnodes || r->pos != nd->c0 * CHUNK_LEN)
+			return -EINVAL;
+		struct dcr_blake3_node *t = &pt->node[r->inode];
+		struct dcr_blake3 *h = &r->h;
+		if (nd->c0 < t->c0 || nd->c1 > t->c1 || nd->c1 <= nd->c0)
+			return -EINVAL;
+		if (nd->c0 == t->c0 && nd->c1 == t->c1) {
+			memcpy(t->cv, nd->cv, 32);
+		} else {
+			/* the open chunk, full, is done first; a part of one
+			 * never lies on the hasher's stack alone at the end
+			 * (it is not the whole node) */
+			size_t have = (size_t)h->blocks * BLOCK_LEN + h->block_len;
+			if (have == CHUNK_LEN)
+				chunk_done(h);
+			else if (have)
+				return -EINVAL;
+			if (h->chunk != nd->c0)
+				return -EINVAL;
+			push_cv(h, nd->cv, nd->c0);
+			h->chunk = nd->c1;
+		}
+		r->pos = node_end_of(nd->c1, pt->n);
+		if (r->pos == node_end(r, r->inode)) {
+			if (nd->c0 != t->c0 || nd->c1 != t->c1)
+				dcr_blake3_final_node(h, t->cv);
+			if (++r->inode < pt->nnodes)
+				dcr_blake3_init_at(h, pt->node[r->inode].c0);
+		}
+	}
+	if (r->pos + q->tail_len != q->b)
+		return -EINVAL;
+	dcr_blake3_run_update(r, q->bytes + q->head_len, q->tail_len);
+	return 0;
+}
+
 int dcr_blake3_part_of(const void *p, uint64_t a, uint64_t b, uint64_t n,
 		       struct dcr_blake3_part *out)
 {

@@ -89,6 +89,11 @@ struct dcr_blake3_run {
 };
 int dcr_blake3_run_init(struct dcr_blake3_run *r, uint64_t a, uint64_t b, uint64_t n);
 void dcr_blake3_run_update(struct dcr_blake3_run *r, const void *p, size_t len);
+/* The same from the parts of the runs that follow each other from where
+ * the run is (each at its end): 0, or -EINVAL for a part of another input
+ * or that does not start where the run is, which leaves the run unusable
+ * (release it). Whole chunks are not hashed again. */
+int dcr_blake3_run_append(struct dcr_blake3_run *r, const struct dcr_blake3_part *q);
 /* The part, once all b - a bytes came (else -EINVAL); the run is spent. */
 int dcr_blake3_run_final(struct dcr_blake3_run *r, struct dcr_blake3_part *out);
 void dcr_blake3_run_release(struct dcr_blake3_run *r);

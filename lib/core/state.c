@@ -176,6 +176,11 @@ static size_t band_rows(uint64_t seg, uint64_t lp)
 	return sb ? sb : 1;
 }
 
+uint64_t dcr_stripes_band_rows(const struct dcr_stripes *s)
+{
+	return band_rows(s->seg, s->pitch);
+}
+
 int dcr_stripes_parts(const struct dcr_stripes *s, const uint8_t *local, uint64_t r0,
 		      uint64_t r1, uint64_t c0, uint64_t c1, struct dcr_parts *ps,
 		      struct dcr_err *e)
@@ -402,6 +407,153 @@ void dcr_tdigest_free(struct dcr_tdigest *t)
 	free(t->run);
 	free(t->stage);
 	free(t->g);
+	free(t);
+}
+
+/* ---- a digest from parts that come in the order of the stored bytes ---- */
+
+static int cmp_part_a(const void *x, const void *y)
+{
+	const struct dcr_blake3_part *a = x, *b = y;
+	return a->a < b->a ? -1 : a->a > b->a;
+}
+
+int dcr_stripes_range_parts(const struct dcr_stripes *s, const uint8_t *bytes, uint64_t x0,
+			    uint64_t x1, struct dcr_parts *ps, struct dcr_err *e)
+{
+	uint64_t es = s->esize;
+	if (x0 > x1 || x1 > s->nbytes || (es && (x0 % es || x1 % es)))
+		return dcr_err_set(e, -EINVAL, "bytes [%llu, %llu) are not whole elements of a tensor of %llu bytes",
+				   (unsigned long long)x0, (unsigned long long)x1,
+				   (unsigned long long)s->nbytes);
+	size_t first = ps->n;
+	int r = 0;
+	if (x0 == x1)
+		return 0;
+	if (!es) {
+		/* not striped: the stream is the stored bytes */
+		struct dcr_blake3_part *p = parts_add(ps);
+		if (!p || dcr_blake3_part_of(bytes, x0, x1, s->nbytes, p)) {
+			if (p)
+				ps->n--;
+			return dcr_err_sys(e, ENOMEM, "tensor digest");
+		}
+		return 0;
+	}
+	uint64_t C = s->cols, e0 = x0 / es, e1 = x1 / es;
+	uint64_t r0 = e0 / C, c0 = e0 % C, r1 = e1 / C, c1 = e1 % C;
+	if (r0 == r1)
+		return dcr_stripes_parts(s, bytes, r0, r0 + 1, c0, c1, ps, e);
+	if (c0) {
+		/* the first row's end */
+		r = dcr_stripes_parts(s, bytes, r0, r0 + 1, c0, C, ps, e);
+		bytes += (C - c0) * es;
+		r0++;
+	}
+	/* whole rows from a multiple of the band (rows the hasher takes at
+	 * once), where its stripes take whole chunks in batches; the rows
+	 * before on their own */
+	uint64_t sb = band_rows(s->seg, s->pitch), ra = (r0 + sb - 1) / sb * sb;
+	if (!r && r0 < ra && ra < r1) {
+		r = dcr_stripes_parts(s, bytes, r0, ra, 0, C, ps, e);
+		bytes += (ra - r0) * s->pitch;
+		r0 = ra;
+	}
+	if (!r && r0 < r1) {
+		r = dcr_stripes_parts(s, bytes, r0, r1, 0, C, ps, e);
+		bytes += (r1 - r0) * s->pitch;
+	}
+	if (!r && c1)
+		r = dcr_stripes_parts(s, bytes, r1, r1 + 1, 0, c1, ps, e);
+	if (!r && ps->n - first > 1)
+		qsort(ps->v + first, ps->n - first, sizeof(*ps->v), cmp_part_a);
+	return r;
+}
+
+struct dcr_tacc {
+	struct dcr_stripes s;
+	struct dcr_blake3_run *run; /* a run per stripe, over all its rows */
+	uint64_t pos;		    /* stored bytes taken */
+	int bad;
+};
+
+struct dcr_tacc *dcr_tacc_new(int dtype, unsigned ndim, const uint64_t *shape)
+{
+	struct dcr_tacc *t = dcr_calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	dcr_stripes_init(&t->s, dtype, ndim, shape);
+	const struct dcr_stripes *s = &t->s;
+	size_t n = (size_t)s->nstripes;
+	t->run = s->nbytes ? dcr_calloc(n, sizeof(*t->run)) : NULL;
+	if (!t->run) {
+		free(t);
+		return NULL;
+	}
+	for (size_t j = 0; j < n; j++) {
+		uint64_t at = dcr_stripes_start(s, j), w = dcr_stripes_width(s, j);
+		if (dcr_blake3_run_init(&t->run[j], at, at + s->rows * w, s->nbytes)) {
+			while (j--)
+				dcr_blake3_run_release(&t->run[j]);
+			free(t->run);
+			free(t);
+			return NULL;
+		}
+	}
+	return t;
+}
+
+uint64_t dcr_tacc_pos(const struct dcr_tacc *t)
+{
+	return t->pos;
+}
+
+int dcr_tacc_add(struct dcr_tacc *t, const struct dcr_parts *ps, uint64_t x1)
+{
+	const struct dcr_stripes *s = &t->s;
+	uint64_t span = s->rows * s->seg; /* stream bytes of every stripe but the last */
+	if (t->bad || x1 < t->pos || x1 > s->nbytes)
+		return t->bad = -EINVAL;
+	for (size_t k = 0; k < ps->n; k++) {
+		uint64_t j = span ? ps->v[k].a / span : 0;
+		if (j >= s->nstripes)
+			j = s->nstripes - 1;
+		if (dcr_blake3_run_append(&t->run[j], &ps->v[k]))
+			return t->bad = -EINVAL;
+	}
+	t->pos = x1;
+	return 0;
+}
+
+int dcr_tacc_final(struct dcr_tacc *t, dcr_digest *out)
+{
+	const struct dcr_stripes *s = &t->s;
+	struct dcr_parts ps = {0};
+	struct dcr_err e;
+	int r = t->bad || t->pos != s->nbytes ? -EINVAL : 0;
+	for (size_t j = 0; j < s->nstripes; j++) {
+		struct dcr_blake3_part *p = r ? NULL : parts_add(&ps);
+		if (!p) {
+			r = r ? r : -ENOMEM;
+		} else if (dcr_blake3_run_final(&t->run[j], p)) {
+			ps.n--;
+			r = -EINVAL;
+		}
+	}
+	if (!r && dcr_stripes_join(s, &ps, out, &e))
+		r = -EINVAL;
+	dcr_parts_free(&ps);
+	t->bad = r ? r : -EINVAL; /* spent */
+	return r;
+}
+
+void dcr_tacc_free(struct dcr_tacc *t)
+{
+	if (!t)
+		return;
+	for (size_t j = 0; j < t->s.nstripes; j++)
+		dcr_blake3_run_release(&t->run[j]);
+	free(t->run);
 	free(t);
 }
 

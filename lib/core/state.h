@@ -57,6 +57,26 @@ int dcr_stripes_parts(const struct dcr_stripes *s, const uint8_t *local, uint64_
 int dcr_stripes_join(const struct dcr_stripes *s, const struct dcr_parts *ps, dcr_digest *out,
 		     struct dcr_err *e);
 
+/* The rows the hasher takes at once: ranges of whole rows that start at a
+ * multiple of them are hashed fastest (their stripes in whole chunks). */
+uint64_t dcr_stripes_band_rows(const struct dcr_stripes *s);
+/* The digest parts of stored bytes [x0, x1) of a tensor (whole elements),
+ * given at bytes, added to ps in stream order within each stripe (sorted
+ * by where they start). */
+int dcr_stripes_range_parts(const struct dcr_stripes *s, const uint8_t *bytes, uint64_t x0,
+			    uint64_t x1, struct dcr_parts *ps, struct dcr_err *e);
+/* A tensor digest from the parts of its stored bytes taken in order: each
+ * dcr_tacc_add gives those of [pos, x1) (dcr_stripes_range_parts), their
+ * whole chunks not hashed again. An add that does not follow on makes it
+ * bad (-EINVAL from then on, and from final); final spends it. Memory: a
+ * hasher per stripe, whatever the tensor's size. */
+struct dcr_tacc;
+struct dcr_tacc *dcr_tacc_new(int dtype, unsigned ndim, const uint64_t *shape);
+uint64_t dcr_tacc_pos(const struct dcr_tacc *t);
+int dcr_tacc_add(struct dcr_tacc *t, const struct dcr_parts *ps, uint64_t x1);
+int dcr_tacc_final(struct dcr_tacc *t, dcr_digest *out);
+void dcr_tacc_free(struct dcr_tacc *t);
+
 /* A tensor digest from its stored bytes fed in order, in pieces of any
  * size (diff, apply and placement hash as they read or write). */
 struct dcr_tdigest;
