@@ -20,6 +20,7 @@
 #include "refit/ipool.h"
 #include "refit/journal.h"
 #include "refit/plan.h"
+#include "refit/prehash.h"
 #include "refit/stage.h"
 
 /* ---- applying a pack ----
@@ -38,6 +39,10 @@ struct spool {
 	size_t len, off;
 	uint64_t nitems, nchanges;
 	int xor_seen; /* XOR items left out (receiver not at the base) */
+	/* the digests of the tensors, put together as their items are
+	 * resolved (refit/prehash.h), for the journal's check */
+	struct ap_prehash *pre;
+	struct ap_parts_ring ring;
 };
 
 static int spool_item(struct spool *s, const char *name, const struct dcr_item *it,
@@ -122,8 +127,10 @@ static int spool_next(void *ctx, struct plan *p, struct dcr_item *it, struct dcr
 
 /* One payload item made ready for the spool (ctx: the payload's tensor
  * table, which does not change while items are in the pool): an XOR item
- * resolved against the base bits at arg and encoded as an OVERWRITE, an
- * OVERWRITE decoded (so that a bad payload is refused early) and kept. */
+ * resolved against the base bits (arg: a cell of the parts ring with the
+ * base tensor), encoded as an OVERWRITE, and its new bytes hashed into
+ * the cell when they were read; an OVERWRITE decoded (so that a bad
+ * payload is refused early) and kept. */
 static int spool_work(void *ctx, const struct dcr_item *it, void *arg, struct dcr_changes *ch,
 		      struct dcr_buf *scratch, struct dcr_buf *enc, struct dcr_item *out,
 		      struct dcr_err *e)
@@ -139,9 +146,14 @@ static int spool_work(void *ctx, const struct dcr_item *it, void *arg, struct dc
 		return 0;
 	if (it->enc != DCR_ENC_XOR)
 		return dcr_item_decode(it, unit, ch, e);
-	if ((r = dcr_item_base(arg, it, unit, scratch, &base, e)))
+	struct ap_parts_cell *cell = arg;
+	if ((r = dcr_item_base(cell->base, it, unit, scratch, &base, e)) ||
+	    (r = dcr_item_to_overwrite(it, unit, base, ch, enc, out, e)))
 		return r;
-	return dcr_item_to_overwrite(it, unit, base, ch, enc, out, e);
+	const struct dcr_delta_tensor *t = &lt[it->tensor];
+	if (base == scratch->p)
+		cell->parts = ap_prehash_parts(t->dtype, t->ndim, t->shape, it, scratch->p, ch);
+	return 0;
 }
 
 /* The next item the pool made ready, into the spool (1), or 0: none left. */
@@ -149,9 +161,14 @@ static int spool_take(struct spool *s, struct ap_ipool *ip, const struct dcr_del
 		      struct dcr_err *e)
 {
 	struct dcr_item it;
+	struct ap_parts_cell *cell = ap_ring_take(&s->ring);
 	int r = ap_ipool_get(ip, &it, NULL, e);
 	if (r != 1)
 		return r;
+	if (cell) {
+		ap_prehash_take(s->pre, lt[it.tensor].name, cell->base, &it, cell->parts);
+		cell->parts = NULL;
+	}
 	return (r = spool_item(s, lt[it.tensor].name, &it, e)) ? r : 1;
 }
 
@@ -189,7 +206,8 @@ static int spool_give(struct spool *s, struct ap_ipool *ip, const struct dcr_del
 	while (!ap_ipool_room(ip))
 		if ((r = spool_take(s, ip, lt, e)) < 0)
 			return r;
-	return ap_ipool_put(ip, &it, (void *)base) ? dcr_err_sys(e, ENOMEM, "%s", what) : 0;
+	return ap_ipool_put(ip, &it, ap_ring_give(&s->ring, base)) ? dcr_err_sys(e, ENOMEM, "%s", what)
+								    : 0;
 }
 
 /* Resolve one payload's items into the spool, on every core, in order. */
@@ -235,6 +253,7 @@ static int spool_payload(struct spool *s, const uint8_t *buf, size_t len,
 	while (r == 0 && (r = spool_take(s, ip, lt, e)) == 1)
 		r = 0;
 	ap_ipool_free(ip);
+	s->ring.taken = s->ring.given; /* the items the pool dropped, after an error */
 	dcr_payload_records_close(&rd);
 	for (size_t i = 0; i < nlt; i++)
 		dcr_delta_tensor_clear(&lt[i]);
@@ -519,6 +538,10 @@ static int apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 		goto out;
 	if ((r = ap_current_state(rc, &ak.c, &ak.cur, &ak.cur_dg, e)))
 		goto out;
+	if (!(ak.s.pre = ap_prehash_new())) {
+		r = dcr_err_sys(e, ENOMEM, "apply");
+		goto out;
+	}
 	unlink(sp);
 	ak.s.fd = open(sp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (ak.s.fd < 0) {
@@ -542,9 +565,13 @@ static int apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 	}
 	if ((r = ak_check(&ak, e)) || (r = ak_read_spool(&ak, e)))
 		goto out;
+	ak.p.pre = ak.s.pre;
 	r = ap_commit_plan(&ak.x, &ak.p, ak.c, &ak.cur, ak.cur_dg,
 			   (struct item_src){spool_next, &ak.s}, res, e);
 out:
+	ak.p.pre = NULL;
+	ap_ring_release(&ak.s.ring);
+	ap_prehash_free(ak.s.pre);
 	if (ak.s.fd >= 0)
 		close(ak.s.fd);
 	unlink(sp);

@@ -41,21 +41,27 @@
 #include "refit/journal.h"
 #include "refit/plan.h"
 #include "refit/ipool.h"
+#include "refit/prehash.h"
 #include "refit/stage.h"
 
 /* Items of a staged delta: XOR masks resolved against the current bits,
- * on every core (refit/ipool.h), in the delta's order. */
+ * on every core (refit/ipool.h), in the delta's order, and their new
+ * bytes hashed there for the check (refit/prehash.h). */
 struct delta_items {
 	struct dcr_delta_reader rd;
 	int fd;
 	int eof;
 	int threads;
 	struct ap_ipool *pool;
+	struct ap_prehash *pre;
+	struct ap_parts_ring ring;
 };
 
 /* One item decoded against the bits of the receiver's tensor (ctx: the
  * plan), read into the thread's scratch, and encoded as an OVERWRITE of
- * its new bits. A DENSE overwrite already is one, coded as the journal
+ * its new bits; when they were read, the item's new values go into them
+ * and they are hashed into digest parts for the check (arg: the cell
+ * they go in). A DENSE overwrite already is one, coded as the journal
  * codes it (PLAIN): it goes in as it came (a dense copy's items were
  * decoded and coded again, zstd and all, for nothing), decoded first by
  * the journal's check, which refuses one that does not decode before
@@ -69,14 +75,17 @@ static int resolve_item(void *ctx, const struct dcr_item *it, void *arg, struct 
 	unsigned unit = dcr_dtype_unit(pt->t.dtype);
 	const uint8_t *base = NULL;
 	int r;
-	(void)arg;
-	(void)ch;
 	if (dcr_item_is_dense_overwrite(it))
 		return 0;
 	if (it->enc == DCR_ENC_XOR && pt->cur &&
 	    (r = dcr_item_base(pt->cur, it, unit, scratch, &base, e)))
 		return r;
-	return dcr_item_to_overwrite(it, unit, base, ch, enc, out, e);
+	if ((r = dcr_item_to_overwrite(it, unit, base, ch, enc, out, e)))
+		return r;
+	if (base && base == scratch->p)
+		((struct ap_parts_cell *)arg)->parts =
+			ap_prehash_parts(pt->t.dtype, pt->t.ndim, pt->t.shape, it, scratch->p, ch);
+	return 0;
 }
 
 static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struct dcr_err *e)
@@ -86,6 +95,9 @@ static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struc
 	int r;
 	if (!d->pool && !(d->pool = ap_ipool_new(d->threads, resolve_item, p)))
 		return dcr_err_sys(e, ENOMEM, "apply");
+	if (!d->pre && !(d->pre = ap_prehash_new()))
+		return dcr_err_sys(e, ENOMEM, "apply");
+	p->pre = d->pre;
 	while (!d->eof && ap_ipool_room(d->pool)) {
 		if ((r = dcr_delta_next(&d->rd, &rec, e)) < 0)
 			return r;
@@ -98,10 +110,16 @@ static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struc
 		struct dcr_item it;
 		if ((r = dcr_delta_parse_item(&rec, &it, e)))
 			return r;
-		if (ap_ipool_put(d->pool, &it, NULL))
+		if (ap_ipool_put(d->pool, &it, ap_ring_give(&d->ring, NULL)))
 			return dcr_err_sys(e, ENOMEM, "apply");
 	}
-	return ap_ipool_get(d->pool, o, NULL, e);
+	struct ap_parts_cell *cell = ap_ring_take(&d->ring);
+	if ((r = ap_ipool_get(d->pool, o, NULL, e)) == 1 && cell) {
+		const struct ptensor *pt = &p->t[o->tensor];
+		ap_prehash_take(d->pre, pt->t.name, pt->cur, o, cell->parts);
+		cell->parts = NULL;
+	}
+	return r;
 }
 
 /* Where the delta src starts (its first head_len bytes read already), when
@@ -182,6 +200,9 @@ static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uin
 	r = ap_commit_plan(&x, &p, c, &cur, cur_dg, (struct item_src){delta_items_next, &di}, res, e);
 out:
 	ap_ipool_free(di.pool);
+	ap_ring_release(&di.ring);
+	ap_prehash_free(di.pre);
+	p.pre = NULL;
 	dcr_delta_reader_release(&di.rd);
 	if (di.fd >= 0)
 		close(di.fd);

@@ -22,6 +22,7 @@
 #include "core/util.h"
 #include "refit/ipool.h"
 #include "refit/journal.h"
+#include "refit/prehash.h"
 
 /* ---- checking the journal before it is committed ----
  * Every touched tensor's new bytes (its current bytes, or zeros for a new
@@ -356,13 +357,23 @@ static int cmp_jitem(const void *a, const void *b)
 	return x->it.start < y->it.start ? -1 : x->it.start > y->it.start;
 }
 
-/* Hand tensor t, whose items are all in, to the threads. */
+/* Hand tensor t, whose items are all in, to the threads; or take its
+ * digest as its items were resolved (refit/prehash.h), when each of them
+ * was, in order, from the receiver's bits, which leaves nothing to read
+ * (not for a direct tensor, whose bytes go to its staged file, nor when
+ * it is hashed again for late items). */
 static int jc_queue(struct jcheck *jc, uint32_t t)
 {
 	struct jtensor *jt = &jc->jt[t];
 	const struct ptensor *pt = &jc->p->t[t];
 	jt->queued = 1;
 	jt->late = 0;
+	if (jc->p->pre && !pt->direct && !jt->restage && jt->n &&
+	    !(pt->t.flags & DCR_TENSOR_NEW) &&
+	    ap_prehash_get(jc->p->pre, pt->t.name, jt->n, &jt->got)) {
+		jt_drop(jt);
+		return 0;
+	}
 	if (jt->n > 1)
 		qsort(jt->items, jt->n, sizeof(*jt->items), cmp_jitem);
 	return dcr_hpool_add(jc->pool, pt->t.dtype, pt->t.ndim, pt->t.shape, NULL, jt_feed, jt_done,

@@ -24,6 +24,8 @@ struct ptensor {
 	const struct dcr_ckpt_tensor *cur; /* in the receiver, when present */
 };
 
+struct ap_prehash;
+
 struct plan {
 	struct ptensor *t;
 	size_t n, cap;
@@ -38,6 +40,9 @@ struct plan {
 	uint64_t nitems, nchanges;
 	dcr_digest *alt; /* alternative bases (BASES record, or the manifest) */
 	int any_base;    /* a dense copy: fits a receiver in any state */
+	/* digests the item source put together as it resolved the items
+	 * (refit/prehash.h; the source's), or NULL */
+	struct ap_prehash *pre;
 	size_t nalt;
 	uint64_t nxor;   /* XOR items: none allowed from an alternative base */
 };
