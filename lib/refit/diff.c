@@ -190,6 +190,20 @@ static int add_item(struct tout *t, uint32_t tidx, uint8_t enc, uint64_t start, 
 	return 0;
 }
 
+/* Units per item of tensor ni, about `chunk`: whole bands of rows where a
+ * band fits (core/state.h, dcr_stripes_band_rows), so that the receiver,
+ * which hashes each item's new bytes as it resolves it (refit/prehash.h),
+ * hashes whole chunks of every stripe in batches. */
+static uint64_t item_units(uint64_t chunk, const struct dcr_tensor_info *ni, unsigned unit)
+{
+	struct dcr_stripes st;
+	dcr_stripes_init(&st, ni->dtype, ni->ndim, ni->shape);
+	if (!st.esize || st.esize != unit)
+		return chunk;
+	uint64_t band = dcr_stripes_band_rows(&st) * st.cols;
+	return band && band <= chunk ? chunk / band * band : chunk;
+}
+
 static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 {
 	struct dctx *d = w->d;
@@ -199,7 +213,7 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 	int same = dcr_ckpt_tensor_is(bt, ni->dtype, ni->ndim, ni->shape);
 	unsigned unit = dcr_dtype_unit(ni->dtype);
 	uint64_t nunits = dcr_tensor_bytes(ni) / unit;
-	uint64_t chunk = d->chunk;
+	uint64_t chunk = item_units(d->chunk, ni, unit);
 	struct dcr_tdigest *td = dcr_tdigest_new(ni->dtype, ni->ndim, ni->shape);
 	int r = td ? 0 : dcr_err_sys(&t->e, ENOMEM, "diff");
 	for (uint64_t s = 0; s < nunits && !r; s += chunk) {
