@@ -135,9 +135,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "dcr-apply: '%s' is already at the target %.12s\n", ckpt, t);
 		else
 			fprintf(stderr,
-				"dcr-apply: applied %llu changes in %llu items, %llu tensors verified; state %.12s\n",
+				"dcr-apply: applied %llu changes in %llu items, %llu tensors verified "
+				"(%llu hashed from their items); state %.12s\n",
 				(unsigned long long)res.changes, (unsigned long long)res.items,
-				(unsigned long long)res.tensors_checked, t);
+				(unsigned long long)res.tensors_checked,
+				(unsigned long long)res.tensors_prehashed, t);
 	}
 	dcr_receiver_close(rc);
 	return cmd_finish(EXIT_OK);

@@ -1,6 +1,7 @@
 #!/bin/sh
 # dcr-apply hashes each touched tensor once, before the commit point, and
-# says how many it verified; --recheck hashes them again after the write
+# says how many it verified, and how many of them it hashed from the
+# items as they were resolved, without reading them again; --recheck hashes them again after the write
 # and verifies the same tensors. A recovery (a journal committed by a run
 # that was killed) always hashes after the write: a byte of a touched
 # tensor changed behind the journal's back (one no overwrite restores) is
@@ -25,12 +26,34 @@ EOF
 [ "$touched" -gt 0 ] || fail "the step touches no tensor"
 
 verified() { sed -n 's/.*items, \([0-9]*\) tensors verified.*/\1/p' "$T/err"; }
+# of those, how many the check took from the resolved items (refit/prehash.h)
+prehashed() { sed -n 's/.*tensors verified (\([0-9]*\) hashed from their items).*/\1/p' "$T/err"; }
 
 cp -r "$T/g/v0" "$T/a"
 run 0 dcr-apply "$T/a" "$T/d"
 v=$(verified)
 [ "$v" = "$touched" ] || { cat "$T/err" >&2; fail "default apply verified '$v' tensors, $touched are touched"; }
+# dcr-diff writes each tensor's items in order: every touched tensor's
+# digest is put together as its items are resolved, none read again
+v=$(prehashed)
+[ "$v" = "$touched" ] || { cat "$T/err" >&2; fail "default apply hashed '$v' tensors from their items, $touched are touched"; }
 same "$T/a" "$T/g/v1"
+
+# the same as a pack of several payloads, and with two tensors' items
+# taking turns (tests/hostile interleave), which the check still takes
+# from the items
+run 0 dcr-pack -q -s 64K -o "$T/p" "$T/d"
+"$DCR_BUILD/tests/hostile" interleave "$T/d" "$T/dx" || fail "hostile interleave exited $?"
+for d in p dx; do
+	rm -rf "$T/a"
+	cp -r "$T/g/v0" "$T/a"
+	run 0 dcr-apply "$T/a" "$T/$d"
+	v=$(verified)
+	[ "$v" = "$touched" ] || { cat "$T/err" >&2; fail "apply of $d verified '$v' tensors, $touched are touched"; }
+	v=$(prehashed)
+	[ "$v" = "$touched" ] || { cat "$T/err" >&2; fail "apply of $d hashed '$v' tensors from their items, $touched are touched"; }
+	same "$T/a" "$T/g/v1"
+done
 
 cp -r "$T/g/v0" "$T/b"
 run 0 dcr-apply --recheck "$T/b" "$T/d"

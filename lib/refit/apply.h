@@ -42,6 +42,9 @@ struct dcr_apply_result {
 	dcr_digest base, target; /* base: the receiver's state before, one of the delta's bases */
 	uint8_t attempt[16];
 	uint64_t changes, items, tensors_checked;
+	uint64_t tensors_prehashed; /* of those checked before the commit, how many
+				       were hashed as their items were resolved
+				       (refit/prehash.h), not read again */
 	int already;    /* receiver was already at the target */
 	int recovered;  /* a journal from an interrupted run was replayed */
 };

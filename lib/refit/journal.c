@@ -371,6 +371,7 @@ static int jc_queue(struct jcheck *jc, uint32_t t)
 	if (jc->p->pre && !pt->direct && !jt->restage && jt->n &&
 	    !(pt->t.flags & DCR_TENSOR_NEW) &&
 	    ap_prehash_get(jc->p->pre, pt->t.name, jt->n, &jt->got)) {
+		jc->p->prehashed++;
 		jt_drop(jt);
 		return 0;
 	}
@@ -1150,6 +1151,8 @@ static int rp_check(struct replay *rp, struct dcr_apply_result *res, struct dcr_
 		r = dcr_hpool_wait(rp->pool);
 	if (r)
 		return dcr_err_sys(e, -r, "cannot hash '%s'", rp->x->rc->dir);
+	if (res && rp->checked)
+		res->tensors_prehashed = rp->checked->prehashed;
 	for (size_t i = 0; i < p->n; i++) {
 		if (!rp->sel[i]) {
 			if (res && (p->t[i].touched || rp_direct(rp, i)))

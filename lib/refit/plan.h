@@ -43,6 +43,7 @@ struct plan {
 	/* digests the item source put together as it resolved the items
 	 * (refit/prehash.h; the source's), or NULL */
 	struct ap_prehash *pre;
+	uint64_t prehashed; /* tensors whose digest the check took from it */
 	size_t nalt;
 	uint64_t nxor;   /* XOR items: none allowed from an alternative base */
 };
