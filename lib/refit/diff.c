@@ -4,16 +4,22 @@
  * are unchanged is compared chunk by chunk and its changes go out as XOR
  * items; any other target tensor goes out whole as OVERWRITE items.
  *
- * Worker threads (one per core) each take the next tensor, read base and
- * new chunk by chunk into buffers of their own (pread: the resident set
- * stays a few chunks, and a copy from the page cache is twice as fast as
- * reading it through a mapping), compare, encode items into the tensor's
- * output and hash the new bytes for its target digest (core/state.h): a
- * chunk is compared and hashed in steps of SCAN_STEP bytes, so that the
- * hash reads what the compare just brought into the cache.
- * The calling thread writes the outputs in tensor order as they complete;
- * workers run at most a few tensors ahead, so memory stays bounded by the
- * buffers and the encoded changes of the tensors in flight.
+ * The work is cut into units: a tensor, or a run of whole rows of a large
+ * one (SEG_BYTES, whole items). Worker threads (one per core) each take
+ * the next unit, read base and new chunk by chunk into buffers of their
+ * own (pread: the resident set stays a few chunks, and a copy from the
+ * page cache is twice as fast as reading it through a mapping), compare,
+ * encode items into the unit's output and hash the new bytes for the
+ * tensor's target digest (core/state.h): a chunk is compared and hashed in
+ * steps of SCAN_STEP bytes, so that the hash reads what the compare just
+ * brought into the cache. A unit of rows hashes them into digest parts,
+ * which the writer joins in order (dcr_tacc).
+ * The calling thread writes the outputs in order as they complete;
+ * workers run at most a few units ahead, so memory stays bounded by the
+ * buffers and the encoded changes of the units in flight, and the first
+ * items go out once the first unit is done, not the first tensor (a large
+ * embedding first in name order held a stream's first byte back for a
+ * third of a second).
  *
  * The base state id comes from --base-id, or BASE/.dcr/state when it still
  * describes BASE's files, or from hashing BASE first. After a diff, NEW's
@@ -42,10 +48,17 @@
 #endif
 
 #define SCAN_STEP (256u << 10)
+#define SEG_BYTES (8u << 20) /* stored bytes of a unit of rows, about */
 
+/* A unit of work: units [s0, s1) of tensor t, segment seg of its nseg,
+ * and what its worker made of it. */
 struct tout {
+	size_t t;
+	uint64_t s0, s1;
+	uint32_t seg, nseg;
 	struct dcr_buf recs;  /* framed ITEM records */
-	dcr_digest digest;
+	dcr_digest digest;    /* the tensor's (a tensor in one unit) */
+	struct dcr_parts parts; /* of its rows (a tensor in several) */
 	uint64_t items, changed;
 	int done;
 	int err;
@@ -57,6 +70,7 @@ struct dctx {
 	const struct dcr_ckpt *a, *b;
 	uint64_t chunk;
 	struct tout *out;
+	size_t nout;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	size_t next, written, window;
@@ -204,20 +218,80 @@ static uint64_t item_units(uint64_t chunk, const struct dcr_tensor_info *ni, uns
 	return band && band <= chunk ? chunk / band * band : chunk;
 }
 
-static int diff_tensor(struct worker *w, size_t i, struct tout *t)
+/* Units per unit of work of tensor ni (whole items of `chunk` units and
+ * whole rows), or 0 when it is one unit: rows too wide for an item, a
+ * dtype not striped, or a tensor of at most one. */
+static uint64_t seg_units(uint64_t chunk, const struct dcr_tensor_info *ni, unsigned unit)
+{
+	struct dcr_stripes st;
+	dcr_stripes_init(&st, ni->dtype, ni->ndim, ni->shape);
+	uint64_t per = SEG_BYTES / unit / chunk * chunk;
+	if (!st.esize || st.esize != unit || !st.cols || chunk % st.cols || per < chunk)
+		return 0;
+	return dcr_tensor_bytes(ni) / unit > per ? per : 0;
+}
+
+/* The units of work of b's tensors, in order: *out (*n of them). */
+static int plan_units(struct dctx *d, struct dcr_err *e)
+{
+	const struct dcr_ckpt *b = d->b;
+	size_t n = 0, cap = b->ntensors + 16;
+	struct tout *v = dcr_calloc(cap, sizeof(*v));
+	for (size_t i = 0; v && i < b->ntensors; i++) {
+		const struct dcr_tensor_info *ni = b->tensors[i].info;
+		unsigned unit = dcr_dtype_unit(ni->dtype);
+		uint64_t nunits = dcr_tensor_bytes(ni) / unit;
+		uint64_t per = seg_units(item_units(d->chunk, ni, unit), ni, unit);
+		uint32_t nseg = per ? (uint32_t)((nunits + per - 1) / per) : 1;
+		for (uint32_t k = 0; k < nseg; k++) {
+			if (n == cap) {
+				struct tout *x = realloc(v, 2 * cap * sizeof(*v));
+				if (!x) {
+					free(v);
+					v = NULL;
+					break;
+				}
+				memset(x + cap, 0, cap * sizeof(*v));
+				v = x;
+				cap *= 2;
+			}
+			struct tout *t = &v[n++];
+			t->t = i;
+			t->seg = k;
+			t->nseg = nseg;
+			t->s0 = per ? k * per : 0;
+			t->s1 = per && (k + 1) * per < nunits ? (k + 1) * per : nunits;
+		}
+	}
+	if (!v)
+		return dcr_err_sys(e, ENOMEM, "diff");
+	d->out = v;
+	d->nout = n;
+	return 0;
+}
+
+static int diff_unit(struct worker *w, struct tout *t)
 {
 	struct dctx *d = w->d;
+	size_t i = t->t;
 	const struct dcr_ckpt_tensor *nt = &d->b->tensors[i];
 	const struct dcr_tensor_info *ni = nt->info;
 	const struct dcr_ckpt_tensor *bt = dcr_ckpt_find(d->a, ni->name);
 	int same = dcr_ckpt_tensor_is(bt, ni->dtype, ni->ndim, ni->shape);
 	unsigned unit = dcr_dtype_unit(ni->dtype);
-	uint64_t nunits = dcr_tensor_bytes(ni) / unit;
 	uint64_t chunk = item_units(d->chunk, ni, unit);
-	struct dcr_tdigest *td = dcr_tdigest_new(ni->dtype, ni->ndim, ni->shape);
+	struct dcr_tdigest *td;
+	if (t->nseg == 1) {
+		td = dcr_tdigest_new(ni->dtype, ni->ndim, ni->shape);
+	} else {
+		struct dcr_stripes st; /* its rows are the stripes' (seg_units) */
+		dcr_stripes_init(&st, ni->dtype, ni->ndim, ni->shape);
+		td = dcr_tdigest_new_rows(ni->dtype, ni->ndim, ni->shape, t->s0 / st.cols,
+					  t->s1 / st.cols);
+	}
 	int r = td ? 0 : dcr_err_sys(&t->e, ENOMEM, "diff");
-	for (uint64_t s = 0; s < nunits && !r; s += chunk) {
-		uint64_t len = nunits - s < chunk ? nunits - s : chunk;
+	for (uint64_t s = t->s0; s < t->s1 && !r; s += chunk) {
+		uint64_t len = t->s1 - s < chunk ? t->s1 - s : chunk;
 		size_t nb = (size_t)(len * unit);
 		/* each chunk read into the worker's buffers: reading page-cached
 		 * files through a mapping costs the kernel a page-table entry per
@@ -260,7 +334,8 @@ static int diff_tensor(struct worker *w, size_t i, struct tout *t)
 				     &t->e);
 		}
 	}
-	if (!r && dcr_tdigest_final(td, &t->digest))
+	if (!r && (t->nseg == 1 ? dcr_tdigest_final(td, &t->digest)
+				: dcr_tdigest_parts(td, &t->parts)))
 		r = dcr_err_set(&t->e, -EINVAL, "diff: tensor '%s' was not hashed whole", ni->name);
 	dcr_tdigest_free(td);
 	return r;
@@ -272,17 +347,17 @@ static void *work(void *arg)
 	struct dctx *d = w->d;
 	for (;;) {
 		pthread_mutex_lock(&d->mu);
-		while (!d->abort && d->next < d->b->ntensors && d->next >= d->written + d->window)
+		while (!d->abort && d->next < d->nout && d->next >= d->written + d->window)
 			pthread_cond_wait(&d->cv, &d->mu);
 		size_t i = d->next;
-		if (d->abort || i >= d->b->ntensors) {
+		if (d->abort || i >= d->nout) {
 			pthread_mutex_unlock(&d->mu);
 			return NULL;
 		}
 		d->next++;
 		pthread_mutex_unlock(&d->mu);
 		struct tout *t = &d->out[i];
-		t->err = diff_tensor(w, i, t);
+		t->err = diff_unit(w, t);
 		pthread_mutex_lock(&d->mu);
 		t->done = 1;
 		pthread_cond_broadcast(&d->cv);
@@ -397,47 +472,68 @@ static int start_workers(struct dctx *d, struct worker *ws, int threads, pthread
 	return 0;
 }
 
-/* Every target tensor's record and, once its worker is done, its items,
- * in tensor order; dg gets their digests, *changed and *total_bytes the
- * totals. */
+/* Every target tensor's record and, as its workers are done, the items
+ * of its units, in order; dg gets the tensors' digests (a tensor of
+ * several units: its units' parts joined in order), *changed and
+ * *total_bytes the totals. */
 static int write_tensors(struct dctx *d, struct dcr_delta_writer *w, dcr_digest *dg,
 			 uint64_t *changed, uint64_t *total_bytes, struct dcr_err *e)
 {
 	const struct dcr_diff_opts *o = d->o;
 	const struct dcr_ckpt *a = d->a, *b = d->b;
+	struct dcr_tacc *acc = NULL;
 	uint64_t done_bytes = 0;
-	int r;
+	int r = 0;
 	for (size_t i = 0; i < b->ntensors; i++)
 		*total_bytes += dcr_tensor_bytes(b->tensors[i].info);
-	for (size_t i = 0; i < b->ntensors; i++) {
-		struct dcr_delta_tensor dt;
-		dcr_diff_tensor_record(a, b, i, &dt);
-		if ((r = dcr_delta_write_tensor(w, &dt, e)))
-			return r;
+	for (size_t u = 0; u < d->nout && !r; u++) {
+		struct tout *t = &d->out[u];
+		const struct dcr_tensor_info *ni = b->tensors[t->t].info;
+		unsigned unit = dcr_dtype_unit(ni->dtype);
+		if (t->seg == 0) {
+			struct dcr_delta_tensor dt;
+			dcr_diff_tensor_record(a, b, t->t, &dt);
+			if ((r = dcr_delta_write_tensor(w, &dt, e)))
+				break;
+			if (t->nseg > 1 && !(acc = dcr_tacc_new(ni->dtype, ni->ndim, ni->shape))) {
+				r = dcr_err_sys(e, ENOMEM, "diff");
+				break;
+			}
+		}
 		pthread_mutex_lock(&d->mu);
-		while (!d->out[i].done)
+		while (!t->done)
 			pthread_cond_wait(&d->cv, &d->mu);
 		pthread_mutex_unlock(&d->mu);
-		struct tout *t = &d->out[i];
 		if (t->err) {
 			*e = t->e;
-			return t->err;
+			r = t->err;
+			break;
 		}
 		r = dcr_delta_write_raw(w, t->recs.p, t->recs.len, t->items, t->changed, e);
-		dg[i] = t->digest;
+		if (!r && t->nseg == 1) {
+			dg[t->t] = t->digest;
+		} else if (!r && (dcr_tacc_add(acc, &t->parts, t->s1 * unit) ||
+				  (t->seg + 1 == t->nseg && dcr_tacc_final(acc, &dg[t->t])))) {
+			r = dcr_err_set(e, -EINVAL, "diff: tensor '%s' was not hashed whole",
+					ni->name);
+		}
+		if (t->seg + 1 == t->nseg) {
+			dcr_tacc_free(acc);
+			acc = NULL;
+		}
 		*changed += t->changed;
 		dcr_buf_free(&t->recs);
+		dcr_parts_free(&t->parts);
 		pthread_mutex_lock(&d->mu);
-		d->written = i + 1;
+		d->written = u + 1;
 		pthread_cond_broadcast(&d->cv);
 		pthread_mutex_unlock(&d->mu);
-		if (r)
-			return r;
-		done_bytes += dcr_tensor_bytes(b->tensors[i].info);
-		if (o->progress)
+		done_bytes += (t->s1 - t->s0) * unit;
+		if (!r && o->progress)
 			o->progress(o->progress_ctx, done_bytes, *total_bytes);
 	}
-	return 0;
+	dcr_tacc_free(acc);
+	return r;
 }
 
 int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_diff_stats *st,
@@ -471,10 +567,11 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 	uint8_t attempt[16];
 	if ((r = dcr_attempt_id(o->attempt, attempt, e)))
 		goto out;
-	d.out = dcr_calloc(b->ntensors, sizeof(*d.out));
+	if ((r = plan_units(&d, e)))
+		goto out;
 	dg = dcr_calloc(b->ntensors, sizeof(*dg));
 	ws = dcr_calloc((size_t)threads, sizeof(*ws));
-	if (!d.out || !dg || !ws) {
+	if (!dg || !ws) {
 		r = dcr_err_sys(e, ENOMEM, "diff");
 		goto out;
 	}
@@ -523,9 +620,10 @@ out:
 			dcr_buf_free(&ws[k].enc);
 		}
 	free(ws);
-	if (d.out && b)
-		for (size_t i = 0; i < b->ntensors; i++)
-			dcr_buf_free(&d.out[i].recs);
+	for (size_t i = 0; i < d.nout; i++) {
+		dcr_buf_free(&d.out[i].recs);
+		dcr_parts_free(&d.out[i].parts);
+	}
 	free(d.out);
 	free(dg);
 	pthread_mutex_destroy(&d.mu);
