@@ -25,6 +25,10 @@ static const char usage[] =
 	"\n"
 	"  -o, --output DIR|-      where the pack goes (default: '-', a tar stream)\n"
 	"  -s, --payload-size SIZE raw bytes per payload: 64M by default (K, M, G)\n"
+	"      --linger MS         reading a stream (a pipe): close a payload of 1M or\n"
+	"                          more MS milliseconds after its first item came, so\n"
+	"                          that a slow diff's items go out within about MS\n"
+	"                          (default 100; 0: by size alone, as from a file)\n"
 	"      --digest ALG        payload checksums: blake3 (default) or sha256, which\n"
 	"                          receivers built before BLAKE3 payloads need\n"
 	"      --producer R/N      be producer R of the N training ranks that make one\n"
@@ -294,6 +298,7 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"output", required_argument, NULL, 'o'},
 		{"payload-size", required_argument, NULL, 's'},
+		{"linger", required_argument, NULL, 'G'},
 		{"digest", required_argument, NULL, 'd'},
 		{"version", required_argument, NULL, 'V'},
 		{"policy", required_argument, NULL, 'Y'},
@@ -313,7 +318,7 @@ int main(int argc, char **argv)
 	};
 	const char *output = "-", *sign = NULL, *base = NULL;
 	struct dcr_pack_opts o = {0};
-	int list = 0, porcelain = 0, squash = 0, delta_out = 0, c;
+	int list = 0, porcelain = 0, squash = 0, delta_out = 0, linger = -1, c;
 	char eol = '\n';
 	uint8_t attempt[16];
 	while ((c = getopt_long(argc, argv, ":o:s:lzqh", longopts, NULL)) != -1) {
@@ -322,6 +327,9 @@ int main(int argc, char **argv)
 		case 's':
 			if (!(o.payload_size = cmd_parse_size(optarg)))
 				cmd_usage_error(usage, "bad --payload-size '%s'", optarg);
+			break;
+		case 'G':
+			linger = (int)cmd_parse_u64(usage, "--linger", optarg, 0, 600000);
 			break;
 		case 'd':
 			if (!strcmp(optarg, "blake3"))
@@ -395,6 +403,12 @@ int main(int argc, char **argv)
 		if (in < 0)
 			cmd_die("cannot open '%s': %s", input, strerror(errno));
 	}
+	/* payloads close after a linger only in a stream: a delta in a file
+	 * (or a squashed chain) always gives the same pack */
+	struct stat sb;
+	if (squash || (!fstat(in, &sb) && S_ISREG(sb.st_mode)))
+		linger = 0;
+	o.linger_ms = linger < 0 ? 100 : (unsigned)linger;
 	struct dcr_err e = {0};
 	struct dcr_pack_out out;
 	struct dcr_tar_out *tar;

@@ -69,7 +69,7 @@ one_line() {
 publish() {
 	dest=$1
 	shift
-	st diff dcr-diff "$T/g/v0" "$T/g/v1" | st pack dcr-pack "$@" | st push dcr-push -q - "$dest"
+	st diff dcr-diff "$T/g/v0" "$T/g/v1" | st pack dcr-pack --linger 0 "$@" | st push dcr-push -q - "$dest"
 	rc_is diff 0
 	rc_is pack 0
 	rc_is push 0
@@ -127,7 +127,7 @@ gated_publish() {
 	DIFFPID=$!
 	python3 -c "$GATE" "$pass" "$T/release" <"$T/delta.fifo" >"$T/gated.fifo" 2>"$T/gate.err" &
 	GATEPID=$!
-	dcr-pack "$@" <"$T/gated.fifo" >"$T/packed.fifo" 2>"$T/pack.err" &
+	dcr-pack --linger 0 "$@" <"$T/gated.fifo" >"$T/packed.fifo" 2>"$T/pack.err" &
 	PACKPID=$!
 	dcr-push -q - "$dest" <"$T/packed.fifo" 2>"$T/push.err" &
 	PUSHPID=$!

@@ -29,6 +29,7 @@ struct packer {
 	uint32_t *used;         /* globals mapped in the open payload */
 	uint32_t nused;
 	struct dcr_buf raw, img;
+	double opened;          /* when the open payload got its first item */
 	struct dcr_buf pieces; /* BLAKE3 piece CVs of the payloads so far */
 	size_t rcap_names;
 	uint64_t bytes;
@@ -132,6 +133,15 @@ static int pack_tensor(struct packer *k, const struct dcr_delta_rec *rec, struct
 	return 0;
 }
 
+#define LINGER_PAYLOADS 1000
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* An ITEM record into the current payload (its tensor's record first, once
  * per payload), flushed at the payload size. */
 static int pack_item(struct packer *k, const struct dcr_delta_rec *rec, struct dcr_err *e)
@@ -143,6 +153,8 @@ static int pack_item(struct packer *k, const struct dcr_delta_rec *rec, struct d
 	if (it.tensor >= k->m.ntensors)
 		return dcr_err_set(e, DCR_EFORMAT, "delta: item for undeclared tensor %u",
 				   it.tensor);
+	if (!k->raw.len && k->o && k->o->linger_ms)
+		k->opened = mono_s();
 	if (k->local[it.tensor] < 0) {
 		if (raw_record(&k->raw, DCR_REC_TENSOR, k->tbody[it.tensor].p,
 			       k->tbody[it.tensor].len))
@@ -166,7 +178,16 @@ static int pack_item(struct packer *k, const struct dcr_delta_rec *rec, struct d
 	k->m.nchanges += it.n;
 	uint64_t cap = k->o && k->o->payload_size ? k->o->payload_size
 						   : DCR_DEFAULT_PAYLOAD_SIZE;
-	return k->raw.len >= cap ? flush_payload(k, e) : 0;
+	if (k->raw.len >= cap)
+		return flush_payload(k, e);
+	/* lingered long enough (a stream's slow producer): out it goes; a
+	 * pack's first LINGER_PAYLOADS only, so that a producer, which may
+	 * make DCR_PRODUCER_STRIDE, gets there by size */
+	unsigned lg = k->o ? k->o->linger_ms : 0;
+	return lg && k->m.npayloads < LINGER_PAYLOADS && k->raw.len >= DCR_LINGER_MIN_RAW &&
+			       mono_s() - k->opened >= lg * 1e-3
+		       ? flush_payload(k, e)
+		       : 0;
 }
 
 /* A PARTS record: the tensor's digest parts, for a producer's summary. */

@@ -28,6 +28,10 @@ struct dcr_pack_out {
 
 struct dcr_pack_opts {
 	uint64_t payload_size; /* raw bytes per payload (default 64 MiB) */
+	/* in a stream: a payload of DCR_LINGER_MIN_RAW or more is closed
+	 * once linger_ms passed since its first item came (0: by size
+	 * alone), so that what a slow diff made goes out within about that */
+	unsigned linger_ms;
 	enum dcr_payload_digest_alg digest; /* payload trailers (default BLAKE3) */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;

@@ -28,6 +28,8 @@
 #define DCR_PAYLOAD_MAX_RAW (1ull << 32) /* 4 GiB decompressed at most */
 #define DCR_PAYLOAD_MAX_FILE (1ull << 33) /* a sanity bound on sizes manifests list */
 #define DCR_DEFAULT_PAYLOAD_SIZE (64u << 20)
+/* raw bytes a payload holds at least to be closed by a linger (pack.h) */
+#define DCR_LINGER_MIN_RAW (1u << 20)
 #define DCR_PIECE_LOG2 20 /* payloads are checked in 1 MiB pieces */
 #define DCR_PAYLOADS_MAX (1u << 24) /* payloads in one pack, indices 0 .. 2^24 - 1 */
 
