@@ -62,6 +62,18 @@ follow_remote() {
 start_server http http-store.js --log "$T/log"
 follow_remote "http://127.0.0.1:$PORT/store" /store
 
+# a store that stays still is listed about five times a second (naps of
+# 200 ms; after a round that fetched payloads, 25 ms doubling to 200):
+# waiting 3 s for a pack that never comes lists it 20 times at most
+: >"$T/log"
+rc=0
+dcr-pull -q --wait 3 "http://127.0.0.1:$PORT/store/never" >/dev/null 2>"$T/pull.err" || rc=$?
+[ "$rc" = 128 ] || fail "dcr-pull --wait of a pack that never comes exited $rc: $(cat "$T/pull.err")"
+lists=$(grep -c '^GET /store/?prefix=never' "$T/log" || true)
+[ "$lists" -ge 3 ] && [ "$lists" -le 20 ] ||
+	fail "waiting 3 s for a still store listed it $lists times (3 to 20 expected)"
+echo "a still store: listed $lists times in a 3 s wait"
+
 start_s3 s3 --log "$T/log"
 export DCR_S3_ENDPOINT="$EP"
 follow_remote s3://dcr-test/refits /dcr-test/refits

@@ -226,7 +226,7 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 			return r;
 	}
 	double deadline = now_s() + o->timeout_s;
-	unsigned good = 0;
+	unsigned good = 0, had = 0, nap_ms = 25;
 	for (;;) {
 		r = dcr_policy_ref(s, policy, o->version, &d, e);
 		if (!r) {
@@ -254,7 +254,14 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 					   "policy '%s': %u of %u receivers acknowledged version %llu (state %.12s) after %.0f s; nothing committed",
 					   policy, good, o->expect, (unsigned long long)o->version, hex,
 					   o->timeout_s);
-		usleep(100 * 1000);
+		/* listed again after 25 ms, doubling to 100 ms while no new
+		 * acknowledgement comes: the receivers of one refit tend to
+		 * finish together, and the last one's wait is the refit's */
+		if (good > had)
+			nap_ms = 25;
+		had = good;
+		usleep(nap_ms * 1000);
+		nap_ms = nap_ms * 2 > 100 ? 100 : nap_ms * 2;
 	}
 	char *name = dcr_asprintf("%s/refs/v%llu", policy, (unsigned long long)o->version);
 	/* a nonce makes every committer's bytes unique: the store treats

@@ -1003,6 +1003,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 	int have_m = 0, r = 0, remote = 1;
 	double torn_since = 0; /* when a manifest that does not parse was first seen */
 	uint32_t next = 0; /* next payload index to hand on */
+	unsigned nap_ms = 200; /* between rounds that found nothing new */
 	uint64_t bytes = 0;
 	if (!nsrc)
 		return dcr_err_set(e, -EINVAL, "pull: no source");
@@ -1070,6 +1071,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 			st->skipped += skipped;
 		if (r)
 			goto out;
+		int fetched = limit > next;
 		next = limit;
 		if (have_m)
 			break;
@@ -1080,7 +1082,18 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 					v[i].name, dcr_store_url(v[i].s), o ? o->wait_s : 0, next);
 			goto out;
 		}
-		usleep(200 * 1000);
+		/* a round that fetched payloads lists again at once (more may
+		 * have come while they crossed the link), and the rounds after
+		 * it nap 25 ms, doubling to 200 ms: a push in progress is
+		 * followed closely, a store that stays still is listed five
+		 * times a second (a 200 ms nap after each round left a slow
+		 * link idle between payloads, and the last payload waiting) */
+		if (fetched) {
+			nap_ms = 25;
+		} else {
+			usleep((useconds_t)nap_ms * 1000);
+			nap_ms = nap_ms * 2 > 200 ? 200 : nap_ms * 2;
+		}
 	}
 	if (sig) { /* the signature, then the manifest: as pack directories list them */
 		dcr_fault_point(o ? o->fault : NULL);
