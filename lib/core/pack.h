@@ -28,10 +28,6 @@ struct dcr_pack_out {
 
 struct dcr_pack_opts {
 	uint64_t payload_size; /* raw bytes per payload (default 64 MiB) */
-	/* in a stream: a payload of DCR_LINGER_MIN_RAW or more is closed
-	 * once linger_ms passed since its first item came (0: by size
-	 * alone), so that what a slow diff made goes out within about that */
-	unsigned linger_ms;
 	enum dcr_payload_digest_alg digest; /* payload trailers (default BLAKE3) */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
@@ -53,6 +49,12 @@ struct dcr_pack_opts {
 	int producers;         /* N, or 0 */
 	uint32_t producer;     /* R */
 	const uint8_t *attempt;
+	/* a payload of DCR_LINGER_MIN_RAW or more is also closed once
+	 * linger_ms passed since its first item came (0: by size alone), so
+	 * that what a slow producer of a stream made goes out within about
+	 * that; the pack then depends on the timing (dcr-pack sets it for
+	 * pipes only). Last, so that the fields before keep their places. */
+	unsigned linger_ms;
 };
 
 struct dcr_pack_stats {
