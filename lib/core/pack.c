@@ -135,13 +135,6 @@ static int pack_tensor(struct packer *k, const struct dcr_delta_rec *rec, struct
 
 #define LINGER_PAYLOADS 1000
 
-static double mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* An ITEM record into the current payload (its tensor's record first, once
  * per payload), flushed at the payload size. */
 static int pack_item(struct packer *k, const struct dcr_delta_rec *rec, struct dcr_err *e)
@@ -154,7 +147,7 @@ static int pack_item(struct packer *k, const struct dcr_delta_rec *rec, struct d
 		return dcr_err_set(e, DCR_EFORMAT, "delta: item for undeclared tensor %u",
 				   it.tensor);
 	if (!k->raw.len && k->o && k->o->linger_ms)
-		k->opened = mono_s();
+		k->opened = dcr_now_s();
 	if (k->local[it.tensor] < 0) {
 		if (raw_record(&k->raw, DCR_REC_TENSOR, k->tbody[it.tensor].p,
 			       k->tbody[it.tensor].len))
@@ -185,7 +178,7 @@ static int pack_item(struct packer *k, const struct dcr_delta_rec *rec, struct d
 	 * make DCR_PRODUCER_STRIDE, gets there by size */
 	unsigned lg = k->o ? k->o->linger_ms : 0;
 	return lg && k->m.npayloads < LINGER_PAYLOADS && k->raw.len >= DCR_LINGER_MIN_RAW &&
-			       mono_s() - k->opened >= lg * 1e-3
+			       dcr_now_s() - k->opened >= lg * 1e-3
 		       ? flush_payload(k, e)
 		       : 0;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/util.h"
@@ -26,6 +27,13 @@ char *dcr_asprintf(const char *fmt, ...)
 		s = NULL;
 	va_end(ap);
 	return s;
+}
+
+double dcr_now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 int dcr_ncpu(void)

@@ -1,4 +1,4 @@
-/* util.h - memory helpers, the machine's size, numbered names. */
+/* util.h - memory helpers, the machine's size, a clock, numbered names. */
 #ifndef DCR_CORE_UTIL_H
 #define DCR_CORE_UTIL_H
 
@@ -6,6 +6,9 @@
 #include <stdint.h>
 
 int dcr_ncpu(void); /* online CPUs, 1..64 */
+
+/* Seconds on the monotonic clock (for waits and deadlines). */
+double dcr_now_s(void);
 
 /* Memory: abort-free; callers handle NULL. */
 void *dcr_calloc(size_t n, size_t size);

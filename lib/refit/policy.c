@@ -199,13 +199,6 @@ int dcr_policy_target(struct dcr_store *s, const char *policy, uint64_t version,
 	return r;
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 int dcr_policy_commit(struct dcr_store *s, const char *policy,
 		      const struct dcr_policy_commit_opts *o, unsigned *acks_seen,
 		      struct dcr_err *e)
@@ -225,7 +218,7 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 		if (r)
 			return r;
 	}
-	double deadline = now_s() + o->timeout_s;
+	double deadline = dcr_now_s() + o->timeout_s;
 	unsigned good = 0, had = 0, nap_ms = 25;
 	for (;;) {
 		r = dcr_policy_ref(s, policy, o->version, &d, e);
@@ -249,7 +242,7 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 			*acks_seen = good;
 		if (good >= o->expect)
 			break;
-		if (now_s() >= deadline)
+		if (dcr_now_s() >= deadline)
 			return dcr_err_set(e, DCR_ENOTFOUND,
 					   "policy '%s': %u of %u receivers acknowledged version %llu (state %.12s) after %.0f s; nothing committed",
 					   policy, good, o->expect, (unsigned long long)o->version, hex,

@@ -25,13 +25,6 @@ struct got {
 	char why[256]; /* why it is not in yet */
 };
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* Every payload the summary lists is in the store and ends with the
  * trailer the summary names: 0, 1 when one is not (yet), or an error. */
 static int check_payloads(struct dcr_store *s, const char *name, struct got *g,
@@ -159,7 +152,7 @@ static int wait_summaries(struct dcr_store *s, const char *name, const struct dc
 			  struct got *g, struct dcr_finalize_stats *st, struct dcr_err *e)
 {
 	uint32_t n = o->producers, have = 0;
-	double t0 = now_s(), deadline = t0 + o->timeout_s;
+	double t0 = dcr_now_s(), deadline = t0 + o->timeout_s;
 	int r;
 	for (;;) {
 		if ((r = check_listing(s, name, n, e)))
@@ -177,14 +170,14 @@ static int wait_summaries(struct dcr_store *s, const char *name, const struct dc
 		}
 		if (have == n)
 			break;
-		if (now_s() >= deadline) {
+		if (dcr_now_s() >= deadline) {
 			char list[512] = "";
 			size_t at = 0, shown = 0;
 			for (uint32_t p = 0; p < n && at < sizeof(list) - 80; p++)
 				if (!g[p].ok && shown++ < 8)
 					at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%u (%s)",
 							       at ? ", " : "", p, g[p].why);
-			st->wait_s = now_s() - t0;
+			st->wait_s = dcr_now_s() - t0;
 			return dcr_err_set(e, DCR_ENOTFOUND,
 					   "pack '%s' in '%s': %u of %u producers not in after %.0f s: %s%s; no manifest written",
 					   name, dcr_store_url(s), n - have, n, o->timeout_s, list,
@@ -192,7 +185,7 @@ static int wait_summaries(struct dcr_store *s, const char *name, const struct dc
 		}
 		usleep(200 * 1000);
 	}
-	st->wait_s = now_s() - t0;
+	st->wait_s = dcr_now_s() - t0;
 	return 0;
 }
 

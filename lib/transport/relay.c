@@ -205,13 +205,6 @@ static void mh_load(void)
 	mh_rc = dcr_dynlib_load("for the relay", so, sym, sizeof(sym) / sizeof(sym[0]), &mh_err);
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 static void say(struct dcr_relay *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(struct dcr_relay *r, const char *fmt, ...)
 {
@@ -556,7 +549,7 @@ static int wave_line(struct dcr_relay *r, struct robj *o, char *line, size_t n)
 	snprintf(line, n, "served '%s': %llu bytes to %u %s (%llu bytes sent) in %.2f s, from '%s'%s",
 		 o->name, (unsigned long long)o->size, o->wave_children,
 		 o->wave_children == 1 ? "child" : "children", (unsigned long long)o->wave_bytes,
-		 now_s() - o->wave_t0, from, o->failovers ? " after a failover" : "");
+		 dcr_now_s() - o->wave_t0, from, o->failovers ? " after a failover" : "");
 	o->wave_children = 0;
 	o->wave_bytes = 0;
 	return 1;
@@ -1100,12 +1093,12 @@ static int fetch_payload(struct dcr_relay *r, struct robj *o, uint8_t *buf, stru
 static void fetch_obj(struct dcr_relay *r, struct robj *o, uint8_t *buf)
 {
 	struct dcr_err e = {0};
-	o->t_fetch0 = now_s();
+	o->t_fetch0 = dcr_now_s();
 	int rc = o->idx < 0 ? fetch_manifest(r, o, &e) : fetch_payload(r, o, buf, &e);
 	char line[1400];
 	int have_line = 0;
 	pthread_mutex_lock(&r->mu);
-	o->t_fetched = now_s();
+	o->t_fetched = dcr_now_s();
 	if (rc) {
 		o->err = e;
 		o->err.code = rc;
@@ -1498,7 +1491,7 @@ static enum MHD_Result answer_obj(struct rreq *q)
 	if (!q->head) {
 		pthread_mutex_lock(&r->mu);
 		if (!o->wave_children++)
-			o->wave_t0 = now_s();
+			o->wave_t0 = dcr_now_s();
 		o->children++;
 		o->active++;
 		q->responding = 1;
@@ -1920,7 +1913,7 @@ static struct robj *acquire(struct dcr_relay *r, const char *name, struct dcr_er
 	}
 	o->refs++;
 	if (!o->wave_children++)
-		o->wave_t0 = now_s();
+		o->wave_t0 = dcr_now_s();
 	o->children++;
 	o->active++;
 	enqueue_fetch(r, o, 1);
@@ -2077,13 +2070,13 @@ int dcr_relay_pull(struct dcr_relay *r, const char *name, struct dcr_pack_out ou
 	size_t man_len = 0;
 	struct dcr_manifest m;
 	int have_m = 0;
-	double deadline = now_s() + wait_s;
+	double deadline = dcr_now_s() + wait_s;
 	if (!mname || !buf) {
 		rc = dcr_err_sys(e, ENOMEM, "relay");
 		goto out;
 	}
 	while ((rc = read_whole(r, mname, &man, &man_len, e)) == DCR_ENOTFOUND &&
-	       now_s() < deadline)
+	       dcr_now_s() < deadline)
 		usleep(250 * 1000);
 	if (rc == DCR_ENOTFOUND)
 		rc = dcr_err_set(e, DCR_ENOTFOUND, "no pack '%s' at the relay's parents%s", name,

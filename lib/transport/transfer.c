@@ -336,13 +336,6 @@ out:
 
 /* ---- pull ---- */
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* Fetch one payload, check it (and its manifest digest when known). */
 static int check_payload(const char *oname, const uint8_t *buf, size_t len, uint32_t idx,
 			 const dcr_digest *sum, const dcr_digest *want, struct dcr_err *e)
@@ -547,7 +540,7 @@ static int fetch_again(const struct fetch *f, int rc, int *tries)
 {
 	double d = *tries < 4 ? 0.2 * (1 << *tries) : 2.0;
 	if (f->m || (rc != DCR_EFORMAT && rc != DCR_EDIGEST) || *tries >= FETCH_AGAIN ||
-	    now_s() + d > f->deadline)
+	    dcr_now_s() + d > f->deadline)
 		return 0;
 	usleep((useconds_t)(d * 1e6));
 	(*tries)++;
@@ -995,7 +988,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 		  const struct dcr_xfer_opts *o, struct dcr_xfer_stats *st, struct dcr_err *e)
 {
 	int par = o && o->parallel > 0 ? o->parallel : 4;
-	double deadline = now_s() + (o ? o->wait_s : 0);
+	double deadline = dcr_now_s() + (o ? o->wait_s : 0);
 	struct sources ss = {v, nsrc, 0};
 	uint8_t *man = NULL, *sig = NULL;
 	size_t man_len = 0, sig_len = 0;
@@ -1021,13 +1014,13 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 			if (!r) {
 				have_m = 1;
 			} else if ((r == DCR_EFORMAT || r == DCR_EDIGEST) && o && o->wait_s > 0 &&
-				   now_s() < deadline &&
-				   (torn_since == 0 || now_s() < torn_since + TORN_MANIFEST_S)) {
+				   dcr_now_s() < deadline &&
+				   (torn_since == 0 || dcr_now_s() < torn_since + TORN_MANIFEST_S)) {
 				/* a manifest that does not parse while we wait may be
 				 * one being written (see fetch_again): asked again
 				 * next round, for TORN_MANIFEST_S at most */
 				if (torn_since == 0)
-					torn_since = now_s();
+					torn_since = dcr_now_s();
 			} else if (r != DCR_ENOTFOUND) {
 				goto out;
 			} else if (!o || o->wait_s <= 0) {
@@ -1075,7 +1068,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 		next = limit;
 		if (have_m)
 			break;
-		if (now_s() > deadline) {
+		if (dcr_now_s() > deadline) {
 			size_t i = src_cur(&ss);
 			r = dcr_err_set(e, DCR_ENOTFOUND,
 					"no manifest for '%s' in '%s' after waiting %.0f s (%u payloads seen)",
