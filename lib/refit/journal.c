@@ -357,18 +357,22 @@ static int cmp_jitem(const void *a, const void *b)
 	return x->it.start < y->it.start ? -1 : x->it.start > y->it.start;
 }
 
-/* Hand tensor t, whose items are all in, to the threads; or take its
- * digest as its items were resolved (refit/prehash.h), when each of them
- * was, in order, from the receiver's bits, which leaves nothing to read
- * (not for a direct tensor, whose bytes go to its staged file, nor when
- * it is hashed again for late items). */
-static int jc_queue(struct jcheck *jc, uint32_t t)
+/* Hand tensor t to the threads; or, when its items are known to be all
+ * in (complete), take its digest as its items were resolved
+ * (refit/prehash.h), when each of them was, in order, from the receiver's
+ * bits, which leaves nothing to read (not for a direct tensor, whose
+ * bytes go to its staged file, nor when it is hashed again for late
+ * items). A tensor handed over before its items are known to be in (past
+ * the budget, items out of tensor order) is not asked of the prehash: it
+ * would finish the tensor there, reading and hashing the rest of its
+ * bytes from the receiver for a digest that a later item makes void. */
+static int jc_queue(struct jcheck *jc, uint32_t t, int complete)
 {
 	struct jtensor *jt = &jc->jt[t];
 	const struct ptensor *pt = &jc->p->t[t];
 	jt->queued = 1;
 	jt->late = 0;
-	if (jc->p->pre && !pt->direct && !jt->restage && jt->n &&
+	if (complete && jc->p->pre && !pt->direct && !jt->restage && jt->n &&
 	    !(pt->t.flags & DCR_TENSOR_NEW) &&
 	    ap_prehash_get(jc->p->pre, pt->t.name, jt->n, &jt->got)) {
 		jc->p->prehashed++;
@@ -440,7 +444,8 @@ static int jc_add(struct jcheck *jc, const struct dcr_item *it)
 		if (__atomic_load_n(&jc->kept, __ATOMIC_RELAXED) > JC_KEEP_BUDGET) {
 			for (uint32_t i = 0; i < jc->p->n && !r; i++)
 				if (i != it->tensor && !jc->jt[i].queued && jc->jt[i].n)
-					r = jc_queue(jc, i);
+					r = jc_queue(jc, i, jc->any && i == jc->last &&
+								it->tensor > jc->last);
 			(void)dcr_hpool_wait(jc->pool);
 			if (r)
 				return r;
@@ -449,7 +454,7 @@ static int jc_add(struct jcheck *jc, const struct dcr_item *it)
 			return r;
 	}
 	if (jc->any && it->tensor > jc->last && !jc->jt[jc->last].queued)
-		r = jc_queue(jc, jc->last);
+		r = jc_queue(jc, jc->last, 1);
 	if (!jc->any || it->tensor > jc->last)
 		jc->last = it->tensor;
 	jc->any = 1;
@@ -576,7 +581,7 @@ static int jc_reload(struct jcheck *jc, const char *path, int *q, struct dcr_err
 			break;
 		k0 = k1;
 		for (uint32_t t = t0; t < t1 && !r; t++)
-			if (jc->jt[t].late && (r = jc_queue(jc, t)))
+			if (jc->jt[t].late && (r = jc_queue(jc, t, 1)))
 				r = dcr_err_sys(e, -r, "journal");
 		*q = dcr_hpool_wait(jc->pool);
 		t0 = t1;
@@ -599,7 +604,7 @@ static int jc_finish(struct jcheck *jc, const char *path, struct dcr_err *e)
 	for (size_t i = 0; i < p->n && !r; i++) {
 		struct jtensor *jt = &jc->jt[i];
 		if (!jt->queued && (jt->n || (p->t[i].t.flags & DCR_TENSOR_NEW)))
-			r = jc_queue(jc, (uint32_t)i);
+			r = jc_queue(jc, (uint32_t)i, 1);
 		late |= jt->late;
 	}
 	int q = dcr_hpool_wait(jc->pool);
