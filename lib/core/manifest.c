@@ -108,6 +108,42 @@ int64_t dcr_manifest_find(const struct dcr_manifest *m, uint32_t idx)
 	return lo < m->npayloads && m->pindex[lo] == idx ? (int64_t)lo : -1;
 }
 
+void dcr_piece_check_init(struct dcr_piece_check *c, const struct dcr_manifest *m, uint32_t i,
+			  uint64_t pos)
+{
+	memset(c, 0, sizeof(*c));
+	c->m = m;
+	c->i = i;
+	c->pos = pos;
+	c->end = m->psize[i] - 32;
+}
+
+long dcr_piece_check_feed(struct dcr_piece_check *c, const uint8_t **p, size_t *n, int *ok)
+{
+	const struct dcr_manifest *m = c->m;
+	if (!*n || c->pos >= c->end)
+		return -1;
+	uint64_t k = c->pos >> m->piece_log2, stop = (k + 1) << m->piece_log2;
+	if (stop > c->end)
+		stop = c->end;
+	if (!c->open) {
+		dcr_blake3_init_at(&c->h, c->pos / 1024);
+		c->open = 1;
+	}
+	size_t take = stop - c->pos < *n ? (size_t)(stop - c->pos) : *n;
+	dcr_blake3_update(&c->h, *p, take);
+	*p += take;
+	*n -= take;
+	c->pos += take;
+	if (c->pos < stop)
+		return -1;
+	uint8_t cv[32];
+	dcr_blake3_final_piece(&c->h, m->piece0[c->i + 1] - m->piece0[c->i], cv);
+	c->open = 0;
+	*ok = !DCR_CHECKSUM_DIFFERS(cv, m->pieces[m->piece0[c->i] + k]);
+	return (long)k;
+}
+
 /* The pieces section: log2, then every payload's piece CVs, which must
  * add up to the payload's digest. */
 static int parse_pieces(struct dcr_rd *rd, const char *what, struct dcr_manifest *m,

@@ -91,6 +91,26 @@ static inline uint32_t dcr_manifest_index(const struct dcr_manifest *m, uint32_t
 /* The position of the payload with index idx in the manifest, or -1. */
 int64_t dcr_manifest_find(const struct dcr_manifest *m, uint32_t idx);
 
+/* Checking a payload piece by piece as its bytes stream in (dcr-pull's
+ * parts, a relay's windows): bytes [pos, end) of the manifest's payload
+ * at position i, end where its trailer starts; each whole piece's BLAKE3
+ * CV against the manifest's. */
+struct dcr_piece_check {
+	const struct dcr_manifest *m;
+	uint32_t i;
+	uint64_t pos, end; /* the next byte to hash, the end of the hashed bytes */
+	int open;          /* h holds the start of the piece at pos */
+	struct dcr_blake3 h;
+};
+/* From byte pos of payload i (a piece's start, or pos >= the trailer's). */
+void dcr_piece_check_init(struct dcr_piece_check *c, const struct dcr_manifest *m, uint32_t i,
+			  uint64_t pos);
+/* Hashes the bytes at *p, *n of them, up to the end of the piece at
+ * c->pos, and moves *p and *n past what it took. Returns the number of
+ * the piece they finish, *ok saying whether its CV is the manifest's, or
+ * -1 when they finish none (all taken, or the hashed bytes' end). */
+long dcr_piece_check_feed(struct dcr_piece_check *c, const uint8_t **p, size_t *n, int *ok);
+
 int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct dcr_err *e);
 int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
 		       struct dcr_err *e);

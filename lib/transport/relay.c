@@ -797,48 +797,34 @@ static void ensure_manifest(struct dcr_relay *r, struct rpack *p, uint8_t *buf)
 struct pcheck {
 	struct dcr_relay *r;
 	struct robj *o;
-	const struct dcr_manifest *m;
+	struct dcr_piece_check pc;
 	const uint8_t *buf; /* the window, from woff */
-	uint64_t woff, pos, end;
-	size_t np;
-	int open;
+	uint64_t woff;
 	long bad;
 	int werr;
 	struct dcr_err *e;
-	struct dcr_blake3 h;
 };
 
+/* A dcr_hasher that checks a window's pieces as they arrive; each good
+ * one goes into the spool and out to the children at once. */
 static void pcheck_update(void *ctx, const void *p, size_t n)
 {
 	struct pcheck *c = ctx;
-	const struct dcr_manifest *m = c->m;
-	uint64_t piece = (uint64_t)1 << m->piece_log2;
-	while (n && c->pos < c->end && c->bad < 0) {
-		uint64_t k = c->pos >> m->piece_log2, ps = k * piece, stop = ps + piece;
-		if (stop > c->end)
-			stop = c->end;
-		if (!c->open) {
-			dcr_blake3_init_at(&c->h, c->pos / 1024);
-			c->open = 1;
-		}
-		size_t take = stop - c->pos < n ? (size_t)(stop - c->pos) : n;
-		dcr_blake3_update(&c->h, p, take);
-		p = (const uint8_t *)p + take;
-		n -= take;
-		c->pos += take;
-		if (c->pos < stop)
+	const struct dcr_manifest *m = c->pc.m;
+	const uint8_t *q = p;
+	while (n && c->pc.pos < c->pc.end && c->bad < 0) {
+		int ok;
+		long k = dcr_piece_check_feed(&c->pc, &q, &n, &ok);
+		if (k < 0)
 			break;
-		uint8_t cv[32];
-		dcr_blake3_final_piece(&c->h, c->np, cv);
-		c->open = 0;
-		if (DCR_CHECKSUM_DIFFERS(cv, m->pieces[m->piece0[mpos(m, c->o->idx)] + k])) {
-			c->bad = (long)k;
+		if (!ok) {
+			c->bad = k;
 			break;
 		}
-		/* checked: into the spool, and out to the children */
+		uint64_t ps = (uint64_t)k << m->piece_log2, stop = c->pc.pos;
 		if (dcr_pwrite_full(c->o->fd, c->buf + (ps - c->woff), (size_t)(stop - ps), ps)) {
 			c->werr = dcr_err_sys(c->e, errno, "cannot write '%s'", c->o->tmp);
-			c->bad = (long)k;
+			c->bad = k;
 			break;
 		}
 		publish(c->r, c->o, stop, 0);
@@ -880,9 +866,8 @@ static int fetch_pieces(struct dcr_relay *r, struct robj *o, const struct dcr_ma
 			uint64_t pos = o->ready, len = size - pos < w ? size - pos : w;
 			if (pos + len < size && pos + len > end)
 				len = end - pos; /* the trailer comes whole, on its own */
-			struct pcheck c = {.r = r, .o = o, .m = m, .buf = buf, .woff = pos, .pos = pos,
-					   .end = end, .np = dcr_manifest_npieces(m, (uint32_t)mpos(m, o->idx)),
-					   .bad = -1, .e = e};
+			struct pcheck c = {.r = r, .o = o, .buf = buf, .woff = pos, .bad = -1, .e = e};
+			dcr_piece_check_init(&c.pc, m, (uint32_t)mpos(m, o->idx), pos);
 			struct dcr_hasher h = {pcheck_update, &c};
 			rc = dcr_store_get_range_hashed(pa->s, o->name, pos, (size_t)len, buf, &h, e);
 			if (c.werr)
@@ -891,7 +876,7 @@ static int fetch_pieces(struct dcr_relay *r, struct robj *o, const struct dcr_ma
 				rc = dcr_err_set(e, DCR_EDIGEST,
 						 "'%s/%s': piece %ld does not match the manifest",
 						 pa->url, o->name, c.bad);
-			if (!rc && c.pos != (pos + len < end ? pos + len : end))
+			if (!rc && c.pc.pos != (pos + len < end ? pos + len : end))
 				rc = dcr_err_set(e, -EIO, "'%s/%s': the range at %llu was not hashed whole",
 						 pa->url, o->name, (unsigned long long)pos);
 			if (!rc && pos + len == size) {

@@ -668,44 +668,23 @@ struct stream {
 	uint64_t *bytes;
 };
 
-/* A dcr_hasher that checks the pieces of a part as its bytes arrive:
- * each piece's BLAKE3 CV (a single piece: the root) against the
- * manifest's; the trailer is not hashed. */
+/* A dcr_hasher that checks the pieces of a part as its bytes arrive
+ * (dcr_piece_check; a single piece: the root); the trailer is not
+ * hashed. */
 struct piece_check {
-	const struct dcr_manifest *m;
-	uint32_t idx;
-	uint64_t pos, end; /* next byte to hash, end of the hashed bytes */
-	int open;
+	struct dcr_piece_check pc;
 	long bad; /* first piece that differs, or -1 */
-	struct dcr_blake3 h;
 };
 
 static void piece_check_update(void *ctx, const void *p, size_t n)
 {
 	struct piece_check *c = ctx;
-	const struct dcr_manifest *m = c->m;
-	size_t np = m->piece0[c->idx + 1] - m->piece0[c->idx];
-	uint64_t piece = (uint64_t)1 << m->piece_log2;
-	while (n && c->pos < c->end) {
-		uint64_t k = c->pos >> m->piece_log2, stop = (k + 1) * piece;
-		if (stop > c->end)
-			stop = c->end;
-		if (!c->open) {
-			dcr_blake3_init_at(&c->h, c->pos / 1024);
-			c->open = 1;
-		}
-		size_t take = stop - c->pos < n ? (size_t)(stop - c->pos) : n;
-		dcr_blake3_update(&c->h, p, take);
-		p = (const uint8_t *)p + take;
-		n -= take;
-		c->pos += take;
-		if (c->pos == stop) {
-			uint8_t got[32];
-			dcr_blake3_final_piece(&c->h, np, got);
-			if (c->bad < 0 && DCR_CHECKSUM_DIFFERS(got, m->pieces[m->piece0[c->idx] + k]))
-				c->bad = (long)k;
-			c->open = 0;
-		}
+	const uint8_t *q = p;
+	while (n && c->pc.pos < c->pc.end) {
+		int ok;
+		long k = dcr_piece_check_feed(&c->pc, &q, &n, &ok);
+		if (k >= 0 && !ok && c->bad < 0)
+			c->bad = k;
 	}
 }
 
@@ -728,7 +707,8 @@ static int check_part(const struct stream *f, const struct part *pt, const uint8
 	if (c->bad >= 0)
 		return dcr_err_set(e, DCR_EDIGEST,
 				   "'%s' does not match the manifest's digest (piece %ld)", url, c->bad);
-	if (c->open || c->pos != (pt->off + pt->len < c->end ? pt->off + pt->len : c->end))
+	const struct dcr_piece_check *pc = &c->pc;
+	if (pc->open || pc->pos != (pt->off + pt->len < pc->end ? pt->off + pt->len : pc->end))
 		return dcr_err_set(e, -EIO, "'%s': the part at %llu was not hashed whole", url,
 				   (unsigned long long)pt->off);
 	/* the trailer, in the last part */
@@ -743,7 +723,7 @@ static int check_part(const struct stream *f, const struct part *pt, const uint8
 static uint64_t part_resume(const struct dcr_manifest *m, const struct part *pt,
 			    const struct piece_check *c)
 {
-	uint64_t at = c->pos >= c->end ? c->end : c->pos >> m->piece_log2 << m->piece_log2;
+	uint64_t at = c->pc.pos >= c->pc.end ? c->pc.end : c->pc.pos >> m->piece_log2 << m->piece_log2;
 	if (c->bad >= 0 && ((uint64_t)c->bad << m->piece_log2) < at)
 		at = (uint64_t)c->bad << m->piece_log2;
 	return at < pt->off ? pt->off : at;
@@ -771,8 +751,8 @@ static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
 		struct pnames pn;
 		pnames_get(f->src, i, dcr_manifest_index(f->m, pt->idx), &pn);
 		const char *url = pn.url;
-		struct piece_check c = {.m = f->m, .idx = pt->idx, .pos = at,
-					.end = f->m->psize[pt->idx] - 32, .bad = -1};
+		struct piece_check c = {.bad = -1};
+		dcr_piece_check_init(&c.pc, f->m, pt->idx, at);
 		if (!url) {
 			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
 			pnames_free(&pn);
