@@ -362,6 +362,31 @@ void dcr_delta_tensor_clear(struct dcr_delta_tensor *t)
 	memset(t, 0, sizeof(*t));
 }
 
+int dcr_tensor_table_add(struct dcr_tensor_table *tt, const struct dcr_delta_rec *rec,
+			 const char *what, struct dcr_err *e)
+{
+	if (tt->n == tt->cap) {
+		size_t cap = tt->cap ? 2 * tt->cap : 16;
+		struct dcr_delta_tensor *v = realloc(tt->v, cap * sizeof(*v));
+		if (!v)
+			return dcr_err_sys(e, ENOMEM, "%s", what);
+		tt->v = v;
+		tt->cap = cap;
+	}
+	int r = dcr_delta_parse_tensor(rec, &tt->v[tt->n], e);
+	if (!r)
+		tt->n++;
+	return r;
+}
+
+void dcr_tensor_table_clear(struct dcr_tensor_table *tt)
+{
+	for (size_t i = 0; i < tt->n; i++)
+		dcr_delta_tensor_clear(&tt->v[i]);
+	free(tt->v);
+	memset(tt, 0, sizeof(*tt));
+}
+
 int dcr_delta_parse_tensor(const struct dcr_delta_rec *rec, struct dcr_delta_tensor *t,
 			   struct dcr_err *e)
 {

@@ -155,6 +155,16 @@ int dcr_delta_parse_tensor(const struct dcr_delta_rec *rec, struct dcr_delta_ten
 void dcr_delta_tensor_clear(struct dcr_delta_tensor *t);
 int dcr_delta_parse_item(const struct dcr_delta_rec *rec, struct dcr_item *it,
 			 struct dcr_err *e);
+/* A payload's TENSOR records, in order: its items name their tensor by
+ * its place here. */
+struct dcr_tensor_table {
+	struct dcr_delta_tensor *v;
+	size_t n, cap;
+};
+/* TENSOR record rec parsed onto the end of tt (whose v may move). */
+int dcr_tensor_table_add(struct dcr_tensor_table *tt, const struct dcr_delta_rec *rec,
+			 const char *what, struct dcr_err *e);
+void dcr_tensor_table_clear(struct dcr_tensor_table *tt);
 int dcr_delta_parse_name(const struct dcr_delta_rec *rec, char **name, struct dcr_err *e);
 /* BASES: varint count, count x state id[32]. *v is malloc'd. */
 int dcr_delta_write_bases(struct dcr_delta_writer *w, const dcr_digest *v, size_t n,

@@ -137,8 +137,7 @@ static int keep_item(struct items *s, const struct dcr_delta_tensor *t, const st
 static int read_payload(struct items *s, const uint8_t *buf, size_t len,
 			const struct dcr_payload *pl, const char *what, struct dcr_err *e)
 {
-	struct dcr_delta_tensor *lt = NULL;
-	size_t nlt = 0, cap = 0;
+	struct dcr_tensor_table lt = {0};
 	struct dcr_payload_records it;
 	int r = dcr_payload_records_open(&it, buf, len, pl, what, e);
 	if (r)
@@ -147,26 +146,16 @@ static int read_payload(struct items *s, const uint8_t *buf, size_t len,
 	while ((r = dcr_payload_records_next(&it, &rec, e)) == 1) {
 		r = 0;
 		if (rec.type == DCR_REC_TENSOR) {
-			if (nlt == cap) {
-				cap = cap ? 2 * cap : 16;
-				struct dcr_delta_tensor *v = realloc(lt, cap * sizeof(*v));
-				if (!v) {
-					r = dcr_err_sys(e, ENOMEM, "%s", what);
-					break;
-				}
-				lt = v;
-			}
-			if (!(r = dcr_delta_parse_tensor(&rec, &lt[nlt], e)))
-				nlt++;
+			r = dcr_tensor_table_add(&lt, &rec, what, e);
 		} else if (rec.type == DCR_REC_ITEM) {
 			struct dcr_item item;
 			if ((r = dcr_delta_parse_item(&rec, &item, e)))
 				break;
-			if (item.tensor >= nlt) {
+			if (item.tensor >= lt.n) {
 				r = dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor", what);
 				break;
 			}
-			r = keep_item(s, &lt[item.tensor], &item, e);
+			r = keep_item(s, &lt.v[item.tensor], &item, e);
 		} else if (rec.type != DCR_REC_REMOVE && rec.type < DCR_REC_ANCILLARY) {
 			r = dcr_err_set(e, DCR_EFORMAT, "%s: unexpected record type %u", what, rec.type);
 		}
@@ -174,9 +163,7 @@ static int read_payload(struct items *s, const uint8_t *buf, size_t len,
 			break;
 	}
 	dcr_payload_records_close(&it);
-	for (size_t i = 0; i < nlt; i++)
-		dcr_delta_tensor_clear(&lt[i]);
-	free(lt);
+	dcr_tensor_table_clear(&lt);
 	return r < 0 ? r : 0;
 }
 

@@ -135,7 +135,7 @@ static int spool_work(void *ctx, const struct dcr_item *it, void *arg, struct dc
 		      struct dcr_buf *scratch, struct dcr_buf *enc, struct dcr_item *out,
 		      struct dcr_err *e)
 {
-	const struct dcr_delta_tensor *lt = *(const struct dcr_delta_tensor *const *)ctx;
+	const struct dcr_delta_tensor *lt = ((const struct dcr_tensor_table *)ctx)->v;
 	unsigned unit = dcr_dtype_unit(lt[it->tensor].dtype);
 	const uint8_t *base;
 	int r;
@@ -215,8 +215,7 @@ static int spool_payload(struct spool *s, const uint8_t *buf, size_t len,
 			 const struct dcr_payload *pl, const char *what, const struct dcr_ckpt *c,
 			 int allow_xor, struct dcr_err *e)
 {
-	struct dcr_delta_tensor *lt = NULL;
-	size_t nlt = 0, cap = 0;
+	struct dcr_tensor_table lt = {0};
 	struct dcr_payload_records rd;
 	struct dcr_delta_rec rec;
 	struct ap_ipool *ip = ap_ipool_new(s->threads, spool_work, &lt);
@@ -227,37 +226,24 @@ static int spool_payload(struct spool *s, const uint8_t *buf, size_t len,
 		r = 0;
 		if (rec.type == DCR_REC_TENSOR) {
 			/* the table may move: the pool's items are done first */
-			while ((r = spool_take(s, ip, lt, e)) == 1)
+			while ((r = spool_take(s, ip, lt.v, e)) == 1)
 				;
-			if (r)
-				break;
-			if (nlt == cap) {
-				cap = cap ? 2 * cap : 16;
-				struct dcr_delta_tensor *v = realloc(lt, cap * sizeof(*v));
-				if (!v) {
-					r = dcr_err_sys(e, ENOMEM, "%s", what);
-					break;
-				}
-				lt = v;
-			}
-			if (!(r = dcr_delta_parse_tensor(&rec, &lt[nlt], e)))
-				nlt++;
+			if (!r)
+				r = dcr_tensor_table_add(&lt, &rec, what, e);
 		} else if (rec.type == DCR_REC_ITEM) {
-			r = spool_give(s, ip, lt, nlt, &rec, what, c, allow_xor, e);
+			r = spool_give(s, ip, lt.v, lt.n, &rec, what, c, allow_xor, e);
 		} else if (rec.type == DCR_REC_REMOVE) {
 			/* the manifest lists removals */
 		} else if (rec.type < DCR_REC_ANCILLARY) {
 			r = dcr_err_set(e, DCR_EFORMAT, "%s: unexpected record type %u", what, rec.type);
 		}
 	}
-	while (r == 0 && (r = spool_take(s, ip, lt, e)) == 1)
+	while (r == 0 && (r = spool_take(s, ip, lt.v, e)) == 1)
 		r = 0;
 	ap_ipool_free(ip);
 	s->ring.taken = s->ring.given; /* the items the pool dropped, after an error */
 	dcr_payload_records_close(&rd);
-	for (size_t i = 0; i < nlt; i++)
-		dcr_delta_tensor_clear(&lt[i]);
-	free(lt);
+	dcr_tensor_table_clear(&lt);
 	return r < 0 ? r : 0;
 }
 
