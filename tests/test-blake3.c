@@ -332,6 +332,49 @@ Test(manifest, piece_table)
 	cr_assert_eq(back.npieces, m.npieces);
 	cr_assert_eq(back.piece0[1], 1);
 	cr_assert_eq(memcmp(back.pieces, m.pieces, m.npieces * 32), 0);
+
+	/* the streaming check (dcr-pull's parts, a relay's windows): every
+	 * piece reported once, in order, whatever the slices; from a piece's
+	 * start on; a flipped byte fails its piece alone */
+	size_t slices[] = {1, 1000, 4096, 65537, (size_t)1 << 20};
+	for (int flip = 0; flip < 2; flip++)
+		for (size_t si = 0; si < sizeof(slices) / sizeof(slices[0]); si++)
+			for (uint32_t i = 0; i < 2; i++) {
+				uint8_t *buf = img[i].p;
+				uint64_t from = i == 1 && si == 4 ? 2ull << DCR_PIECE_LOG2 : 0;
+				uint64_t bad = (3ull << DCR_PIECE_LOG2 >> 1) + 7; /* in piece 1 */
+				if (flip && i == 1)
+					buf[bad] ^= 0x40;
+				struct dcr_piece_check pc;
+				dcr_piece_check_init(&pc, &back, i, from);
+				cr_assert_eq(pc.end, img[i].len - 32);
+				long want = (long)(from >> DCR_PIECE_LOG2);
+				const uint8_t *q = buf + from;
+				size_t left = (size_t)(pc.end - from);
+				while (left) {
+					size_t n = left < slices[si] ? left : slices[si];
+					left -= n;
+					while (n) {
+						int ok = -1;
+						long k = dcr_piece_check_feed(&pc, &q, &n, &ok);
+						if (k < 0)
+							continue;
+						cr_assert_eq(k, want, "payload %u: piece %ld, want %ld", i, k,
+							     want);
+						cr_assert_eq(ok, !(flip && i == 1 && k == 1),
+							     "payload %u piece %ld, slices of %zu, flip %d", i,
+							     k, slices[si], flip);
+						want++;
+					}
+				}
+				cr_assert_eq(want, (long)(back.piece0[i + 1] - back.piece0[i]));
+				cr_assert_eq(pc.pos, pc.end);
+				size_t zero = 0;
+				int ok;
+				cr_assert_eq(dcr_piece_check_feed(&pc, &q, &zero, &ok), -1);
+				if (flip && i == 1)
+					buf[bad] ^= 0x40;
+			}
 	dcr_manifest_release(&back);
 
 	/* a piece CV one bit off: its payload's pieces no longer add up */
