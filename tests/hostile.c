@@ -7,14 +7,16 @@
  *                                declares and holds 4 GiB of raw records
  *                                (ancillary records of zero bytes, each
  *                                64 MiB); no manifest
- *   hostile dense ELEMS ITEMS OUT
+ *   hostile dense ELEMS ITEMS OUT [TENSOR]
  *                                a dense copy of one NEW F64 tensor "t" of
  *                                ELEMS zero elements, in ITEMS dense items of
  *                                equal length (the last shorter; ITEMS 0:
  *                                none, the tensor only declared), and its
  *                                manifest (whose
  *                                target digest is wrong: an apply must fail
- *                                at the check, after staging)
+ *                                at the check, after staging); with TENSOR,
+ *                                the items name the payload's tensor
+ *                                TENSOR (1 or more: one it never declared)
  *   hostile overlap CKPT OUT [HOW]  a delta stream (not a pack) from CKPT's
  *                                state whose first tensor gets two OVERWRITE
  *                                items that overlap (elements [0, 8) and
@@ -218,7 +220,7 @@ static int cmd_bomb(const char *out)
 	return 0;
 }
 
-static int cmd_dense(uint64_t elems, uint64_t items, const char *out)
+static int cmd_dense(uint64_t elems, uint64_t items, uint64_t tensor, const char *out)
 {
 	struct dcr_err e;
 	dcr_digest zero = {{0}}, dg;
@@ -237,7 +239,7 @@ static int cmd_dense(uint64_t elems, uint64_t items, const char *out)
 		zframe_start(&planes, n * 8);
 		zzeros(&planes, n * 8, 1);
 		body.len = 0;
-		if (dcr_buf_add_varint(&body, 0) || dcr_buf_add_varint(&body, DCR_ITEM_DENSE) ||
+		if (dcr_buf_add_varint(&body, tensor) || dcr_buf_add_varint(&body, DCR_ITEM_DENSE) ||
 		    dcr_buf_add_u8(&body, DCR_ENC_OVERWRITE) || dcr_buf_add_u8(&body, DCR_CODEC_PLAIN) ||
 		    dcr_buf_add_varint(&body, s) || dcr_buf_add_varint(&body, n) ||
 		    dcr_buf_add_varint(&body, n) || dcr_buf_add_varint(&body, planes.len))
@@ -501,13 +503,14 @@ int main(int argc, char **argv)
 		return cmd_index((uint32_t)strtoul(argv[2], NULL, 10), argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "bomb"))
 		return cmd_bomb(argv[2]);
-	if (argc == 5 && !strcmp(argv[1], "dense"))
-		return cmd_dense(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10), argv[4]);
+	if ((argc == 5 || argc == 6) && !strcmp(argv[1], "dense"))
+		return cmd_dense(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10),
+				 argc == 6 ? strtoull(argv[5], NULL, 10) : 0, argv[4]);
 	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "overlap"))
 		return cmd_overlap(argv[2], argv[3], argc == 5 ? argv[4] : NULL);
 	if (argc == 4 && !strcmp(argv[1], "interleave"))
 		return cmd_interleave(argv[2], argv[3]);
-	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT | tamper IN OUT | overlap CKPT OUT [plain|dense|corrupt-dense]\n"
+	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT | overlap CKPT OUT [plain|dense|corrupt-dense]\n"
 	      "       hostile interleave IN OUT\n",
 	      stderr);
 	return 129;

@@ -6,7 +6,9 @@
 # time, stays under 300 MiB (the tensor itself is 128 MiB, staged and
 # hashed; also with 8 threads resolving), fails at its wrong target digest,
 # and leaves .dcr/stage empty
-# and the receiver as it was. A pack that only declares a new tensor of
+# and the receiver as it was. An item that names a tensor its payload never
+# declared is refused, by dcr-apply and by the in-memory apply, before it
+# is read further. A pack that only declares a new tensor of
 # 2^50 bytes is refused before a byte is staged: the files to rebuild must
 # fit the free space (a file size limit guards the disk should that break).
 . "$DCR_SRC/tests/lib-dcr.sh"
@@ -48,3 +50,14 @@ grep -q "they need 1125899906842624 bytes" "$T/err" || { cat "$T/err"; fail "no 
 left=$(find "$T/r/.dcr/stage" -type f | wc -l)
 [ "$left" -eq 0 ] || fail "$left files left in .dcr/stage"
 [ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"
+
+# an item for the payload's tensor 1, where it declares only tensor 0
+"$H" dense 64 1 "$T/undeclared.tar" 1 2>/dev/null || fail "hostile exited $?"
+for apply in dcr-apply "$DCR_BUILD/tests/mem-apply --device cpu"; do
+	rc=0
+	$apply "$T/r" "$T/undeclared.tar" >"$T/out" 2>"$T/err" || rc=$?
+	[ $rc = 128 ] || { cat "$T/err"; fail "$apply: an item for an undeclared tensor: exit $rc"; }
+	grep -q "payload-000000.dcrp: item for undeclared tensor" "$T/err" ||
+		{ cat "$T/err"; fail "$apply: no word of the undeclared tensor"; }
+	[ "$(snapshot "$T/r")" = "$before" ] || fail "$apply: the receiver changed"
+done

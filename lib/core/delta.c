@@ -379,6 +379,19 @@ int dcr_tensor_table_add(struct dcr_tensor_table *tt, const struct dcr_delta_rec
 	return r;
 }
 
+int dcr_tensor_table_item(const struct dcr_tensor_table *tt, const struct dcr_delta_rec *rec,
+			  const char *what, struct dcr_item *it, const struct dcr_delta_tensor **t,
+			  struct dcr_err *e)
+{
+	int r = dcr_delta_parse_item(rec, it, e);
+	if (r)
+		return r;
+	if (it->tensor >= tt->n)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor", what);
+	*t = &tt->v[it->tensor];
+	return 0;
+}
+
 void dcr_tensor_table_clear(struct dcr_tensor_table *tt)
 {
 	for (size_t i = 0; i < tt->n; i++)

@@ -164,6 +164,10 @@ struct dcr_tensor_table {
 /* TENSOR record rec parsed onto the end of tt (whose v may move). */
 int dcr_tensor_table_add(struct dcr_tensor_table *tt, const struct dcr_delta_rec *rec,
 			 const char *what, struct dcr_err *e);
+/* ITEM record rec parsed into *it, its tensor (*t) one that tt declared. */
+int dcr_tensor_table_item(const struct dcr_tensor_table *tt, const struct dcr_delta_rec *rec,
+			  const char *what, struct dcr_item *it, const struct dcr_delta_tensor **t,
+			  struct dcr_err *e);
 void dcr_tensor_table_clear(struct dcr_tensor_table *tt);
 int dcr_delta_parse_name(const struct dcr_delta_rec *rec, char **name, struct dcr_err *e);
 /* BASES: varint count, count x state id[32]. *v is malloc'd. */

@@ -149,13 +149,10 @@ static int read_payload(struct items *s, const uint8_t *buf, size_t len,
 			r = dcr_tensor_table_add(&lt, &rec, what, e);
 		} else if (rec.type == DCR_REC_ITEM) {
 			struct dcr_item item;
-			if ((r = dcr_delta_parse_item(&rec, &item, e)))
+			const struct dcr_delta_tensor *t;
+			if ((r = dcr_tensor_table_item(&lt, &rec, what, &item, &t, e)))
 				break;
-			if (item.tensor >= lt.n) {
-				r = dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor", what);
-				break;
-			}
-			r = keep_item(s, &lt.v[item.tensor], &item, e);
+			r = keep_item(s, t, &item, e);
 		} else if (rec.type != DCR_REC_REMOVE && rec.type < DCR_REC_ANCILLARY) {
 			r = dcr_err_set(e, DCR_EFORMAT, "%s: unexpected record type %u", what, rec.type);
 		}

@@ -174,17 +174,15 @@ static int spool_take(struct spool *s, struct ap_ipool *ip, const struct dcr_del
 
 /* An item of a payload, checked against its tensor and the receiver's
  * base and given to the pool (the XOR ones with the base's tensor). */
-static int spool_give(struct spool *s, struct ap_ipool *ip, const struct dcr_delta_tensor *lt,
-		      size_t nlt, const struct dcr_delta_rec *rec, const char *what,
-		      const struct dcr_ckpt *c, int allow_xor, struct dcr_err *e)
+static int spool_give(struct spool *s, struct ap_ipool *ip, const struct dcr_tensor_table *lt,
+		      const struct dcr_delta_rec *rec, const char *what, const struct dcr_ckpt *c,
+		      int allow_xor, struct dcr_err *e)
 {
 	struct dcr_item it;
-	int r;
-	if ((r = dcr_delta_parse_item(rec, &it, e)))
+	const struct dcr_delta_tensor *t;
+	int r = dcr_tensor_table_item(lt, rec, what, &it, &t, e);
+	if (r)
 		return r;
-	if (it.tensor >= nlt)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor", what);
-	const struct dcr_delta_tensor *t = &lt[it.tensor];
 	unsigned unit = dcr_dtype_unit(t->dtype);
 	uint64_t units = t->nelem * dcr_dtype_bits(t->dtype) / 8 / unit;
 	if (it.start > units || it.len > units - it.start)
@@ -204,7 +202,7 @@ static int spool_give(struct spool *s, struct ap_ipool *ip, const struct dcr_del
 		base = ct;
 	}
 	while (!ap_ipool_room(ip))
-		if ((r = spool_take(s, ip, lt, e)) < 0)
+		if ((r = spool_take(s, ip, lt->v, e)) < 0)
 			return r;
 	return ap_ipool_put(ip, &it, ap_ring_give(&s->ring, base)) ? dcr_err_sys(e, ENOMEM, "%s", what)
 								    : 0;
@@ -231,7 +229,7 @@ static int spool_payload(struct spool *s, const uint8_t *buf, size_t len,
 			if (!r)
 				r = dcr_tensor_table_add(&lt, &rec, what, e);
 		} else if (rec.type == DCR_REC_ITEM) {
-			r = spool_give(s, ip, lt.v, lt.n, &rec, what, c, allow_xor, e);
+			r = spool_give(s, ip, &lt, &rec, what, c, allow_xor, e);
 		} else if (rec.type == DCR_REC_REMOVE) {
 			/* the manifest lists removals */
 		} else if (rec.type < DCR_REC_ANCILLARY) {
