@@ -91,8 +91,55 @@ struct dctx {
 	} while (0)
 
 #ifdef HAVE_AVX2_SCAN
-/* 16-bit units, 64 bytes a step: one bit per differing lane, then walk the
- * set bits. The same result as the portable loop below. */
+/* Append the changes of the 32 16-bit units at a + i, b + i whose bits
+ * are set in m (bit 2j for unit j), and return the new count. A step
+ * holds a few changes, a number the branch predictor cannot guess (at 3%
+ * changed 38% of the steps hold none, 37% one, 18% two): the first two
+ * are written without a branch (a slot past the step's last change gets
+ * unit 31's bits, overwritten by the next step's), the rest one by one.
+ * Never past the scan's units: before the step at byte i there are at
+ * most i / 2 changes, and the step writes two slots from there. */
+static inline __attribute__((always_inline)) size_t
+scan16_emit(const uint8_t *a, const uint8_t *b, size_t i, uint64_t m, uint64_t *pos,
+	    uint64_t *oldv, uint64_t *val, size_t n)
+{
+	const uint64_t top = 1ull << 62; /* unit 31: in the step, overwritten later */
+	unsigned cnt = (unsigned)__builtin_popcountll(m);
+	size_t at0 = i + (size_t)__builtin_ctzll(m | top);
+	m &= m - 1;
+	size_t at1 = i + (size_t)__builtin_ctzll(m | top);
+	m &= m - 1;
+	uint64_t x0 = get_le16(a + at0), y0 = get_le16(b + at0);
+	uint64_t x1 = get_le16(a + at1), y1 = get_le16(b + at1);
+	pos[n] = at0 / 2;
+	pos[n + 1] = at1 / 2;
+	if (oldv) {
+		oldv[n] = x0;
+		oldv[n + 1] = x1;
+		val[n] = y0;
+		val[n + 1] = y1;
+	} else {
+		val[n] = x0 ^ y0;
+		val[n + 1] = x1 ^ y1;
+	}
+	size_t k = n + 2;
+	n += cnt;
+	for (; __builtin_expect(m != 0, 0); m &= m - 1) {
+		size_t at = i + (size_t)__builtin_ctzll(m);
+		uint64_t x = get_le16(a + at), y = get_le16(b + at);
+		pos[k] = at / 2;
+		if (oldv) {
+			oldv[k] = x;
+			val[k++] = y;
+		} else {
+			val[k++] = x ^ y;
+		}
+	}
+	return n;
+}
+
+/* 16-bit units, 64 bytes a step: one bit per differing lane. The same
+ * result as the portable loop below. */
 __attribute__((target("avx2"))) static size_t scan16_avx2(const uint8_t *a, const uint8_t *b,
 							   size_t nbytes, uint64_t *pos,
 							   uint64_t *oldv, uint64_t *val)
@@ -106,12 +153,7 @@ __attribute__((target("avx2"))) static size_t scan16_avx2(const uint8_t *a, cons
 					      _mm256_loadu_si256((const __m256i *)(b + i + 32)));
 		uint64_t m0 = (uint32_t)~_mm256_movemask_epi8(_mm256_cmpeq_epi16(d0, z));
 		uint64_t m1 = (uint32_t)~_mm256_movemask_epi8(_mm256_cmpeq_epi16(d1, z));
-		uint64_t m = (m0 | m1 << 32) & 0x5555555555555555ull;
-		while (m) {
-			size_t at = i + (size_t)__builtin_ctzll(m);
-			SCAN_PUT(at / 2, get_le16(a + at), get_le16(b + at));
-			m &= m - 1;
-		}
+		n = scan16_emit(a, b, i, (m0 | m1 << 32) & 0x5555555555555555ull, pos, oldv, val, n);
 	}
 	for (; i < nbytes; i += 2) {
 		uint16_t x = get_le16(a + i), y = get_le16(b + i);
