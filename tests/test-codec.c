@@ -474,6 +474,125 @@ Test(codec, one_byte_gaps_decode_and_refuse_as_the_general_path)
 	dcr_buf_free(&b);
 }
 
+/* The gap varints the way dcr-format-codec(5) spells them: 7 bits a
+ * byte, low first, the top bit set on every byte but the last; at most
+ * 10 bytes, over-long ones allowed. Written and read byte by byte here,
+ * against the codec's word-at-a-time writer and reader. */
+static size_t ref_put_varint(uint64_t v, uint8_t *q)
+{
+	size_t m = 0;
+	for (; v >= 0x80; v >>= 7)
+		q[m++] = (uint8_t)(v | 0x80);
+	q[m++] = (uint8_t)v;
+	return m;
+}
+
+/* n gaps from q[0..len) into pos: 0, or -1 where the codec must refuse */
+static int ref_get_gaps(const uint8_t *q, size_t len, uint64_t range_len, size_t n,
+			uint64_t *pos)
+{
+	size_t at = 0;
+	uint64_t next = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t g = 0;
+		int shift = 0, done = 0;
+		while (!done) {
+			if (at >= len || shift > 63)
+				return -1;
+			uint8_t c = q[at++];
+			if (shift == 63 && (c & 0x7e))
+				return -1;
+			g |= (uint64_t)(c & 0x7f) << shift;
+			shift += 7;
+			done = !(c & 0x80);
+		}
+		if (g >= range_len - next)
+			return -1;
+		pos[i] = next + g;
+		next = pos[i] + 1;
+	}
+	return at == len ? 0 : -1;
+}
+
+Test(codec, gap_varints_of_every_length_are_the_documented_bytes)
+{
+	/* for every length, 1 to 10 bytes, an item whose gaps are the
+	 * length's smallest and largest gap between short ones, in RAW
+	 * (gaps as they are) and xor-zstd (gaps compressed) */
+	for (int len = 1; len <= 10; len++) {
+		uint64_t lo = len == 1 ? 0 : 1ULL << (7 * (len - 1));
+		uint64_t hi = len == 10 ? (1ULL << 62) : (1ULL << (7 * len)) - 1;
+		uint64_t gaps[] = {5, lo, 3, hi, 0, 200, 7}, pos[7], o[7], nw[7], p2[7];
+		const size_t n = 7;
+		uint64_t at = 0;
+		for (size_t i = 0; i < n; i++) {
+			pos[i] = at + gaps[i];
+			at = pos[i] + 1;
+			o[i] = i;
+			nw[i] = i ^ 0x5a5a;
+		}
+		uint64_t range = at;
+		uint8_t ref[7 * 10];
+		size_t rl = 0;
+		for (size_t i = 0; i < n; i++)
+			rl += ref_put_varint(gaps[i], ref + rl);
+		struct dcr_buf b = {0};
+		struct dcr_err e = {0};
+		cr_assert_eq(dcr_codec_encode(DCR_CODEC_RAW, 2, DCR_DT_BF16, range, n, pos, o, nw, &b,
+					      &e), 0, "%s", e.msg);
+		struct dcr_rd r;
+		dcr_rd_init(&r, b.p, b.len);
+		cr_assert_eq(dcr_rd_varint(&r), rl, "length %d", len);
+		cr_assert(!memcmp(r.p, ref, rl), "length %d: not the documented varints", len);
+		cr_assert_eq(b.len - (size_t)(r.p - b.p), rl + 2 * n);
+		for (int c = 0; c < NCODECS; c++)
+			if (codecs[c] != DCR_CODEC_DELTA)
+				roundtrip(codecs[c], 2, DCR_DT_BF16, range, n, pos, o, nw);
+		/* one less range: the last position is beyond it */
+		cr_assert_eq(dcr_codec_decode_positions(DCR_CODEC_RAW, b.p, b.len, 2, range - 1, n, p2,
+							&e), DCR_EFORMAT);
+		dcr_buf_free(&b);
+	}
+}
+
+Test(codec, gap_varints_read_as_the_byte_reader_reads_them)
+{
+	/* random gap bytes, each a continuation with probability 1/2 to
+	 * 15/16: the codec's answer and positions are the byte reader's,
+	 * including over-long varints, varints past 10 bytes or 64 bits,
+	 * truncated ones and trailing bytes */
+	enum { MAXN = 40, MAXL = 120 };
+	uint8_t pl[MAXL + 16 + 2 * MAXN];
+	uint64_t p1[MAXN], p2[MAXN];
+	rs = 11;
+	for (int k = 0; k < 200000; k++) {
+		size_t n = 1 + rnd() % MAXN, len = rnd() % (MAXL + 1);
+		unsigned cont = 1 + (unsigned)(rnd() % 15);
+		uint8_t g[MAXL];
+		for (size_t i = 0; i < len; i++)
+			g[i] = (uint8_t)((rnd() % 16 < cont ? 0x80 : 0) | (rnd() % 4 ? rnd() & 0x7f : 0));
+		uint64_t range = k % 3 == 0 ? UINT64_MAX : 1 + rnd() % (k % 3 == 1 ? 5000 : 1ULL << 50);
+		struct dcr_buf b = {0};
+		cr_assert_eq(dcr_buf_add_varint(&b, len), 0);
+		size_t hl = b.len;
+		memcpy(pl, b.p, hl);
+		memcpy(pl + hl, g, len);
+		memset(pl + hl + len, 0x11, 2 * n);
+		dcr_buf_free(&b);
+		/* exactly the payload's bytes: ASan sees a read past them */
+		size_t plen = hl + len + 2 * n;
+		uint8_t *q = malloc(plen);
+		memcpy(q, pl, plen);
+		struct dcr_err e = {0};
+		int want = ref_get_gaps(g, len, range, n, p1);
+		int got = dcr_codec_decode_positions(DCR_CODEC_RAW, q, plen, 2, range, n, p2, &e);
+		cr_assert_eq(got, want ? DCR_EFORMAT : 0, "case %d: codec %d, byte reader %d (%s)", k,
+			     got, want, e.msg);
+		cr_assert(want || !memcmp(p1, p2, n * 8), "case %d: other positions", k);
+		free(q);
+	}
+}
+
 Test(codec, encoder_refuses_bad_input)
 {
 	uint64_t pos[3] = {1, 1, 2}, o[3] = {0}, nw[3] = {1, 2, 3};
