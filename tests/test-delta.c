@@ -9,9 +9,11 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dcr.h"
 #include "core/bytes.h"
+#include "core/file.h"
 
 /* ---- memory sink and source ---- */
 
@@ -268,6 +270,88 @@ Test(delta, writer_reader_round_trip)
 	cr_assert_eq(dcr_delta_next(&r, &rec, &e), 0);
 	dcr_delta_reader_release(&r);
 	dcr_buf_free(&out);
+}
+
+/* dcr_source_fdbuf_read gives the bytes dcr_source_fd_read gives, in
+ * reads smaller and larger than its buffer, says -EPIPE where the file
+ * ends inside a read, and reads a delta as the plain source does. */
+Test(delta, buffered_source_reads_what_the_plain_one_reads)
+{
+	char path[] = "/tmp/dcr-fdbuf-XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	unlink(path);
+	enum { N = 100000 };
+	uint8_t *data = malloc(N), *got = malloc(N);
+	for (size_t i = 0; i < N; i++)
+		data[i] = (uint8_t)(i * 7 + i / 251);
+	cr_assert_eq(dcr_write_full(fd, data, N), 0);
+	static const size_t caps[] = {1, 16, 1000, 4096, 1 << 20};
+	for (size_t c = 0; c < sizeof(caps) / sizeof(caps[0]); c++) {
+		struct dcr_fdbuf b;
+		cr_assert_eq(dcr_fdbuf_init(&b, fd, caps[c]), 0);
+		cr_assert_eq(dcr_fdbuf_rewind(&b), 0);
+		size_t at = 0, step = 0;
+		uint64_t s = 3;
+		while (at < N) {
+			s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+			/* 0 to 16 bytes, a record header's worth, or up to 3 buffers */
+			step = (s >> 33) % 4 ? (s >> 40) % 17 : (s >> 40) % (3 * caps[c] + 1);
+			if (step > N - at)
+				step = N - at;
+			cr_assert_eq(dcr_source_fdbuf_read(&b, got + at, step), 0, "cap %zu at %zu",
+				     caps[c], at);
+			at += step;
+		}
+		cr_assert(!memcmp(got, data, N), "cap %zu: other bytes", caps[c]);
+		uint8_t x;
+		cr_assert_eq(dcr_source_fdbuf_read(&b, &x, 1), -EPIPE, "cap %zu: past the end", caps[c]);
+		/* rewound with bytes read ahead and not consumed */
+		cr_assert_eq(dcr_fdbuf_rewind(&b), 0);
+		cr_assert_eq(dcr_source_fdbuf_read(&b, got, 1), 0);
+		cr_assert_eq(dcr_fdbuf_rewind(&b), 0);
+		cr_assert_eq(dcr_source_fdbuf_read(&b, got, 3), 0);
+		cr_assert(!memcmp(got, data, 3), "cap %zu: rewound to other bytes", caps[c]);
+		/* a read that the end of the file cuts short */
+		cr_assert_eq(dcr_fdbuf_rewind(&b), 0);
+		cr_assert_eq(dcr_source_fdbuf_read(&b, got, N - 10), 0);
+		cr_assert_eq(dcr_source_fdbuf_read(&b, got, 11), -EPIPE, "cap %zu", caps[c]);
+		dcr_fdbuf_release(&b);
+	}
+	/* a delta read through it, record by record */
+	struct dcr_buf out = {0};
+	dcr_digest base, target;
+	sample(&out, &base, &target);
+	cr_assert_eq(ftruncate(fd, 0), 0);
+	cr_assert_eq(dcr_pwrite_full(fd, out.p, out.len, 0), 0);
+	struct dcr_fdbuf b;
+	cr_assert_eq(dcr_fdbuf_init(&b, fd, 64), 0);
+	cr_assert_eq(dcr_fdbuf_rewind(&b), 0);
+	struct mem m = {out.p, out.len, 0};
+	struct dcr_delta_reader r1, r2;
+	struct dcr_err e = {0};
+	cr_assert_eq(dcr_delta_reader_init(&r1, (struct dcr_source){mem_read, &m}, "test", &e), 0);
+	cr_assert_eq(dcr_delta_reader_init(&r2, (struct dcr_source){dcr_source_fdbuf_read, &b},
+					   "test", &e), 0, "%s", e.msg);
+	struct dcr_delta_rec a, c;
+	int s1, s2, n = 0;
+	do {
+		s1 = dcr_delta_next(&r1, &a, &e);
+		s2 = dcr_delta_next(&r2, &c, &e);
+		cr_assert_eq(s2, s1, "record %d: %s", n, e.msg);
+		if (s1 == 1)
+			cr_assert(a.type == c.type && a.len == c.len && !memcmp(a.body, c.body, a.len),
+				  "record %d differs", n);
+		n++;
+	} while (s1 == 1);
+	cr_assert_eq(s1, 0);
+	dcr_delta_reader_release(&r1);
+	dcr_delta_reader_release(&r2);
+	dcr_fdbuf_release(&b);
+	dcr_buf_free(&out);
+	close(fd);
+	free(data);
+	free(got);
 }
 
 Test(delta, every_truncation_is_refused)

@@ -74,6 +74,7 @@ struct dcr_delta_writer {
 	struct dcr_sink sink;
 	struct dcr_blake3 *sum; /* of every byte: the trailer */
 	struct dcr_buf rec;
+	struct dcr_buf frame; /* a small record, header and body, for one write */
 	uint32_t ntensors;
 	uint64_t nitems, nchanges, bytes;
 	const char *what; /* for messages */
@@ -112,6 +113,24 @@ struct dcr_source {
 	void *ctx;
 };
 int dcr_source_fd_read(void *ctx, void *p, size_t n); /* ctx: int* fd */
+
+/* A source reading an fd through a buffer: a delta's records are small,
+ * and a read() each cost a system call (about 7,000 in dcr-apply of a
+ * 1 GB step: the delta staged, read again, and the journal read twice).
+ * The fd's offset runs ahead of what was consumed (up to cap bytes): only
+ * for an fd nothing else reads after the source. */
+struct dcr_fdbuf {
+	int fd;
+	uint8_t *p;
+	size_t cap, at, len; /* p[at..len) read and not yet consumed */
+};
+#define DCR_FDBUF_SIZE (256u << 10)
+/* 0, or -ENOMEM; release with dcr_fdbuf_release (also after a failure). */
+int dcr_fdbuf_init(struct dcr_fdbuf *b, int fd, size_t cap);
+void dcr_fdbuf_release(struct dcr_fdbuf *b);
+/* Read again from the start of the fd: 0 or -errno. */
+int dcr_fdbuf_rewind(struct dcr_fdbuf *b);
+int dcr_source_fdbuf_read(void *ctx, void *p, size_t n); /* ctx: struct dcr_fdbuf * */
 
 struct dcr_delta_rec {
 	uint32_t type, flags;

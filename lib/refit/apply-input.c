@@ -60,8 +60,13 @@ int dcr_apply_input(struct dcr_receiver *rc, const char *input, int fd,
 		goto out;
 	}
 	if (got == sizeof(head) && !memcmp(head, DCR_DELTA_MAGIC, 5)) {
-		r = dcr_apply(rc, (struct dcr_source){dcr_source_fd_read, &fd}, head, got, &oo, res,
-			      e);
+		/* read through a buffer: the apply reads the input to its end */
+		struct dcr_fdbuf in;
+		r = dcr_fdbuf_init(&in, fd, DCR_FDBUF_SIZE)
+			    ? dcr_err_sys(e, ENOMEM, "apply")
+			    : dcr_apply(rc, (struct dcr_source){dcr_source_fdbuf_read, &in}, head, got,
+					&oo, res, e);
+		dcr_fdbuf_release(&in);
 	} else if (!(r = dcr_pack_in_open_tar(fd, head, got, &in, e))) {
 		r = dcr_apply_pack(rc, in, &oo, res, e);
 		dcr_pack_in_close(in);

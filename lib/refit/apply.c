@@ -49,6 +49,7 @@
  * bytes hashed there for the check (refit/prehash.h). */
 struct delta_items {
 	struct dcr_delta_reader rd;
+	struct dcr_fdbuf in; /* rd's source: the staged delta */
 	int fd;
 	int eof;
 	int threads;
@@ -123,13 +124,21 @@ static int delta_items_next(void *ctx, struct plan *p, struct dcr_item *o, struc
 }
 
 /* Where the delta src starts (its first head_len bytes read already), when
- * it reads a regular file that can be read again from there; else -1. */
-static off_t staged_in_place(struct dcr_source src, size_t head_len)
+ * it reads a regular file that can be read again from there (its fd in
+ * *fd); else -1. */
+static off_t staged_in_place(struct dcr_source src, size_t head_len, int *fd)
 {
 	struct stat sb;
-	if (src.read != dcr_source_fd_read || fstat(*(int *)src.ctx, &sb) || !S_ISREG(sb.st_mode))
+	const struct dcr_fdbuf *b = src.ctx;
+	if (src.read == dcr_source_fd_read)
+		*fd = *(int *)src.ctx;
+	else if (src.read == dcr_source_fdbuf_read && b->at == b->len) /* nothing read ahead */
+		*fd = b->fd;
+	else
 		return -1;
-	off_t at = lseek(*(int *)src.ctx, 0, SEEK_CUR);
+	if (fstat(*fd, &sb) || !S_ISREG(sb.st_mode))
+		return -1;
+	off_t at = lseek(*fd, 0, SEEK_CUR);
 	return at >= (off_t)head_len ? at - (off_t)head_len : -1;
 }
 
@@ -152,10 +161,11 @@ static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uin
 	/* 1. stage and check the whole delta: a delta in a regular file is
 	 * read again where it lies (a dense copy is as large as the model),
 	 * any other copied to .dcr/incoming */
-	off_t start = staged_in_place(src, head_len);
+	int src_fd = -1;
+	off_t start = staged_in_place(src, head_len, &src_fd);
 	unlink(inc);
 	if (start >= 0)
-		di.fd = fcntl(*(int *)src.ctx, F_DUPFD_CLOEXEC, 0);
+		di.fd = fcntl(src_fd, F_DUPFD_CLOEXEC, 0);
 	else
 		di.fd = open(inc, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (di.fd < 0) {
@@ -194,7 +204,11 @@ static int apply_delta(struct dcr_receiver *rc, struct dcr_source src, const uin
 		r = dcr_err_sys(e, errno, "cannot rewind the staged delta");
 		goto out;
 	}
-	if ((r = dcr_delta_reader_init_flags(&di.rd, (struct dcr_source){dcr_source_fd_read, &di.fd},
+	if (dcr_fdbuf_init(&di.in, di.fd, DCR_FDBUF_SIZE)) {
+		r = dcr_err_sys(e, ENOMEM, "apply");
+		goto out;
+	}
+	if ((r = dcr_delta_reader_init_flags(&di.rd, (struct dcr_source){dcr_source_fdbuf_read, &di.in},
 					     NULL, 0, DCR_DELTA_DENSE, "staged delta", e)))
 		goto out;
 	r = ap_commit_plan(&x, &p, c, &cur, cur_dg, (struct item_src){delta_items_next, &di}, res, e);
@@ -204,6 +218,7 @@ out:
 	ap_prehash_free(di.pre);
 	p.pre = NULL;
 	dcr_delta_reader_release(&di.rd);
+	dcr_fdbuf_release(&di.in);
 	if (di.fd >= 0)
 		close(di.fd);
 	unlink(inc);

@@ -527,9 +527,17 @@ static int jc_reload(struct jcheck *jc, const char *path, int *q, struct dcr_err
 		}
 	struct dcr_delta_reader rd;
 	struct dcr_delta_rec rec;
-	if ((r = dcr_delta_reader_init(&rd, (struct dcr_source){dcr_source_fd_read, &fd}, "journal",
-				       e)))
+	struct dcr_fdbuf in; /* rd's source; jc_load reads at offsets */
+	if (dcr_fdbuf_init(&in, fd, DCR_FDBUF_SIZE)) {
+		dcr_fdbuf_release(&in);
+		r = dcr_err_sys(e, ENOMEM, "journal");
 		goto out;
+	}
+	if ((r = dcr_delta_reader_init(&rd, (struct dcr_source){dcr_source_fdbuf_read, &in},
+				       "journal", e))) {
+		dcr_fdbuf_release(&in);
+		goto out;
+	}
 	rd.journal = 1;
 	while ((r = dcr_delta_next(&rd, &rec, e)) == 1) {
 		struct dcr_item it;
@@ -558,6 +566,7 @@ static int jc_reload(struct jcheck *jc, const char *path, int *q, struct dcr_err
 		bytes[it.tensor] += sizeof(struct jitem) + it.data_len;
 	}
 	dcr_delta_reader_release(&rd);
+	dcr_fdbuf_release(&in);
 	if (r)
 		goto out;
 	/* tensor by tensor, each in file order: a group's items are a run */
@@ -754,6 +763,7 @@ struct replay {
 	struct dcr_ckpt *c;
 	struct wfile *wf;	/* per file of c, opened when first written */
 	struct dcr_delta_reader rd;
+	struct dcr_fdbuf in;	/* rd's source */
 	dcr_digest *dg;		/* per tensor, after the overwrites */
 	struct dcr_cuda_ctx *gpu; /* --device cuda: overwrites scattered there */
 	uint8_t *sel;		/* tensors to check: touched, or in a rebuilt file */
@@ -1083,9 +1093,9 @@ static int rp_overwrite(struct replay *rp, struct dcr_err *e)
 		rp->wf[i].fd = -1;
 	if ((r = rp_select(rp, e)))
 		return r;
-	if (lseek(rp->fd, 0, SEEK_SET))
-		return dcr_err_sys(e, errno, "cannot rewind the journal");
-	if ((r = dcr_delta_reader_init(&rp->rd, (struct dcr_source){dcr_source_fd_read, &rp->fd},
+	if ((r = dcr_fdbuf_rewind(&rp->in)))
+		return dcr_err_sys(e, -r, "cannot rewind the journal");
+	if ((r = dcr_delta_reader_init(&rp->rd, (struct dcr_source){dcr_source_fdbuf_read, &rp->in},
 				       "journal", e)))
 		return r;
 	rp->rd.journal = 1;
@@ -1218,7 +1228,12 @@ int ap_replay(struct ctx *x, const struct plan *checked, struct dcr_apply_result
 		r = dcr_err_sys(e, errno, "cannot open '%s'", jp);
 		goto out;
 	}
-	if ((r = ap_read_plan((struct dcr_source){dcr_source_fd_read, &rp.fd}, NULL, 0, -1, 1,
+	if (dcr_fdbuf_init(&rp.in, rp.fd, DCR_FDBUF_SIZE)) {
+		r = dcr_err_sys(e, ENOMEM, "journal");
+		goto out;
+	}
+	/* read twice: its plan, then its items (rp_overwrite) */
+	if ((r = ap_read_plan((struct dcr_source){dcr_source_fdbuf_read, &rp.in}, NULL, 0, -1, 1,
 			      "journal", &rp.p, e)) ||
 	    (r = rp_move_files(&rp, e)) ||
 	    (r = rp_open_ckpt(&rp, e)) ||
@@ -1241,6 +1256,7 @@ out:
 	free(rp.queued);
 	free(rp.late);
 	dcr_delta_reader_release(&rp.rd);
+	dcr_fdbuf_release(&rp.in);
 	dcr_cuda_ctx_free(rp.gpu);
 	dcr_ckpt_close(rp.c);
 	ap_plan_free(&rp.p);
