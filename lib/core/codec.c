@@ -2424,9 +2424,9 @@ static inline uint64_t varint_gather(uint64_t w) /* w: the groups, top bits clea
 
 /* The n gaps written at q (or, q NULL, only counted): their bytes. A gap
  * below 2^56 is written as one 8-byte word without a branch (at 1%
- * changed about a third of the gaps take two bytes, a branch no
- * predictor guesses), so up to VARINT_SLACK bytes past the last gap are
- * written too. */
+ * changed 0.99^128, more than a quarter, of the gaps take two bytes: a
+ * branch no predictor guesses), so up to VARINT_SLACK bytes past the
+ * last gap are written too. */
 static size_t put_gaps(const uint64_t *pos, size_t n, uint8_t *q)
 {
 	size_t m = 0;
