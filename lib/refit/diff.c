@@ -104,38 +104,18 @@ scan16_emit(const uint8_t *a, const uint8_t *b, size_t i, uint64_t m, uint64_t *
 	    uint64_t *oldv, uint64_t *val, size_t n)
 {
 	const uint64_t top = 1ull << 62; /* unit 31: in the step, overwritten later */
-	unsigned cnt = (unsigned)__builtin_popcountll(m);
+	const size_t count = n + (size_t)__builtin_popcountll(m);
 	size_t at0 = i + (size_t)__builtin_ctzll(m | top);
 	m &= m - 1;
 	size_t at1 = i + (size_t)__builtin_ctzll(m | top);
 	m &= m - 1;
-	uint64_t x0 = get_le16(a + at0), y0 = get_le16(b + at0);
-	uint64_t x1 = get_le16(a + at1), y1 = get_le16(b + at1);
-	pos[n] = at0 / 2;
-	pos[n + 1] = at1 / 2;
-	if (oldv) {
-		oldv[n] = x0;
-		oldv[n + 1] = x1;
-		val[n] = y0;
-		val[n + 1] = y1;
-	} else {
-		val[n] = x0 ^ y0;
-		val[n + 1] = x1 ^ y1;
-	}
-	size_t k = n + 2;
-	n += cnt;
+	SCAN_PUT(at0 / 2, get_le16(a + at0), get_le16(b + at0));
+	SCAN_PUT(at1 / 2, get_le16(a + at1), get_le16(b + at1));
 	for (; __builtin_expect(m != 0, 0); m &= m - 1) {
 		size_t at = i + (size_t)__builtin_ctzll(m);
-		uint64_t x = get_le16(a + at), y = get_le16(b + at);
-		pos[k] = at / 2;
-		if (oldv) {
-			oldv[k] = x;
-			val[k++] = y;
-		} else {
-			val[k++] = x ^ y;
-		}
+		SCAN_PUT(at / 2, get_le16(a + at), get_le16(b + at));
 	}
-	return n;
+	return count;
 }
 
 /* 16-bit units, 64 bytes a step: one bit per differing lane. The same
