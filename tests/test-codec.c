@@ -555,6 +555,72 @@ Test(codec, gap_varints_of_every_length_are_the_documented_bytes)
 	}
 }
 
+/* RAW puts its gaps before it knows their length, where the count's
+ * varint size would leave them: counts and gaps around the sizes where
+ * the length's varint is longer than the count's (100 two-byte gaps, 200
+ * bytes) must give the documented bytes, and a refused input must leave
+ * the buffer as it was. */
+Test(codec, raw_length_of_any_varint_size_is_the_documented_bytes)
+{
+	static const size_t counts[] = {0, 1, 63, 64, 100, 127, 128, 129, 8191, 8192, 20000};
+	rs = 5;
+	for (size_t t = 0; t < sizeof(counts) / sizeof(counts[0]); t++)
+		for (int wide = 0; wide < 3; wide++) {
+			size_t n = counts[t];
+			uint64_t *pos = malloc((n + 1) * 8), *nw = malloc((n + 1) * 8);
+			uint8_t *ref = malloc(10 + n * 12), *gaps = malloc(n * 10 + 1);
+			uint64_t at = 0;
+			size_t gl = 0;
+			for (size_t i = 0; i < n; i++) {
+				/* wide 0: one-byte gaps; 1: two-byte; 2: any length */
+				uint64_t g = wide == 0 ? rnd() % 128 : wide == 1 ? 128 + rnd() % 16000
+					: rnd() >> (rnd() % 64);
+				if (g > (1ULL << 40))
+					g >>= 24;
+				pos[i] = at + g;
+				at = pos[i] + 1;
+				nw[i] = rnd() & 0xffff;
+				gl += ref_put_varint(g, gaps + gl);
+			}
+			size_t rl = ref_put_varint(gl, ref);
+			memcpy(ref + rl, gaps, gl);
+			rl += gl;
+			for (size_t i = 0; i < n; i++) {
+				ref[rl++] = (uint8_t)nw[i];
+				ref[rl++] = (uint8_t)(nw[i] >> 8);
+			}
+			struct dcr_buf b = {0};
+			struct dcr_err e = {0};
+			cr_assert_eq(dcr_buf_add(&b, "head", 4), 0);
+			cr_assert_eq(dcr_codec_encode(DCR_CODEC_RAW, 2, DCR_DT_BF16, at + 1, n, pos, NULL, nw,
+						      &b, &e), 0, "%s", e.msg);
+			cr_assert_eq(b.len, 4 + rl, "n %zu, gaps of kind %d: %zu bytes, not %zu", n, wide,
+				     b.len - 4, rl);
+			cr_assert(!memcmp(b.p, "head", 4) && !memcmp(b.p + 4, ref, rl),
+				  "n %zu, gaps of kind %d: not the documented bytes", n, wide);
+			if (n > 1) {
+				/* out of order, out of the range, too wide: refused,
+				 * nothing added */
+				uint64_t keep = pos[n / 2];
+				pos[n / 2] = pos[n / 2 - 1];
+				cr_assert_eq(dcr_codec_encode(DCR_CODEC_RAW, 2, DCR_DT_BF16, at + 1, n, pos,
+							      NULL, nw, &b, &e), -EINVAL);
+				pos[n / 2] = keep;
+				cr_assert_eq(dcr_codec_encode(DCR_CODEC_RAW, 2, DCR_DT_BF16, at - 1, n, pos,
+							      NULL, nw, &b, &e), -EINVAL);
+				nw[n - 1] |= 0x10000;
+				cr_assert_eq(dcr_codec_encode(DCR_CODEC_RAW, 2, DCR_DT_BF16, at + 1, n, pos,
+							      NULL, nw, &b, &e), -EINVAL);
+				cr_assert_eq(b.len, 4 + rl, "a refused input changed the buffer");
+			}
+			free(pos);
+			free(nw);
+			free(ref);
+			free(gaps);
+			dcr_buf_free(&b);
+		}
+}
+
 Test(codec, gap_varints_read_as_the_byte_reader_reads_them)
 {
 	/* random gap bytes, each a continuation with probability 1/2 to

@@ -2422,30 +2422,33 @@ static inline uint64_t varint_gather(uint64_t w) /* w: the groups, top bits clea
 	return (w & 0x000000000fffffffULL) | (w >> 4 & 0x00fffffff0000000ULL);
 }
 
-/* The n gaps written at q (or, q NULL, only counted): their bytes. A gap
- * below 2^56 is written as one 8-byte word without a branch (at 1%
- * changed 0.99^128, more than a quarter, of the gaps take two bytes: a
- * branch no predictor guesses), so up to VARINT_SLACK bytes past the
- * last gap are written too. */
+/* The gap g written at q: its bytes. A gap below 2^56 is written as one
+ * 8-byte word without a branch (at 1% changed 0.99^128, more than a
+ * quarter, of the gaps take two bytes: a branch no predictor guesses),
+ * so up to VARINT_SLACK bytes past it are written too. */
+static inline unsigned put_gap(uint8_t *q, uint64_t g)
+{
+	unsigned len = (bitlen(g | 1) + 6) / 7, m = 0;
+	if (__builtin_expect(len <= 8, 1)) {
+		uint64_t cont = 0x8080808080808080ULL & ((1ULL << (8 * len - 8)) - 1);
+		put_le64(q, varint_spread(g) | cont);
+		return len;
+	}
+	for (; g >= 0x80; g >>= 7)
+		q[m++] = (uint8_t)(g | 0x80);
+	q[m++] = (uint8_t)g;
+	return m;
+}
+
+/* The n gaps of rising positions written at q: their bytes (at most 10
+ * a gap, and VARINT_SLACK past the last). */
 static size_t put_gaps(const uint64_t *pos, size_t n, uint8_t *q)
 {
 	size_t m = 0;
 	uint64_t next = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t g = pos[i] - next;
-		unsigned len = (bitlen(g | 1) + 6) / 7;
+		m += put_gap(q + m, pos[i] - next);
 		next = pos[i] + 1;
-		if (!q) {
-			m += len;
-		} else if (__builtin_expect(len <= 8, 1)) {
-			uint64_t cont = 0x8080808080808080ULL & ((1ULL << (8 * len - 8)) - 1);
-			put_le64(q + m, varint_spread(g) | cont);
-			m += len;
-		} else {
-			for (; g >= 0x80; g >>= 7)
-				q[m++] = (uint8_t)(g | 0x80);
-			q[m++] = (uint8_t)g;
-		}
 	}
 	return m;
 }
@@ -2664,19 +2667,65 @@ static int xz_decode_values(const uint8_t *p, size_t len, unsigned unit,
  * in change order. What a journal pays for it: about 3 bytes a bf16
  * change against about 2.3 with xor-zstd, and no zstd on either side. */
 
-static int raw_encode(unsigned unit, size_t n, const uint64_t *pos, const uint64_t *oldv,
-		      const uint64_t *newv, struct dcr_buf *out, struct dcr_err *e)
+static unsigned varint_len(uint64_t v)
 {
-	size_t glen = put_gaps(pos, n, NULL);
-	if (dcr_buf_add_varint(out, glen) < 0 ||
-	    dcr_buf_reserve(out, glen + n * unit + VARINT_SLACK) < 0)
+	return (bitlen(v | 1) + 6) / 7;
+}
+
+/* RAW in two passes over the changes (gaps, then values), each checking
+ * what check_input checks as it goes (the journal writes every change of
+ * an apply through here): the gaps go where a length of n's varint size
+ * puts them (they take at least a byte each) and move only if their
+ * length's varint is longer. A bad input leaves out as it was. */
+static int raw_encode(unsigned unit, uint64_t range_len, size_t n, const uint64_t *pos,
+		      const uint64_t *oldv, const uint64_t *newv, struct dcr_buf *out,
+		      struct dcr_err *e)
+{
+	int rc = check_args(unit, range_len, n, -EINVAL, e);
+	if (rc < 0)
+		return rc;
+	unsigned vl = varint_len(n);
+	if (n > (SIZE_MAX - 32) / (10 + unit) ||
+	    dcr_buf_reserve(out, 10 + n * (10 + unit) + VARINT_SLACK) < 0)
 		return dcr_err_set(e, -ENOMEM, "out of memory");
-	uint8_t *q = out->p + out->len;
-	q += put_gaps(pos, n, q);
-	for (size_t i = 0; i < n; i++, q += unit)
-		store_unit(q, unit, newv[i] ^ (oldv ? oldv[i] : 0));
-	out->len += glen + n * unit;
-	return 0;
+	uint8_t *h = out->p + out->len, *q = h + vl;
+	size_t glen = 0;
+	uint64_t next = 0, bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		/* a position below next makes a gap of 2^64 - k: flagged,
+		 * and written in ten bytes at most */
+		bad |= (uint64_t)(pos[i] < next) | (uint64_t)(pos[i] >= range_len);
+		glen += put_gap(q + glen, pos[i] - next);
+		next = pos[i] + 1;
+	}
+	uint64_t vbits = 0, mask = unit_mask(unit);
+	if (!bad) {
+		unsigned gl = varint_len(glen);
+		if (gl != vl) {
+			memmove(h + gl, q, glen);
+			q = h + gl;
+		}
+		for (unsigned k = 0; k < gl; k++)
+			h[k] = (uint8_t)(glen >> (7 * k) & 0x7f) | (k + 1 < gl ? 0x80 : 0);
+		uint8_t *v = q + glen;
+		if (unit == 2 && !oldv)
+			for (size_t i = 0; i < n; i++) {
+				vbits |= newv[i];
+				put_le16(v + 2 * i, (uint16_t)newv[i]);
+			}
+		else
+			for (size_t i = 0; i < n; i++, v += unit) {
+				uint64_t x = newv[i] ^ (oldv ? oldv[i] : 0);
+				vbits |= newv[i] | (oldv ? oldv[i] : 0);
+				store_unit(v, unit, x);
+			}
+		if (!(vbits & ~mask)) {
+			out->len += gl + glen + n * unit;
+			return 0;
+		}
+	}
+	rc = check_input(unit, range_len, n, pos, oldv, newv, e);
+	return rc < 0 ? rc : dcr_err_set(e, -EINVAL, "raw: bad input");
 }
 
 /* The gap and value sections of a RAW payload of n changes. */
@@ -2735,14 +2784,14 @@ int dcr_codec_encode_range(int codec, unsigned unit, int dtype, uint64_t range_l
 			   const uint64_t *newv, const uint8_t *old, struct dcr_buf *out,
 			   struct dcr_err *e)
 {
+	if (codec == DCR_CODEC_RAW) /* checks as it writes */
+		return raw_encode(unit, range_len, n, pos, oldv, newv, out, e);
 	int rc = check_input(unit, range_len, n, pos, oldv, newv, e);
 	if (rc < 0)
 		return rc;
 	switch (codec) {
 	case DCR_CODEC_XOR_ZSTD:
 		return xz_encode(unit, n, pos, oldv, newv, out, e);
-	case DCR_CODEC_RAW:
-		return raw_encode(unit, n, pos, oldv, newv, out, e);
 	case DCR_CODEC_DELTA:
 		return delta_encode(unit, dtype, n, pos, oldv, newv, NULL, NULL, range_len, out, e);
 	case DCR_CODEC_CLASSED: {
