@@ -319,6 +319,17 @@ void dcr_scatter(uint8_t *dst, unsigned unit, const uint64_t *pos, const uint64_
 	}
 }
 
+void dcr_scatter_at(uint8_t *dst, unsigned unit, uint64_t first, const uint64_t *pos,
+		    const uint64_t *val, size_t n)
+{
+	if (unit == 2)
+		for (size_t k = 0; k < n; k++)
+			put_le16(dst + 2 * (pos[k] - first), (uint16_t)val[k]);
+	else
+		for (size_t k = 0; k < n; k++)
+			store_unit(dst + (pos[k] - first) * unit, unit, val[k]);
+}
+
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; EINVAL before */

@@ -92,6 +92,10 @@ int dcr_item_base(const struct dcr_ckpt_tensor *ct, const struct dcr_item *it, u
  * changes reach the bytes; the CPU reference of the GPU apply kernel. */
 void dcr_scatter(uint8_t *dst, unsigned unit, const uint64_t *pos, const uint64_t *val, size_t n,
 		 int xor_);
+/* Overwrite n elements of the piece of a range that starts at element
+ * first, dst its bytes: val[k] at element pos[k] (each first or after). */
+void dcr_scatter_at(uint8_t *dst, unsigned unit, uint64_t first, const uint64_t *pos,
+		    const uint64_t *val, size_t n);
 /* Map the pages that dst[pos[k]] (k < n, pos increasing) fall in
  * writable before dcr_scatter writes them: one madvise(MADV_POPULATE_WRITE)
  * per run of such pages costs far less than a write fault per page where
