@@ -2426,9 +2426,14 @@ static inline uint64_t varint_gather(uint64_t w) /* w: the groups, top bits clea
  * 8-byte word without a branch (at 1% changed 0.99^128, more than a
  * quarter, of the gaps take two bytes: a branch no predictor guesses),
  * so up to VARINT_SLACK bytes past it are written too. */
+static inline unsigned varint_len(uint64_t v)
+{
+	return (bitlen(v | 1) + 6) / 7;
+}
+
 static inline unsigned put_gap(uint8_t *q, uint64_t g)
 {
-	unsigned len = (bitlen(g | 1) + 6) / 7, m = 0;
+	unsigned len = varint_len(g), m = 0;
 	if (__builtin_expect(len <= 8, 1)) {
 		uint64_t cont = 0x8080808080808080ULL & ((1ULL << (8 * len - 8)) - 1);
 		put_le64(q, varint_spread(g) | cont);
@@ -2667,11 +2672,6 @@ static int xz_decode_values(const uint8_t *p, size_t len, unsigned unit,
  * in change order. What a journal pays for it: about 3 bytes a bf16
  * change against about 2.3 with xor-zstd, and no zstd on either side. */
 
-static unsigned varint_len(uint64_t v)
-{
-	return (bitlen(v | 1) + 6) / 7;
-}
-
 /* RAW in two passes over the changes (gaps, then values), each checking
  * what check_input checks as it goes (the journal writes every change of
  * an apply through here): the gaps go where a length of n's varint size
@@ -2705,8 +2705,6 @@ static int raw_encode(unsigned unit, uint64_t range_len, size_t n, const uint64_
 			memmove(h + gl, q, glen);
 			q = h + gl;
 		}
-		for (unsigned k = 0; k < gl; k++)
-			h[k] = (uint8_t)(glen >> (7 * k) & 0x7f) | (k + 1 < gl ? 0x80 : 0);
 		uint8_t *v = q + glen;
 		if (unit == 2 && !oldv)
 			for (size_t i = 0; i < n; i++) {
@@ -2720,7 +2718,10 @@ static int raw_encode(unsigned unit, uint64_t range_len, size_t n, const uint64_
 				store_unit(v, unit, x);
 			}
 		if (!(vbits & ~mask)) {
-			out->len += gl + glen + n * unit;
+			/* the length's gl bytes at h: reserved, so h stays */
+			if (dcr_buf_add_varint(out, glen) < 0)
+				return dcr_err_set(e, -ENOMEM, "out of memory");
+			out->len += glen + n * unit;
 			return 0;
 		}
 	}

@@ -313,9 +313,13 @@ int dcr_item_to_overwrite(const struct dcr_item *it, unsigned unit, const uint8_
 void dcr_scatter(uint8_t *dst, unsigned unit, const uint64_t *pos, const uint64_t *val, size_t n,
 		 int xor_)
 {
+	if (!xor_) {
+		dcr_scatter_at(dst, unit, 0, pos, val, n);
+		return;
+	}
 	for (size_t k = 0; k < n; k++) {
 		uint8_t *p = dst + pos[k] * unit;
-		store_unit(p, unit, xor_ ? load_unit(p, unit) ^ val[k] : val[k]);
+		store_unit(p, unit, load_unit(p, unit) ^ val[k]);
 	}
 }
 
