@@ -9,13 +9,15 @@
  * (the root) carries the ROOT flag, so a chunk or parent is finished only
  * once we know that more input follows it.
  *
- * Speed comes from hashing many chunks (and many parents) side by side:
- * with AVX2 eight of them, one per 32-bit lane, so one AVX2 compression does
- * the work of eight (with AVX-512VL's rotates where the CPU has them).
- * The portable code gives the same bits; tests compare both against b3sum. dcr uses BLAKE3 for payload digests (see
- * dcr-format-pack(5)): on a core with SHA extensions it runs about three
- * times as fast as SHA-256, and that is the cost a receiver pays on every
- * byte it passes on. */
+ * Speed comes from hashing many chunks (and many parents) side by side,
+ * one per 32-bit lane: eight with AVX2 (with AVX-512VL's rotates where the
+ * CPU has them, blake3-lanes.h), sixteen with AVX-512F (blake3-lanes16.h).
+ * The portable code gives the same bits; tests compare every path against
+ * b3sum. dcr uses BLAKE3 for payload and piece digests (dcr-format-pack(5))
+ * and for tensor digests and state ids (dcr-format-delta(5)): on a core
+ * with SHA extensions it runs about three times as fast as SHA-256, and
+ * that is the cost a receiver pays on every byte it passes on and every
+ * byte it verifies. */
 #include "config.h"
 
 #include <errno.h>
