@@ -28,6 +28,7 @@
 #include "core/file.h"
 #include "core/util.h"
 #include "transport/net.h"
+#include "transport/names.h"
 #include "transport/sigv4.h"
 
 #define MAX_SMALL_BODY (64u << 20) /* listings, XML answers */
@@ -251,6 +252,7 @@ size_t net_on_header(char *p, size_t sz, size_t nm, void *arg)
 		q->etag[0] = '\0';
 		q->have_clen = q->have_cr = 0;
 		q->reason[0] = '\0';
+		q->location[0] = '\0';
 		const char *sp = memchr(p, ' ', l);
 		if (sp) {
 			q->status = strtol(sp + 1, NULL, 10);
@@ -280,6 +282,13 @@ size_t net_on_header(char *p, size_t sz, size_t nm, void *arg)
 	val[vl] = '\0';
 	if (kl == 4 && !strncasecmp(p, "etag", 4)) {
 		memcpy(q->etag, val, vl + 1);
+	} else if (kl == 8 && !strncasecmp(p, "location", 8)) {
+		/* no query: a presigned URL's signature stays out of messages */
+		size_t ql = strcspn(val, "?#");
+		if (ql >= sizeof(q->location))
+			ql = sizeof(q->location) - 1;
+		memcpy(q->location, val, ql);
+		q->location[ql] = '\0';
 	} else if (kl == 14 && !strncasecmp(p, "content-length", 14)) {
 		q->clen = strtoull(val, NULL, 10);
 		q->have_clen = 1;
@@ -512,7 +521,19 @@ static void net_setup(struct dcr_store *s, struct net_req *q, CURL *c, const cha
 	cu.easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
 	cu.easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
 	cu.easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-	cu.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+	/* the Authorization and Cookie headers and a URL's user and password
+	 * are not sent on to another host (libcurl's rule) */
+	int tls = !strncmp(net_of(s)->base, "https:", 6);
+	long follow = net_of(s)->k->follow_redirects && !q->has_body &&
+#if LIBCURL_VERSION_NUM >= 0x075500
+		      cu.easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, tls ? "https" : "http,https") ==
+#else
+		      cu.easy_setopt(c, CURLOPT_REDIR_PROTOCOLS,
+				     tls ? CURLPROTO_HTTPS : CURLPROTO_HTTP | CURLPROTO_HTTPS) ==
+#endif
+			      CURLE_OK; /* else a 3xx is an error, as for an upload */
+	cu.easy_setopt(c, CURLOPT_FOLLOWLOCATION, follow);
+	cu.easy_setopt(c, CURLOPT_MAXREDIRS, (long)NET_MAX_REDIRS);
 	if (q->has_body) {
 		cu.easy_setopt(c, CURLOPT_UPLOAD, 1L);
 		cu.easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
@@ -584,7 +605,14 @@ static int net_status_error(struct net_req *q, char *cause, size_t csz, struct d
 	else if (q->status == 416)
 		r = dcr_err_set(e, DCR_EFORMAT, "cannot %s '%s': %s (the object is shorter than the range)",
 				m, q->what, cause);
-	else
+	else if (q->status >= 300 && q->status < 400 && q->location[0]) {
+		char *to = dcr_url_redact(q->location);
+		r = dcr_err_set(e, DCR_EREMOTE,
+				"cannot %s '%s': %s (the server redirects to '%s'; dcr follows redirects only "
+				"when it downloads from an http(s) store)",
+				m, q->what, cause, to ? to : "?");
+		free(to);
+	} else
 		r = dcr_err_set(e, DCR_EREMOTE, "cannot %s '%s': %s", m, q->what, cause);
 	free(code);
 	return r;
@@ -644,7 +672,12 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 			snprintf(cause, sizeof(cause), "%s", errbuf[0] ? errbuf : cu.easy_strerror(cc));
 			if (curl_retryable(cc))
 				continue;
-			r = dcr_err_set(e, -EIO, "cannot %s '%s': %s", m, q->what, cause);
+			const char *why = cc == CURLE_TOO_MANY_REDIRECTS ? " (a redirect loop?)"
+					  : cc == CURLE_UNSUPPORTED_PROTOCOL
+						  ? " (a redirect to it? dcr follows redirects to http and https only,"
+						    " https only from an https store)"
+						  : "";
+			r = dcr_err_set(e, -EIO, "cannot %s '%s': %s%s", m, q->what, cause, why);
 			break;
 		}
 		if (q->status >= 200 && q->status < 300) {

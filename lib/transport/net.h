@@ -52,6 +52,7 @@ struct net_req {
 	long status;
 	char reason[128];
 	char etag[256];
+	char location[256];        /* a 3xx's Location, query cut, for messages */
 	uint64_t clen, cr_start, cr_total;
 	int have_clen, have_cr;
 	int started, deliver;
@@ -85,7 +86,16 @@ struct net_hooks {
 	 * NULL: one PUT (net_put_once). */
 	int (*upload)(struct dcr_store *s, const char *name, const uint8_t *buf,
 		      int fd, uint64_t len, struct dcr_err *e);
+	/* Downloads (GET, HEAD) follow up to NET_MAX_REDIRS redirects, to
+	 * http or https (https only from an https base): an HTTP store's
+	 * objects may sit behind a CDN or a moved path, and every byte is
+	 * checked against the manifest whatever host serves it. 0: a 3xx is
+	 * an error naming where it points (S3 redirects only a request sent
+	 * to the wrong region, which a signed request cannot follow). */
+	int follow_redirects;
 };
+
+#define NET_MAX_REDIRS 8
 
 /* The start of an HTTP or S3 store's state: s->impl points to a struct
  * whose first member is this. */

@@ -24,6 +24,7 @@ static int http_locate(struct dcr_store *s, const char *name, char **path, char 
 
 static const struct net_hooks http_hooks = {
 	.locate = http_locate,
+	.follow_redirects = 1,
 };
 
 static int http_open(struct dcr_store *s, const char *url, struct dcr_err *e)
