@@ -15,7 +15,7 @@
 static const char usage[] =
 	"usage: dcr-pack [options] [DELTA|-]\n"
 	"       dcr-pack --producer R/N [--attempt HEX] [options] [DELTA|-]\n"
-	"       dcr-pack --list [--porcelain] [-z] PACK|-\n"
+	"       dcr-pack --list [--porcelain] [-z] PACK|DELTA|-\n"
 	"       dcr-pack --squash [--base CKPT] [--delta] [-o OUT] DELTA1 DELTA2...\n"
 	"\n"
 	"Group a delta stream (DELTA, or standard input) into self-checking payloads\n"
@@ -43,6 +43,7 @@ static const char usage[] =
 	"      --sign KEY.sec      sign the manifest (needs --version): a detached\n"
 	"                          signature, manifest.dcrm.sig, in signify's format\n"
 	"  -l, --list              list the contents of PACK (a directory or a tar file)\n"
+	"                          or of a DELTA file or stream\n"
 	"      --squash            compose the chain of delta files DELTA1 (v1->v2),\n"
 	"                          DELTA2 (v2->v3), ... into one delta v1->vk and pack it\n"
 	"      --base CKPT         with --squash: CKPT is the chain's base (DELTA1's), so\n"
@@ -162,11 +163,208 @@ static int list_entry(void *ctx, const struct dcr_pack_entry *en)
 	return 0;
 }
 
+/* What --list keeps of a delta's tensor while it reads the items. */
+struct dtensor {
+	uint64_t items, changes;
+	uint64_t codec[5]; /* items per DCR_CODEC_* (0: any other) */
+};
+
+static void shape_text(const struct dcr_delta_tensor *t, char *out, size_t n)
+{
+	size_t o = 0;
+	out[0] = '\0';
+	for (unsigned k = 0; k < t->ndim && o < n - 24; k++)
+		o += (size_t)snprintf(out + o, n - o, "%s%llu", k ? "," : "",
+				      (unsigned long long)t->shape[k]);
+}
+
+/* "classed:2,delta:1", or "-" for none */
+static void codec_text(const struct dtensor *d, char *out, size_t n)
+{
+	size_t o = 0;
+	out[0] = '\0';
+	for (int c = 1; c <= 4; c++)
+		if (d->codec[c])
+			o += (size_t)snprintf(out + o, n - o, "%s%s:%llu", o ? "," : "",
+					      dcr_codec_name(c), (unsigned long long)d->codec[c]);
+	if (d->codec[0])
+		o += (size_t)snprintf(out + o, n - o, "%s?:%llu", o ? "," : "",
+				      (unsigned long long)d->codec[0]);
+	if (!o)
+		snprintf(out, n, "-");
+}
+
+/* --list of a delta stream (what dcr-diff writes), head[0..hl) already
+ * read from fd: every record is checked as dcr-apply checks it (the
+ * trailer too) before anything is printed. */
+static int list_delta(int fd, const uint8_t *head, size_t hl, const char *what,
+		      const struct lister *l)
+{
+	struct dcr_err e = {0};
+	struct dcr_fdbuf fb;
+	struct dcr_delta_reader rd;
+	struct dcr_delta_rec rec;
+	struct dcr_tensor_table tt = {0};
+	struct dtensor *dt = NULL;
+	size_t dcap = 0, nbases = 0;
+	struct dcr_names removed = {0};
+	uint64_t nitems = 0, nchanges = 0;
+	int r;
+	if (dcr_fdbuf_init(&fb, fd, DCR_FDBUF_SIZE))
+		cmd_die("out of memory");
+	r = dcr_delta_reader_init_flags(&rd, (struct dcr_source){dcr_source_fdbuf_read, &fb}, head,
+					hl, DCR_DELTA_PARTIAL | DCR_DELTA_DENSE, what, &e);
+	while (!r && (r = dcr_delta_next(&rd, &rec, &e)) == 1) {
+		r = 0;
+		if (rec.type == DCR_REC_TENSOR) {
+			if ((r = dcr_tensor_table_add(&tt, &rec, what, &e)))
+				break;
+			if (tt.cap > dcap) { /* as the table grows: geometrically */
+				struct dtensor *g = realloc(dt, tt.cap * sizeof(*dt));
+				if (!g) {
+					r = dcr_err_sys(&e, ENOMEM, "%s", what);
+					break;
+				}
+				dt = g;
+				dcap = tt.cap;
+			}
+			memset(&dt[tt.n - 1], 0, sizeof(*dt));
+		} else if (rec.type == DCR_REC_ITEM) {
+			struct dcr_item it;
+			const struct dcr_delta_tensor *t;
+			if ((r = dcr_tensor_table_item(&tt, &rec, what, &it, &t, &e)))
+				break;
+			struct dtensor *d = &dt[t - tt.v];
+			d->items++;
+			d->changes += it.n;
+			d->codec[it.codec >= 1 && it.codec <= 4 ? it.codec : 0]++;
+			nitems++;
+			nchanges += it.n;
+		} else if (rec.type == DCR_REC_DONE) {
+			uint32_t ti;
+			dcr_digest dg;
+			if ((r = dcr_delta_parse_done(&rec, &ti, &dg, &e)))
+				break;
+			if (ti >= tt.n) {
+				r = dcr_err_set(&e, DCR_EFORMAT, "%s: DONE names tensor %u of %zu", what,
+						ti, tt.n);
+				break;
+			}
+			tt.v[ti].digest = dg;
+			tt.v[ti].have_digest = 1;
+		} else if (rec.type == DCR_REC_REMOVE) {
+			char *name;
+			if ((r = dcr_delta_parse_name(&rec, &name, &e)))
+				break;
+			if (dcr_names_add(&removed, name)) {
+				free(name);
+				r = dcr_err_sys(&e, ENOMEM, "%s", what);
+			}
+		} else if (rec.type == DCR_REC_BASES) {
+			dcr_digest *v = NULL;
+			if (!(r = dcr_delta_parse_bases(&rec, &v, &nbases, &e)))
+				free(v);
+		}
+	}
+	int bad = r < 0;
+	if (bad) {
+		cmd_error("%s", e.msg);
+	} else {
+		const char *kind = rd.flags & DCR_DELTA_DENSE     ? "dense"
+				   : rd.flags & DCR_DELTA_PARTIAL ? "partial"
+								  : "step";
+		char h1[65], h2[65], at[33], shape[512], codecs[160];
+		dcr_digest_hex(&rd.base, h1);
+		dcr_digest_hex(&rd.target, h2);
+		dcr_hex(rd.attempt, sizeof(rd.attempt), at);
+		size_t nnew = 0;
+		for (size_t i = 0; i < tt.n; i++)
+			nnew += !!(tt.v[i].flags & DCR_TENSOR_NEW);
+		if (l->porcelain)
+			printf("delta\t%llu\t%s\t%s\t%s\t%zu\t%zu\t%llu\t%llu\t%s%c",
+			       (unsigned long long)rd.offset, h1, h2, at, tt.n, removed.n,
+			       (unsigned long long)nitems, (unsigned long long)nchanges, kind, l->eol);
+		else
+			printf("%-24s %12llu  %s delta: %zu tensors (%zu new), %zu removed, %llu items, %llu changes\n"
+			       "  base   %s\n  target %s\n  attempt %s\n",
+			       l->eol ? cmd_quote(what) : what, (unsigned long long)rd.offset, kind, tt.n,
+			       nnew, removed.n, (unsigned long long)nitems, (unsigned long long)nchanges,
+			       h1, h2, at);
+		if (nbases && !l->porcelain)
+			printf("  fits %zu other base states too (overwrites only)\n", nbases);
+		for (size_t i = 0; i < tt.n; i++) {
+			const struct dcr_delta_tensor *t = &tt.v[i];
+			shape_text(t, shape, sizeof(shape));
+			codec_text(&dt[i], codecs, sizeof(codecs));
+			if (t->have_digest)
+				dcr_digest_hex(&t->digest, h1);
+			else
+				snprintf(h1, sizeof(h1), "-");
+			if (l->porcelain) {
+				printf("tensor\t%s\t%s\t%s\t%s\t%s\t%s%c", qname(l, t->name),
+				       dcr_dtype_name(t->dtype), shape, qname(l, t->file), h1,
+				       (t->flags & DCR_TENSOR_NEW) ? "new" : "base", l->eol);
+				printf("items\t%s\t%llu\t%llu\t%s%c", qname(l, t->name),
+				       (unsigned long long)dt[i].items, (unsigned long long)dt[i].changes,
+				       codecs, l->eol);
+			} else {
+				printf("  %s %s [%s] in %s%s: %llu items, %llu changes%s%s%s\n",
+				       qname(l, t->name), dcr_dtype_name(t->dtype), shape, qname(l, t->file),
+				       (t->flags & DCR_TENSOR_NEW) ? " (new)" : "",
+				       (unsigned long long)dt[i].items, (unsigned long long)dt[i].changes,
+				       dt[i].items ? " (" : "", dt[i].items ? codecs : "",
+				       dt[i].items ? ")" : "");
+			}
+		}
+		for (size_t i = 0; i < removed.n; i++)
+			if (l->porcelain)
+				printf("removed\t%s%c", qname(l, removed.v[i]), l->eol);
+			else
+				printf("  removed %s\n", qname(l, removed.v[i]));
+	}
+	dcr_store_names_free(removed.v, removed.n);
+	free(dt);
+	dcr_tensor_table_clear(&tt);
+	dcr_delta_reader_release(&rd);
+	dcr_fdbuf_release(&fb);
+	return bad ? EXIT_FATAL : EXIT_OK;
+}
+
 static int list_pack(const char *path, int porcelain, char eol)
 {
 	struct dcr_err e = {0};
-	struct dcr_pack_in *in = cmd_open_pack_input(path);
 	struct lister l = {.porcelain = porcelain, .eol = eol};
+	struct dcr_pack_in *in;
+	struct stat sb;
+	if (strcmp(path, "-") && !stat(path, &sb) && S_ISDIR(sb.st_mode)) {
+		in = cmd_open_pack_input(path);
+	} else {
+		/* a file or stream: a delta by its magic, else a tar pack */
+		const char *what = strcmp(path, "-") ? path : "standard input";
+		if (!strcmp(path, "-"))
+			cmd_refuse_tty_input("a pack or delta");
+		int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
+		if (fd < 0)
+			cmd_die("cannot open '%s': %s", path, strerror(errno));
+		uint8_t head[8];
+		size_t got = 0;
+		while (got < sizeof(head)) {
+			ssize_t n = read(fd, head + got, sizeof(head) - got);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0)
+				cmd_die("cannot read %s: %s", what, strerror(errno));
+			if (!n)
+				break;
+			got += (size_t)n;
+		}
+		if (!got)
+			cmd_die("%s is empty: no pack or delta to list", what);
+		if (got == sizeof(head) && !memcmp(head, DCR_DELTA_MAGIC, sizeof(head)))
+			return list_delta(fd, head, got, what, &l);
+		if (dcr_pack_in_open_tar(fd, head, got, &in, &e))
+			cmd_die_err(&e, EXIT_FATAL);
+	}
 	int n = dcr_pack_walk(in, list_entry, &l, &e);
 	if (n < 0) {
 		cmd_error("%s", e.msg);

@@ -2,7 +2,11 @@
 # dcr-pack --list counts each payload's records (tensors, items, changes)
 # and the counts add up to the manifest's, for a pack directory and a tar
 # stream alike; a directory or stream that holds no pack (no manifest, no
-# payloads) is an error (exit 128), not an empty listing.
+# payloads) is an error (exit 128), not an empty listing. A delta (a file
+# or a stream) is listed too: its counts and every tensor record are the
+# pack's, with its items, changes and codecs per tensor, new and removed
+# tensors named; a delta cut short or corrupted is an error with nothing
+# on standard output.
 . "$DCR_SRC/tests/lib-dcr.sh"
 for c in dcr-pack gen-checkpoint; do
 	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
@@ -30,6 +34,58 @@ for p in "$T/p" "$T/p.tar"; do
 	[ "$p_items" = "$m_items" ] || fail "$p: payload items add up to $p_items, manifest $m_items"
 	[ "$p_changes" = "$m_changes" ] || fail "$p: payload changes add up to $p_changes, manifest $m_changes"
 	[ "$p_tensors" = "$n" ] || fail "$p: a payload lists no tensor records"
+done
+
+# a delta: the same counts and tensor records as its pack's manifest
+for src in file stream; do
+	if [ $src = file ]; then
+		run 0 dcr-pack --list --porcelain "$T/d"
+	else
+		dcr-pack --list --porcelain - <"$T/d" >"$T/out" 2>"$T/err" || fail "stream: $(cat "$T/err")"
+	fi
+	mv "$T/out" "$T/dl"
+	run 0 dcr-pack --list --porcelain "$T/p"
+	# delta: size base target attempt tensors removed items changes kind
+	awk -F'\t' '$1 == "delta" {print $3, $4, $5, $7, $8, $9}' "$T/dl" >"$T/dh"
+	awk -F'\t' '$1 == "manifest" {print $3, $4, $5, $8, $9, $10}' "$T/out" >"$T/mh"
+	cmp -s "$T/dh" "$T/mh" || fail "$src: delta header $(cat "$T/dh") against the manifest's $(cat "$T/mh")"
+	[ "$(awk -F'\t' '$1 == "delta" {print $2, $10}' "$T/dl")" = "$(wc -c <"$T/d") step" ] ||
+		fail "$src: size or kind: $(grep '^delta' "$T/dl")"
+	grep '^tensor	' "$T/dl" | sort >"$T/dt"
+	grep '^tensor	' "$T/out" | sort >"$T/mt"
+	cmp -s "$T/dt" "$T/mt" || { diff "$T/dt" "$T/mt" | head -5; fail "$src: tensor records differ from the manifest's"; }
+	# items: name items changes codecs; they add up to the header
+	sums=$(awk -F'\t' '$1 == "items" {i += $3; c += $4} END {print i + 0, c + 0}' "$T/dl")
+	[ "$sums" = "$(awk -F'\t' '$1 == "delta" {print $8, $9}' "$T/dl")" ] ||
+		fail "$src: per-tensor items and changes add up to $sums"
+	awk -F'\t' '$1 == "items" && $3 > 0 && $5 == "-" {bad = 1} END {exit bad}' "$T/dl" ||
+		fail "$src: a tensor with items names no codec"
+done
+run 0 dcr-pack --list "$T/d"
+grep -q "step delta: .* tensors (0 new), 0 removed, $m_items items, $m_changes changes" "$T/out" ||
+	fail "the delta's summary line: $(head -1 "$T/out")"
+# new and removed tensors, and a dense copy
+$MKST new "$T/a" m.0:BF16:64 m.1:F32:8
+cp -r "$T/a" "$T/b"
+$MKST rm "$T/b" m.1
+$MKST add "$T/b" m.2:BF16:5
+$MKST xor "$T/b" m.0 3=1 9=2
+run 0 dcr-diff "$T/a" "$T/b" -o "$T/d2"
+run 0 dcr-pack --list --porcelain "$T/d2"
+grep -q '^tensor	m.2	BF16	5	model.safetensors	[0-9a-f]*	new$' "$T/out" || fail "no new m.2: $(cat "$T/out")"
+grep -q '^items	m.0	1	2	' "$T/out" || fail "m.0's items: $(cat "$T/out")"
+grep -q '^removed	m.1$' "$T/out" || fail "m.1 is not listed removed: $(cat "$T/out")"
+run 0 dcr-diff --dense "$T/b" -o "$T/d3"
+run 0 dcr-pack --list --porcelain "$T/d3"
+[ "$(awk -F'\t' '$1 == "delta" {print $10}' "$T/out")" = dense ] || fail "the dense copy: $(head -1 "$T/out")"
+# cut short, or one byte changed: an error, nothing listed
+head -c $(( $(wc -c <"$T/d") - 7 )) "$T/d" >"$T/dcut"
+cp "$T/d" "$T/dbad"
+printf '\377' | dd of="$T/dbad" bs=1 seek=200 conv=notrunc 2>/dev/null
+for bad in dcut dbad; do
+	run 128 dcr-pack --list "$T/$bad"
+	one_line_error dcr-pack
+	[ ! -s "$T/out" ] || fail "$bad: something was listed: $(head -2 "$T/out")"
 done
 
 # no pack: an empty directory, a directory of other files, an empty tar
