@@ -347,22 +347,14 @@ static int list_pack(const char *path, int porcelain, char eol)
 		if (fd < 0)
 			cmd_die("cannot open '%s': %s", path, strerror(errno));
 		uint8_t head[8];
-		size_t got = 0;
-		while (got < sizeof(head)) {
-			ssize_t n = read(fd, head + got, sizeof(head) - got);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0)
-				cmd_die("cannot read %s: %s", what, strerror(errno));
-			if (!n)
-				break;
-			got += (size_t)n;
-		}
+		long got = dcr_read_upto(fd, head, sizeof(head));
+		if (got < 0)
+			cmd_die("cannot read %s: %s", what, strerror((int)-got));
 		if (!got)
 			cmd_die("%s is empty: no pack or delta to list", what);
 		if (got == sizeof(head) && !memcmp(head, DCR_DELTA_MAGIC, sizeof(head)))
-			return list_delta(fd, head, got, what, &l);
-		if (dcr_pack_in_open_tar(fd, head, got, &in, &e))
+			return list_delta(fd, head, sizeof(head), what, &l);
+		if (dcr_pack_in_open_tar(fd, head, (size_t)got, &in, &e))
 			cmd_die_err(&e, EXIT_FATAL);
 	}
 	int n = dcr_pack_walk(in, list_entry, &l, &e);

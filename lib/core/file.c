@@ -42,6 +42,22 @@ static int io_full(int fd, void *buf, size_t n, int64_t off, int wr)
 
 int dcr_read_full(int fd, void *buf, size_t n) { return io_full(fd, buf, n, -1, 0); }
 
+long dcr_read_upto(int fd, void *buf, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = read(fd, (uint8_t *)buf + got, n - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (long)got;
+}
+
 int dcr_write_full(int fd, const void *buf, size_t n)
 {
 	return io_full(fd, (void *)buf, n, -1, 1);

@@ -9,6 +9,9 @@
 
 /* Files. */
 int dcr_read_full(int fd, void *buf, size_t n); /* 0, -errno, or -EPIPE at EOF */
+/* Up to n bytes, fewer only at the end of the input (a sniffer's first
+ * bytes of a pipe): how many, or -errno. */
+long dcr_read_upto(int fd, void *buf, size_t n);
 int dcr_write_full(int fd, const void *buf, size_t n);
 int dcr_pread_full(int fd, void *buf, size_t n, uint64_t off);
 int dcr_pwrite_full(int fd, const void *buf, size_t n, uint64_t off);

@@ -42,19 +42,12 @@ int dcr_apply_input(struct dcr_receiver *rc, const char *input, int fd,
 	}
 	/* sniff: a delta starts with its magic, anything else must be a tar pack */
 	uint8_t head[8];
-	size_t got = 0;
-	while (got < sizeof(head)) {
-		ssize_t n = read(fd, head + got, sizeof(head) - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r = dcr_err_sys(e, errno, "cannot read %s", oo.what);
-			goto out;
-		}
-		if (n == 0)
-			break;
-		got += (size_t)n;
+	long n = dcr_read_upto(fd, head, sizeof(head));
+	if (n < 0) {
+		r = dcr_err_sys(e, (int)-n, "cannot read %s", oo.what);
+		goto out;
 	}
+	size_t got = (size_t)n;
 	if (got == 0) {
 		r = dcr_err_set(e, DCR_EFORMAT, "%s is empty: no delta or pack to apply", oo.what);
 		goto out;
