@@ -28,14 +28,7 @@ start_relay() {
 	rm -f "$T/$_sr.port"
 	dcr-relay --listen 127.0.0.1:0 --port-file "$T/$_sr.port" "$@" 2>"$T/$_sr.log" &
 	RPID=$!
-	PIDS="$PIDS $RPID"
-	i=0
-	while [ ! -s "$T/$_sr.port" ]; do
-		kill -0 "$RPID" 2>/dev/null || { cat "$T/$_sr.log"; fail "relay $_sr exited"; }
-		i=$((i + 1))
-		[ $i -lt 400 ] || { cat "$T/$_sr.log"; fail "relay $_sr did not start in 20 s"; }
-		sleep 0.05
-	done
+	wait_port "$_sr" $RPID "$T/$_sr.log"
 	RURL="http://127.0.0.1:$(cat "$T/$_sr.port")"
 }
 

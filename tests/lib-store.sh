@@ -31,22 +31,41 @@ need_node() {
 	done
 }
 
+# wait_port NAME PID LOG: wait until server NAME (process PID, output in
+# LOG) has written its port to $T/NAME.port.
+wait_port() {
+	PIDS="$PIDS $2"
+	i=0
+	while [ ! -s "$T/$1.port" ]; do
+		kill -0 "$2" 2>/dev/null || { cat "$3"; fail "server $1 exited"; }
+		i=$((i + 1))
+		[ $i -lt 400 ] || { cat "$3"; fail "server $1 did not start in 20 s"; }
+		sleep 0.05
+	done
+}
+
 # start_server NAME SCRIPT ARGS...: start tests/node/SCRIPT on 127.0.0.1 with
-# a free port, wait until it listens, set PORT.
+# a free port, wait until it listens, set PORT (and pid, its process).
 start_server() {
 	name=$1 script=$2
 	shift 2
 	rm -f "$T/$name.port"
 	NODE_PATH=$NODE_MODULES node "$NODE_DIR/$script" --port-file "$T/$name.port" "$@" >"$T/$name.out" 2>&1 &
 	pid=$!
-	PIDS="$PIDS $pid"
-	i=0
-	while [ ! -s "$T/$name.port" ]; do
-		kill -0 "$pid" 2>/dev/null || { cat "$T/$name.out"; fail "server $name exited"; }
-		i=$((i + 1))
-		[ $i -lt 400 ] || { cat "$T/$name.out"; fail "server $name did not start in 20 s"; }
-		sleep 0.05
-	done
+	wait_port "$name" $pid "$T/$name.out"
+	PORT=$(cat "$T/$name.port")
+}
+
+# start_py NAME SCRIPT ARGS...: the same for tests/SCRIPT, a Python server
+# taking --port-file (lie-server.py, redirect-server.py); what it writes
+# to stderr (its request log) goes to $T/NAME.log.
+start_py() {
+	name=$1 script=$2
+	shift 2
+	rm -f "$T/$name.port"
+	python3 "$DCR_SRC/tests/$script" --port-file "$T/$name.port" "$@" 2>"$T/$name.log" &
+	pid=$!
+	wait_port "$name" $pid "$T/$name.log"
 	PORT=$(cat "$T/$name.port")
 }
 

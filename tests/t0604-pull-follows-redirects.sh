@@ -12,16 +12,8 @@
 
 # serve NAME: tests/redirect-server.py over $T/www, its port in NAME_PORT
 serve() {
-	rm -f "$T/$1.port"
-	python3 "$DCR_SRC/tests/redirect-server.py" --port-file "$T/$1.port" "$T/www" 2>"$T/$1.log" &
-	PIDS="$PIDS $!"
-	i=0
-	while [ ! -s "$T/$1.port" ]; do
-		i=$((i + 1))
-		[ $i -lt 200 ] || fail "redirect-server did not start"
-		sleep 0.05
-	done
-	eval "$1_PORT=$(cat "$T/$1.port")"
+	start_py "$1" redirect-server.py "$T/www"
+	eval "$1_PORT=$PORT"
 }
 
 gen 8M 1

@@ -8,18 +8,7 @@
 TIME=/usr/bin/time
 [ -x "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
 
-lies() { # MODE: start tests/lie-server.py, set PORT
-	rm -f "$T/lie.port"
-	python3 "$DCR_SRC/tests/lie-server.py" --port-file "$T/lie.port" "$1" 2>"$T/lie.log" &
-	PIDS="$PIDS $!"
-	i=0
-	while [ ! -s "$T/lie.port" ]; do
-		i=$((i + 1))
-		[ $i -lt 200 ] || fail "lie-server did not start"
-		sleep 0.05
-	done
-	PORT=$(cat "$T/lie.port")
-}
+lies() { start_py lie lie-server.py "$1"; } # MODE: set PORT
 lies huge
 rc=0
 "$TIME" -f %M -o "$T/rss" dcr-pull -q --retries 1 "http://127.0.0.1:$PORT/s/v1" >"$T/out" 2>"$T/err" || rc=$?

@@ -6,18 +6,7 @@
 # credentials still go to the server (Basic authorization). A query,
 # where presigned credentials travel, is shown as "?***".
 . "$DCR_SRC/tests/lib-xfer.sh"
-lies() { # MODE: start tests/lie-server.py, set PORT
-	rm -f "$T/lie.port"
-	python3 "$DCR_SRC/tests/lie-server.py" --port-file "$T/lie.port" "$1" 2>"$T/lie.log" &
-	PIDS="$PIDS $!"
-	i=0
-	while [ ! -s "$T/lie.port" ]; do
-		i=$((i + 1))
-		[ $i -lt 200 ] || fail "lie-server did not start"
-		sleep 0.05
-	done
-	PORT=$(cat "$T/lie.port")
-}
+lies() { start_py lie lie-server.py "$1"; } # MODE: set PORT
 gen 1M 1
 run_ok dcr-diff -o "$T/d" "$T/g/v0" "$T/g/v1"
 run_ok dcr-pack -o "$T/p" "$T/d"

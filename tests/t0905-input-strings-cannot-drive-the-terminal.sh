@@ -28,16 +28,8 @@ expect_fail 128 dcr-push "$T/evil.tar" "$T/store/v1"
 raw "$T/err"
 
 # a server's reason phrase and body
-rm -f "$T/lie.port"
-python3 "$DCR_SRC/tests/lie-server.py" --port-file "$T/lie.port" reason 2>/dev/null &
-PIDS="$PIDS $!"
-i=0
-while [ ! -s "$T/lie.port" ]; do
-	i=$((i + 1))
-	[ $i -lt 200 ] || fail "lie-server did not start"
-	sleep 0.05
-done
-expect_fail 128 dcr-pull -q --retries 0 "http://127.0.0.1:$(cat "$T/lie.port")/s/v1"
+start_py lie lie-server.py reason
+expect_fail 128 dcr-pull -q --retries 0 "http://127.0.0.1:$PORT/s/v1"
 raw "$T/err"
 contains "$ERR" "\\x1b[31m"
 
