@@ -36,6 +36,11 @@ for p in "$T/p" "$T/p.tar"; do
 	[ "$p_tensors" = "$n" ] || fail "$p: a payload lists no tensor records"
 done
 
+# a tar pack on standard input lists as the file does
+dcr-pack --list --porcelain - <"$T/p.tar" >"$T/stdin.out" 2>"$T/err" || fail "tar on stdin: $(cat "$T/err")"
+run 0 dcr-pack --list --porcelain "$T/p.tar"
+cmp -s "$T/stdin.out" "$T/out" || fail "a tar pack on standard input lists otherwise"
+
 # a delta: the same counts and tensor records as its pack's manifest
 for src in file stream; do
 	if [ $src = file ]; then
