@@ -15,6 +15,8 @@ import socketserver
 import sys
 import threading
 
+import portfile
+
 MODE = None
 
 
@@ -64,11 +66,7 @@ def main():
         sys.exit(__doc__)
     MODE = args[2]
     srv = Server(("127.0.0.1", 0), Handler)
-    with open(args[1] + ".tmp", "w") as p:
-        p.write("%d\n" % srv.server_address[1])
-    import os
-    os.rename(args[1] + ".tmp", args[1])
-    srv.serve_forever()
+    portfile.serve(srv, args[1])
 
 
 if __name__ == "__main__":

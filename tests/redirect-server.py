@@ -13,8 +13,9 @@ usage: redirect-server.py --port-file FILE DIR
 Each request is logged to stderr as "METHOD PATH AUTHORIZATION".
 """
 import http.server
-import os
 import sys
+
+import portfile
 
 ROOT = None
 
@@ -90,10 +91,7 @@ def main():
     ROOT = args[2]
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
-    with open(args[1] + ".tmp", "w") as p:
-        p.write("%d\n" % srv.server_address[1])
-    os.rename(args[1] + ".tmp", args[1])
-    srv.serve_forever()
+    portfile.serve(srv, args[1])
 
 
 if __name__ == "__main__":
