@@ -2,7 +2,7 @@
 """redirect-server.py - an HTTP server that serves files and redirects,
 for tests/t0604. Standard library only.
 
-usage: redirect-server.py --port-file FILE DIR
+usage: redirect-server.py --port-file FILE DIR [--tls CERT KEY]
   GET/HEAD /to/PORT/REST  302 to http://127.0.0.1:PORT/REST (another origin)
   any      /moved/REST    301 to /REST (a relative Location)
   GET/HEAD /loop/REST     302 to /loop/REST (for ever)
@@ -10,9 +10,11 @@ usage: redirect-server.py --port-file FILE DIR
   any      /sig/REST      302 to /REST?X-Amz-Signature=SECRET
   any      /cred/REST     302 to http://v:SECRET@127.0.0.1:1/REST
   GET/HEAD anything else  the file DIR/PATH (no Range), or 404
+With --tls it speaks HTTPS only, with that certificate and key.
 Each request is logged to stderr as "METHOD PATH AUTHORIZATION".
 """
 import http.server
+import ssl
 import sys
 
 import portfile
@@ -86,11 +88,16 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 def main():
     global ROOT
     args = sys.argv[1:]
-    if len(args) != 3 or args[0] != "--port-file":
+    if len(args) not in (3, 6) or args[0] != "--port-file" or \
+            (len(args) == 6 and args[3] != "--tls"):
         sys.exit(__doc__)
     ROOT = args[2]
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
+    if len(args) == 6:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args[4], args[5])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     portfile.serve(srv, args[1])
 
 

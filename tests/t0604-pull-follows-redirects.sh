@@ -3,8 +3,9 @@
 # (tests/redirect-server.py, standard library only): dcr-pull | dcr-apply
 # follows a 302 to another origin and a relative 301, ends bit-identical
 # to the new checkpoint, and sends the URL's password to the origin named
-# in the store URL only. What it refuses, each with one line and the
-# receiver untouched: a redirect loop (stopped after 8), a redirect to
+# in the store URL only; from an https store it follows https and
+# refuses a step down to http. What it refuses, each with one line and
+# the receiver untouched: a redirect loop (stopped after 8), a redirect to
 # file:// (only http and https are followed), and an upload (dcr-push)
 # answered with a redirect, whose message names where it points without
 # the query a presigned URL's signature would sit in, or a password.
@@ -52,6 +53,25 @@ for bad in loop file; do
 	echo "refused ($bad): $ERR"
 done
 
+# from https: a relative redirect stays https and is followed; one to
+# plain http is refused
+if command -v openssl >/dev/null 2>&1 &&
+	openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/key.pem" -out "$T/cert.pem" \
+		-days 2 -subj "/CN=127.0.0.1" -addext "subjectAltName=IP:127.0.0.1" >/dev/null 2>&1; then
+	start_py tls redirect-server.py "$T/www" --tls "$T/cert.pem" "$T/key.pem"
+	S="https://127.0.0.1:$PORT"
+	refit r4 --cacert "$T/cert.pem" "$S/moved/pol/v1"
+	st pull dcr-pull -q --retries 1 --cacert "$T/cert.pem" "$S/to/$origin_PORT/pol/v1" |
+		st apply dcr-apply -q "$T/r3"
+	rc_is pull 128
+	one_line pull dcr-pull
+	contains "$ERR" "https only from an https store"
+	untouched "$T/r3" "$T/snap3"
+	echo "refused (https to http): $ERR"
+else
+	echo "skipped the https cases: openssl cannot make a test certificate"
+fi
+
 # an upload is never redirected: one line naming where, no query
 for via in moved sig cred; do
 	dcr-diff "$T/g/v0" "$T/g/v1" | dcr-pack -s 64K -o "$T/p-$via"
@@ -62,4 +82,4 @@ for via in moved sig cred; do
 	echo "refused (push, $via): $ERR"
 done
 [ ! -e "$T/www/pol/v2" ] || fail "the push left pol/v2"
-echo "ok: dcr-pull follows redirects to http origins, keeps credentials, refuses loops, file:// and redirected uploads"
+echo "ok: dcr-pull follows redirects to http(s) origins, keeps credentials, refuses loops, file://, https to http and redirected uploads"
