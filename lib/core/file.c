@@ -16,47 +16,41 @@
 
 /* ---- files ---- */
 
-/* All n bytes through read, write, pread or pwrite (at off unless off is
- * -1), resumed after short transfers and EINTR. A read that meets the end
- * of the file first is -EPIPE. */
-static int io_full(int fd, void *buf, size_t n, int64_t off, int wr)
+/* Up to n bytes through read, write, pread or pwrite (at off unless off is
+ * -1), resumed after short transfers and EINTR: how many (fewer only where
+ * a read met the end of the file), or -errno. */
+static long io_some(int fd, void *buf, size_t n, int64_t off, int wr)
 {
 	uint8_t *p = buf;
-	while (n) {
-		ssize_t r = off < 0 ? (wr ? write(fd, p, n) : read(fd, p, n))
-				    : (wr ? pwrite(fd, p, n, (off_t)off) : pread(fd, p, n, (off_t)off));
+	size_t done = 0;
+	while (done < n) {
+		ssize_t r = off < 0 ? (wr ? write(fd, p + done, n - done) : read(fd, p + done, n - done))
+				    : (wr ? pwrite(fd, p + done, n - done, (off_t)off)
+					  : pread(fd, p + done, n - done, (off_t)off));
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
 			return -errno;
 		}
 		if (r == 0 && !wr)
-			return -EPIPE;
-		p += r;
-		n -= (size_t)r;
+			break;
+		done += (size_t)r;
 		if (off >= 0)
 			off += r;
 	}
-	return 0;
+	return (long)done;
+}
+
+/* All n bytes: 0, -errno, or -EPIPE for a read that meets the end first. */
+static int io_full(int fd, void *buf, size_t n, int64_t off, int wr)
+{
+	long r = io_some(fd, buf, n, off, wr);
+	return r < 0 ? (int)r : (size_t)r < n ? -EPIPE : 0;
 }
 
 int dcr_read_full(int fd, void *buf, size_t n) { return io_full(fd, buf, n, -1, 0); }
 
-long dcr_read_upto(int fd, void *buf, size_t n)
-{
-	size_t got = 0;
-	while (got < n) {
-		ssize_t r = read(fd, (uint8_t *)buf + got, n - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			break;
-		got += (size_t)r;
-	}
-	return (long)got;
-}
+long dcr_read_upto(int fd, void *buf, size_t n) { return io_some(fd, buf, n, -1, 0); }
 
 int dcr_write_full(int fd, const void *buf, size_t n)
 {
