@@ -273,7 +273,19 @@ int cmd_finish(int code)
 	return code;
 }
 
-struct dcr_pack_in *cmd_open_pack_input(const char *path)
+int cmd_open_input(const char *path, const char *what)
+{
+	if (!strcmp(path, "-")) {
+		cmd_refuse_tty_input(what);
+		return 0;
+	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		cmd_die("cannot open '%s': %s", path, strerror(errno));
+	return fd;
+}
+
+struct dcr_pack_in *cmd_open_pack_input(const char *path, struct cmd_delta_input *delta)
 {
 	struct dcr_err e = {0};
 	struct dcr_pack_in *in = NULL;
@@ -283,12 +295,24 @@ struct dcr_pack_in *cmd_open_pack_input(const char *path)
 			cmd_die_err(&e, EXIT_FATAL);
 		return in;
 	}
-	if (!strcmp(path, "-"))
-		cmd_refuse_tty_input("a pack");
-	int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
-	if (fd < 0)
-		cmd_die("cannot open '%s': %s", path, strerror(errno));
-	if (dcr_pack_in_open_tar(fd, NULL, 0, &in, &e))
+	int fd = cmd_open_input(path, delta ? "a pack or delta" : "a pack");
+	const uint8_t *head = NULL;
+	size_t got = 0;
+	if (delta) {
+		const char *what = strcmp(path, "-") ? path : "standard input";
+		_Static_assert(sizeof(delta->head) == DCR_DELTA_SNIFF, "room for the sniff");
+		int d = dcr_delta_sniff(fd, delta->head, &got, what, &e);
+		if (d < 0)
+			cmd_die_err(&e, EXIT_FATAL);
+		if (!got)
+			cmd_die("%s is empty: no pack or delta to list", what);
+		delta->fd = fd;
+		delta->head_len = got;
+		if (d)
+			return NULL;
+		head = delta->head;
+	}
+	if (dcr_pack_in_open_tar(fd, head, got, &in, &e))
 		cmd_die_err(&e, EXIT_FATAL);
 	return in;
 }

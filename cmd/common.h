@@ -57,10 +57,21 @@ void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads);
 void cmd_refuse_tty_input(const char *what);
 /* Open an output file, or stdout for "-" (refusing a terminal). */
 int cmd_open_output(const char *path);
+/* Binary input: PATH, or standard input for "-" (refusing a terminal,
+ * what naming the input it wanted); exits 128 on failure. */
+int cmd_open_input(const char *path, const char *what);
 /* Packs: open PATH as a pack directory, or a tar stream ("-": standard
- * input); exits 128 on failure. */
+ * input); exits 128 on failure. With delta (dcr-pack --list), a file or
+ * stream that starts as a delta stream (dcr_delta_sniff) is not opened:
+ * NULL is returned, and *delta holds its descriptor and the first bytes
+ * read of it. */
 struct dcr_pack_in;
-struct dcr_pack_in *cmd_open_pack_input(const char *path);
+struct cmd_delta_input {
+	int fd;
+	uint8_t head[8]; /* DCR_DELTA_SNIFF */
+	size_t head_len;
+};
+struct dcr_pack_in *cmd_open_pack_input(const char *path, struct cmd_delta_input *delta);
 /* Where a pack goes: "-" a tar stream on standard output (refusing a
  * terminal), else a directory. cmd_pack_output_close finishes the tar
  * (r: the result so far; returns the final one). */

@@ -2,7 +2,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,14 +274,7 @@ int main(int argc, char **argv)
 	if (list)
 		return cmd_finish(cmd_pack_list(input, porcelain, eol));
 
-	int in = 0;
-	if (!strcmp(input, "-"))
-		cmd_refuse_tty_input("a delta");
-	if (strcmp(input, "-")) {
-		in = open(input, O_RDONLY | O_CLOEXEC);
-		if (in < 0)
-			cmd_die("cannot open '%s': %s", input, strerror(errno));
-	}
+	int in = cmd_open_input(input, "a delta");
 	/* payloads close after a linger only in a stream: a delta in a file
 	 * (or a squashed chain) always gives the same pack */
 	struct stat sb;

@@ -215,7 +215,7 @@ int main(int argc, char **argv)
 	char *surl, *name;
 	if (dcr_split_store_url(dest, &surl, &name, &e))
 		cmd_usage_error(usage, "%s", e.msg);
-	struct dcr_pack_in *in = cmd_open_pack_input(pack);
+	struct dcr_pack_in *in = cmd_open_pack_input(pack, NULL);
 	struct dcr_store *s;
 	if (dcr_store_open(surl, &so, &s, &e))
 		cmd_die_err(&e, EXIT_FATAL);

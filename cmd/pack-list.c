@@ -4,12 +4,9 @@
 #include "config.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "common.h"
 #include "pack-list.h"
@@ -129,7 +126,7 @@ static int list_entry(void *ctx, const struct dcr_pack_entry *en)
 /* What --list keeps of a delta's tensor while it reads the items. */
 struct dtensor {
 	uint64_t items, changes;
-	uint64_t codec[5]; /* items per DCR_CODEC_* (0: any other) */
+	uint64_t codec[DCR_CODEC_RAW + 1]; /* items per DCR_CODEC_* (0: any other) */
 };
 
 
@@ -138,7 +135,7 @@ static void codec_text(const struct dtensor *d, char *out, size_t n)
 {
 	size_t o = 0;
 	out[0] = '\0';
-	for (int c = 1; c <= 4; c++)
+	for (int c = DCR_CODEC_XOR_ZSTD; c <= DCR_CODEC_RAW; c++)
 		if (d->codec[c])
 			o += (size_t)snprintf(out + o, n - o, "%s%s:%llu", o ? "," : "",
 					      dcr_codec_name(c), (unsigned long long)d->codec[c]);
@@ -192,7 +189,7 @@ static int list_delta(int fd, const uint8_t *head, size_t hl, const char *what,
 			struct dtensor *d = &dt[t - tt.v];
 			d->items++;
 			d->changes += it.n;
-			d->codec[it.codec >= 1 && it.codec <= 4 ? it.codec : 0]++;
+			d->codec[it.codec >= DCR_CODEC_XOR_ZSTD && it.codec <= DCR_CODEC_RAW ? it.codec : 0]++;
 			nitems++;
 			nchanges += it.n;
 		} else if (rec.type == DCR_REC_DONE) {
@@ -289,36 +286,17 @@ int cmd_pack_list(const char *path, int porcelain, char eol)
 {
 	struct dcr_err e = {0};
 	struct lister l = {.porcelain = porcelain, .eol = eol};
-	struct dcr_pack_in *in;
-	struct stat sb;
-	if (strcmp(path, "-") && !stat(path, &sb) && S_ISDIR(sb.st_mode)) {
-		in = cmd_open_pack_input(path);
-	} else {
-		/* a file or stream: a delta by its magic, else a tar pack */
-		const char *what = strcmp(path, "-") ? path : "standard input";
-		if (!strcmp(path, "-"))
-			cmd_refuse_tty_input("a pack or delta");
-		int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
-		if (fd < 0)
-			cmd_die("cannot open '%s': %s", path, strerror(errno));
-		uint8_t head[8];
-		long got = dcr_read_upto(fd, head, sizeof(head));
-		if (got < 0)
-			cmd_die("cannot read %s: %s", what, strerror((int)-got));
-		if (!got)
-			cmd_die("%s is empty: no pack or delta to list", what);
-		if (got == sizeof(head) && !memcmp(head, DCR_DELTA_MAGIC, sizeof(head)))
-			return list_delta(fd, head, sizeof(head), what, &l);
-		if (dcr_pack_in_open_tar(fd, head, (size_t)got, &in, &e))
-			cmd_die_err(&e, EXIT_FATAL);
-	}
+	const char *what = strcmp(path, "-") ? path : "standard input";
+	struct cmd_delta_input d;
+	struct dcr_pack_in *in = cmd_open_pack_input(path, &d);
+	if (!in)
+		return list_delta(d.fd, d.head, d.head_len, what, &l);
 	int n = dcr_pack_walk(in, list_entry, &l, &e);
 	if (n < 0) {
 		cmd_error("%s", e.msg);
 		l.bad = 1;
 	} else if (!n) {
-		cmd_error("'%s' is not a pack: no manifest and no payloads",
-			  strcmp(path, "-") ? path : "standard input");
+		cmd_error("'%s' is not a pack: no manifest and no payloads", what);
 		l.bad = 1;
 	}
 	dcr_pack_in_close(in);

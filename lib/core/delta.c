@@ -274,6 +274,15 @@ static int r_raw(struct dcr_delta_reader *r, void *p, size_t n, const char *wher
 	return 0;
 }
 
+int dcr_delta_sniff(int fd, uint8_t *head, size_t *got, const char *what, struct dcr_err *e)
+{
+	long n = dcr_read_upto(fd, head, DCR_DELTA_SNIFF);
+	if (n < 0)
+		return dcr_err_sys(e, (int)-n, "cannot read %s", what);
+	*got = (size_t)n;
+	return *got == DCR_DELTA_SNIFF && !memcmp(head, DCR_DELTA_MAGIC, 5);
+}
+
 int dcr_delta_reader_init_with(struct dcr_delta_reader *r, struct dcr_source src,
 			       const uint8_t *head, size_t head_len, const char *what,
 			       struct dcr_err *e)

@@ -164,6 +164,13 @@ int dcr_delta_reader_init_with(struct dcr_delta_reader *r, struct dcr_source src
 int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source src,
 				const uint8_t *head, size_t head_len, uint32_t accept,
 				const char *what, struct dcr_err *e);
+/* Read the first bytes of input fd into head (DCR_DELTA_SNIFF of room) to
+ * tell a delta stream from anything else (a tar pack, to be opened with
+ * head[0..*got)): 1 a delta (the first five bytes of its magic, so that a
+ * damaged rest is the reader's to report), 0 not, or an error naming what;
+ * *got is 0 at an empty input. */
+#define DCR_DELTA_SNIFF 8
+int dcr_delta_sniff(int fd, uint8_t *head, size_t *got, const char *what, struct dcr_err *e);
 /* 1 and a record, 0 after END and a verified trailer, or an error. */
 int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct dcr_err *e);
 void dcr_delta_reader_release(struct dcr_delta_reader *r);

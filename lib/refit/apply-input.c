@@ -41,18 +41,18 @@ int dcr_apply_input(struct dcr_receiver *rc, const char *input, int fd,
 		own = 1;
 	}
 	/* sniff: a delta starts with its magic, anything else must be a tar pack */
-	uint8_t head[8];
-	long n = dcr_read_upto(fd, head, sizeof(head));
-	if (n < 0) {
-		r = dcr_err_sys(e, (int)-n, "cannot read %s", oo.what);
+	uint8_t head[DCR_DELTA_SNIFF];
+	size_t got;
+	int delta = dcr_delta_sniff(fd, head, &got, oo.what, e);
+	if (delta < 0) {
+		r = delta;
 		goto out;
 	}
-	size_t got = (size_t)n;
 	if (got == 0) {
 		r = dcr_err_set(e, DCR_EFORMAT, "%s is empty: no delta or pack to apply", oo.what);
 		goto out;
 	}
-	if (got == sizeof(head) && !memcmp(head, DCR_DELTA_MAGIC, 5)) {
+	if (delta) {
 		/* read through a buffer: the apply reads the input to its end */
 		struct dcr_fdbuf in;
 		r = dcr_fdbuf_init(&in, fd, DCR_FDBUF_SIZE)
