@@ -495,8 +495,25 @@ static int build_headers(struct dcr_store *s, struct net_req *q, struct curl_sli
 	return 0;
 }
 
-/* Run q until it succeeds, fails for good, or retries run out. 0 on a 2xx;
- * else a negative code with e filled. The final status is in q->status. */
+/* Whether q follows redirects (net_hooks.follow_redirects: downloads
+ * only), having told c where to: http or https, https only from an https
+ * base. Where libcurl cannot be told, none is followed, and a 3xx is an
+ * error as for an upload. libcurl sends the Authorization and Cookie
+ * headers and a URL's user and password to no other host. */
+static long follows_redirects(struct dcr_store *s, const struct net_req *q, CURL *c)
+{
+	if (!net_of(s)->k->follow_redirects || q->has_body)
+		return 0;
+	int tls = !strncmp(net_of(s)->base, "https:", 6);
+#if LIBCURL_VERSION_NUM >= 0x075500
+	CURLcode cc = cu.easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, tls ? "https" : "http,https");
+#else
+	CURLcode cc = cu.easy_setopt(c, CURLOPT_REDIR_PROTOCOLS,
+				     tls ? CURLPROTO_HTTPS : CURLPROTO_HTTP | CURLPROTO_HTTPS);
+#endif
+	return cc == CURLE_OK;
+}
+
 /* One attempt's options on handle c (reset before each retry). */
 static void net_setup(struct dcr_store *s, struct net_req *q, CURL *c, const char *url,
 		      struct curl_slist *hl, char *errbuf)
@@ -521,18 +538,7 @@ static void net_setup(struct dcr_store *s, struct net_req *q, CURL *c, const cha
 	cu.easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
 	cu.easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
 	cu.easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-	/* the Authorization and Cookie headers and a URL's user and password
-	 * are not sent on to another host (libcurl's rule) */
-	int tls = !strncmp(net_of(s)->base, "https:", 6);
-	long follow = net_of(s)->k->follow_redirects && !q->has_body &&
-#if LIBCURL_VERSION_NUM >= 0x075500
-		      cu.easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, tls ? "https" : "http,https") ==
-#else
-		      cu.easy_setopt(c, CURLOPT_REDIR_PROTOCOLS,
-				     tls ? CURLPROTO_HTTPS : CURLPROTO_HTTP | CURLPROTO_HTTPS) ==
-#endif
-			      CURLE_OK; /* else a 3xx is an error, as for an upload */
-	cu.easy_setopt(c, CURLOPT_FOLLOWLOCATION, follow);
+	cu.easy_setopt(c, CURLOPT_FOLLOWLOCATION, follows_redirects(s, q, c));
 	cu.easy_setopt(c, CURLOPT_MAXREDIRS, (long)NET_MAX_REDIRS);
 	if (q->has_body) {
 		cu.easy_setopt(c, CURLOPT_UPLOAD, 1L);
