@@ -186,6 +186,55 @@ Test(codec, every_bf16_pattern_with_one_ulp_steps)
 	free(nw);
 }
 
+/* The vector path of the values (2-byte units, 8 changes at a time) must
+ * write the portable loop's bytes: every 16-bit old pattern against a
+ * random one, +-1, the sign flipped, itself and the farthest one, for each
+ * 2-byte dtype, with a count that leaves a tail of 5 changes. */
+Test(codec, delta_code_paths_write_the_same_bytes)
+{
+	static const int dts[] = {DCR_DT_BF16, DCR_DT_F16, DCR_DT_I16, DCR_DT_U16};
+	size_t n = 6 * 65536 + 5;
+	uint64_t *pos = malloc(n * 8), *o = malloc(n * 8), *nw = malloc(n * 8);
+	rs = 29;
+	for (size_t i = 0; i < n; i++) {
+		pos[i] = 2 * i + rnd() % 2;
+		o[i] = i < 6 * 65536 ? i / 6 : rnd() & 0xffff;
+		uint64_t k = i % 6;
+		nw[i] = (k == 0 ? rnd() : k == 1 ? o[i] + 1 : k == 2 ? o[i] - 1 :
+			 k == 3 ? o[i] ^ 0x8000 : k == 4 ? o[i] : o[i] ^ 0x7fff) & 0xffff;
+	}
+	for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+		for (int codec = DCR_CODEC_DELTA; codec <= DCR_CODEC_CLASSED; codec++) {
+			struct dcr_buf ref = {0}, b = {0};
+			struct dcr_err e = {0};
+			uint8_t *old = NULL;
+			if (codec == DCR_CODEC_CLASSED) {
+				old = calloc(2 * n + 2, 2);
+				for (size_t i = 0; i < n; i++)
+					put_le16(old + 2 * pos[i], (uint16_t)o[i]);
+			}
+			cdc_cpu_limit(0);
+			cr_assert_eq(dcr_codec_encode_range(codec, 2, dts[d], 2 * n + 2, n, pos, o, nw,
+							    old, &ref, &e),
+				     0, "%s", e.msg);
+			cdc_cpu_limit(3);
+			cr_assert_eq(dcr_codec_encode_range(codec, 2, dts[d], 2 * n + 2, n, pos, o, nw,
+							    old, &b, &e),
+				     0, "%s", e.msg);
+			cr_assert(b.len == ref.len && !memcmp(b.p, ref.p, b.len),
+				  "%s %s: the vector path writes other bytes (%zu against %zu)",
+				  dcr_dtype_name(dts[d]), dcr_codec_name(codec), b.len, ref.len);
+			dcr_buf_free(&ref);
+			dcr_buf_free(&b);
+			free(old);
+		}
+		roundtrip(DCR_CODEC_DELTA, 2, dts[d], 2 * n + 2, n, pos, o, nw);
+	}
+	free(pos);
+	free(o);
+	free(nw);
+}
+
 Test(codec, extreme_gaps_and_huge_ranges)
 {
 	uint64_t o[4] = {1, 2, 3, 4}, nw[4] = {5, 6, 7, 8};

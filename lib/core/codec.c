@@ -119,6 +119,44 @@ static inline uint64_t unmono(uint64_t m, uint64_t half, uint64_t mask)
 	return (m & half) ? m ^ half : ~m & mask;
 }
 
+/* ---- code paths ----------------------------------------------------- */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CLS_AVX2 1
+#endif
+
+/* The highest code path the vector loops may take (cdc_cpu_limit). */
+static int cpu_cap = 3;
+
+void cdc_cpu_limit(int level)
+{
+	cpu_cap = level < 0 ? 0 : level > 3 ? 3 : level;
+}
+
+#ifdef CLS_AVX2
+/* 2: AVX2 (with POPCNT), 1: POPCNT, 0: neither. */
+static int cpu_level(void)
+{
+	static int known = -1;
+	if (known < 0)
+		known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") ? 2
+			: __builtin_cpu_supports("popcnt") ? 1 : 0;
+	return known < cpu_cap ? known : cpu_cap;
+}
+
+/* BMI2's PDEP where it is fast: not on AMD before Zen 3, which runs it
+ * in microcode (hundreds of cycles). */
+static int cpu_fast_pdep(void)
+{
+	static int known = -1;
+	if (known < 0)
+		known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") &&
+			__builtin_cpu_supports("bmi2") && !__builtin_cpu_is("znver1") &&
+			!__builtin_cpu_is("znver2");
+	return known && cpu_cap >= 3;
+}
+#endif
+
 /* ---- bit stream ------------------------------------------------------ */
 
 struct bitw {
@@ -624,6 +662,104 @@ values_pass(const unsigned unit, size_t n, const uint64_t *oldv,
 	*pemax = emax;
 }
 
+#ifdef CLS_AVX2
+/* values_pass for 2-byte units, 8 changes at a time in 32-bit lanes (the
+ * trainer's bf16 path; a quarter of dcr-diff's encoder was this loop):
+ * the same symbols, exponents and extra bits in the same order. The
+ * bit length of a = |d| comes from the exponent of a as a float, exact
+ * below 2^24. Returns how many changes it did (a multiple of 8); the
+ * caller finishes with values_pass. */
+__attribute__((target("avx2"))) static size_t
+values_pass_u2_avx2(size_t n, const uint64_t *oldv, const uint64_t *newv,
+		    const struct vmap *vm, uint8_t *sym, uint8_t *ex, struct bitw *w,
+		    unsigned *pemin, unsigned *pemax)
+{
+	const __m256i m16 = _mm256_set1_epi32(0xffff), half = _mm256_set1_epi32(0x8000);
+	const __m256i low15 = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+	const __m256i emask = _mm256_set1_epi32((int)((1u << vm->ebits) - 1));
+	const __m256i bias = _mm256_set1_epi32(127);
+	/* lane i's byte 0 to byte i of each 128-bit half */
+	const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+					      -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1,
+					      -1, -1, -1, -1, -1, -1);
+	const __m128i msh = _mm_cvtsi32_si128((int)vm->mshift);
+	const int flt = (vm->flags & VF_FLOAT) != 0, fold = (vm->flags & VF_FOLD) != 0;
+	__m256i vmin = _mm256_set1_epi32((int)*pemin), vmax = _mm256_set1_epi32((int)*pemax);
+	uint64_t acc = w->acc;
+	unsigned nbits = w->n;
+	size_t len = w->len, i = 0;
+	uint8_t *out = w->p;
+	for (; i + 8 <= n; i += 8) {
+		/* 4 + 4 values of 64 bits (below 2^16) to 8 lanes in order */
+		__m256i o = _mm256_packus_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(oldv + i)),
+						_mm256_loadu_si256((const __m256i *)(const void *)(oldv + i + 4)));
+		__m256i nw = _mm256_packus_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(newv + i)),
+						 _mm256_loadu_si256((const __m256i *)(const void *)(newv + i + 4)));
+		o = _mm256_permute4x64_epi64(o, 0xd8);
+		nw = _mm256_permute4x64_epi64(nw, 0xd8);
+		__m256i d, sg = _mm256_srai_epi32(_mm256_slli_epi32(o, 16), 31);
+		if (flt) {
+			__m256i sn = _mm256_srai_epi32(_mm256_slli_epi32(nw, 16), 31);
+			__m256i mo = _mm256_xor_si256(o, _mm256_or_si256(half, _mm256_and_si256(sg, low15)));
+			__m256i mn = _mm256_xor_si256(nw, _mm256_or_si256(half, _mm256_and_si256(sn, low15)));
+			d = _mm256_sub_epi32(mn, mo);
+			if (fold)
+				d = _mm256_blendv_epi8(d, _mm256_sub_epi32(mo, mn), sg);
+		} else {
+			d = _mm256_sub_epi32(nw, o);
+		}
+		d = _mm256_and_si256(d, m16);
+		__m256i neg = _mm256_cmpgt_epi32(d, low15);
+		__m256i a = _mm256_blendv_epi8(d, _mm256_and_si256(_mm256_sub_epi32(_mm256_setzero_si256(), d), m16), neg);
+		__m256i zero = _mm256_cmpeq_epi32(d, _mm256_setzero_si256());
+		__m256i k = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(a)), 23), bias);
+		k = _mm256_andnot_si256(zero, k);
+		__m256i x = _mm256_xor_si256(a, _mm256_andnot_si256(zero, _mm256_sllv_epi32(one, k)));
+		__m256i s = _mm256_add_epi32(_mm256_add_epi32(k, k), _mm256_sub_epi32(one, neg));
+		s = _mm256_andnot_si256(zero, s);
+		__m256i ev = _mm256_and_si256(_mm256_srl_epi32(o, msh), emask);
+		vmin = _mm256_min_epu32(vmin, ev);
+		vmax = _mm256_max_epu32(vmax, ev);
+		__m256i sb = _mm256_shuffle_epi8(s, pick), eb = _mm256_shuffle_epi8(ev, pick);
+		uint64_t s8 = (uint32_t)_mm256_extract_epi32(sb, 0) |
+			      (uint64_t)(uint32_t)_mm256_extract_epi32(sb, 4) << 32;
+		uint64_t e8 = (uint32_t)_mm256_extract_epi32(eb, 0) |
+			      (uint64_t)(uint32_t)_mm256_extract_epi32(eb, 4) << 32;
+		memcpy(sym + i, &s8, 8);
+		memcpy(ex + i, &e8, 8);
+		/* pairs of (bits, count) into one: at most 2 x 15 bits */
+		__m256i kk = _mm256_and_si256(k, _mm256_set1_epi64x(0xffffffff));
+		__m256i xp = _mm256_or_si256(_mm256_and_si256(x, _mm256_set1_epi64x(0xffffffff)),
+					     _mm256_sllv_epi64(_mm256_srli_epi64(x, 32), kk));
+		__m256i kp = _mm256_add_epi64(kk, _mm256_srli_epi64(k, 32));
+		uint64_t xs[4], ks[4];
+		_mm256_storeu_si256((__m256i *)(void *)xs, xp);
+		_mm256_storeu_si256((__m256i *)(void *)ks, kp);
+		for (int j = 0; j < 4; j++) {
+			acc |= xs[j] << nbits;
+			nbits += (unsigned)ks[j];
+			if (nbits >= 32) {
+				put_le32(out + len, (uint32_t)acc);
+				len += 4;
+				acc >>= 32;
+				nbits -= 32;
+			}
+		}
+	}
+	uint32_t lo[8], hi[8];
+	_mm256_storeu_si256((__m256i *)(void *)lo, vmin);
+	_mm256_storeu_si256((__m256i *)(void *)hi, vmax);
+	for (int j = 0; j < 8; j++) {
+		*pemin = lo[j] < *pemin ? lo[j] : *pemin;
+		*pemax = hi[j] > *pemax ? hi[j] : *pemax;
+	}
+	w->acc = acc;
+	w->n = nbits;
+	w->len = len;
+	return i;
+}
+#endif
+
 /* What the DELTA encoder's steps share: the changes' count and value map,
  * the work buffers, and the exponent histograms with the contexts chosen
  * over them. */
@@ -707,7 +843,16 @@ static size_t value_symbols(struct denc *d, const uint64_t *oldv,
 	unsigned emin = NE, emax = 0;
 	switch (d->unit) {
 	case 1: values_pass(1, n, oldv, newv, &vm, sym, ex, &w, &emin, &emax); break;
-	case 2: values_pass(2, n, oldv, newv, &vm, sym, ex, &w, &emin, &emax); break;
+	case 2: {
+		size_t done = 0;
+#ifdef CLS_AVX2
+		if (oldv && vm.ebits <= 8 && cpu_level() >= 2)
+			done = values_pass_u2_avx2(n, oldv, newv, &vm, sym, ex, &w, &emin, &emax);
+#endif
+		values_pass(2, n - done, oldv ? oldv + done : NULL, newv + done, &vm, sym + done,
+			    ex + done, &w, &emin, &emax);
+		break;
+	}
 	case 4: values_pass(4, n, oldv, newv, &vm, sym, ex, &w, &emin, &emax); break;
 	default: values_pass(8, n, oldv, newv, &vm, sym, ex, &w, &emin, &emax); break;
 	}
@@ -949,8 +1094,7 @@ typedef void blkfn(const uint8_t *old, const struct clsmap *cm, unsigned K, uint
 /* Class masks of the nb <= CBLK elements at old: bit i of m[c] is set
  * when element i is in class c. fast: clsmap_fast() holds (1: SSE2, 2:
  * AVX2). */
-#if defined(__x86_64__) && defined(__GNUC__)
-#define CLS_AVX2 1
+#ifdef CLS_AVX2
 __attribute__((target("avx2"))) static inline __attribute__((always_inline)) void
 blk_masks_avx2(const uint8_t *old, const struct clsmap *cm, const unsigned K, uint64_t *m)
 {
@@ -1349,37 +1493,7 @@ class_gaps_body(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 	return bad;
 }
 
-/* The highest code path the class scans may take (cdc_cpu_limit). */
-static int cpu_cap = 3;
-
-void cdc_cpu_limit(int level)
-{
-	cpu_cap = level < 0 ? 0 : level > 3 ? 3 : level;
-}
-
 #ifdef CLS_AVX2
-/* 2: AVX2 (with POPCNT), 1: POPCNT, 0: neither. */
-static int cpu_level(void)
-{
-	static int known = -1;
-	if (known < 0)
-		known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") ? 2
-			: __builtin_cpu_supports("popcnt") ? 1 : 0;
-	return known < cpu_cap ? known : cpu_cap;
-}
-
-/* BMI2's PDEP where it is fast: not on AMD before Zen 3, which runs it
- * in microcode (hundreds of cycles). */
-static int cpu_fast_pdep(void)
-{
-	static int known = -1;
-	if (known < 0)
-		known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") &&
-			__builtin_cpu_supports("bmi2") && !__builtin_cpu_is("znver1") &&
-			!__builtin_cpu_is("znver2");
-	return known && cpu_cap >= 3;
-}
-
 __attribute__((target("avx2,popcnt"))) static uint64_t
 class_gaps_avx2(const uint8_t *old, unsigned unit, uint64_t range_len, size_t n,
 		const uint64_t *pos, const uint64_t *oldv, const uint8_t *cc,
