@@ -230,6 +230,31 @@ Test(codec, delta_code_paths_write_the_same_bytes)
 		}
 		roundtrip(DCR_CODEC_DELTA, 2, dts[d], 2 * n + 2, n, pos, o, nw);
 	}
+	/* a CLASSED gap of 2^24 and more, which the vector path leaves to the
+	 * portable one, among small ones on both sides */
+	uint64_t range_len = 3ULL << 24;
+	uint8_t *old = malloc(range_len * 2);
+	for (uint64_t i = 0; i < range_len; i++)
+		put_le16(old + 2 * i, 0x3f80); /* one class: the gaps count every element */
+	for (size_t i = 0; i < 40; i++) {
+		/* the gap before change 12 is 2^25 - 2: 2^25 - 1 rounds up as a float */
+		pos[i] = i < 12 ? i : (1ULL << 25) + 10 + (i - 12) * 5;
+		o[i] = 0x3f80 + i;
+		nw[i] = o[i] + 1;
+		put_le16(old + 2 * pos[i], (uint16_t)o[i]);
+	}
+	struct dcr_buf ref = {0}, b = {0};
+	cdc_cpu_limit(0);
+	cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, range_len, 40, pos, o,
+					    nw, old, &ref, NULL), 0);
+	cdc_cpu_limit(3);
+	cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, range_len, 40, pos, o,
+					    nw, old, &b, NULL), 0);
+	cr_assert(b.len == ref.len && !memcmp(b.p, ref.p, b.len),
+		  "gaps of 2^24: the vector path writes other bytes");
+	dcr_buf_free(&ref);
+	dcr_buf_free(&b);
+	free(old);
 	free(pos);
 	free(o);
 	free(nw);

@@ -544,13 +544,15 @@ static int check_input(unsigned unit, uint64_t range_len, size_t n,
 	if (rc < 0)
 		return rc;
 	uint64_t mask = unit_mask(unit);
-	/* one branch-free pass; the loop below finds the culprit if any */
-	uint64_t vbits = 0, prev = 0, bad = 0;
-	for (size_t i = 0; i < n; i++) {
-		bad |= (uint64_t)(pos[i] >= range_len) | (uint64_t)(i && pos[i] <= prev);
-		prev = pos[i];
-		vbits |= newv[i] | (oldv ? oldv[i] : 0);
-	}
+	/* branch-free passes (increasing positions need only the last one
+	 * checked against the range); the loop below finds the culprit if any */
+	uint64_t vbits = 0, bad = n && pos[n - 1] >= range_len;
+	for (size_t i = 1; i < n; i++)
+		bad |= pos[i] <= pos[i - 1];
+	for (size_t i = 0; i < n; i++)
+		vbits |= newv[i];
+	for (size_t i = 0; oldv && i < n; i++)
+		vbits |= oldv[i];
 	if (!bad && !(vbits & ~mask))
 		return 0;
 	for (size_t i = 0; i < n; i++) {
@@ -1544,6 +1546,66 @@ static uint64_t class_gaps(const uint8_t *old, unsigned unit, uint64_t range_len
 			       sb);
 }
 
+#ifdef CLS_AVX2
+/* Gap symbols and extra bits of gseq (as gap_sym of g + 1), 8 at a time
+ * while the 8 gaps are below 2^24 (so that g + 1 is exact as a float,
+ * whose exponent is its bit length); stops at the first 8 with a larger
+ * one. Returns how many it did; the caller goes on with gap_sym. */
+__attribute__((target("avx2"))) static size_t
+gap_syms_avx2(size_t n, const uint64_t *gseq, uint8_t *sym, struct bitw *w)
+{
+	const __m256i big = _mm256_set1_epi64x((long long)~0xffffffULL);
+	const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+	const __m256i three = _mm256_set1_epi32(3), four = _mm256_set1_epi32(4);
+	const __m256i bias = _mm256_set1_epi32(127);
+	const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+					      -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1,
+					      -1, -1, -1, -1, -1, -1);
+	uint64_t acc = w->acc;
+	unsigned nbits = w->n;
+	size_t len = w->len, i = 0;
+	uint8_t *out = w->p;
+	for (; i + 8 <= n; i += 8) {
+		__m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(gseq + i));
+		__m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(gseq + i + 4));
+		if (!_mm256_testz_si256(_mm256_or_si256(a, b), big))
+			break;
+		/* the low halves in order: [0 1 4 5 | 2 3 6 7], then 0 2 1 3 */
+		__m256i v = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a),
+								  _mm256_castsi256_ps(b), 0x88));
+		v = _mm256_add_epi32(_mm256_permute4x64_epi64(v, 0xd8), one);
+		__m256i small = _mm256_cmpgt_epi32(four, v);
+		__m256i k = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(v)), 23), bias);
+		__m256i nb = _mm256_andnot_si256(small, _mm256_sub_epi32(k, two));
+		__m256i x = _mm256_and_si256(v, _mm256_sub_epi32(_mm256_sllv_epi32(one, nb), one));
+		__m256i s = _mm256_add_epi32(_mm256_add_epi32(three, _mm256_slli_epi32(nb, 2)),
+					     _mm256_and_si256(_mm256_srlv_epi32(v, nb), three));
+		s = _mm256_blendv_epi8(s, _mm256_sub_epi32(v, one), small);
+		__m256i sb = _mm256_shuffle_epi8(s, pick);
+		uint64_t s8 = (uint32_t)_mm256_extract_epi32(sb, 0) |
+			      (uint64_t)(uint32_t)_mm256_extract_epi32(sb, 4) << 32;
+		memcpy(sym + i, &s8, 8);
+		uint32_t xs[8], ks[8];
+		_mm256_storeu_si256((__m256i *)(void *)xs, x);
+		_mm256_storeu_si256((__m256i *)(void *)ks, nb);
+		for (int j = 0; j < 8; j++) { /* nb <= 21 */
+			acc |= (uint64_t)xs[j] << nbits;
+			nbits += ks[j];
+			if (nbits >= 32) {
+				put_le32(out + len, (uint32_t)acc);
+				len += 4;
+				acc >>= 32;
+				nbits -= 32;
+			}
+		}
+	}
+	w->acc = acc;
+	w->n = nbits;
+	w->len = len;
+	return i;
+}
+#endif
+
 /* The CLASSED positions section: the field, the classes, each class's
  * count and table, then the gap symbols rANS-coded class by class and
  * their extra bits; appended to out after its length. */
@@ -1578,7 +1640,12 @@ static int encode_class_positions(struct denc *d, const struct clsmap *cm,
 		goto out;
 	}
 	struct bitw w = {d->bits, 0, 0, 0};
-	for (size_t i = 0; i < n; i++) {
+	size_t i = 0;
+#ifdef CLS_AVX2
+	if (cpu_level() >= 2)
+		i = gap_syms_avx2(n, gseq, d->sym, &w);
+#endif
+	for (; i < n; i++) {
 		unsigned nb;
 		uint64_t x;
 		d->sym[i] = (uint8_t)gap_sym(gseq[i] + 1, &nb, &x);

@@ -112,7 +112,8 @@ int dcr_codec_choose_range(int effort, unsigned unit, int dtype, uint64_t range_
 			   const uint64_t *newv, const uint8_t *old, struct dcr_buf *out,
 			   struct dcr_err *e);
 
-/* Tests only: cap the code paths of the CLASSED scans (0: portable C, 1:
+/* Tests only: cap the code paths of the vector loops: the CLASSED scans,
+ * the DELTA and CLASSED encoders' value and gap symbols (0: portable C, 1:
  * POPCNT, 2: AVX2, 3: AVX2 and PDEP, the default: the best the CPU has).
  * Every path reads and writes the same bytes. Not thread-safe. */
 void cdc_cpu_limit(int level);
