@@ -2,7 +2,9 @@
 """adamw-steps.py - real AdamW steps of a tiny transformer, as bf16 checkpoints.
 
 Trains a small causal transformer language model on the CPU with torch's
-AdamW (Debian's python3-torch; no PyPI) and saves the bf16 copy of the fp32
+AdamW (Debian's python3-torch, with libopenblas0-pthread: under Debian's
+reference BLAS, its default, the pretraining takes hours instead of
+minutes; no PyPI) and saves the bf16 copy of the fp32
 master weights after each step, the way RL post-training stores a policy:
 
   OUT/v0           the weights after --pretrain steps at --pretrain-lr
@@ -39,7 +41,8 @@ try:
     import torch.nn.functional as F
 except ImportError:
     sys.stderr.write("adamw-steps.py: error: torch is missing "
-                     "(apt-get install python3-torch, run with /usr/bin/python3)\n")
+                     "(apt-get install python3-torch libopenblas0-pthread, run with "
+                     "/usr/bin/python3)\n")
     sys.exit(128)
 
 
