@@ -665,6 +665,19 @@ values_pass(const unsigned unit, size_t n, const uint64_t *oldv,
 }
 
 #ifdef CLS_AVX2
+/* The low byte of each of v's 8 lanes to dst[0 .. 7]. */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void
+lanes_to_bytes(__m256i v, uint8_t *dst)
+{
+	const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+					      -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1,
+					      -1, -1, -1, -1, -1, -1);
+	__m256i b = _mm256_shuffle_epi8(v, pick);
+	uint64_t x = (uint32_t)_mm256_extract_epi32(b, 0) |
+		     (uint64_t)(uint32_t)_mm256_extract_epi32(b, 4) << 32;
+	memcpy(dst, &x, 8);
+}
+
 /* values_pass for 2-byte units, 8 changes at a time in 32-bit lanes (the
  * trainer's bf16 path; a quarter of dcr-diff's encoder was this loop):
  * the same symbols, exponents and extra bits in the same order. The
@@ -680,17 +693,11 @@ values_pass_u2_avx2(size_t n, const uint64_t *oldv, const uint64_t *newv,
 	const __m256i low15 = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
 	const __m256i emask = _mm256_set1_epi32((int)((1u << vm->ebits) - 1));
 	const __m256i bias = _mm256_set1_epi32(127);
-	/* lane i's byte 0 to byte i of each 128-bit half */
-	const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-					      -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1,
-					      -1, -1, -1, -1, -1, -1);
 	const __m128i msh = _mm_cvtsi32_si128((int)vm->mshift);
 	const int flt = (vm->flags & VF_FLOAT) != 0, fold = (vm->flags & VF_FOLD) != 0;
 	__m256i vmin = _mm256_set1_epi32((int)*pemin), vmax = _mm256_set1_epi32((int)*pemax);
-	uint64_t acc = w->acc;
-	unsigned nbits = w->n;
-	size_t len = w->len, i = 0;
-	uint8_t *out = w->p;
+	struct bitw lw = *w; /* a local copy stays in registers */
+	size_t i = 0;
 	for (; i + 8 <= n; i += 8) {
 		/* 4 + 4 values of 64 bits (below 2^16) to 8 lanes in order */
 		__m256i o = _mm256_packus_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(oldv + i)),
@@ -722,13 +729,8 @@ values_pass_u2_avx2(size_t n, const uint64_t *oldv, const uint64_t *newv,
 		__m256i ev = _mm256_and_si256(_mm256_srl_epi32(o, msh), emask);
 		vmin = _mm256_min_epu32(vmin, ev);
 		vmax = _mm256_max_epu32(vmax, ev);
-		__m256i sb = _mm256_shuffle_epi8(s, pick), eb = _mm256_shuffle_epi8(ev, pick);
-		uint64_t s8 = (uint32_t)_mm256_extract_epi32(sb, 0) |
-			      (uint64_t)(uint32_t)_mm256_extract_epi32(sb, 4) << 32;
-		uint64_t e8 = (uint32_t)_mm256_extract_epi32(eb, 0) |
-			      (uint64_t)(uint32_t)_mm256_extract_epi32(eb, 4) << 32;
-		memcpy(sym + i, &s8, 8);
-		memcpy(ex + i, &e8, 8);
+		lanes_to_bytes(s, sym + i);
+		lanes_to_bytes(ev, ex + i);
 		/* pairs of (bits, count) into one: at most 2 x 15 bits */
 		__m256i kk = _mm256_and_si256(k, _mm256_set1_epi64x(0xffffffff));
 		__m256i xp = _mm256_or_si256(_mm256_and_si256(x, _mm256_set1_epi64x(0xffffffff)),
@@ -737,16 +739,8 @@ values_pass_u2_avx2(size_t n, const uint64_t *oldv, const uint64_t *newv,
 		uint64_t xs[4], ks[4];
 		_mm256_storeu_si256((__m256i *)(void *)xs, xp);
 		_mm256_storeu_si256((__m256i *)(void *)ks, kp);
-		for (int j = 0; j < 4; j++) {
-			acc |= xs[j] << nbits;
-			nbits += (unsigned)ks[j];
-			if (nbits >= 32) {
-				put_le32(out + len, (uint32_t)acc);
-				len += 4;
-				acc >>= 32;
-				nbits -= 32;
-			}
-		}
+		for (int j = 0; j < 4; j++)
+			bw_put32(&lw, xs[j], (unsigned)ks[j]);
 	}
 	uint32_t lo[8], hi[8];
 	_mm256_storeu_si256((__m256i *)(void *)lo, vmin);
@@ -755,9 +749,7 @@ values_pass_u2_avx2(size_t n, const uint64_t *oldv, const uint64_t *newv,
 		*pemin = lo[j] < *pemin ? lo[j] : *pemin;
 		*pemax = hi[j] > *pemax ? hi[j] : *pemax;
 	}
-	w->acc = acc;
-	w->n = nbits;
-	w->len = len;
+	*w = lw;
 	return i;
 }
 #endif
@@ -1558,13 +1550,8 @@ gap_syms_avx2(size_t n, const uint64_t *gseq, uint8_t *sym, struct bitw *w)
 	const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
 	const __m256i three = _mm256_set1_epi32(3), four = _mm256_set1_epi32(4);
 	const __m256i bias = _mm256_set1_epi32(127);
-	const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-					      -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1,
-					      -1, -1, -1, -1, -1, -1);
-	uint64_t acc = w->acc;
-	unsigned nbits = w->n;
-	size_t len = w->len, i = 0;
-	uint8_t *out = w->p;
+	struct bitw lw = *w;
+	size_t i = 0;
 	for (; i + 8 <= n; i += 8) {
 		__m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(gseq + i));
 		__m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(gseq + i + 4));
@@ -1581,27 +1568,14 @@ gap_syms_avx2(size_t n, const uint64_t *gseq, uint8_t *sym, struct bitw *w)
 		__m256i s = _mm256_add_epi32(_mm256_add_epi32(three, _mm256_slli_epi32(nb, 2)),
 					     _mm256_and_si256(_mm256_srlv_epi32(v, nb), three));
 		s = _mm256_blendv_epi8(s, _mm256_sub_epi32(v, one), small);
-		__m256i sb = _mm256_shuffle_epi8(s, pick);
-		uint64_t s8 = (uint32_t)_mm256_extract_epi32(sb, 0) |
-			      (uint64_t)(uint32_t)_mm256_extract_epi32(sb, 4) << 32;
-		memcpy(sym + i, &s8, 8);
+		lanes_to_bytes(s, sym + i);
 		uint32_t xs[8], ks[8];
 		_mm256_storeu_si256((__m256i *)(void *)xs, x);
 		_mm256_storeu_si256((__m256i *)(void *)ks, nb);
-		for (int j = 0; j < 8; j++) { /* nb <= 21 */
-			acc |= (uint64_t)xs[j] << nbits;
-			nbits += ks[j];
-			if (nbits >= 32) {
-				put_le32(out + len, (uint32_t)acc);
-				len += 4;
-				acc >>= 32;
-				nbits -= 32;
-			}
-		}
+		for (int j = 0; j < 8; j++) /* nb <= 21 */
+			bw_put32(&lw, xs[j], ks[j]);
 	}
-	w->acc = acc;
-	w->n = nbits;
-	w->len = len;
+	*w = lw;
 	return i;
 }
 #endif
