@@ -679,7 +679,7 @@ lanes_to_bytes(__m256i v, uint8_t *dst)
 }
 
 /* values_pass for 2-byte units, 8 changes at a time in 32-bit lanes (the
- * trainer's bf16 path; a quarter of dcr-diff's encoder was this loop):
+ * trainer's bf16 path; a third of dcr-diff's encoder time was this loop):
  * the same symbols, exponents and extra bits in the same order. The
  * bit length of a = |d| comes from the exponent of a as a float, exact
  * below 2^24. Returns how many changes it did (a multiple of 8); the
