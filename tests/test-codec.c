@@ -186,6 +186,27 @@ Test(codec, every_bf16_pattern_with_one_ulp_steps)
 	free(nw);
 }
 
+/* The changes coded with codec on the portable loops (path 0) and on the
+ * vector ones (path 3): the same bytes. old: the range's old bits, for
+ * CLASSED. Leaves path 3 on. */
+static void paths_agree(int codec, int dt, uint64_t range_len, size_t n, const uint64_t *pos,
+			const uint64_t *o, const uint64_t *nw, const uint8_t *old, const char *what)
+{
+	struct dcr_buf ref = {0}, b = {0};
+	struct dcr_err e = {0};
+	cdc_cpu_limit(0);
+	cr_assert_eq(dcr_codec_encode_range(codec, 2, dt, range_len, n, pos, o, nw, old, &ref, &e),
+		     0, "%s: %s", what, e.msg);
+	cdc_cpu_limit(3);
+	cr_assert_eq(dcr_codec_encode_range(codec, 2, dt, range_len, n, pos, o, nw, old, &b, &e),
+		     0, "%s: %s", what, e.msg);
+	cr_assert(b.len == ref.len && !memcmp(b.p, ref.p, b.len),
+		  "%s %s %s: the vector path writes other bytes (%zu against %zu)", what,
+		  dcr_dtype_name(dt), dcr_codec_name(codec), b.len, ref.len);
+	dcr_buf_free(&ref);
+	dcr_buf_free(&b);
+}
+
 /* The vector path of the values (2-byte units, 8 changes at a time) must
  * write the portable loop's bytes: every 16-bit old pattern against a
  * random one, +-1, the sign flipped, itself and the farthest one, for each
@@ -203,37 +224,19 @@ Test(codec, delta_code_paths_write_the_same_bytes)
 		nw[i] = (k == 0 ? rnd() : k == 1 ? o[i] + 1 : k == 2 ? o[i] - 1 :
 			 k == 3 ? o[i] ^ 0x8000 : k == 4 ? o[i] : o[i] ^ 0x7fff) & 0xffff;
 	}
+	uint8_t *old = calloc(2 * n + 2, 2);
+	for (size_t i = 0; i < n; i++)
+		put_le16(old + 2 * pos[i], (uint16_t)o[i]);
 	for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
-		for (int codec = DCR_CODEC_DELTA; codec <= DCR_CODEC_CLASSED; codec++) {
-			struct dcr_buf ref = {0}, b = {0};
-			struct dcr_err e = {0};
-			uint8_t *old = NULL;
-			if (codec == DCR_CODEC_CLASSED) {
-				old = calloc(2 * n + 2, 2);
-				for (size_t i = 0; i < n; i++)
-					put_le16(old + 2 * pos[i], (uint16_t)o[i]);
-			}
-			cdc_cpu_limit(0);
-			cr_assert_eq(dcr_codec_encode_range(codec, 2, dts[d], 2 * n + 2, n, pos, o, nw,
-							    old, &ref, &e),
-				     0, "%s", e.msg);
-			cdc_cpu_limit(3);
-			cr_assert_eq(dcr_codec_encode_range(codec, 2, dts[d], 2 * n + 2, n, pos, o, nw,
-							    old, &b, &e),
-				     0, "%s", e.msg);
-			cr_assert(b.len == ref.len && !memcmp(b.p, ref.p, b.len),
-				  "%s %s: the vector path writes other bytes (%zu against %zu)",
-				  dcr_dtype_name(dts[d]), dcr_codec_name(codec), b.len, ref.len);
-			dcr_buf_free(&ref);
-			dcr_buf_free(&b);
-			free(old);
-		}
+		paths_agree(DCR_CODEC_DELTA, dts[d], 2 * n + 2, n, pos, o, nw, NULL, "patterns");
+		paths_agree(DCR_CODEC_CLASSED, dts[d], 2 * n + 2, n, pos, o, nw, old, "patterns");
 		roundtrip(DCR_CODEC_DELTA, 2, dts[d], 2 * n + 2, n, pos, o, nw);
 	}
+	free(old);
 	/* a CLASSED gap of 2^24 and more, which the vector path leaves to the
 	 * portable one, among small ones on both sides */
 	uint64_t range_len = 3ULL << 24;
-	uint8_t *old = malloc(range_len * 2);
+	old = malloc(range_len * 2);
 	for (uint64_t i = 0; i < range_len; i++)
 		put_le16(old + 2 * i, 0x3f80); /* one class: the gaps count every element */
 	for (size_t i = 0; i < 40; i++) {
@@ -243,17 +246,7 @@ Test(codec, delta_code_paths_write_the_same_bytes)
 		nw[i] = o[i] + 1;
 		put_le16(old + 2 * pos[i], (uint16_t)o[i]);
 	}
-	struct dcr_buf ref = {0}, b = {0};
-	cdc_cpu_limit(0);
-	cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, range_len, 40, pos, o,
-					    nw, old, &ref, NULL), 0);
-	cdc_cpu_limit(3);
-	cr_assert_eq(dcr_codec_encode_range(DCR_CODEC_CLASSED, 2, DCR_DT_BF16, range_len, 40, pos, o,
-					    nw, old, &b, NULL), 0);
-	cr_assert(b.len == ref.len && !memcmp(b.p, ref.p, b.len),
-		  "gaps of 2^24: the vector path writes other bytes");
-	dcr_buf_free(&ref);
-	dcr_buf_free(&b);
+	paths_agree(DCR_CODEC_CLASSED, DCR_DT_BF16, range_len, 40, pos, o, nw, old, "gaps of 2^24");
 	free(old);
 	free(pos);
 	free(o);

@@ -1572,7 +1572,7 @@ gap_syms_avx2(size_t n, const uint64_t *gseq, uint8_t *sym, struct bitw *w)
 		uint32_t xs[8], ks[8];
 		_mm256_storeu_si256((__m256i *)(void *)xs, x);
 		_mm256_storeu_si256((__m256i *)(void *)ks, nb);
-		for (int j = 0; j < 8; j++) /* nb <= 21 */
+		for (int j = 0; j < 8; j++) /* nb <= 22 */
 			bw_put32(&lw, xs[j], ks[j]);
 	}
 	*w = lw;
