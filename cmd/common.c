@@ -300,7 +300,6 @@ struct dcr_pack_in *cmd_open_pack_input(const char *path, struct cmd_delta_input
 	size_t got = 0;
 	if (delta) {
 		const char *what = strcmp(path, "-") ? path : "standard input";
-		_Static_assert(sizeof(delta->head) == DCR_DELTA_SNIFF, "room for the sniff");
 		int d = dcr_delta_sniff(fd, delta->head, &got, what, &e);
 		if (d < 0)
 			cmd_die_err(&e, EXIT_FATAL);

@@ -68,7 +68,7 @@ int cmd_open_input(const char *path, const char *what);
 struct dcr_pack_in;
 struct cmd_delta_input {
 	int fd;
-	uint8_t head[8]; /* DCR_DELTA_SNIFF */
+	uint8_t head[DCR_DELTA_SNIFF];
 	size_t head_len;
 };
 struct dcr_pack_in *cmd_open_pack_input(const char *path, struct cmd_delta_input *delta);

@@ -33,6 +33,28 @@ static void shape_text(const struct dcr_delta_tensor *t, char *out, size_t n)
 				      (unsigned long long)t->shape[k]);
 }
 
+/* A tensor's porcelain record, the same for a pack's manifest and a
+ * delta: name, dtype, shape, file, digest (hex, or "-"), new or base. */
+static void tensor_record(const struct lister *l, const struct dcr_delta_tensor *t,
+			  const char *digest)
+{
+	char shape[512];
+	shape_text(t, shape, sizeof(shape));
+	printf("tensor\t%s\t%s\t%s\t%s\t%s\t%s%c", qname(l, t->name), dcr_dtype_name(t->dtype),
+	       shape, qname(l, t->file), digest, (t->flags & DCR_TENSOR_NEW) ? "new" : "base",
+	       l->eol);
+}
+
+/* The removed tensors' names, one line or record each. */
+static void removed_lines(const struct lister *l, char *const *names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (l->porcelain)
+			printf("removed\t%s%c", qname(l, names[i]), l->eol);
+		else
+			printf("  removed %s\n", qname(l, names[i]));
+}
+
 static void list_manifest(const struct lister *l, const struct dcr_pack_entry *en)
 {
 	const struct dcr_manifest *m = en->manifest;
@@ -53,18 +75,10 @@ static void list_manifest(const struct lister *l, const struct dcr_pack_entry *e
 		printf("  version %llu%s%s\n", (unsigned long long)m->version,
 		       m->policy && *m->policy ? ", policy " : "", m->policy ? m->policy : "");
 	for (uint32_t i = 0; i < m->ntensors && l->porcelain; i++) {
-		const struct dcr_delta_tensor *t = &m->tensors[i];
-		char shape[512];
-		shape_text(t, shape, sizeof(shape));
-		dcr_digest_hex(&t->digest, h1);
-		printf("tensor\t%s\t%s\t%s\t%s\t%s\t%s%c", qname(l, t->name), dcr_dtype_name(t->dtype),
-		       shape, qname(l, t->file), h1, (t->flags & DCR_TENSOR_NEW) ? "new" : "base", l->eol);
+		dcr_digest_hex(&m->tensors[i].digest, h1);
+		tensor_record(l, &m->tensors[i], h1);
 	}
-	for (uint32_t i = 0; i < m->nremoved; i++)
-		if (l->porcelain)
-			printf("removed\t%s%c", qname(l, m->removed[i]), l->eol);
-		else
-			printf("  removed %s\n", qname(l, m->removed[i]));
+	removed_lines(l, m->removed, m->nremoved);
 }
 
 static int list_entry(void *ctx, const struct dcr_pack_entry *en)
@@ -128,7 +142,6 @@ struct dtensor {
 	uint64_t items, changes;
 	uint64_t codec[DCR_CODEC_RAW + 1]; /* items per DCR_CODEC_* (0: any other) */
 };
-
 
 /* "classed:2,delta:1", or "-" for none */
 static void codec_text(const struct dtensor *d, char *out, size_t n)
@@ -253,9 +266,7 @@ static int list_delta(int fd, const uint8_t *head, size_t hl, const char *what,
 			else
 				snprintf(h1, sizeof(h1), "-");
 			if (l->porcelain) {
-				printf("tensor\t%s\t%s\t%s\t%s\t%s\t%s%c", qname(l, t->name),
-				       dcr_dtype_name(t->dtype), shape, qname(l, t->file), h1,
-				       (t->flags & DCR_TENSOR_NEW) ? "new" : "base", l->eol);
+				tensor_record(l, t, h1);
 				printf("items\t%s\t%llu\t%llu\t%s%c", qname(l, t->name),
 				       (unsigned long long)dt[i].items, (unsigned long long)dt[i].changes,
 				       codecs, l->eol);
@@ -268,11 +279,7 @@ static int list_delta(int fd, const uint8_t *head, size_t hl, const char *what,
 				       dt[i].items ? ")" : "");
 			}
 		}
-		for (size_t i = 0; i < removed.n; i++)
-			if (l->porcelain)
-				printf("removed\t%s%c", qname(l, removed.v[i]), l->eol);
-			else
-				printf("  removed %s\n", qname(l, removed.v[i]));
+		removed_lines(l, removed.v, removed.n);
 	}
 	dcr_store_names_free(removed.v, removed.n);
 	free(dt);
