@@ -99,11 +99,8 @@ static void encode_paths(unsigned pick, unsigned unit, uint64_t range, size_t cn
 	int dt = unit == 1 ? DCR_DT_F8_E4M3 : unit == 2 ? dt2[pick % 4] : unit == 4 ? DCR_DT_F32
 										    : DCR_DT_F64;
 	uint64_t oldv[64];
-	for (size_t i = 0; i < cnt; i++) {
-		oldv[i] = 0;
-		for (unsigned b = 0; b < unit; b++)
-			oldv[i] |= (uint64_t)old[pos[i] * unit + b] << (8 * b);
-	}
+	for (size_t i = 0; i < cnt; i++)
+		oldv[i] = load_unit(old + pos[i] * unit, unit);
 	for (int c = DCR_CODEC_DELTA; c <= DCR_CODEC_CLASSED; c++) {
 		struct dcr_buf a = {0}, b = {0};
 		struct dcr_err e;
