@@ -53,3 +53,15 @@ rc=0
 dcr-pack --digest md5 "$T/none" >"$T/out" 2>"$T/err" || rc=$?
 [ "$rc" = 129 ] || fail "--digest md5 exited $rc, want 129"
 grep -q "unknown --digest 'md5'" "$T/err" || fail "no usage error for --digest md5: $(cat "$T/err")"
+
+# a pack missing from a store that exists, and a store that does not exist
+# (a typo in the path): each named in one line, and told apart
+for src in "$S/v9" "$T/no-such-store/v1"; do
+	rc=0
+	dcr-pull -q "$src" >"$T/out" 2>"$T/pull.err" || rc=$?
+	[ "$rc" = 128 ] || fail "dcr-pull $src exited $rc, want 128"
+	one_line pull dcr-pull
+done
+contains "$ERR" "no pack 'v1': the store '$T/no-such-store' is not a directory that exists"
+dcr-pull -q "$S/v9" 2>&1 >/dev/null | grep -q "no pack 'v9' in '$S' (no manifest" ||
+	fail "a pack missing from a store that exists is not named"

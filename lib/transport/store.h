@@ -84,6 +84,9 @@ const char *dcr_store_url(const struct dcr_store *s);
 /* (dcr_url_redact, in names.h, makes what messages show of a URL.) */
 /* A directory store (its objects can be mapped), not a server. */
 int dcr_store_is_local(const struct dcr_store *s);
+/* A directory store whose directory does not exist (yet: a push creates
+ * it), for messages that should name it; 0 for a server. */
+int dcr_store_dir_missing(const struct dcr_store *s);
 
 /* Store len bytes as name, replacing any old object; atomic: readers see the
  * old object or the whole new one. On S3, objects above multipart_threshold

@@ -1004,7 +1004,11 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 			} else if (r != DCR_ENOTFOUND) {
 				goto out;
 			} else if (!o || o->wait_s <= 0) {
-				if (nsrc == 1)
+				if (nsrc == 1 && dcr_store_dir_missing(v[0].s))
+					r = dcr_err_set(e, DCR_ENOTFOUND,
+							"no pack '%s': the store '%s' is not a directory that exists (--wait follows a push that creates it)",
+							v[0].name, dcr_store_url(v[0].s));
+				else if (nsrc == 1)
 					r = dcr_err_set(e, DCR_ENOTFOUND,
 							"no pack '%s' in '%s' (no manifest; --wait follows a push in progress)",
 							v[0].name, dcr_store_url(v[0].s));
