@@ -54,6 +54,26 @@ dcr-pack --digest md5 "$T/none" >"$T/out" 2>"$T/err" || rc=$?
 [ "$rc" = 129 ] || fail "--digest md5 exited $rc, want 129"
 grep -q "unknown --digest 'md5'" "$T/err" || fail "no usage error for --digest md5: $(cat "$T/err")"
 
+# a pack directory written again with fewer payloads, by dcr-pack -o (the
+# step packed again with a larger --payload-size) and by dcr-pull -o (the
+# next pack pulled into the same directory): the old pack's extra
+# payloads go before the new manifest lands, and the directory applies
+dcr-diff "$T/g/v0" "$T/g/v1" -o "$T/d1" 2>"$T/err" || fail "diff: $(cat "$T/err")"
+publish "$S/v1big" -s 64M
+for how in pack pull; do
+	rm -rf "$T/pd"
+	if [ $how = pack ]; then
+		dcr-pack -q -s 64K -o "$T/pd" "$T/d1" && dcr-pack -q -s 64M -o "$T/pd" "$T/d1"
+	else
+		dcr-pull -q -o "$T/pd" "$S/v1" && dcr-pull -q -o "$T/pd" "$S/v1big"
+	fi 2>"$T/err" || fail "$how -o twice: $(cat "$T/err")"
+	[ "$(ls "$T/pd" | grep -c '^payload-')" = 1 ] ||
+		fail "$how -o: payloads of the old pack left: $(ls "$T/pd")"
+	receiver r4
+	dcr-apply -q "$T/r4" "$T/pd" 2>"$T/err" || fail "$how -o twice: the directory is refused: $(cat "$T/err")"
+	same "$T/r4" "$T/g/v1"
+done
+
 # a pack missing from a store that exists, and a store that does not exist
 # (a typo in the path): each named in one line, and told apart
 for src in "$S/v9" "$T/no-such-store/v1"; do

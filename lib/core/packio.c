@@ -23,11 +23,42 @@
 
 /* ---- pack outputs ---- */
 
+/* Before a pack directory's new manifest is written: the payloads it does
+ * not list, left by another pack written to the same directory (a pack
+ * made again with another --payload-size, a pull of the next version into
+ * the same -o DIR), are removed; a reader would refuse the directory for
+ * them ("payload N is not in the manifest"). Only payload-*.dcrp names;
+ * nothing else in the directory is touched. */
+static int prune_unlisted(const char *dir, const uint8_t *man, size_t len, struct dcr_err *e)
+{
+	struct dcr_manifest m = {0};
+	int r = dcr_manifest_parse(man, len, "the new manifest", &m, e);
+	if (r)
+		return r;
+	DIR *d = opendir(dir);
+	if (!d)
+		r = errno == ENOENT ? 0 : dcr_err_sys(e, errno, "cannot list '%s'", dir);
+	for (struct dirent *de; d && !r && (de = readdir(d));) {
+		uint32_t idx;
+		if (!dcr_payload_name_parse(de->d_name, &idx) || dcr_manifest_find(&m, idx) >= 0)
+			continue;
+		if (unlinkat(dirfd(d), de->d_name, 0) && errno != ENOENT)
+			r = dcr_err_sys(e, errno, "cannot remove '%s/%s', a payload the new manifest does not list",
+					dir, de->d_name);
+	}
+	if (d)
+		closedir(d);
+	dcr_manifest_release(&m);
+	return r;
+}
+
 int dcr_pack_dir_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
 		       struct dcr_err *e)
 {
 	const char *dir = ctx;
 	int r = dcr_mkdir_p(dir, e);
+	if (!r && !strcmp(name, DCR_MANIFEST_NAME))
+		r = prune_unlisted(dir, buf, len, e);
 	if (r)
 		return r;
 	char *path = dcr_path_join(dir, name);
@@ -43,6 +74,8 @@ int dcr_pack_dir_stage(void *ctx, const char *name, const uint8_t *buf, size_t l
 	struct dcr_atomic *a = dcr_calloc(1, sizeof(*a));
 	char *path = a ? dcr_path_join(dir, name) : NULL;
 	int r = !path ? dcr_err_sys(e, ENOMEM, "%s", dir) : dcr_mkdir_p(dir, e);
+	if (!r && !strcmp(name, DCR_MANIFEST_NAME))
+		r = prune_unlisted(dir, buf, len, e);
 	if (!r && !(r = dcr_atomic_open(a, path, e))) {
 		if ((r = dcr_write_full(a->fd, buf, len)))
 			r = dcr_err_sys(e, -r, "cannot write '%s'", a->tmp);

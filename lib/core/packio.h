@@ -8,8 +8,10 @@
 #include "core/pack.h"
 #include "core/summary.h"
 
-/* Pack outputs: a directory (each entry written atomically), or a tar
- * stream on an fd (libarchive, ustar). */
+/* Pack outputs: a directory (each entry written atomically; before its
+ * manifest, the payload files the manifest does not list, left there by
+ * another pack, are removed), or a tar stream on an fd (libarchive,
+ * ustar). */
 struct dcr_pack_dir;
 int dcr_pack_dir_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
 		       struct dcr_err *e); /* ctx: const char *dir */
