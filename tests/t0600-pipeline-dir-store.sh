@@ -74,6 +74,14 @@ for how in pack pull; do
 	same "$T/r4" "$T/g/v1"
 done
 
+# a signed pack's directory packed again without a version (so unsigned):
+# the old signature goes too; it would be taken for this pack's, changed
+dcr-keygen -p "$T/k.pub" -s "$T/k.sec" >/dev/null 2>&1 || fail "dcr-keygen exited $?"
+rm -rf "$T/pd"
+{ dcr-pack -q --sign "$T/k.sec" --version 1 -o "$T/pd" "$T/d1" && dcr-pack -q -o "$T/pd" "$T/d1"; } 2>"$T/err" ||
+	fail "signed, then unsigned into one directory: $(cat "$T/err")"
+[ ! -e "$T/pd/manifest.dcrm.sig" ] || fail "the signed pack's signature was left with the unsigned one"
+
 # a pack missing from a store that exists, and a store that does not exist
 # (a typo in the path): each named in one line, and told apart
 for src in "$S/v9" "$T/no-such-store/v1"; do

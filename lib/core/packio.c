@@ -27,8 +27,9 @@
  * not list, left by another pack written to the same directory (a pack
  * made again with another --payload-size, a pull of the next version into
  * the same -o DIR), are removed; a reader would refuse the directory for
- * them ("payload N is not in the manifest"). Only payload-*.dcrp names;
- * nothing else in the directory is touched. */
+ * them ("payload N is not in the manifest"); so is a signature when the
+ * new manifest names no version. Only those names; nothing else in the
+ * directory is touched. */
 static int prune_unlisted(const char *dir, const uint8_t *man, size_t len, struct dcr_err *e)
 {
 	struct dcr_manifest m = {0};
@@ -48,6 +49,13 @@ static int prune_unlisted(const char *dir, const uint8_t *man, size_t len, struc
 	}
 	if (d)
 		closedir(d);
+	/* a signature cannot vouch for a manifest that names no version
+	 * (a reader refuses such a pack signed, core/trust.h): one there is
+	 * another pack's, and would be reported as this one's bytes changed */
+	char *sig = !r && !m.have_version ? dcr_path_join(dir, DCR_MANIFEST_SIG_NAME) : NULL;
+	if (sig && unlink(sig) && errno != ENOENT)
+		r = dcr_err_sys(e, errno, "cannot remove '%s', another pack's signature", sig);
+	free(sig);
 	dcr_manifest_release(&m);
 	return r;
 }
