@@ -82,6 +82,20 @@ rm -rf "$T/pd"
 	fail "signed, then unsigned into one directory: $(cat "$T/err")"
 [ ! -e "$T/pd/manifest.dcrm.sig" ] || fail "the signed pack's signature was left with the unsigned one"
 
+# a name pushed again with fewer payloads and no signature (the store's
+# pack directory is a pack directory too): the earlier push's extra
+# payloads and its signature go before the new manifest; the store's
+# directory applies as it lies, and pulls as before
+{ dcr-pack -q -s 64K --sign "$T/k.sec" --version 1 "$T/d1" | dcr-push -q - "$S/again" &&
+	dcr-pack -q -s 64M "$T/d1" | dcr-push -q - "$S/again"; } 2>"$T/err" ||
+	fail "a name pushed twice: $(cat "$T/err")"
+[ "$(ls "$S/again")" = "manifest.dcrm
+payload-000000.dcrp" ] || fail "the earlier push left: $(ls "$S/again")"
+receiver r5
+dcr-apply -q "$T/r5" "$S/again" 2>"$T/err" || fail "the store's pack directory is refused: $(cat "$T/err")"
+same "$T/r5" "$T/g/v1"
+refit r6 "$S/again"
+
 # a pack missing from a store that exists, and a store that does not exist
 # (a typo in the path): each named in one line, and told apart
 for src in "$S/v9" "$T/no-such-store/v1"; do

@@ -23,3 +23,14 @@ refit r "$S/v1"
 # and with the endpoint as an option instead of the environment
 unset DCR_S3_ENDPOINT
 refit r2 --endpoint "$EP" "$S/v1"
+
+# the name pushed again with fewer payloads: what the earlier push left is
+# listed before the new one writes, and its extra payloads are deleted
+# before the manifest goes up, last
+export DCR_S3_ENDPOINT="$EP"
+publish "$S/v1" -s 64M
+nd=$(grep -c '^DELETE /dcr-test/refits/v1/payload-[0-9]*\.dcrp 204' "$T/log") || true
+[ "$nd" = $((n - 1)) ] || fail "expected $((n - 1)) payload DELETEs, saw $nd: $(grep '^DELETE' "$T/log")"
+last=$(grep '^PUT ' "$T/log" | tail -n 1)
+contains "$last" "PUT /dcr-test/refits/v1/manifest.dcrm 200"
+refit r3 "$S/v1"

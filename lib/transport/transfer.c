@@ -186,6 +186,51 @@ static int push_submit(struct dcr_store *s, struct slot *sl, const char *name, c
 	return 0;
 }
 
+/* The entry name of object o when o is name/ENTRY (a listing may hold
+ * other names, whatever the store answers), else NULL. */
+static const char *in_pack(const char *o, const char *name)
+{
+	size_t n = strlen(name);
+	return !strncmp(o, name, n) && o[n] == '/' && !strchr(o + n + 1, '/') ? o + n + 1 : NULL;
+}
+
+/* Of the objects names (listed under name/ before this push wrote), the
+ * payloads that an earlier push left and this one does not make
+ * (left(ctx, index) says which) are deleted: a pack's directory in a
+ * directory store is read as a pack directory too, which a payload its
+ * manifest does not list makes a refused one. */
+static int drop_left(struct dcr_store *s, const char *name, char **names, size_t n,
+		     int (*left)(const void *ctx, uint32_t index), const void *ctx,
+		     struct dcr_err *e)
+{
+	int r = 0;
+	for (size_t i = 0; i < n && !r; i++) {
+		const char *b = in_pack(names[i], name);
+		uint32_t idx;
+		if (b && dcr_payload_name_parse(b, &idx) && left(ctx, idx) &&
+		    (r = dcr_store_delete(s, names[i], e)) == DCR_ENOTFOUND)
+			r = 0;
+	}
+	return r;
+}
+
+/* a producer's payloads beyond the count it makes now */
+struct left_prod {
+	uint32_t prod, npayloads;
+};
+
+static int left_by_producer(const void *ctx, uint32_t idx)
+{
+	const struct left_prod *lp = ctx;
+	return idx / DCR_PRODUCER_STRIDE == lp->prod && idx % DCR_PRODUCER_STRIDE >= lp->npayloads;
+}
+
+/* any payload this push did not send */
+static int left_by_pack(const void *ctx, uint32_t idx)
+{
+	return !pset_find(ctx, idx);
+}
+
 /* A producer's pack (dcr-pack --producer): its summary checked against the
  * payloads that went up (each one it lists, and no other), the producer's
  * payloads of an earlier try that this one no longer makes removed, and
@@ -218,21 +263,14 @@ static int push_summary(struct dcr_store *s, const char *name, const struct push
 		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %zu payloads, its summary %u", up->n,
 				sm.npayloads);
 	/* an earlier try of this producer may have made more payloads */
+	struct left_prod lp = {t->prod, sm.npayloads};
 	char **names = NULL;
 	size_t n = 0;
 	char *pfx = r ? NULL : dcr_asprintf("%s/payload-", name);
 	if (!r)
 		r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "push");
-	for (size_t i = 0; i < n && !r; i++) {
-		const char *b = strrchr(names[i], '/');
-		uint32_t idx;
-		if (b && dcr_payload_name_parse(b + 1, &idx) && idx / DCR_PRODUCER_STRIDE == t->prod &&
-		    idx % DCR_PRODUCER_STRIDE >= sm.npayloads) {
-			r = dcr_store_delete(s, names[i], e);
-			if (r == DCR_ENOTFOUND)
-				r = 0;
-		}
-	}
+	if (!r)
+		r = drop_left(s, name, names, n, left_by_producer, &lp, e);
 	dcr_store_names_free(names, n);
 	free(pfx);
 	char *so = r ? NULL : obj(name, sn);
@@ -245,11 +283,24 @@ static int push_summary(struct dcr_store *s, const char *name, const struct push
 	return r;
 }
 
-/* Once every payload is up: the signature, then the manifest, last. */
+/* Once every payload is up: what an earlier push of the name left (old:
+ * listed before this push wrote; payloads this pack lacks, and a signature
+ * when this one has none, which a reader with a key would take for this
+ * manifest's, changed) is deleted, then the signature, then the manifest
+ * goes up, last. */
 static int push_tail_put(struct dcr_store *s, const char *name, const struct push_tail *t,
-			 uint64_t *bytes, struct dcr_err *e)
+			 const struct pset *up, char **old, size_t nold, uint64_t *bytes,
+			 struct dcr_err *e)
 {
-	int r = 0;
+	int r = drop_left(s, name, old, nold, left_by_pack, up, e);
+	for (size_t i = 0; i < nold && !r && !t->sig; i++) {
+		const char *b = in_pack(old[i], name);
+		if (b && !strcmp(b, DCR_MANIFEST_SIG_NAME) &&
+		    (r = dcr_store_delete(s, old[i], e)) == DCR_ENOTFOUND)
+			r = 0;
+	}
+	if (r)
+		return r;
 	if (t->sig) {
 		char *so = obj(name, DCR_MANIFEST_SIG_NAME);
 		r = so ? dcr_store_put(s, so, t->sig, t->sig_len, e) : dcr_err_sys(e, ENOMEM, "push");
@@ -277,6 +328,17 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	uint32_t count = 0;
 	if (!slots)
 		return dcr_err_sys(e, ENOMEM, "push");
+	/* what an earlier push of this name left there, listed before this one
+	 * writes (on a new name nothing, and nothing to delete at the end); a
+	 * store that does not list (a plain HTTP server may not) leaves it
+	 * unknown, and it stays */
+	char **old = NULL;
+	size_t nold = 0;
+	char *pfx = dcr_asprintf("%s/", name);
+	struct dcr_err le;
+	if (!pfx || dcr_store_list(s, pfx, &old, &nold, &le))
+		old = NULL, nold = 0;
+	free(pfx);
 	const char *ename;
 	const uint8_t *buf;
 	size_t len;
@@ -319,7 +381,7 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	if (t.summary)
 		r = push_summary(s, name, &t, &up, &bytes, e);
 	else
-		r = (r = push_check(&t, &up, e)) ? r : push_tail_put(s, name, &t, &bytes, e);
+		r = (r = push_check(&t, &up, e)) ? r : push_tail_put(s, name, &t, &up, old, nold, &bytes, e);
 	if (r)
 		goto out;
 	if (st) {
@@ -327,6 +389,7 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 		st->bytes = bytes;
 	}
 out:
+	dcr_store_names_free(old, nold);
 	free(slots);
 	pset_free(&up);
 	free(t.man);
