@@ -75,4 +75,25 @@ rc_is pull 128
 rc_is apply 128
 one_line apply dcr-apply
 untouched "$T/r3" "$T/snap"
+
+# a name pushed again with fewer payloads: the earlier payloads, listed
+# before the push, are deleted before the manifest; on a server that
+# refuses DELETE (403) they stay, and the push still succeeds (best
+# effort), the name pulled as the new pack
+for deny in none DELETE; do
+	start_server h$deny http-store.js --deny $deny --log "$T/log-$deny"
+	H="http://127.0.0.1:$PORT/store"
+	publish "$H/v1" -s 64K
+	publish "$H/v1" -s 64M
+	nd=$(grep -c '^DELETE /store/v1/payload-[0-9]*\.dcrp 204' "$T/log-$deny") || true
+	if [ $deny = none ]; then
+		[ "$nd" -ge 3 ] || fail "expected the earlier payloads deleted, saw $nd DELETEs"
+	else
+		[ "$nd" = 0 ] || fail "$nd DELETEs succeeded on a server that denies them"
+		[ "$(grep -c '^DELETE /store/v1/payload-[0-9]*\.dcrp 403' "$T/log-$deny")" -ge 3 ] ||
+			fail "the push did not try to delete the earlier payloads"
+	fi
+	contains "$(grep '^PUT ' "$T/log-$deny" | tail -n 1)" "PUT /store/v1/manifest.dcrm 200"
+	refit r4 "$H/v1"
+done
 exit 0

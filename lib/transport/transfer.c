@@ -186,51 +186,6 @@ static int push_submit(struct dcr_store *s, struct slot *sl, const char *name, c
 	return 0;
 }
 
-/* The entry name of object o when o is name/ENTRY (a listing may hold
- * other names, whatever the store answers), else NULL. */
-static const char *in_pack(const char *o, const char *name)
-{
-	size_t n = strlen(name);
-	return !strncmp(o, name, n) && o[n] == '/' && !strchr(o + n + 1, '/') ? o + n + 1 : NULL;
-}
-
-/* Of the objects names (listed under name/ before this push wrote), the
- * payloads that an earlier push left and this one does not make
- * (left(ctx, index) says which) are deleted: a pack's directory in a
- * directory store is read as a pack directory too, which a payload its
- * manifest does not list makes a refused one. */
-static int drop_left(struct dcr_store *s, const char *name, char **names, size_t n,
-		     int (*left)(const void *ctx, uint32_t index), const void *ctx,
-		     struct dcr_err *e)
-{
-	int r = 0;
-	for (size_t i = 0; i < n && !r; i++) {
-		const char *b = in_pack(names[i], name);
-		uint32_t idx;
-		if (b && dcr_payload_name_parse(b, &idx) && left(ctx, idx) &&
-		    (r = dcr_store_delete(s, names[i], e)) == DCR_ENOTFOUND)
-			r = 0;
-	}
-	return r;
-}
-
-/* a producer's payloads beyond the count it makes now */
-struct left_prod {
-	uint32_t prod, npayloads;
-};
-
-static int left_by_producer(const void *ctx, uint32_t idx)
-{
-	const struct left_prod *lp = ctx;
-	return idx / DCR_PRODUCER_STRIDE == lp->prod && idx % DCR_PRODUCER_STRIDE >= lp->npayloads;
-}
-
-/* any payload this push did not send */
-static int left_by_pack(const void *ctx, uint32_t idx)
-{
-	return !pset_find(ctx, idx);
-}
-
 /* A producer's pack (dcr-pack --producer): its summary checked against the
  * payloads that went up (each one it lists, and no other), the producer's
  * payloads of an earlier try that this one no longer makes removed, and
@@ -263,14 +218,21 @@ static int push_summary(struct dcr_store *s, const char *name, const struct push
 		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %zu payloads, its summary %u", up->n,
 				sm.npayloads);
 	/* an earlier try of this producer may have made more payloads */
-	struct left_prod lp = {t->prod, sm.npayloads};
 	char **names = NULL;
 	size_t n = 0;
 	char *pfx = r ? NULL : dcr_asprintf("%s/payload-", name);
 	if (!r)
 		r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "push");
-	if (!r)
-		r = drop_left(s, name, names, n, left_by_producer, &lp, e);
+	for (size_t i = 0; i < n && !r; i++) {
+		const char *b = strrchr(names[i], '/');
+		uint32_t idx;
+		if (b && dcr_payload_name_parse(b + 1, &idx) && idx / DCR_PRODUCER_STRIDE == t->prod &&
+		    idx % DCR_PRODUCER_STRIDE >= sm.npayloads) {
+			r = dcr_store_delete(s, names[i], e);
+			if (r == DCR_ENOTFOUND)
+				r = 0;
+		}
+	}
 	dcr_store_names_free(names, n);
 	free(pfx);
 	char *so = r ? NULL : obj(name, sn);
@@ -283,24 +245,36 @@ static int push_summary(struct dcr_store *s, const char *name, const struct push
 	return r;
 }
 
-/* Once every payload is up: what an earlier push of the name left (old:
- * listed before this push wrote; payloads this pack lacks, and a signature
- * when this one has none, which a reader with a key would take for this
- * manifest's, changed) is deleted, then the signature, then the manifest
- * goes up, last. */
+/* The entry name of object o when o is name/ENTRY (a listing may hold
+ * other names, whatever the store answers), else NULL. */
+static const char *in_pack(const char *o, const char *name)
+{
+	size_t n = strlen(name);
+	return !strncmp(o, name, n) && o[n] == '/' && !strchr(o + n + 1, '/') ? o + n + 1 : NULL;
+}
+
+/* Once every payload is up: what an earlier push of the name left (old,
+ * listed before this push wrote) is deleted where this pack lacks it
+ * (payloads it does not have; the signature when it has none, which a
+ * reader with a key would take for this manifest's, changed): a directory
+ * store's pack directory is read as a pack directory too, and a payload
+ * its manifest does not list makes it a refused one. Best effort, as the
+ * listing is: a store that refuses a DELETE (an S3 key without
+ * s3:DeleteObject) keeps them, and readers that go by the manifest ignore
+ * them. Then the signature, then the manifest, last. */
 static int push_tail_put(struct dcr_store *s, const char *name, const struct push_tail *t,
 			 const struct pset *up, char **old, size_t nold, uint64_t *bytes,
 			 struct dcr_err *e)
 {
-	int r = drop_left(s, name, old, nold, left_by_pack, up, e);
-	for (size_t i = 0; i < nold && !r && !t->sig; i++) {
+	int r = 0;
+	for (size_t i = 0; i < nold; i++) {
 		const char *b = in_pack(old[i], name);
-		if (b && !strcmp(b, DCR_MANIFEST_SIG_NAME) &&
-		    (r = dcr_store_delete(s, old[i], e)) == DCR_ENOTFOUND)
-			r = 0;
+		uint32_t idx;
+		struct dcr_err de;
+		if (b && (dcr_payload_name_parse(b, &idx) ? !pset_find(up, idx)
+							  : !t->sig && !strcmp(b, DCR_MANIFEST_SIG_NAME)))
+			(void)dcr_store_delete(s, old[i], &de);
 	}
-	if (r)
-		return r;
 	if (t->sig) {
 		char *so = obj(name, DCR_MANIFEST_SIG_NAME);
 		r = so ? dcr_store_put(s, so, t->sig, t->sig_len, e) : dcr_err_sys(e, ENOMEM, "push");

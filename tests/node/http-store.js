@@ -6,6 +6,8 @@
 // line. Options (plus those of faults.js):
 //   --port-file F            write the port here when ready
 //   --no-list                answer listings with 404
+//   --deny METHOD            answer every METHOD request with 403 (a key
+//                            without the right to it, s3:DeleteObject)
 //   --ignore-if-none-match   overwrite even with "If-None-Match: *"
 //   --tls-cert F --tls-key F serve HTTPS
 const crypto = require('crypto');
@@ -28,6 +30,7 @@ async function handle(req, res) {
   const p = decodeURIComponent(u.pathname);
   if (faults.shouldFail(req)) return text(res, req, 500, 'internal error (injected)');
   if (faults.shouldStall(req)) return faults.log(req, 0, 'STALL');
+  if (o.deny === req.method) return text(res, req, 403, `${req.method} denied here`);
   const obj = objects.get(p);
   switch (req.method) {
     case 'PUT': {
