@@ -8,8 +8,11 @@ usage: lie-server.py --port-file FILE MODE
   reason   every request: 400 with a reason phrase and a body holding
            terminal escape sequences (ESC ] 0 ; ... BEL, ESC [ 2 J)
   deny     every request: 403 Forbidden, "go away"
+  endless  every request: 200, an S3 ListObjectsV2 page that names nothing,
+           truncated, with a new NextContinuationToken (a listing without end)
 Each request is logged to stderr as "METHOD PATH AUTHORIZATION".
 """
+import itertools
 import socket
 import socketserver
 import sys
@@ -18,6 +21,7 @@ import threading
 import portfile
 
 MODE = None
+TOKENS = itertools.count()
 
 
 class Handler(socketserver.BaseRequestHandler):
@@ -40,6 +44,13 @@ class Handler(socketserver.BaseRequestHandler):
         elif MODE == "short":
             out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n"
                         b"Connection: close\r\n\r\n" + b"x" * 100)
+        elif MODE == "endless":
+            body = (b'<?xml version="1.0" encoding="UTF-8"?>'
+                    b'<ListBucketResult><Name>b</Name><KeyCount>0</KeyCount>'
+                    b'<IsTruncated>true</IsTruncated><NextContinuationToken>t%d'
+                    b'</NextContinuationToken></ListBucketResult>' % next(TOKENS))
+            out.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\n"
+                        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
         elif MODE == "reason":
             body = b"\x1b]0;owned\x07\x1b[2Jgone"
             out.sendall(b"HTTP/1.1 400 Bad\x1b[31mRequest\x1b[0m\r\nContent-Length: %d\r\n"

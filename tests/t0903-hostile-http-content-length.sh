@@ -23,3 +23,13 @@ kill $PIDS 2>/dev/null || :
 lies short
 expect_fail 128 dcr-pull -q --retries 1 "http://127.0.0.1:$PORT/s/v1"
 contains "$ERR" "transfer closed with 900 bytes remaining"
+
+# an S3 server paging without end (truncated pages that name nothing, each
+# with a new token) kept a listing asking forever: it stops after
+# DCR_STORE_LIST_EMPTY (8) such pages with one line saying so
+kill $PIDS 2>/dev/null || :
+lies endless
+export AWS_ACCESS_KEY_ID=k AWS_SECRET_ACCESS_KEY=s AWS_REGION=us-east-1
+expect_fail 128 timeout 60 "$TOOL" --endpoint "http://127.0.0.1:$PORT" --retries 1 s3://b/p list v1/
+contains "$ERR" "8 truncated pages in a row named nothing (a listing without end)"
+[ "$(grep -c '^GET ' "$T/lie.log")" = 8 ] || fail "not 8 pages asked for: $(grep -c '^GET ' "$T/lie.log")"

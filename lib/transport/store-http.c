@@ -100,6 +100,12 @@ static int http_list(struct dcr_store *s, const char *prefix, struct dcr_names *
 			free(name);
 			continue;
 		}
+		if (l->n >= DCR_STORE_LIST_MAX) {
+			free(name);
+			r = dcr_err_set(e, DCR_EREMOTE, "cannot list '%s': more than %u names", what,
+					DCR_STORE_LIST_MAX);
+			goto out;
+		}
 		if (dcr_names_add(l, name)) {
 			free(name);
 			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);

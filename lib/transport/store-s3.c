@@ -499,7 +499,9 @@ static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 		r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", prefix);
 		goto out;
 	}
+	int empty = 0; /* truncated pages in a row that named nothing */
 	for (int page = 0;; page++) {
+		size_t had = l->n;
 		char *etok = token ? dcr_uri_encode(token, strlen(token), 0) : NULL;
 		char *query = dcr_asprintf("list-type=2&max-keys=%d&prefix=%s%s%s", s->o.list_page,
 					   efull, etok ? "&continuation-token=" : "",
@@ -542,6 +544,19 @@ static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 		net_req_free(&q);
 		if (!more)
 			break;
+		empty = l->n == had ? empty + 1 : 0;
+		if (l->n > DCR_STORE_LIST_MAX) {
+			r = dcr_err_set(e, DCR_EREMOTE,
+					"cannot list '%s': more than %u names, and the server pages on",
+					what, DCR_STORE_LIST_MAX);
+			goto out;
+		}
+		if (empty >= DCR_STORE_LIST_EMPTY) {
+			r = dcr_err_set(e, DCR_EREMOTE,
+					"cannot list '%s': %d truncated pages in a row named nothing (a listing without end)",
+					what, DCR_STORE_LIST_EMPTY);
+			goto out;
+		}
 		if (!token) {
 			r = dcr_err_set(e, DCR_EREMOTE,
 					"cannot list '%s': a truncated page has no NextContinuationToken", what);
