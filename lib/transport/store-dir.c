@@ -49,6 +49,13 @@ static void dir_close(struct dcr_store *s)
 	free(d);
 }
 
+int store_dir_missing(const struct dcr_store *s)
+{
+	struct stat st;
+	const struct dir *d = s->impl;
+	return stat(d->root, &st) ? errno == ENOENT || errno == ENOTDIR : !S_ISDIR(st.st_mode);
+}
+
 static char *dir_path(struct dcr_store *s, const char *name, struct dcr_err *e)
 {
 	char *p = dcr_path_join(dir_of(s)->root, name);

@@ -7,5 +7,8 @@
 
 /* For a directory path or file:// URL. */
 extern const struct dcr_store_ops store_dir_ops;
+/* 1 when s's directory (its root, as opened) is not a directory that
+ * exists: dcr_store_dir_missing (store.h). */
+int store_dir_missing(const struct dcr_store *s);
 
 #endif

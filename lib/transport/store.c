@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/file.h"
 #include "core/buf.h"
@@ -128,11 +127,7 @@ int dcr_store_is_local(const struct dcr_store *s)
 
 int dcr_store_dir_missing(const struct dcr_store *s)
 {
-	struct stat st;
-	if (!s->ops->local)
-		return 0;
-	const char *p = !strncmp(s->url, "file://", 7) ? s->url + 7 : s->url;
-	return stat(p, &st) ? errno == ENOENT || errno == ENOTDIR : !S_ISDIR(st.st_mode);
+	return s->ops == &store_dir_ops && store_dir_missing(s);
 }
 
 int dcr_store_put(struct dcr_store *s, const char *name, const void *buf,
