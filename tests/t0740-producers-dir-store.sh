@@ -63,4 +63,21 @@ run_ok "$B/dcr-push" --finalize --producers 4 --sign "$T/k.sec" --version 7 --po
 receive $cfg "$S/signed" r-signed --verify-key "$T/k.pub"
 expect_fail 128 "$B/dcr-pull" --verify-key "$T/o.pub" "$S/signed"
 echo "ok signed"
+
+# a producer retried with fewer payloads (another --payload-size): its
+# payloads of the earlier try beyond the ones it now makes are deleted
+# before its summary goes up; the other producers' are not touched
+producers "$w" $cfg 4 "$S/retry" -s 1K
+n1=$(ls "$S/retry" | grep -c '^payload-01')
+[ "$n1" -ge 2 ] || fail "producer 1 made $n1 payloads at -s 1K"
+others=$(ls "$S/retry" | grep '^payload-0[023]' | sha256sum)
+produce "$w" $cfg 1 4 "$S/retry" -s 64M
+[ "$(cat "$w/rc-1")" = "0 0 0" ] || fail "producer 1 retried: $(cat "$w/err-1")"
+[ "$(ls "$S/retry" | grep -c '^payload-01')" = 1 ] ||
+	fail "producer 1's earlier payloads left: $(ls "$S/retry" | grep '^payload-01' | tr '\n' ' ')"
+[ "$(ls "$S/retry" | grep '^payload-0[023]' | sha256sum)" = "$others" ] ||
+	fail "the retry touched other producers' payloads"
+run_ok "$B/dcr-push" --finalize --producers 4 "$S/retry"
+receive $cfg "$S/retry" r-retry
+echo "ok retry"
 exit 0

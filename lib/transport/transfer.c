@@ -186,12 +186,30 @@ static int push_submit(struct dcr_store *s, struct slot *sl, const char *name, c
 	return 0;
 }
 
+/* What an earlier push of the name left there: its objects, listed once,
+ * before this push writes (rc: how the listing went, err: why it failed). */
+struct left {
+	char **v;
+	size_t n;
+	int rc;
+	struct dcr_err err;
+};
+
+/* The entry name of object o when o is name/ENTRY (a listing may hold
+ * other names, whatever the store answers), else NULL. */
+static const char *in_pack(const char *o, const char *name)
+{
+	size_t n = strlen(name);
+	return !strncmp(o, name, n) && o[n] == '/' && !strchr(o + n + 1, '/') ? o + n + 1 : NULL;
+}
+
 /* A producer's pack (dcr-pack --producer): its summary checked against the
  * payloads that went up (each one it lists, and no other), the producer's
  * payloads of an earlier try that this one no longer makes removed, and
  * the summary put last. */
 static int push_summary(struct dcr_store *s, const char *name, const struct push_tail *t,
-			const struct pset *up, uint64_t *bytes, struct dcr_err *e)
+			const struct pset *up, const struct left *lf, uint64_t *bytes,
+			struct dcr_err *e)
 {
 	struct dcr_summary sm;
 	char *sn = dcr_summary_name(t->prod);
@@ -217,24 +235,22 @@ static int push_summary(struct dcr_store *s, const char *name, const struct push
 	if (!r && up->n != sm.npayloads)
 		r = dcr_err_set(e, DCR_EFORMAT, "pack holds %zu payloads, its summary %u", up->n,
 				sm.npayloads);
-	/* an earlier try of this producer may have made more payloads */
-	char **names = NULL;
-	size_t n = 0;
-	char *pfx = r ? NULL : dcr_asprintf("%s/payload-", name);
-	if (!r)
-		r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "push");
-	for (size_t i = 0; i < n && !r; i++) {
-		const char *b = strrchr(names[i], '/');
+	/* an earlier try of this producer may have made more payloads: they
+	 * must go, so a listing that failed fails the push */
+	if (!r && lf->rc) {
+		r = lf->rc;
+		*e = lf->err;
+	}
+	for (size_t i = 0; i < lf->n && !r; i++) {
+		const char *b = in_pack(lf->v[i], name);
 		uint32_t idx;
-		if (b && dcr_payload_name_parse(b + 1, &idx) && idx / DCR_PRODUCER_STRIDE == t->prod &&
+		if (b && dcr_payload_name_parse(b, &idx) && idx / DCR_PRODUCER_STRIDE == t->prod &&
 		    idx % DCR_PRODUCER_STRIDE >= sm.npayloads) {
-			r = dcr_store_delete(s, names[i], e);
+			r = dcr_store_delete(s, lf->v[i], e);
 			if (r == DCR_ENOTFOUND)
 				r = 0;
 		}
 	}
-	dcr_store_names_free(names, n);
-	free(pfx);
 	char *so = r ? NULL : obj(name, sn);
 	if (!r)
 		r = so ? dcr_store_put(s, so, t->man, t->man_len, e) : dcr_err_sys(e, ENOMEM, "push");
@@ -245,16 +261,8 @@ static int push_summary(struct dcr_store *s, const char *name, const struct push
 	return r;
 }
 
-/* The entry name of object o when o is name/ENTRY (a listing may hold
- * other names, whatever the store answers), else NULL. */
-static const char *in_pack(const char *o, const char *name)
-{
-	size_t n = strlen(name);
-	return !strncmp(o, name, n) && o[n] == '/' && !strchr(o + n + 1, '/') ? o + n + 1 : NULL;
-}
-
-/* Once every payload is up: what an earlier push of the name left (old,
- * listed before this push wrote) is deleted where this pack lacks it
+/* Once every payload is up: what an earlier push of the name left (lf) is
+ * deleted where this pack lacks it
  * (payloads it does not have; the signature when it has none, which a
  * reader with a key would take for this manifest's, changed): a directory
  * store's pack directory is read as a pack directory too, and a payload
@@ -263,17 +271,17 @@ static const char *in_pack(const char *o, const char *name)
  * s3:DeleteObject) keeps them, and readers that go by the manifest ignore
  * them. Then the signature, then the manifest, last. */
 static int push_tail_put(struct dcr_store *s, const char *name, const struct push_tail *t,
-			 const struct pset *up, char **old, size_t nold, uint64_t *bytes,
+			 const struct pset *up, const struct left *lf, uint64_t *bytes,
 			 struct dcr_err *e)
 {
 	int r = 0;
-	for (size_t i = 0; i < nold; i++) {
-		const char *b = in_pack(old[i], name);
+	for (size_t i = 0; i < lf->n; i++) {
+		const char *b = in_pack(lf->v[i], name);
 		uint32_t idx;
 		struct dcr_err de;
 		if (b && (dcr_payload_name_parse(b, &idx) ? !pset_find(up, idx)
 							  : !t->sig && !strcmp(b, DCR_MANIFEST_SIG_NAME)))
-			(void)dcr_store_delete(s, old[i], &de);
+			(void)dcr_store_delete(s, lf->v[i], &de);
 	}
 	if (t->sig) {
 		char *so = obj(name, DCR_MANIFEST_SIG_NAME);
@@ -304,14 +312,12 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 		return dcr_err_sys(e, ENOMEM, "push");
 	/* what an earlier push of this name left there, listed before this one
 	 * writes (on a new name nothing, and nothing to delete at the end); a
-	 * store that does not list (a plain HTTP server may not) leaves it
-	 * unknown, and it stays */
-	char **old = NULL;
-	size_t nold = 0;
+	 * pack's push goes on when the store does not list (a plain HTTP
+	 * server may not), a producer's does not (push_summary) */
+	struct left lf = {0};
 	char *pfx = dcr_asprintf("%s/", name);
-	struct dcr_err le;
-	if (!pfx || dcr_store_list(s, pfx, &old, &nold, &le))
-		old = NULL, nold = 0;
+	lf.rc = pfx ? dcr_store_list(s, pfx, &lf.v, &lf.n, &lf.err)
+		    : dcr_err_sys(&lf.err, ENOMEM, "push");
 	free(pfx);
 	const char *ename;
 	const uint8_t *buf;
@@ -353,9 +359,9 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 		goto out;
 	}
 	if (t.summary)
-		r = push_summary(s, name, &t, &up, &bytes, e);
+		r = push_summary(s, name, &t, &up, &lf, &bytes, e);
 	else
-		r = (r = push_check(&t, &up, e)) ? r : push_tail_put(s, name, &t, &up, old, nold, &bytes, e);
+		r = (r = push_check(&t, &up, e)) ? r : push_tail_put(s, name, &t, &up, &lf, &bytes, e);
 	if (r)
 		goto out;
 	if (st) {
@@ -363,7 +369,7 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 		st->bytes = bytes;
 	}
 out:
-	dcr_store_names_free(old, nold);
+	dcr_store_names_free(lf.v, lf.n);
 	free(slots);
 	pset_free(&up);
 	free(t.man);
