@@ -262,6 +262,33 @@ int cmd_open_output(const char *path)
 	return fd;
 }
 
+int cmd_output_begin(const char *output, struct dcr_atomic *a, const char **what)
+{
+	*a = (struct dcr_atomic){.fd = -1};
+	if (!output || !strcmp(output, "-")) {
+		*what = "standard output";
+		return cmd_open_output("-");
+	}
+	struct dcr_err e = {0};
+	if (dcr_output_open(a, output, &e))
+		cmd_die_err(&e, EXIT_FATAL);
+	if (a->direct && isatty(a->fd))
+		cmd_die("refusing to write binary data to a terminal ('%s')", output);
+	*what = output;
+	return a->fd;
+}
+
+int cmd_output_end(struct dcr_atomic *a, int r, struct dcr_err *e)
+{
+	if (!a->final)
+		return r;
+	if (r) {
+		dcr_atomic_abort(a);
+		return r;
+	}
+	return dcr_atomic_commit(a, e);
+}
+
 int cmd_finish(int code)
 {
 	cmd_progress_end();
@@ -319,7 +346,14 @@ struct dcr_pack_in *cmd_open_pack_input(const char *path, struct cmd_delta_input
 void cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_tar_out **tar)
 {
 	*tar = NULL;
-	if (strcmp(output, "-")) {
+	int fd = -1;
+	if (strcmp(output, "-") && dcr_output_is_stream(output)) {
+		struct dcr_atomic a;
+		const char *what;
+		/* a tar stream ends with the process, which closes it */
+		fd = cmd_output_begin(output, &a, &what);
+		free(a.final);
+	} else if (strcmp(output, "-")) {
 		*out = (struct dcr_pack_out){.entry = dcr_pack_dir_entry,
 					     .ctx = (void *)output,
 					     .stage = dcr_pack_dir_stage,
@@ -328,7 +362,8 @@ void cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_ta
 		return;
 	}
 	struct dcr_err e = {0};
-	int fd = cmd_open_output("-");
+	if (fd < 0)
+		fd = cmd_open_output("-");
 	if (dcr_tar_out_open(fd, tar, &e))
 		cmd_die_err(&e, EXIT_FATAL);
 	*out = (struct dcr_pack_out){.entry = dcr_tar_out_entry,

@@ -57,6 +57,15 @@ void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads);
 void cmd_refuse_tty_input(const char *what);
 /* Open an output file, or stdout for "-" (refusing a terminal). */
 int cmd_open_output(const char *path);
+/* -o OUTPUT of a command that writes one file: standard output for NULL or
+ * "-", else dcr_output_open (a file replaced atomically, or a stream such
+ * as a FIFO or /dev/fd/N written in place), refusing a terminal; exits 128
+ * on failure. Returns the descriptor; *what names the output in messages.
+ * cmd_output_end commits it (r == 0) or drops it, and returns r or the
+ * commit's error. */
+struct dcr_atomic;
+int cmd_output_begin(const char *output, struct dcr_atomic *a, const char **what);
+int cmd_output_end(struct dcr_atomic *a, int r, struct dcr_err *e);
 /* Binary input: PATH, or standard input for "-" (refusing a terminal,
  * what naming the input it wanted); exits 128 on failure. */
 int cmd_open_input(const char *path, const char *what);
@@ -73,7 +82,8 @@ struct cmd_delta_input {
 };
 struct dcr_pack_in *cmd_open_pack_input(const char *path, struct cmd_delta_input *delta);
 /* Where a pack goes: "-" a tar stream on standard output (refusing a
- * terminal), else a directory. cmd_pack_output_close finishes the tar
+ * terminal), a stream (dcr_output_is_stream: a FIFO, /dev/fd/N) a tar
+ * stream written there, else a directory. cmd_pack_output_close finishes the tar
  * (r: the result so far; returns the final one). */
 struct dcr_pack_out;
 struct dcr_tar_out;

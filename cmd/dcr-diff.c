@@ -151,17 +151,8 @@ int main(int argc, char **argv)
 	o.progress_ctx = "diff";
 
 	struct dcr_err e = {0};
-	struct dcr_atomic a = {.fd = -1};
-	int fd;
-	if (output && strcmp(output, "-")) {
-		if (dcr_atomic_open(&a, output, &e))
-			cmd_die_err(&e, EXIT_FATAL);
-		fd = a.fd;
-		o.what = output;
-	} else {
-		fd = cmd_open_output("-");
-		o.what = "standard output";
-	}
+	struct dcr_atomic a;
+	int fd = cmd_output_begin(output, &a, &o.what);
 	if (nalso && !overwrite)
 		cmd_usage_error(usage, "--also-base needs --overwrite");
 	if (overwrite && o.device != DCR_DEVICE_CPU)
@@ -183,10 +174,7 @@ int main(int argc, char **argv)
 		r = dcr_diff(&o, (struct dcr_sink){dcr_sink_fd_write, &fd}, &st, &e);
 	}
 	free(also);
-	if (!r && a.tmp)
-		r = dcr_atomic_commit(&a, &e);
-	else if (a.tmp)
-		dcr_atomic_abort(&a);
+	r = cmd_output_end(&a, r, &e);
 	cmd_progress_end();
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);

@@ -68,13 +68,10 @@ static int squash_chain(const char *const *deltas, int n, const char *base, cons
 	struct dcr_err e = {0};
 	struct dcr_squash_stats sst = {0};
 	struct dcr_atomic a = {.fd = -1};
+	const char *what = "squashed delta";
 	int fd;
-	if (delta_out && strcmp(output, "-")) {
-		if (dcr_atomic_open(&a, output, &e))
-			cmd_die_err(&e, EXIT_FATAL);
-		fd = a.fd;
-	} else if (delta_out) {
-		fd = cmd_open_output("-");
+	if (delta_out) {
+		fd = cmd_output_begin(output, &a, &what);
 	} else {
 		const char *td = getenv("TMPDIR");
 		char *tmpl = dcr_asprintf("%s/dcr-squash.XXXXXX", td && *td ? td : "/tmp");
@@ -85,14 +82,9 @@ static int squash_chain(const char *const *deltas, int n, const char *base, cons
 		free(tmpl);
 	}
 	struct dcr_sink sink = {dcr_sink_fd_write, &fd};
-	const char *what = delta_out ? output : "squashed delta";
 	int r = base ? dcr_squash_base(deltas, (size_t)n, base, NULL, sink, what, &sst, &e)
 		     : dcr_squash(deltas, (size_t)n, NULL, sink, what, &sst, &e);
-	if (!r && a.tmp)
-		r = dcr_atomic_commit(&a, &e);
-	else if (a.tmp)
-		dcr_atomic_abort(&a);
-	if (r)
+	if ((r = cmd_output_end(&a, r, &e)))
 		cmd_die_err(&e, cmd_exit_code(r));
 	if (!cmd_quiet && cmd_progress_on)
 		fprintf(stderr, "dcr-pack: squashed %d deltas (%llu bytes) into %llu items, %llu changes, %llu bytes\n",

@@ -334,7 +334,7 @@ static void announce(struct dcr_relay *r, const struct dcr_relay_opts *ro, const
 	if (a->port_file) {
 		char buf[16];
 		int n = snprintf(buf, sizeof(buf), "%u\n", dcr_relay_port(r));
-		if (dcr_write_file_atomic(a->port_file, buf, (size_t)n, &e)) {
+		if (dcr_write_output(a->port_file, buf, (size_t)n, &e)) {
 			dcr_relay_stop(r);
 			cmd_die_err(&e, EXIT_FATAL);
 		}

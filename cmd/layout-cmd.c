@@ -128,18 +128,9 @@ int cmd_layout_diff(int argc, char **argv)
 		cmd_usage_error(diff_usage, "need BASE and NEW");
 
 	struct dcr_err e = {0};
-	struct dcr_atomic a = {.fd = -1};
-	int fd;
+	struct dcr_atomic a;
 	const char *what;
-	if (output && strcmp(output, "-")) {
-		if (dcr_atomic_open(&a, output, &e))
-			cmd_die_err(&e, EXIT_FATAL);
-		fd = a.fd;
-		what = output;
-	} else {
-		fd = cmd_open_output("-");
-		what = "standard output";
-	}
+	int fd = cmd_output_begin(output, &a, &what);
 	struct dcr_sink sink = {dcr_sink_fd_write, &fd};
 	int r;
 	if (merge) {
@@ -184,11 +175,7 @@ int cmd_layout_diff(int argc, char **argv)
 				(unsigned long long)rs.items, (unsigned long long)rs.tensors,
 				(unsigned long long)rs.parts, (unsigned long long)rs.bytes_out);
 	}
-	if (!r && a.tmp)
-		r = dcr_atomic_commit(&a, &e);
-	else if (a.tmp)
-		dcr_atomic_abort(&a);
-	if (r)
+	if ((r = cmd_output_end(&a, r, &e)))
 		cmd_die_err(&e, EXIT_FATAL);
 	return cmd_finish(EXIT_OK);
 }

@@ -129,6 +129,8 @@ char *dcr_dirname(const char *path)
 int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
 {
 	a->fd = -1;
+	a->direct = 0;
+	a->tmp = NULL;
 	a->final = dcr_strdup(final);
 	char *dir = dcr_dirname(final);
 	const char *base = strrchr(final, '/');
@@ -159,6 +161,72 @@ int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
 	return dcr_err_sys(e, ENOMEM, "cannot create a temporary file for '%s'", final);
 }
 
+/* The descriptor a name like /dev/fd/N stands for, or -1. */
+static int fd_name(const char *path)
+{
+	if (!strcmp(path, "/dev/stdout"))
+		return 1;
+	if (!strcmp(path, "/dev/stderr"))
+		return 2;
+	const char *s = NULL;
+	if (!strncmp(path, "/dev/fd/", 8))
+		s = path + 8;
+	else if (!strncmp(path, "/proc/self/fd/", 14))
+		s = path + 14;
+	if (!s || *s < '0' || *s > '9' || strlen(s) > 9)
+		return -1;
+	int n = 0;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -1;
+		n = n * 10 + (*s - '0');
+	}
+	return n;
+}
+
+int dcr_output_is_stream(const char *path)
+{
+	struct stat sb;
+	return fd_name(path) >= 0 ||
+	       (!stat(path, &sb) && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode));
+}
+
+int dcr_output_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
+{
+	if (!dcr_output_is_stream(final))
+		return dcr_atomic_open(a, final, e);
+	*a = (struct dcr_atomic){.fd = -1, .direct = 1};
+	int n = fd_name(final);
+	if (n >= 0) {
+		a->fd = fcntl(n, F_DUPFD_CLOEXEC, 3);
+		if (a->fd < 0)
+			return dcr_err_sys(e, errno, "cannot write '%s'%s", final,
+					   errno == EBADF ? " (no such open descriptor)" : "");
+	} else if ((a->fd = open(final, O_WRONLY | O_CLOEXEC)) < 0) {
+		return dcr_err_sys(e, errno, "cannot open '%s'", final);
+	}
+	if (!(a->final = dcr_strdup(final))) {
+		close(a->fd);
+		a->fd = -1;
+		return dcr_err_sys(e, ENOMEM, "cannot open '%s'", final);
+	}
+	return 0;
+}
+
+/* Finish a stream of dcr_output_open: fsync where it is a file, close. */
+static int direct_close(struct dcr_atomic *a, int keep, struct dcr_err *e)
+{
+	int r = 0;
+	struct stat sb;
+	if (keep && !fstat(a->fd, &sb) && S_ISREG(sb.st_mode) && fsync(a->fd))
+		r = dcr_err_sys(e, errno, "cannot fsync '%s'", a->final);
+	if (close(a->fd) && keep && !r && errno != EINTR)
+		r = dcr_err_sys(e, errno, "cannot close '%s'", a->final);
+	free(a->final);
+	*a = (struct dcr_atomic){.fd = -1};
+	return r;
+}
+
 int dcr_atomic_sync(struct dcr_atomic *a, struct dcr_err *e)
 {
 	if (a->fd < 0)
@@ -174,6 +242,8 @@ int dcr_atomic_sync(struct dcr_atomic *a, struct dcr_err *e)
 
 int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e)
 {
+	if (a->direct)
+		return direct_close(a, 1, e);
 	int r = dcr_atomic_sync(a, e);
 	if (!r && rename(a->tmp, a->final))
 		r = dcr_err_sys(e, errno, "cannot rename '%s' to '%s'", a->tmp, a->final);
@@ -189,6 +259,10 @@ int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e)
 
 void dcr_atomic_abort(struct dcr_atomic *a)
 {
+	if (a->direct) {
+		direct_close(a, 0, NULL);
+		return;
+	}
 	if (a->fd >= 0)
 		close(a->fd);
 	if (a->tmp)
@@ -199,11 +273,11 @@ void dcr_atomic_abort(struct dcr_atomic *a)
 	a->fd = -1;
 }
 
-int dcr_write_file_atomic(const char *path, const void *buf, size_t n,
-			  struct dcr_err *e)
+static int write_whole(const char *path, const void *buf, size_t n, int user,
+		       struct dcr_err *e)
 {
 	struct dcr_atomic a;
-	int r = dcr_atomic_open(&a, path, e);
+	int r = user ? dcr_output_open(&a, path, e) : dcr_atomic_open(&a, path, e);
 	if (r)
 		return r;
 	r = dcr_write_full(a.fd, buf, n);
@@ -212,6 +286,17 @@ int dcr_write_file_atomic(const char *path, const void *buf, size_t n,
 		return dcr_err_sys(e, r, "cannot write '%s'", path);
 	}
 	return dcr_atomic_commit(&a, e);
+}
+
+int dcr_write_file_atomic(const char *path, const void *buf, size_t n,
+			  struct dcr_err *e)
+{
+	return write_whole(path, buf, n, 0, e);
+}
+
+int dcr_write_output(const char *path, const void *buf, size_t n, struct dcr_err *e)
+{
+	return write_whole(path, buf, n, 1, e);
 }
 
 int dcr_read_file(const char *path, size_t max, uint8_t **out, size_t *len,

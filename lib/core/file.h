@@ -28,8 +28,23 @@ struct dcr_atomic {
 	char *final;
 	char *tmp;
 	int fd;
+	int direct; /* dcr_output_open: written in place, no temporary file */
 };
 int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e);
+/* Whether an output named by a user is a stream to write in place rather
+ * than a file to replace: a name of an open descriptor (/dev/stdout,
+ * /dev/stderr, /dev/fd/N, /proc/self/fd/N) or of something that exists
+ * and is neither a regular file nor a directory (a FIFO, a character
+ * device such as /dev/null, a socket). A rename onto such a name would
+ * replace the FIFO, or the /dev link itself, with a regular file. */
+int dcr_output_is_stream(const char *path);
+/* Open an output a user named: a stream (dcr_output_is_stream) is written
+ * in place, through a duplicate of the named descriptor (its offset and
+ * append mode kept) or by opening it for writing (a FIFO waits for its
+ * reader); anything else as dcr_atomic_open. a->final is set in both
+ * cases; dcr_atomic_commit closes a stream (fsyncing it where it is a
+ * regular file), dcr_atomic_abort closes it. */
+int dcr_output_open(struct dcr_atomic *a, const char *final, struct dcr_err *e);
 int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e);
 /* The first half of commit: fsync and close the temporary file (any
  * thread, ahead of an ordered commit). */
@@ -38,6 +53,9 @@ void dcr_atomic_abort(struct dcr_atomic *a);
 /* Write a whole small file atomically. */
 int dcr_write_file_atomic(const char *path, const void *buf, size_t n,
 			  struct dcr_err *e);
+/* The same for an output a user named (dcr_output_open: a FIFO or
+ * /dev/fd/N is written in place). */
+int dcr_write_output(const char *path, const void *buf, size_t n, struct dcr_err *e);
 /* Read a whole file (at most max bytes) into malloc'd memory, NUL added:
  * read as a stream until its end, so a pipe, a FIFO or a process
  * substitution (/dev/fd/N) reads as well as a regular file, whose size is

@@ -1467,7 +1467,7 @@ int dcr_layout_save(const struct dcr_layout *L, const char *path,
 		if (fwrite(s, 1, n, stdout) != n)
 			rc = dcr_err_sys(e, errno ? errno : EIO, "write to stdout");
 	} else {
-		rc = dcr_write_file_atomic(path, s, n, e);
+		rc = dcr_write_output(path, s, n, e);
 	}
 	free(s);
 	return rc;
