@@ -20,6 +20,8 @@ static const char usage[] =
 	"  commit   advance a receiver's or a store's version\n"
 	"  verify   print a state id, or compare checkpoints exactly\n"
 	"  layout   generate and check layout maps\n"
+	"  relay    serve a store over HTTP to children, each object fetched once\n"
+	"  keygen   make a key pair that signs packs (dcr-pack --sign)\n"
 	"\n"
 	"See dcr(7) for the concepts.\n"
 	"\n"
@@ -64,6 +66,11 @@ int main(int argc, char **argv)
 	}
 	argv[1] = prog;
 	execvp(prog, argv + 1);
-	fprintf(stderr, "dcr: error: '%s' is not a dcr command (%s)\n", cmd, strerror(errno));
-	return errno == ENOENT ? 129 : 128;
+	int err = errno;
+	if (err == ENOENT)
+		fprintf(stderr, "dcr: error: '%s' is not a dcr command (no %s here or on PATH; 'dcr --help' lists them)\n",
+			cmd, prog);
+	else
+		fprintf(stderr, "dcr: error: cannot run %s: %s\n", prog, strerror(err));
+	return err == ENOENT ? 129 : 128;
 }

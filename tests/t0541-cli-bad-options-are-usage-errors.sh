@@ -4,6 +4,7 @@
 # unknown option or a missing argument as "CMD: error: ..." naming the
 # option (getopt's own messages, which lack "error:", stay quiet), exits 129
 # with the usage on stderr; and every usage text lists exit status 129.
+# dcr --help lists every command built, dcr-relay and dcr-keygen too.
 . "$DCR_SRC/tests/lib-dcr.sh"
 for c in dcr dcr-pack dcr-push dcr-pull dcr-commit dcr-layout; do
 	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
@@ -60,4 +61,14 @@ for m in "dcr-diff --layout" "dcr-diff --merge" "dcr-apply --layout"; do
 	run 0 $m -h
 	grep -q "129 usage error" "$T/out" || fail "$m -h does not list 129"
 done
+# the front end lists every command built beside it, and names no such
+# command as a usage error
+run 0 dcr --help
+for c in diff pack push pull apply commit verify layout relay keygen; do
+	command -v dcr-$c >/dev/null 2>&1 || continue
+	grep -q "^  $c  " "$T/out" || fail "dcr --help does not list $c"
+done
+run 129 dcr nosuch
+grep -q "^dcr: error: 'nosuch' is not a dcr command (no dcr-nosuch here or on PATH; 'dcr --help' lists them)$" \
+	"$T/err" || fail "dcr nosuch: $(cat "$T/err")"
 say "ok: bad options are usage errors"
