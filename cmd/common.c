@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +24,32 @@ struct dcr_fault cmd_fault;
 static int cmd_argc;
 static char **cmd_argv;
 
+/* An interrupted command (^C, a job scheduler's SIGTERM, a closed
+ * terminal) removes its temporary files, then dies of the signal as it
+ * would have (a caller sees the same status). */
+static void on_fatal_signal(int sig)
+{
+	dcr_atomic_remove_all();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void remove_temporaries_on_signals(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		struct sigaction old, sa = {.sa_handler = on_fatal_signal};
+		sigemptyset(&sa.sa_mask);
+		/* one ignored by whoever started us (nohup, a background job
+		 * of a script) stays ignored */
+		if (!sigaction(sigs[i], NULL, &old) && old.sa_handler != SIG_IGN)
+			sigaction(sigs[i], &sa, NULL);
+	}
+}
+
 void cmd_init(const char *name, int argc, char **argv)
 {
+	remove_temporaries_on_signals();
 	cmd_argc = argc;
 	cmd_argv = argv;
 	opterr = 0;

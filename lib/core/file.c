@@ -3,6 +3,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,11 +129,87 @@ char *dcr_dirname(const char *path)
 	return strndup(path, (size_t)(s - path));
 }
 
+/* The names dcr_atomic_remove_all removes. A slot is FREE, BUSY (being
+ * filled or emptied by the thread that owns it, or claimed by the remover)
+ * or LIVE; every change of state is a compare-and-swap, so the remover,
+ * running in a signal handler on any thread, reads only names that no
+ * thread is writing, and a thread never reuses a slot the remover holds. */
+enum { SLOT_FREE, SLOT_BUSY, SLOT_LIVE };
+static struct {
+	atomic_int state;
+	char path[PATH_MAX];
+} tracked[DCR_ATOMIC_TRACKED];
+
+static int track(const char *path)
+{
+	size_t n = strlen(path);
+	if (n >= PATH_MAX)
+		return 0;
+	for (int i = 0; i < DCR_ATOMIC_TRACKED; i++) {
+		int want = SLOT_FREE;
+		if (!atomic_compare_exchange_strong(&tracked[i].state, &want, SLOT_BUSY))
+			continue;
+		memcpy(tracked[i].path, path, n + 1);
+		atomic_store(&tracked[i].state, SLOT_LIVE);
+		return i + 1;
+	}
+	return 0;
+}
+
+static void untrack(struct dcr_atomic *a)
+{
+	int want = SLOT_LIVE, i = a->slot - 1;
+	/* a slot the remover claimed stays BUSY: the process is dying */
+	if (i >= 0 && i < DCR_ATOMIC_TRACKED &&
+	    atomic_compare_exchange_strong(&tracked[i].state, &want, SLOT_BUSY))
+		atomic_store(&tracked[i].state, SLOT_FREE);
+	a->slot = 0;
+}
+
+void dcr_atomic_remove_all(void)
+{
+	int saved = errno;
+	for (int i = 0; i < DCR_ATOMIC_TRACKED; i++) {
+		int want = SLOT_LIVE;
+		if (atomic_compare_exchange_strong(&tracked[i].state, &want, SLOT_BUSY))
+			unlink(tracked[i].path);
+	}
+	errno = saved;
+}
+
+int dcr_atomic_is_stale(const char *name)
+{
+	const char *t = name[0] == '.' ? strstr(name, ".tmp-") : NULL;
+	for (const char *n; t && (n = strstr(t + 5, ".tmp-"));)
+		t = n;
+	if (!t || t == name)
+		return 0;
+	const char *s = t + 5;
+	long pid = 0;
+	int digits = 0, dash = 0;
+	for (; *s; s++) {
+		if (*s == '-' && !dash && digits) {
+			dash = 1;
+			digits = 0;
+		} else if (*s >= '0' && *s <= '9' && digits < 9) {
+			if (!dash)
+				pid = pid * 10 + (*s - '0');
+			digits++;
+		} else {
+			return 0;
+		}
+	}
+	if (!dash || !digits || pid <= 0 || pid == (long)getpid())
+		return 0;
+	return kill((pid_t)pid, 0) && errno == ESRCH;
+}
+
 int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
 {
 	a->fd = -1;
 	a->direct = 0;
 	a->tmp = NULL;
+	a->slot = 0;
 	a->final = dcr_strdup(final);
 	char *dir = dcr_dirname(final);
 	const char *base = strrchr(final, '/');
@@ -140,12 +219,16 @@ int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
 				      tries);
 		if (!a->tmp)
 			break;
+		/* named before it exists: a signal between the two must not
+		 * leave it (a name with our pid is nobody else's) */
+		a->slot = track(a->tmp);
 		a->fd = open(a->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 		if (a->fd >= 0) {
 			free(dir);
 			return 0;
 		}
 		int err = errno;
+		untrack(a);
 		free(a->tmp);
 		a->tmp = NULL;
 		if (err != EEXIST) {
@@ -251,6 +334,7 @@ int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e)
 		r = dcr_fsync_parent(a->final, e);
 	if (r)
 		unlink(a->tmp);
+	untrack(a);
 	free(a->tmp);
 	free(a->final);
 	a->tmp = a->final = NULL;
@@ -267,6 +351,7 @@ void dcr_atomic_abort(struct dcr_atomic *a)
 		close(a->fd);
 	if (a->tmp)
 		unlink(a->tmp);
+	untrack(a);
 	free(a->tmp);
 	free(a->final);
 	a->tmp = a->final = NULL;

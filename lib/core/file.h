@@ -29,6 +29,7 @@ struct dcr_atomic {
 	char *tmp;
 	int fd;
 	int direct; /* dcr_output_open: written in place, no temporary file */
+	int slot;   /* 1 + its place in dcr_atomic_remove_all's table; 0 none */
 };
 int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e);
 /* Whether an output named by a user is a stream to write in place rather
@@ -50,6 +51,20 @@ int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e);
  * thread, ahead of an ordered commit). */
 int dcr_atomic_sync(struct dcr_atomic *a, struct dcr_err *e);
 void dcr_atomic_abort(struct dcr_atomic *a);
+/* Remove every temporary file of this process's dcr_atomic_open that is
+ * neither committed nor aborted yet (up to DCR_ATOMIC_TRACKED at once; the
+ * name of each is kept from before the file is created until it is renamed
+ * or removed). Async-signal-safe: a program's handler of SIGINT, SIGTERM
+ * or SIGHUP calls it before the process dies, so that an interrupted
+ * refit leaves no hidden temporary file of up to a whole checkpoint behind
+ * (the dcr commands do, cmd_init). A library installs no handler. */
+#define DCR_ATOMIC_TRACKED 64
+void dcr_atomic_remove_all(void);
+/* Whether name (a file name, no directory) is a temporary file of
+ * dcr_atomic_open left by a process that no longer runs on this machine
+ * (SIGKILL, a crash): of the form .NAME.tmp-PID-K, PID neither ours nor
+ * alive. */
+int dcr_atomic_is_stale(const char *name);
 /* Write a whole small file atomically. */
 int dcr_write_file_atomic(const char *path, const void *buf, size_t n,
 			  struct dcr_err *e);

@@ -28,8 +28,9 @@
  * made again with another --payload-size, a pull of the next version into
  * the same -o DIR), are removed; a reader would refuse the directory for
  * them ("payload N is not in the manifest"); so is a signature when the
- * new manifest names no version. Only those names; nothing else in the
- * directory is touched. */
+ * new manifest names no version; and temporary files of a process killed
+ * while it wrote here (dcr_atomic_is_stale). Only those names; nothing
+ * else in the directory is touched. */
 static int prune_unlisted(const char *dir, const uint8_t *man, size_t len, struct dcr_err *e)
 {
 	struct dcr_manifest m = {0};
@@ -41,6 +42,10 @@ static int prune_unlisted(const char *dir, const uint8_t *man, size_t len, struc
 		r = errno == ENOENT ? 0 : dcr_err_sys(e, errno, "cannot list '%s'", dir);
 	for (struct dirent *de; d && !r && (de = readdir(d));) {
 		uint32_t idx;
+		if (dcr_atomic_is_stale(de->d_name)) { /* of a pull or pack killed */
+			unlinkat(dirfd(d), de->d_name, 0);
+			continue;
+		}
 		if (!dcr_payload_name_parse(de->d_name, &idx) || dcr_manifest_find(&m, idx) >= 0)
 			continue;
 		if (unlinkat(dirfd(d), de->d_name, 0) && errno != ENOENT)

@@ -235,9 +235,19 @@ static int build_stage_index(struct ctx *x, const struct plan *p, const struct d
 }
 
 /* Empty .dcr/stage/: what an earlier apply left there before its journal
- * was committed (a committed one has been replayed by now) is of no use. */
+ * was committed (a committed one has been replayed by now) is of no use;
+ * and remove the temporary files in .dcr/ of processes killed while they
+ * wrote one (dcr_atomic_is_stale; a state cache, an ack). */
 void ap_clear_stage(struct dcr_receiver *rc)
 {
+	char *dd = dcr_receiver_path(rc, "");
+	DIR *dr = dd ? opendir(dd) : NULL;
+	for (struct dirent *de; dr && (de = readdir(dr));)
+		if (dcr_atomic_is_stale(de->d_name))
+			unlinkat(dirfd(dr), de->d_name, 0);
+	if (dr)
+		closedir(dr);
+	free(dd);
 	char *sd = dcr_receiver_path(rc, "stage");
 	if (!sd)
 		return;
