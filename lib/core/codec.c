@@ -592,12 +592,16 @@ static void count_syms(const uint8_t *sym, size_t n, unsigned nsym, uint64_t *h)
 
 /* hist[x[i] * stride + y[i]] += 1 for i < n, where lo <= x[i] <= hi and
  * y[i] < stride (rows lo..hi of hist are set, the others untouched);
- * count_syms's four counters per cell when the rows fit, else one. */
+ * count_syms's four counters per cell when the rows fit and there are
+ * more changes than cells, else one: a small item over a wide range of
+ * exponents (up to 256 rows of 129 cells) paid for clearing and summing
+ * four times the cells it never touched, a third of dcr-diff's CPU on a
+ * checkpoint of 100,000 small tensors. */
 static void count_pairs(const uint8_t *x, const uint8_t *y, size_t n, unsigned lo, unsigned hi,
 			unsigned stride, uint64_t *hist)
 {
 	size_t cells = (size_t)(hi - lo + 1) * stride;
-	uint32_t *c = n < UINT32_MAX ? calloc(4 * cells, sizeof(uint32_t)) : NULL;
+	uint32_t *c = n < UINT32_MAX && n >= cells ? calloc(4 * cells, sizeof(uint32_t)) : NULL;
 	uint64_t *h = hist + (size_t)lo * stride;
 	memset(h, 0, cells * sizeof(uint64_t));
 	if (!c) {

@@ -32,20 +32,45 @@ int dcr_sink_fd_write(void *ctx, const void *p, size_t n)
 	return dcr_write_full(*(int *)ctx, p, n);
 }
 
+/* Small records wait in w->frame and go to the sink together, up to this
+ * many bytes in one write (a write per record cost a system call each:
+ * about 1,800 for a journal of 520 items, and three per tensor of a
+ * checkpoint of 100,000 small ones); a larger record goes as it is. */
+#define W_JOIN_MAX (64u << 10)
+
+static int w_flush(struct dcr_delta_writer *w, struct dcr_err *e)
+{
+	if (!w->frame.len)
+		return 0;
+	int r = w->sink.write(w->sink.ctx, w->frame.p, w->frame.len);
+	w->frame.len = 0;
+	return r ? dcr_err_sys(e, r, "cannot write %s", w->what) : 0;
+}
+
+/* n bytes at p, after what waits */
 static int w_raw(struct dcr_delta_writer *w, const void *p, size_t n, struct dcr_err *e)
 {
-	dcr_blake3_update(w->sum, p, n);
-	int r = w->sink.write(w->sink.ctx, p, n);
+	int r = w_flush(w, e);
 	if (r)
+		return r;
+	dcr_blake3_update(w->sum, p, n);
+	if ((r = w->sink.write(w->sink.ctx, p, n)))
 		return dcr_err_sys(e, r, "cannot write %s", w->what);
 	w->bytes += n;
 	return 0;
 }
 
-/* A record whose body is at most this long goes to the sink in one
- * write, its header and body together (a write each cost a system call
- * per record, about 1,800 for a journal of 520 items) */
-#define W_JOIN_MAX (64u << 10)
+/* n bytes at p: to wait with the others when small, else as they are */
+static int w_put(struct dcr_delta_writer *w, const void *p, size_t n, struct dcr_err *e)
+{
+	if (n > W_JOIN_MAX)
+		return w_raw(w, p, n, e);
+	if (dcr_buf_add(&w->frame, p, n))
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	dcr_blake3_update(w->sum, p, n);
+	w->bytes += n;
+	return w->frame.len >= W_JOIN_MAX ? w_flush(w, e) : 0;
+}
 
 static int w_record(struct dcr_delta_writer *w, uint32_t type, struct dcr_err *e)
 {
@@ -53,16 +78,9 @@ static int w_record(struct dcr_delta_writer *w, uint32_t type, struct dcr_err *e
 	put_le32(h, type);
 	put_le32(h + 4, 0);
 	put_le64(h + 8, w->rec.len);
-	int r;
-	if (w->rec.len <= W_JOIN_MAX) {
-		w->frame.len = 0;
-		if (dcr_buf_add(&w->frame, h, sizeof(h)) || dcr_buf_add(&w->frame, w->rec.p, w->rec.len))
-			r = dcr_err_sys(e, ENOMEM, "%s", w->what);
-		else
-			r = w_raw(w, w->frame.p, w->frame.len, e);
-	} else if (!(r = w_raw(w, h, sizeof(h), e))) {
-		r = w_raw(w, w->rec.p, w->rec.len, e);
-	}
+	int r = w_put(w, h, sizeof(h), e);
+	if (!r)
+		r = w_put(w, w->rec.p, w->rec.len, e);
 	w->rec.len = 0;
 	return r;
 }
@@ -153,7 +171,7 @@ int dcr_delta_write_raw(struct dcr_delta_writer *w, const uint8_t *p, size_t len
 {
 	w->nitems += nitems;
 	w->nchanges += nchanges;
-	return len ? w_raw(w, p, len, e) : 0;
+	return len ? w_put(w, p, len, e) : 0;
 }
 
 int dcr_delta_write_name(struct dcr_delta_writer *w, uint32_t type, const char *name,
@@ -189,11 +207,10 @@ int dcr_delta_write_end(struct dcr_delta_writer *w, const dcr_digest *target,
 		return r;
 	dcr_digest d;
 	dcr_blake3_final(w->sum, &d);
-	r = w->sink.write(w->sink.ctx, d.b, 32);
-	if (r)
-		return dcr_err_sys(e, r, "cannot write %s", w->what);
+	if (dcr_buf_add(&w->frame, d.b, 32))
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
 	w->bytes += 32;
-	return 0;
+	return w_flush(w, e);
 }
 
 void dcr_delta_writer_release(struct dcr_delta_writer *w)

@@ -74,7 +74,7 @@ struct dcr_delta_writer {
 	struct dcr_sink sink;
 	struct dcr_blake3 *sum; /* of every byte: the trailer */
 	struct dcr_buf rec;
-	struct dcr_buf frame; /* a small record, header and body, for one write */
+	struct dcr_buf frame; /* small records waiting to go in one write */
 	uint32_t ntensors;
 	uint64_t nitems, nchanges, bytes;
 	const char *what; /* for messages */
