@@ -9,7 +9,8 @@
 # --delta -o, dcr-pull -o, dcr-layout generate -o and dcr-relay
 # --port-file. A descriptor's offset and append mode are kept (the shell's
 # >> stays an append); a descriptor that is not open is a clear error; a
-# failed diff into a FIFO leaves the FIFO a FIFO and exits 128. (Character
+# failed diff into a FIFO leaves the FIFO a FIFO and exits 128; -o naming a
+# directory is refused before any work. (Character
 # devices take the FIFO's path; the test writes to none, so that a
 # regression cannot replace /dev/null on the machine running it.)
 if [ -z "${BASH_VERSION:-}" ]; then
@@ -79,6 +80,13 @@ dcr-diff -q "$T/g/v0" "$T/g/v1" -o /proc/self/fd/1 >"$T/fd1" || fail "dcr-diff -
 same_delta "$T/fd1" "$T/d1" || fail "-o /proc/self/fd/1 >FILE: another delta"
 run 128 dcr-diff -q "$T/g/v0" "$T/g/v1" -o /proc/self/fd/9
 grep -q "no such open descriptor" "$T/err" || fail "-o of a closed descriptor: $(cat "$T/err")"
+
+# -o naming a directory: refused before the diff (not by the rename after)
+mkdir "$T/adir"
+run 128 dcr-diff -q "$T/g/v0" "$T/g/v1" -o "$T/adir"
+grep -q "^dcr-diff: error: cannot write '$T/adir': Is a directory$" "$T/err" ||
+	fail "-o DIR: $(cat "$T/err")"
+[ -z "$(find "$T" -maxdepth 1 -name '.adir.tmp-*')" ] || fail "-o DIR left a temporary file"
 
 # a failed diff into a FIFO: exit 128, the FIFO stays (fifo_run checks)
 rc=0

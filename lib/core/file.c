@@ -276,6 +276,12 @@ int dcr_output_is_stream(const char *path)
 
 int dcr_output_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
 {
+	struct stat sb;
+	/* refused before the work, not by the rename after it */
+	if (fd_name(final) < 0 && !stat(final, &sb) && S_ISDIR(sb.st_mode)) {
+		*a = (struct dcr_atomic){.fd = -1};
+		return dcr_err_sys(e, EISDIR, "cannot write '%s'", final);
+	}
 	if (!dcr_output_is_stream(final))
 		return dcr_atomic_open(a, final, e);
 	*a = (struct dcr_atomic){.fd = -1, .direct = 1};
