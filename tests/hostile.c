@@ -39,6 +39,11 @@
  *                                the same changes and digests, whose items
  *                                leave their tensors' order (a dense copy
  *                                stays one)
+ *   hostile tensors N OUT        a delta stream (not a pack) of N TENSOR
+ *                                records, in name order, each a NEW BF16
+ *                                tensor of one element, and nothing after
+ *                                them (a reader that takes them all meets
+ *                                the end of the stream)
  *   hostile tamper IN OUT        payload file IN with one record more (an
  *                                ancillary one) and its trailer made anew:
  *                                a payload that checks out by itself, and
@@ -495,6 +500,41 @@ static int cmd_interleave(const char *in, const char *out)
 	return 0;
 }
 
+static int cmd_tensors(uint64_t n, const char *out)
+{
+	int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fo < 0)
+		die(out, NULL);
+	struct dcr_buf b = {0}, body = {0};
+	uint8_t h[DCR_DELTA_HDR_LEN] = {0};
+	memcpy(h, DCR_DELTA_MAGIC, 8);
+	put_le32(h + 8, DCR_DELTA_VERSION);
+	add(&b, h, sizeof(h));
+	char name[32];
+	struct dcr_delta_tensor t = {.name = name, .file = "model.safetensors",
+				     .flags = DCR_TENSOR_NEW, .dtype = DCR_DT_BF16, .ndim = 1,
+				     .shape = {1}};
+	for (uint64_t i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "t%012llu", (unsigned long long)i);
+		body.len = 0;
+		if (dcr_delta_tensor_body(&body, &t))
+			die("out of memory", NULL);
+		uint8_t rh[DCR_REC_HDR_LEN] = {0};
+		put_le32(rh, DCR_REC_TENSOR);
+		put_le64(rh + 8, body.len);
+		add(&b, rh, sizeof(rh));
+		add(&b, body.p, body.len);
+		if (b.len >= (1u << 20) || i + 1 == n) {
+			if (dcr_write_full(fo, b.p, b.len))
+				die(out, NULL);
+			b.len = 0;
+		}
+	}
+	dcr_buf_free(&b);
+	dcr_buf_free(&body);
+	return close(fo) ? 128 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && !strcmp(argv[1], "tamper"))
@@ -510,8 +550,10 @@ int main(int argc, char **argv)
 		return cmd_overlap(argv[2], argv[3], argc == 5 ? argv[4] : NULL);
 	if (argc == 4 && !strcmp(argv[1], "interleave"))
 		return cmd_interleave(argv[2], argv[3]);
+	if (argc == 4 && !strcmp(argv[1], "tensors"))
+		return cmd_tensors(strtoull(argv[2], NULL, 10), argv[3]);
 	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT | overlap CKPT OUT [plain|dense|corrupt-dense]\n"
-	      "       hostile interleave IN OUT\n",
+	      "       hostile interleave IN OUT | tensors N OUT\n",
 	      stderr);
 	return 129;
 }

@@ -130,6 +130,9 @@ int dcr_delta_tensor_body(struct dcr_buf *b, const struct dcr_delta_tensor *t)
 int dcr_delta_write_tensor(struct dcr_delta_writer *w, const struct dcr_delta_tensor *t,
 			   struct dcr_err *e)
 {
+	if (w->ntensors + w->nremoved >= DCR_DELTA_TENSORS_MAX)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: more than %u tensors, which no reader takes",
+				   w->what, DCR_DELTA_TENSORS_MAX);
 	if (dcr_delta_tensor_body(&w->rec, t))
 		return dcr_err_sys(e, ENOMEM, "%s", w->what);
 	w->ntensors++;
@@ -184,6 +187,9 @@ int dcr_delta_write_name(struct dcr_delta_writer *w, uint32_t type, const char *
 
 int dcr_delta_write_remove(struct dcr_delta_writer *w, const char *name, struct dcr_err *e)
 {
+	if (w->ntensors + w->nremoved++ >= DCR_DELTA_TENSORS_MAX)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: more than %u tensors, which no reader takes",
+				   w->what, DCR_DELTA_TENSORS_MAX);
 	return dcr_delta_write_name(w, DCR_REC_REMOVE, name, e);
 }
 
@@ -416,6 +422,10 @@ int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct
 		r->ended = 1;
 	} else if ((rec->type == DCR_REC_JRENAME || rec->type == DCR_REC_JUNLINK) && r->journal) {
 		/* fine */
+	} else if ((rec->type == DCR_REC_TENSOR || rec->type == DCR_REC_REMOVE) &&
+		   ++r->nnames > DCR_DELTA_TENSORS_MAX) {
+		return dcr_err_set(e, DCR_EFORMAT, "%s names more than %u tensors", r->what,
+				   DCR_DELTA_TENSORS_MAX);
 	} else if (rec->type < DCR_REC_TENSOR ||
 		   (rec->type > DCR_REC_END && rec->type < DCR_REC_ANCILLARY)) {
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown record type %u", r->what, rec->type);

@@ -21,6 +21,12 @@
 #define DCR_REC_HDR_LEN 16
 #define DCR_REC_MAX (64u << 20)     /* largest record body accepted (an item
 				      of DCR_ITEM_MAX_ELEMS 8-byte units fits) */
+/* TENSOR and REMOVE records in one delta (and tensors and removed names
+ * in one manifest), together, at most: every reader keeps each in memory,
+ * a few hundred bytes apiece, so a stream of small records naming
+ * millions would grow it without bound. Seven times the tensors of the
+ * largest mixture-of-experts checkpoints published (with their scales). */
+#define DCR_DELTA_TENSORS_MAX (1u << 20)
 
 enum dcr_rec_type {
 	DCR_REC_TENSOR = 1, /* a target tensor's name, file, dtype, shape */
@@ -75,7 +81,7 @@ struct dcr_delta_writer {
 	struct dcr_blake3 *sum; /* of every byte: the trailer */
 	struct dcr_buf rec;
 	struct dcr_buf frame; /* small records waiting to go in one write */
-	uint32_t ntensors;
+	uint32_t ntensors, nremoved;
 	uint64_t nitems, nchanges, bytes;
 	const char *what; /* for messages */
 };
@@ -151,6 +157,7 @@ struct dcr_delta_reader {
 	uint64_t end_tensors, end_items, end_changes;
 	uint64_t offset;   /* bytes consumed */
 	int journal;       /* accept journal-only records */
+	uint64_t nnames;   /* TENSOR and REMOVE records so far */
 };
 int dcr_delta_reader_init(struct dcr_delta_reader *r, struct dcr_source src,
 			  const char *what, struct dcr_err *e);

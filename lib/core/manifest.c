@@ -188,7 +188,7 @@ static int parse_pieces(struct dcr_rd *rd, const char *what, struct dcr_manifest
 static int read_tensors(struct dcr_rd *rd, struct dcr_manifest *m, struct dcr_err *e)
 {
 	uint32_t nt = dcr_rd_le32(rd);
-	if (rd->bad || nt > dcr_rd_left(rd) / 40)
+	if (rd->bad || nt > dcr_rd_left(rd) / 40 || nt > DCR_DELTA_TENSORS_MAX)
 		return 1;
 	m->tensors = dcr_calloc(nt, sizeof(*m->tensors));
 	if (!m->tensors)
@@ -238,7 +238,7 @@ static int tensors_add_up(const struct dcr_manifest *m)
 static int read_removed(struct dcr_rd *rd, struct dcr_manifest *m)
 {
 	uint32_t nr = dcr_rd_le32(rd);
-	if (rd->bad || nr > dcr_rd_left(rd))
+	if (rd->bad || nr > dcr_rd_left(rd) || nr + (uint64_t)m->ntensors > DCR_DELTA_TENSORS_MAX)
 		return 1;
 	if (!(m->removed = dcr_calloc(nr, sizeof(char *))))
 		return -ENOMEM;

@@ -82,6 +82,7 @@ struct dcr_payload_records {
 	int frame_done;
 	struct dcr_buf rec;	/* the current record's body */
 	const char *what;
+	uint64_t nnames;	/* TENSOR and REMOVE records so far */
 };
 /* Start reading the records of payload image buf (len bytes) that
  * dcr_payload_check (or _check_digest) accepted into p. */

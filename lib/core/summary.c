@@ -91,7 +91,7 @@ static int parse_tensors(struct dcr_rd *rd, struct dcr_summary *s, const char *w
 	uint32_t nt = dcr_rd_le32(rd);
 	/* an entry is at least a body length, a body of a name and a dtype,
 	 * and a part count */
-	if (rd->bad || nt > dcr_rd_left(rd) / 8)
+	if (rd->bad || nt > dcr_rd_left(rd) / 8 || nt > DCR_DELTA_TENSORS_MAX)
 		return 1;
 	if (!(s->tensors = dcr_calloc(nt ? nt : 1, sizeof(*s->tensors))))
 		return -ENOMEM;

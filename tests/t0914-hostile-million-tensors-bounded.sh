@@ -1,0 +1,44 @@
+#!/bin/sh
+# A delta names at most 2^20 tensors (TENSOR and REMOVE records together;
+# a manifest the same, and a payload). Every reader keeps each tensor it
+# is told of, a few hundred bytes apiece, so 118 MB of small TENSOR records
+# naming 2 million took dcr-apply 617 MB, dcr-pack 1.2 GB and dcr-pack
+# --list 648 MB before they found anything wrong, and a larger stream
+# more, without bound. Now the record past 2^20 is refused with one line,
+# by dcr-apply, dcr-pack and dcr-pack --list, the receiver untouched, and
+# memory stays under what 2^20 tensors take (checked in the unsanitized
+# build; AddressSanitizer's redzones double small allocations); a stream
+# of exactly 2^20 is read to its end (here: truncated).
+. "$DCR_SRC/tests/lib-dcr.sh"
+H="$DCR_BUILD/tests/hostile"
+need_gnu_time
+command -v dcr-pack >/dev/null 2>&1 || skip "dcr-pack is not on PATH"
+"$H" tensors 1048577 "$T/over" || fail "hostile exited $?"
+"$H" tensors 1048576 "$T/max" || fail "hostile exited $?"
+mkdir "$T/r"
+$MKST new "$T/r" t:BF16:64
+before=$(snapshot "$T/r")
+small_quarantine
+
+# bound CMDNAME MIB MIB_SEEN: fail if MIB_SEEN is over MIB (unsanitized)
+bound() {
+	say "$1: $3 MiB"
+	sanitized || [ "$3" -lt "$2" ] || fail "$1 took $3 MiB to refuse 2^20 + 1 tensors"
+}
+m=$(peak_rss 128 dcr-apply "$T/r" "$T/over")
+one_line_error dcr-apply
+grep -q "names more than 1048576 tensors" "$T/err" || fail "dcr-apply: $(cat "$T/err")"
+bound dcr-apply 450 "$m"
+[ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"
+m=$(peak_rss 128 dcr-pack "$T/over")
+one_line_error dcr-pack
+grep -q "names more than 1048576 tensors" "$T/err" || fail "dcr-pack: $(cat "$T/err")"
+bound dcr-pack 800 "$m"
+m=$(peak_rss 128 dcr-pack --list "$T/over")
+one_line_error dcr-pack
+grep -q "names more than 1048576 tensors" "$T/err" || fail "dcr-pack --list: $(cat "$T/err")"
+bound "dcr-pack --list" 450 "$m"
+# 2^20 exactly: taken, then the stream ends
+run 128 dcr-apply "$T/r" "$T/max"
+grep -q "is truncated" "$T/err" || fail "2^20 tensors: $(cat "$T/err")"
+say "ok: a delta of more than 2^20 tensors refused in bounded memory"
