@@ -280,8 +280,15 @@ int main(int argc, char **argv)
 	o.progress = progress;
 	o.progress_ctx = "pack";
 	struct dcr_pack_stats st = {0};
-	int r = dcr_pack((struct dcr_source){dcr_source_fd_read, &in},
+	/* read through a buffer: a record's header and body were a read each,
+	 * two system calls per tensor (a pipe's read returns what is there, so
+	 * a slow stream's records still come as they are written) */
+	struct dcr_fdbuf fb;
+	if (dcr_fdbuf_init(&fb, in, DCR_FDBUF_SIZE))
+		cmd_die("out of memory");
+	int r = dcr_pack((struct dcr_source){dcr_source_fdbuf_read, &fb},
 			 strcmp(input, "-") ? input : "standard input", &o, out, &st, &e);
+	dcr_fdbuf_release(&fb);
 	if (o.sign)
 		explicit_bzero(&sk, sizeof(sk));
 	free(pub_name);
