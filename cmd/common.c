@@ -368,27 +368,23 @@ struct dcr_pack_in *cmd_open_pack_input(const char *path, struct cmd_delta_input
 	return in;
 }
 
-void cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_tar_out **tar)
+int cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_tar_out **tar)
 {
 	*tar = NULL;
-	int fd = -1;
-	if (strcmp(output, "-") && dcr_output_is_stream(output)) {
-		struct dcr_atomic a;
-		const char *what;
-		/* a tar stream ends with the process, which closes it */
-		fd = cmd_output_begin(output, &a, &what);
-		free(a.final);
-	} else if (strcmp(output, "-")) {
+	if (strcmp(output, "-") && !dcr_output_is_stream(output)) {
 		*out = (struct dcr_pack_out){.entry = dcr_pack_dir_entry,
 					     .ctx = (void *)output,
 					     .stage = dcr_pack_dir_stage,
 					     .commit = dcr_pack_dir_commit,
 					     .drop = dcr_pack_dir_drop};
-		return;
+		return 1;
 	}
+	struct dcr_atomic a;
+	const char *what;
+	/* standard output or a stream, which ends with the process */
+	int fd = cmd_output_begin(output, &a, &what);
+	free(a.final);
 	struct dcr_err e = {0};
-	if (fd < 0)
-		fd = cmd_open_output("-");
 	if (dcr_tar_out_open(fd, tar, &e))
 		cmd_die_err(&e, EXIT_FATAL);
 	*out = (struct dcr_pack_out){.entry = dcr_tar_out_entry,
@@ -396,6 +392,7 @@ void cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_ta
 				     .begin = dcr_tar_out_begin,
 				     .data = dcr_tar_out_data,
 				     .end = dcr_tar_out_end};
+	return 0;
 }
 
 int cmd_pack_output_close(struct dcr_tar_out *tar, int r, struct dcr_err *e)

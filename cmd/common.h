@@ -83,11 +83,12 @@ struct cmd_delta_input {
 struct dcr_pack_in *cmd_open_pack_input(const char *path, struct cmd_delta_input *delta);
 /* Where a pack goes: "-" a tar stream on standard output (refusing a
  * terminal), a stream (dcr_output_is_stream: a FIFO, /dev/fd/N) a tar
- * stream written there, else a directory. cmd_pack_output_close finishes the tar
- * (r: the result so far; returns the final one). */
+ * stream written there, else a directory; returns 1 for a directory, else
+ * 0. cmd_pack_output_close finishes the tar (r: the result so far;
+ * returns the final one). */
 struct dcr_pack_out;
 struct dcr_tar_out;
-void cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_tar_out **tar);
+int cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_tar_out **tar);
 int cmd_pack_output_close(struct dcr_tar_out *tar, int r, struct dcr_err *e);
 
 /* Store options shared by dcr-push and dcr-pull: --endpoint ('E'),

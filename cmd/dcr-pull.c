@@ -106,8 +106,7 @@ int main(int argc, char **argv)
 	}
 	struct dcr_pack_out out;
 	struct dcr_tar_out *tar;
-	int to_dir = strcmp(output, "-") && !dcr_output_is_stream(output);
-	cmd_pack_output(output, &out, &tar);
+	int to_dir = cmd_pack_output(output, &out, &tar);
 	xo.progress = cmd_progress_xfer;
 	xo.progress_ctx = "pull";
 	struct dcr_xfer_stats st = {0};

@@ -127,12 +127,21 @@ int dcr_delta_tensor_body(struct dcr_buf *b, const struct dcr_delta_tensor *t)
 	return r ? -ENOMEM : 0;
 }
 
+/* Room for one more TENSOR or REMOVE record (DCR_DELTA_TENSORS_MAX)? */
+static int w_room(const struct dcr_delta_writer *w, struct dcr_err *e)
+{
+	return w->ntensors + w->nremoved >= DCR_DELTA_TENSORS_MAX
+		       ? dcr_err_set(e, DCR_EFORMAT, "%s: more than %u tensors, which no reader takes",
+				     w->what, DCR_DELTA_TENSORS_MAX)
+		       : 0;
+}
+
 int dcr_delta_write_tensor(struct dcr_delta_writer *w, const struct dcr_delta_tensor *t,
 			   struct dcr_err *e)
 {
-	if (w->ntensors + w->nremoved >= DCR_DELTA_TENSORS_MAX)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: more than %u tensors, which no reader takes",
-				   w->what, DCR_DELTA_TENSORS_MAX);
+	int r = w_room(w, e);
+	if (r)
+		return r;
 	if (dcr_delta_tensor_body(&w->rec, t))
 		return dcr_err_sys(e, ENOMEM, "%s", w->what);
 	w->ntensors++;
@@ -187,9 +196,10 @@ int dcr_delta_write_name(struct dcr_delta_writer *w, uint32_t type, const char *
 
 int dcr_delta_write_remove(struct dcr_delta_writer *w, const char *name, struct dcr_err *e)
 {
-	if (w->ntensors + w->nremoved++ >= DCR_DELTA_TENSORS_MAX)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: more than %u tensors, which no reader takes",
-				   w->what, DCR_DELTA_TENSORS_MAX);
+	int r = w_room(w, e);
+	if (r)
+		return r;
+	w->nremoved++;
 	return dcr_delta_write_name(w, DCR_REC_REMOVE, name, e);
 }
 
@@ -365,6 +375,16 @@ int dcr_delta_reader_init(struct dcr_delta_reader *r, struct dcr_source src,
 	return dcr_delta_reader_init_with(r, src, NULL, 0, what, e);
 }
 
+int dcr_delta_count_names(const struct dcr_delta_rec *rec, uint64_t *n, const char *what,
+			  struct dcr_err *e)
+{
+	if ((rec->type == DCR_REC_TENSOR || rec->type == DCR_REC_REMOVE) &&
+	    ++*n > DCR_DELTA_TENSORS_MAX)
+		return dcr_err_set(e, DCR_EFORMAT, "%s names more than %u tensors", what,
+				   DCR_DELTA_TENSORS_MAX);
+	return 0;
+}
+
 int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct dcr_err *e)
 {
 	if (r->ended)
@@ -422,10 +442,8 @@ int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct
 		r->ended = 1;
 	} else if ((rec->type == DCR_REC_JRENAME || rec->type == DCR_REC_JUNLINK) && r->journal) {
 		/* fine */
-	} else if ((rec->type == DCR_REC_TENSOR || rec->type == DCR_REC_REMOVE) &&
-		   ++r->nnames > DCR_DELTA_TENSORS_MAX) {
-		return dcr_err_set(e, DCR_EFORMAT, "%s names more than %u tensors", r->what,
-				   DCR_DELTA_TENSORS_MAX);
+	} else if ((s = dcr_delta_count_names(rec, &r->nnames, r->what, e))) {
+		return s;
 	} else if (rec->type < DCR_REC_TENSOR ||
 		   (rec->type > DCR_REC_END && rec->type < DCR_REC_ANCILLARY)) {
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown record type %u", r->what, rec->type);

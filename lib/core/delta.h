@@ -143,6 +143,10 @@ struct dcr_delta_rec {
 	uint64_t len;
 	const uint8_t *body; /* valid until the next call */
 };
+/* Count rec in *n when it is a TENSOR or REMOVE record: DCR_EFORMAT past
+ * DCR_DELTA_TENSORS_MAX (what names the stream), else 0. */
+int dcr_delta_count_names(const struct dcr_delta_rec *rec, uint64_t *n, const char *what,
+			  struct dcr_err *e);
 
 struct dcr_delta_reader {
 	struct dcr_source src;

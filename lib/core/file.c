@@ -267,25 +267,36 @@ static int fd_name(const char *path)
 	return n;
 }
 
-int dcr_output_is_stream(const char *path)
+enum { OUT_FILE, OUT_STREAM, OUT_DIR };
+
+/* What an output a user named is; *n: the descriptor it names, or -1. */
+static int output_kind(const char *path, int *n)
 {
 	struct stat sb;
-	return fd_name(path) >= 0 ||
-	       (!stat(path, &sb) && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode));
+	if ((*n = fd_name(path)) >= 0)
+		return OUT_STREAM;
+	if (stat(path, &sb) || S_ISREG(sb.st_mode))
+		return OUT_FILE;
+	return S_ISDIR(sb.st_mode) ? OUT_DIR : OUT_STREAM;
+}
+
+int dcr_output_is_stream(const char *path)
+{
+	int n;
+	return output_kind(path, &n) == OUT_STREAM;
 }
 
 int dcr_output_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
 {
-	struct stat sb;
+	int n, kind = output_kind(final, &n);
 	/* refused before the work, not by the rename after it */
-	if (fd_name(final) < 0 && !stat(final, &sb) && S_ISDIR(sb.st_mode)) {
+	if (kind == OUT_DIR) {
 		*a = (struct dcr_atomic){.fd = -1};
 		return dcr_err_sys(e, EISDIR, "cannot write '%s'", final);
 	}
-	if (!dcr_output_is_stream(final))
+	if (kind == OUT_FILE)
 		return dcr_atomic_open(a, final, e);
 	*a = (struct dcr_atomic){.fd = -1, .direct = 1};
-	int n = fd_name(final);
 	if (n >= 0) {
 		a->fd = fcntl(n, F_DUPFD_CLOEXEC, 3);
 		if (a->fd < 0)

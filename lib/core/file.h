@@ -43,8 +43,9 @@ int dcr_output_is_stream(const char *path);
  * in place, through a duplicate of the named descriptor (its offset and
  * append mode kept) or by opening it for writing (a FIFO waits for its
  * reader); a directory is refused (EISDIR) before anything is written;
- * anything else as dcr_atomic_open. a->final is set in both cases; dcr_atomic_commit closes a stream (fsyncing it where it is a
- * regular file), dcr_atomic_abort closes it. */
+ * anything else as dcr_atomic_open. a->final is set in both cases;
+ * dcr_atomic_commit closes a stream (fsyncing it where it is a regular
+ * file), dcr_atomic_abort closes it. */
 int dcr_output_open(struct dcr_atomic *a, const char *final, struct dcr_err *e);
 int dcr_atomic_commit(struct dcr_atomic *a, struct dcr_err *e);
 /* The first half of commit: fsync and close the temporary file (any

@@ -354,10 +354,8 @@ int dcr_payload_records_next(struct dcr_payload_records *it, struct dcr_delta_re
 	rec->len = get_le64(h + 8);
 	if (rec->flags)
 		return rec_bad(it, "malformed record", e);
-	if ((rec->type == DCR_REC_TENSOR || rec->type == DCR_REC_REMOVE) &&
-	    ++it->nnames > DCR_DELTA_TENSORS_MAX)
-		return dcr_err_set(e, DCR_EFORMAT, "%s names more than %u tensors", it->what,
-				   DCR_DELTA_TENSORS_MAX);
+	if ((r = dcr_delta_count_names(rec, &it->nnames, it->what, e)))
+		return r;
 	if (rec->len > DCR_REC_MAX || rec->len > it->raw_len - it->raw_done +
 						 (it->win_len - it->win_pos))
 		return rec_bad(it, "malformed record (longer than the bytes left)", e);
