@@ -81,6 +81,29 @@ rm -rf "$T/pd"
 { dcr-pack -q --sign "$T/k.sec" --version 1 -o "$T/pd" "$T/d1" && dcr-pack -q -o "$T/pd" "$T/d1"; } 2>"$T/err" ||
 	fail "signed, then unsigned into one directory: $(cat "$T/err")"
 [ ! -e "$T/pd/manifest.dcrm.sig" ] || fail "the signed pack's signature was left with the unsigned one"
+# ... and packed again with a version but unsigned, by dcr-pack and by
+# dcr-pull -o: the old signature goes as well (a reader with the key took
+# it for this manifest's, "the signed bytes were changed"); signed again,
+# the new signature stays
+for how in pack pull; do
+	rm -rf "$T/pd"
+	dcr-pack -q --sign "$T/k.sec" --version 1 -o "$T/pd" "$T/d1" 2>"$T/err" || fail "signed: $(cat "$T/err")"
+	if [ $how = pack ]; then
+		dcr-pack -q --version 1 -o "$T/pd" "$T/d1"
+	else
+		dcr-pack -q --version 1 -o "$T/pu1" "$T/d1" && dcr-push -q "$T/pu1" "$S/unsigned1" &&
+			dcr-pull -q -o "$T/pd" "$S/unsigned1"
+	fi 2>"$T/err" || fail "$how: versioned, unsigned, into the signed pack's directory: $(cat "$T/err")"
+	[ ! -e "$T/pd/manifest.dcrm.sig" ] || fail "$how: another pack's signature was left with a versioned unsigned one"
+	receiver r4s
+	dcr-apply -q --verify-key "$T/k.pub" "$T/r4s" "$T/pd" 2>"$T/err" && fail "$how: an unsigned pack passed the key"
+	grep -q "is not signed" "$T/err" || fail "$how: not refused as unsigned: $(cat "$T/err")"
+done
+dcr-pack -q --sign "$T/k.sec" --version 1 -o "$T/pd" "$T/d1" 2>"$T/err" || fail "signed again: $(cat "$T/err")"
+[ -e "$T/pd/manifest.dcrm.sig" ] || fail "a signed pack written over an unsigned one has no signature"
+receiver r4s
+dcr-apply -q --verify-key "$T/k.pub" "$T/r4s" "$T/pd" 2>"$T/err" || fail "signed again: refused: $(cat "$T/err")"
+same "$T/r4s" "$T/g/v1"
 
 # a name pushed again with fewer payloads and no signature (the store's
 # pack directory is a pack directory too): the earlier push's extra

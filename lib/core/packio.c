@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,16 +24,44 @@
 
 /* ---- pack outputs ---- */
 
+/* The signature an entry just wrote, and where: a pack's signature comes
+ * right before its manifest (dcr_pack, a pull), so the manifest's entry
+ * knows whether one in its directory is its own. Per thread; the
+ * manifest's entry consumes it, written or not. */
+static _Thread_local struct {
+	dev_t dev;
+	ino_t ino;
+	int set;
+} sig_just;
+
+static int same_dir(const char *dir, dev_t *dev, ino_t *ino)
+{
+	struct stat sb;
+	if (stat(dir, &sb))
+		return 0;
+	*dev = sb.st_dev;
+	*ino = sb.st_ino;
+	return 1;
+}
+
 /* Before a pack directory's new manifest is written: the payloads it does
  * not list, left by another pack written to the same directory (a pack
  * made again with another --payload-size, a pull of the next version into
  * the same -o DIR), are removed; a reader would refuse the directory for
- * them ("payload N is not in the manifest"); so is a signature when the
- * new manifest names no version; and temporary files of a process killed
- * while it wrote here (dcr_atomic_is_stale). Only those names; nothing
- * else in the directory is touched. */
+ * them ("payload N is not in the manifest"); so is a signature that this
+ * pack did not just write (another pack's: a reader holding the key would
+ * report it as this manifest's bytes changed, and one without would push
+ * it on), and one when the new manifest names no version (a reader
+ * refuses such a pack signed, core/trust.h); and temporary files of a
+ * process killed while it wrote here (dcr_atomic_is_stale). Only those
+ * names; nothing else in the directory is touched. */
 static int prune_unlisted(const char *dir, const uint8_t *man, size_t len, struct dcr_err *e)
 {
+	dev_t dev;
+	ino_t ino;
+	int ours = sig_just.set && same_dir(dir, &dev, &ino) && dev == sig_just.dev &&
+		   ino == sig_just.ino;
+	sig_just.set = 0;
 	struct dcr_manifest m = {0};
 	int r = dcr_manifest_parse(man, len, "the new manifest", &m, e);
 	if (r)
@@ -54,15 +83,20 @@ static int prune_unlisted(const char *dir, const uint8_t *man, size_t len, struc
 	}
 	if (d)
 		closedir(d);
-	/* a signature cannot vouch for a manifest that names no version
-	 * (a reader refuses such a pack signed, core/trust.h): one there is
-	 * another pack's, and would be reported as this one's bytes changed */
-	char *sig = !r && !m.have_version ? dcr_path_join(dir, DCR_MANIFEST_SIG_NAME) : NULL;
+	char *sig = !r && !(ours && m.have_version) ? dcr_path_join(dir, DCR_MANIFEST_SIG_NAME) : NULL;
 	if (sig && unlink(sig) && errno != ENOENT)
 		r = dcr_err_sys(e, errno, "cannot remove '%s', another pack's signature", sig);
 	free(sig);
 	dcr_manifest_release(&m);
 	return r;
+}
+
+/* After an entry is written to dir: remember a signature (see sig_just);
+ * any other entry forgets one. */
+static void note_entry(const char *dir, const char *name)
+{
+	sig_just.set = !strcmp(name, DCR_MANIFEST_SIG_NAME) &&
+		       same_dir(dir, &sig_just.dev, &sig_just.ino);
 }
 
 int dcr_pack_dir_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
@@ -77,6 +111,8 @@ int dcr_pack_dir_entry(void *ctx, const char *name, const uint8_t *buf, size_t l
 	char *path = dcr_path_join(dir, name);
 	r = path ? dcr_write_file_atomic(path, buf, len, e) : dcr_err_sys(e, ENOMEM, "%s", dir);
 	free(path);
+	if (!r)
+		note_entry(dir, name);
 	return r;
 }
 

@@ -10,8 +10,9 @@
 
 /* Pack outputs: a directory (each entry written atomically; before its
  * manifest, the payload files the manifest does not list, left there by
- * another pack, are removed), or a tar stream on an fd (libarchive,
- * ustar). */
+ * another pack, are removed, and a signature unless the entry just before
+ * the manifest, on the same thread, wrote it), or a tar stream on an fd
+ * (libarchive, ustar). */
 struct dcr_pack_dir;
 int dcr_pack_dir_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
 		       struct dcr_err *e); /* ctx: const char *dir */
