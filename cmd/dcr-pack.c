@@ -72,14 +72,8 @@ static int squash_chain(const char *const *deltas, int n, const char *base, cons
 	int fd;
 	if (delta_out) {
 		fd = cmd_output_begin(output, &a, &what);
-	} else {
-		const char *td = getenv("TMPDIR");
-		char *tmpl = dcr_asprintf("%s/dcr-squash.XXXXXX", td && *td ? td : "/tmp");
-		fd = tmpl ? mkstemp(tmpl) : -1;
-		if (fd < 0)
-			cmd_die("cannot create a temporary file: %s", strerror(errno));
-		unlink(tmpl);
-		free(tmpl);
+	} else if (dcr_tmpfile("squash", &fd, &e)) {
+		cmd_die_err(&e, EXIT_FATAL);
 	}
 	struct dcr_sink sink = {dcr_sink_fd_write, &fd};
 	int r = base ? dcr_squash_base(deltas, (size_t)n, base, NULL, sink, what, &sst, &e)

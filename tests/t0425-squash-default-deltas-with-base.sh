@@ -42,6 +42,16 @@ run 0 dcr-apply -q "$T/r2" "$T/sqp"
 same "$T/r2" "$G/v10"
 say "ok: 10 default-codec steps squashed with --base ($sq bytes, chain $total bytes)"
 
+# deltas from pipes (read twice: kept in a temporary file), one on
+# standard input: the same tensors as from files
+mkfifo "$T/fifo"
+timeout 120 sh -c 'cat "$1" >"$2"' sh "$T/d2" "$T/fifo" & # no writer left behind on a failure
+cat "$T/d3" | run 0 dcr-pack --squash --base "$G/v0" --delta -o "$T/sqpipe" "$T/d1" "$T/fifo" /dev/stdin
+wait
+cp -r "$G/v0" "$T/rp" && rm -rf "$T/rp/.dcr"
+run 0 dcr-apply -q "$T/rp" "$T/sqpipe"
+same "$T/rp" "$G/v3"
+
 # the squashed delta is itself a default-codec delta against v0: a second
 # squash with the same base composes it with one more step back
 run 0 dcr-diff "$G/v10" "$G/v9" -o "$T/back"

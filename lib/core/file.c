@@ -412,6 +412,48 @@ int dcr_read_file(const char *path, size_t max, uint8_t **out, size_t *len,
 	return r;
 }
 
+int dcr_tmpfile(const char *what, int *fd, struct dcr_err *e)
+{
+	const char *td = getenv("TMPDIR");
+	char *tmpl = dcr_asprintf("%s/dcr-%s.XXXXXX", td && *td ? td : "/tmp", what);
+	if (!tmpl)
+		return dcr_err_sys(e, ENOMEM, "%s", what);
+	*fd = mkostemp(tmpl, O_CLOEXEC);
+	int r = *fd < 0 ? dcr_err_sys(e, errno, "cannot create a temporary file '%s'", tmpl) : 0;
+	if (!r)
+		unlink(tmpl);
+	free(tmpl);
+	return r;
+}
+
+int dcr_spool_fd(int fd, const char *what, int *out, uint64_t *len, struct dcr_err *e)
+{
+	enum { STEP = 1 << 20 };
+	uint8_t *buf = malloc(STEP);
+	int t = -1, r = buf ? dcr_tmpfile("spool", &t, e) : dcr_err_sys(e, ENOMEM, "%s", what);
+	*len = 0;
+	while (!r) {
+		ssize_t k = read(fd, buf, STEP);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			r = k < 0 ? dcr_err_sys(e, errno, "cannot read '%s'", what) : 0;
+			break;
+		}
+		if ((r = dcr_write_full(t, buf, (size_t)k)))
+			r = dcr_err_sys(e, -r, "cannot keep '%s' in a temporary file (it is read twice)",
+					what);
+		*len += (uint64_t)k;
+	}
+	if (!r && lseek(t, 0, SEEK_SET))
+		r = dcr_err_sys(e, errno, "cannot rewind the copy of '%s'", what);
+	free(buf);
+	if (r && t >= 0)
+		close(t);
+	*out = r ? -1 : t;
+	return r;
+}
+
 int dcr_read_fd(int fd, const char *what, size_t max, uint8_t **out, size_t *len,
 		struct dcr_err *e)
 {

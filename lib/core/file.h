@@ -83,6 +83,15 @@ int dcr_read_file(const char *path, size_t max, uint8_t **out, size_t *len,
 int dcr_read_fd(int fd, const char *what, size_t max, uint8_t **out, size_t *len,
 		struct dcr_err *e);
 
+/* An unlinked temporary file in $TMPDIR (else /tmp), open for reading and
+ * writing, in *fd; what names its use in messages. */
+int dcr_tmpfile(const char *what, int *fd, struct dcr_err *e);
+/* What is left to read on fd (a pipe, a FIFO, a process substitution)
+ * copied to its end into a dcr_tmpfile, rewound, in *out (fd is left
+ * open), and its length in *len: for a reader that must go through its
+ * input twice. Memory stays bounded; the disk holds the bytes. */
+int dcr_spool_fd(int fd, const char *what, int *out, uint64_t *len, struct dcr_err *e);
+
 /* Fault in n bytes at p about to be written, in one call and with huge
  * pages where the kernel allows: touching fresh memory page by page costs
  * more than the copy into it (measured: 192 MB in 200 ms one 4 KiB fault

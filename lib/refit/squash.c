@@ -292,7 +292,15 @@ static int sq_pass1(struct squash *sq, const char *const *paths, struct dcr_err 
 		struct stat sb;
 		if (in[i].fd < 0 || fstat(in[i].fd, &sb))
 			return dcr_err_sys(e, errno, "cannot open '%s'", paths[i]);
-		sq->bytes_in += (uint64_t)sb.st_size;
+		uint64_t len = (uint64_t)sb.st_size;
+		if (!S_ISREG(sb.st_mode)) { /* a pipe: kept on disk for pass 2 */
+			int t;
+			if ((r = dcr_spool_fd(in[i].fd, paths[i], &t, &len, e)))
+				return r;
+			close(in[i].fd);
+			in[i].fd = t;
+		}
+		sq->bytes_in += len;
 		if ((r = pass1(&in[i], &sq->maxlen, e)))
 			return r;
 		if (i && memcmp(in[i].base.b, in[i - 1].target.b, 32)) {
