@@ -368,9 +368,19 @@ struct dcr_pack_in *cmd_open_pack_input(const char *path, struct cmd_delta_input
 	return in;
 }
 
+void cmd_pack_output_check(const char *output)
+{
+	struct stat sb;
+	if (strcmp(output, "-") && !dcr_output_is_stream(output) && !stat(output, &sb) &&
+	    !S_ISDIR(sb.st_mode))
+		cmd_die("'%s' exists and is not a directory: -o names a pack directory, or '-', a FIFO or /dev/stdout for a tar stream",
+			output);
+}
+
 int cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_tar_out **tar)
 {
 	*tar = NULL;
+	cmd_pack_output_check(output);
 	if (strcmp(output, "-") && !dcr_output_is_stream(output)) {
 		*out = (struct dcr_pack_out){.entry = dcr_pack_dir_entry,
 					     .ctx = (void *)output,

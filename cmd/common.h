@@ -89,6 +89,9 @@ struct dcr_pack_in *cmd_open_pack_input(const char *path, struct cmd_delta_input
 struct dcr_pack_out;
 struct dcr_tar_out;
 int cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_tar_out **tar);
+/* Exits (128, one line) when output would be a pack directory but names
+ * something else that exists (a regular file): before any work is done. */
+void cmd_pack_output_check(const char *output);
 int cmd_pack_output_close(struct dcr_tar_out *tar, int r, struct dcr_err *e);
 
 /* Store options shared by dcr-push and dcr-pull: --endpoint ('E'),

@@ -243,6 +243,8 @@ int main(int argc, char **argv)
 		cmd_usage_error(usage, "--base goes with --squash");
 	if (squash && list)
 		cmd_usage_error(usage, "--squash or --list, not both");
+	if (!list && !delta_out)
+		cmd_pack_output_check(output);
 	if (squash) {
 		if (argc - optind < 1)
 			cmd_usage_error(usage, "--squash needs the chain's delta files");

@@ -10,7 +10,8 @@
 # --port-file. A descriptor's offset and append mode are kept (the shell's
 # >> stays an append); a descriptor that is not open is a clear error; a
 # failed diff into a FIFO leaves the FIFO a FIFO and exits 128; -o naming a
-# directory is refused before any work. (Character
+# directory is refused before any work, and a pack's -o naming a regular
+# file too. (Character
 # devices take the FIFO's path; the test writes to none, so that a
 # regression cannot replace /dev/null on the machine running it.)
 if [ -z "${BASH_VERSION:-}" ]; then
@@ -87,6 +88,21 @@ run 128 dcr-diff -q "$T/g/v0" "$T/g/v1" -o "$T/adir"
 grep -q "^dcr-diff: error: cannot write '$T/adir': Is a directory$" "$T/err" ||
 	fail "-o DIR: $(cat "$T/err")"
 [ -z "$(find "$T" -maxdepth 1 -name '.adir.tmp-*')" ] || fail "-o DIR left a temporary file"
+
+# a pack's -o naming a regular file: refused before any work, one line
+# naming what -o takes (it failed at the first payload with "cannot create
+# a temporary file for 'FILE/payload-000000.dcrp': Not a directory")
+echo keep >"$T/afile"
+run 0 dcr-pack -q -o "$T/pd" "$T/d1"
+run 0 dcr-push -q "$T/pd" "$T/st1/v1"
+for cmd in "dcr-pack -q -o $T/afile $T/d1" "dcr-pack -q --squash -o $T/afile $T/d1 $T/d2" \
+	"dcr-pull -q -o $T/afile $T/st1/v1"; do
+	run 128 $cmd
+	one_line_error "${cmd%% *}"
+	grep -q "'$T/afile' exists and is not a directory: -o names a pack directory" "$T/err" ||
+		fail "$cmd: $(cat "$T/err")"
+	[ "$(cat "$T/afile")" = keep ] || fail "$cmd changed the file"
+done
 
 # a failed diff into a FIFO: exit 128, the FIFO stays (fifo_run checks)
 rc=0
