@@ -238,7 +238,16 @@ static void parse_options(int argc, char **argv, struct dcr_relay_opts *ro,
 	int c;
 	while ((c = getopt_long(argc, argv, "j:qh", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'L': ro->listen = optarg; break;
+		case 'L': {
+			/* the shape here, a usage error; the address is resolved
+			 * when the relay starts */
+			const char *col = strrchr(optarg, ':');
+			if (!col || parse_count(col + 1, 0, 65535) < 0)
+				cmd_usage_error(usage, "--listen wants ADDR:PORT (PORT 0..65535), not '%s'",
+						optarg);
+			ro->listen = optarg;
+			break;
+		}
 		case 'F': a->port_file = optarg; break;
 		case 'c': ro->cache_dir = optarg; break;
 		case 'S':

@@ -90,4 +90,13 @@ run 128 dcr-layout generate --config "$T/none.json" --framework vllm --tp 2 --ep
 run 128 dcr-diff --chunk 1024 --threads 2 "$T/none" "$T/none"
 run 0 dcr-commit --store "$S" --policy pol --version 0 --expect 0 --timeout 0.5 \
 	--state 0000000000000000000000000000000000000000000000000000000000000000
+# dcr-relay: its numbers, and --listen's port
+if command -v dcr-relay >/dev/null 2>&1; then
+	for l in 127.0.0.1:99999 127.0.0.1:-1 127.0.0.1:+80 127.0.0.1:8x 127.0.0.1: 127.0.0.1 ''; do
+		bad --listen dcr-relay --listen "$l" "$S"
+	done
+	bad --threads dcr-relay --listen 127.0.0.1:0 --threads 0 "$S"
+	bad --max-connections dcr-relay --listen 127.0.0.1:0 --max-connections 1e3 "$S"
+	bad --idle-timeout dcr-relay --listen 127.0.0.1:0 --idle-timeout 5s "$S"
+fi
 say "ok: numeric options are strict"
