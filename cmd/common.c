@@ -493,8 +493,10 @@ const struct dcr_trust *cmd_trust(uint64_t min_version)
 	if (loaded) /* once: later calls (other threads) get the same */
 		return t.nkeys ? &t : NULL;
 	loaded = 1;
+	int from_env = 0;
 	if (!trust_npaths) {
 		const char *v = getenv("DCR_VERIFY_KEY");
+		from_env = v && *v;
 		if (v && *v) {
 			if (!(env = dcr_strdup(v)))
 				cmd_die("out of memory");
@@ -510,7 +512,7 @@ const struct dcr_trust *cmd_trust(uint64_t min_version)
 	for (size_t i = 0; i < trust_npaths; i++) {
 		struct dcr_err e = {0};
 		if (dcr_pubkey_load(trust_paths[i], &keys[i], &e))
-			cmd_die_err(&e, EXIT_FATAL);
+			cmd_die("%s%s", e.msg, from_env ? " (a key DCR_VERIFY_KEY names)" : "");
 	}
 	t = (struct dcr_trust){.keys = keys, .nkeys = trust_npaths, .min_version = min_version};
 	return &t;

@@ -102,3 +102,8 @@ same_fast "$T/nokey" "$T/g/v1"
 # a named version other than the signed one
 fresh
 refused "reaches version 1, not the 7 asked for" $K --version 7 "$T/r" "$T/p1"
+# a key that cannot be read: refused before anything, and a key that
+# DCR_VERIFY_KEY named says so (the operator set no option)
+refused "cannot open '$T/gone.pub'" --verify-key "$T/gone.pub" "$T/r" "$T/p1"
+grep -q "DCR_VERIFY_KEY" "$T/err" && fail "an option's key is blamed on DCR_VERIFY_KEY"
+DCR_VERIFY_KEY="$T/k.pub:$T/gone.pub" refused "cannot open '$T/gone.pub'.*(a key DCR_VERIFY_KEY names)" "$T/r" "$T/p1"
