@@ -2,7 +2,7 @@
 """lie-server.py - an HTTP server that lies, for dcr's hostile-input tests
 (tests/t09NN-*.sh). Standard library only.
 
-usage: lie-server.py --port-file FILE MODE
+usage: lie-server.py --port-file FILE MODE [DIR]
   huge     every GET: 200, "Content-Length: 3000000000", 100 bytes, close
   short    every GET: 200, "Content-Length: 1000", 100 bytes, close
   reason   every request: 400 with a reason phrase and a body holding
@@ -10,9 +10,15 @@ usage: lie-server.py --port-file FILE MODE
   deny     every request: 403 Forbidden, "go away"
   endless  every request: 200, an S3 ListObjectsV2 page that names nothing,
            truncated, with a new NextContinuationToken (a listing without end)
+  pad      GET of DIR's manifest.dcrm objects as they are; of any other file
+           under DIR: 200 (Range ignored), chunked, its bytes and then "x"
+           without end
+  flood    GET of a manifest: 200, chunked, "x" without end; other files
+           under DIR as they are
 Each request is logged to stderr as "METHOD PATH AUTHORIZATION".
 """
 import itertools
+import os
 import socket
 import socketserver
 import sys
@@ -21,6 +27,7 @@ import threading
 import portfile
 
 MODE = None
+DIR = "."
 TOKENS = itertools.count()
 
 
@@ -38,7 +45,10 @@ class Handler(socketserver.BaseRequestHandler):
         sys.stderr.write("%s %s\n" % (line, auth))
         sys.stderr.flush()
         out = self.request
-        if MODE == "huge":
+        path = line.split(" ")[1].split("?")[0] if line.count(" ") >= 2 else "/"
+        if MODE in ("pad", "flood"):
+            self.files(out, path)
+        elif MODE == "huge":
             out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3000000000\r\n"
                         b"Connection: close\r\n\r\n" + b"x" * 100)
         elif MODE == "short":
@@ -65,17 +75,42 @@ class Handler(socketserver.BaseRequestHandler):
             pass
 
 
+    def files(self, out, path):
+        f = os.path.realpath(os.path.join(DIR, path.lstrip("/")))
+        manifest = path.endswith("/manifest.dcrm")
+        if not f.startswith(os.path.realpath(DIR) + "/") or not os.path.isfile(f):
+            out.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                        b"Connection: close\r\n\r\n")
+            return
+        data = open(f, "rb").read()
+        if (MODE == "pad") == manifest:
+            out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
+                        b"Connection: close\r\n\r\n" % len(data) + data)
+            return
+        out.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                    b"Connection: close\r\n\r\n")
+        pad = b"x" * (1 << 16)
+        try:
+            if MODE == "pad" and data:
+                out.sendall(b"%x\r\n" % len(data) + data + b"\r\n")
+            while True:
+                out.sendall(b"%x\r\n" % len(pad) + pad + b"\r\n")
+        except OSError:
+            pass
+
+
 class Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
 
 def main():
-    global MODE
+    global MODE, DIR
     args = sys.argv[1:]
-    if len(args) != 3 or args[0] != "--port-file":
+    if len(args) not in (3, 4) or args[0] != "--port-file":
         sys.exit(__doc__)
     MODE = args[2]
+    DIR = args[3] if len(args) == 4 else "."
     srv = Server(("127.0.0.1", 0), Handler)
     portfile.serve(srv, args[1])
 

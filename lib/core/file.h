@@ -107,6 +107,7 @@ struct dcr_blob {
 	void *map;
 	size_t map_len;
 	size_t cap;	/* heap: bytes allocated at p, for reuse */
+	uint64_t max;	/* set by the caller: the most a store may bring here (0: its own bound) */
 };
 /* Map PATH (a regular file of at most MAX bytes) into b, pages populated:
  * no copy, no page faults one by one. An empty file gets a heap byte. */

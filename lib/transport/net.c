@@ -26,6 +26,7 @@
 
 #include "core/dynlib.h"
 #include "core/file.h"
+#include "core/payload.h"
 #include "core/util.h"
 #include "transport/net.h"
 #include "transport/names.h"
@@ -354,6 +355,11 @@ size_t net_on_data(char *p, size_t sz, size_t nm, void *arg)
 		q->sink_rc = NET_SINK_LONG; /* more than the announced size */
 		return 0;
 	}
+	if (!q->ranged && q->max_body &&
+	    ((q->have_total && q->total > q->max_body) || m > q->max_body - q->got)) {
+		q->sink_rc = NET_SINK_BIG; /* more than the object may hold */
+		return 0;
+	}
 	if (m) {
 		int r = q->sink(q->sink_arg, q->got, (const uint8_t *)p + used, m,
 				q->have_total ? q->total : 0);
@@ -362,6 +368,12 @@ size_t net_on_data(char *p, size_t sz, size_t nm, void *arg)
 			return 0;
 		}
 		q->got += m;
+	}
+	/* a server that ignored Range sends the object whole, or without end:
+	 * the range is here, stop reading */
+	if (q->ranged && q->status == 200 && q->got == q->r_len) {
+		q->sink_rc = NET_SINK_ENOUGH;
+		return 0;
 	}
 	return n;
 }
@@ -570,6 +582,10 @@ static int net_callback_error(const struct net_req *q, struct dcr_err *e)
 		return dcr_err_set(e, DCR_EREMOTE,
 				   "cannot %s '%s': the body is longer than the %llu bytes the server announced",
 				   m, q->what, (unsigned long long)q->total);
+	if (q->sink_rc == NET_SINK_BIG)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "cannot %s '%s': the server sends more than %llu bytes, the most it may hold",
+				   m, q->what, (unsigned long long)q->max_body);
 	if (q->sink_rc)
 		return q->sink_rc == -EFBIG
 			       ? dcr_err_set(e, DCR_EFORMAT, "cannot %s '%s': the answer is larger than %u bytes",
@@ -668,6 +684,10 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 		net_setup(s, q, c, url, hl, errbuf);
 		CURLcode cc = cu.easy_perform(c);
 		cu.slist_free_all(hl);
+		if (q->sink_rc == NET_SINK_ENOUGH) { /* every byte asked for came */
+			q->sink_rc = 0;
+			cc = CURLE_OK;
+		}
 		long st = 0;
 		cu.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
 		if (st)
@@ -922,7 +942,7 @@ int net_put_if_absent(struct dcr_store *s, const char *name, const void *buf,
 /* ---- downloads ------------------------------------------------------- */
 
 static int get_stream(struct dcr_store *s, const char *name, int ranged,
-		      uint64_t off, uint64_t len, sink_fn sink, void *arg,
+		      uint64_t off, uint64_t len, uint64_t max, sink_fn sink, void *arg,
 		      uint64_t *got, uint64_t *total, struct dcr_err *e)
 {
 	struct net_req q;
@@ -936,6 +956,7 @@ static int get_stream(struct dcr_store *s, const char *name, int ranged,
 	q.ranged = ranged;
 	q.r_start = off;
 	q.r_len = len;
+	q.max_body = max;
 	r = net_perform(s, &q, e);
 	if (!r && ranged && q.got != len)
 		r = dcr_err_set(e, DCR_EFORMAT,
@@ -1002,17 +1023,24 @@ static int sink_mem_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, ui
 	return r;
 }
 
-int net_get(struct dcr_store *s, const char *name, struct dcr_buf *b,
-	    size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
+/* Into b, at most max bytes */
+static int get_mem(struct dcr_store *s, const char *name, struct dcr_buf *b, size_t tail,
+		   const struct dcr_hasher *h, uint64_t max, struct dcr_err *e)
 {
 	b->len = 0;
 	if (!h)
-		return get_stream(s, name, 0, 0, 0, sink_mem, b, NULL, NULL, e);
+		return get_stream(s, name, 0, 0, 0, max, sink_mem, b, NULL, NULL, e);
 	struct sink_hash sh = {.b = b, .h = h, .tail = tail};
-	int r = get_stream(s, name, 0, 0, 0, sink_mem_hash, &sh, NULL, NULL, e);
+	int r = get_stream(s, name, 0, 0, 0, max, sink_mem_hash, &sh, NULL, NULL, e);
 	if (!r && b->len > tail)
 		feed_hasher(h, b->p, &sh.fed, b->len - tail, 1);
 	return r;
+}
+
+int net_get(struct dcr_store *s, const char *name, struct dcr_buf *b,
+	    size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
+{
+	return get_mem(s, name, b, tail, h, DCR_STORE_GET_MAX, e);
 }
 
 /* into the heap buffer b may bring, grown as needed: a recycled buffer
@@ -1023,7 +1051,7 @@ int net_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
 	if (b->map)
 		dcr_blob_free(b);
 	struct dcr_buf buf = {b->p, 0, b->cap};
-	int r = net_get(s, name, &buf, tail, h, e);
+	int r = get_mem(s, name, &buf, tail, h, b->max ? b->max : DCR_PAYLOAD_MAX_FILE, e);
 	b->p = buf.p;
 	b->len = buf.len;
 	b->cap = buf.cap;
@@ -1062,9 +1090,9 @@ int net_get_range(struct dcr_store *s, const char *name, uint64_t off,
 	if (!len)
 		return 0;
 	if (!h)
-		return get_stream(s, name, 1, off, len, sink_range, buf, NULL, NULL, e);
+		return get_stream(s, name, 1, off, len, 0, sink_range, buf, NULL, NULL, e);
 	struct sink_range_hash sh = {.buf = buf, .h = h};
-	int r = get_stream(s, name, 1, off, len, sink_range_hash, &sh, NULL, NULL, e);
+	int r = get_stream(s, name, 1, off, len, 0, sink_range_hash, &sh, NULL, NULL, e);
 	if (!r)
 		feed_hasher(h, buf, &sh.fed, len, 1);
 	return r;
@@ -1081,7 +1109,7 @@ int net_get_to_fd(struct dcr_store *s, const char *name, int fd,
 		  uint64_t *size, struct dcr_err *e)
 {
 	uint64_t got = 0;
-	int r = get_stream(s, name, 0, 0, 0, sink_fd, &fd, &got, NULL, e);
+	int r = get_stream(s, name, 0, 0, 0, 0, sink_fd, &fd, &got, NULL, e);
 	if (!r && size)
 		*size = got;
 	return r;

@@ -43,6 +43,7 @@ struct net_req {
 	void *sink_arg;
 	int ranged;
 	uint64_t r_start, r_len;
+	uint64_t max_body;         /* not ranged: refuse a body longer (0: any) */
 	int keep_body;             /* collect a 2xx body into resp */
 	int cond_put;              /* 412 means "exists" */
 
@@ -155,6 +156,8 @@ int net_is_probe(const char *name);
  * NET_SINK_LONG or NET_SINK_BADRANGE. */
 #define NET_SINK_BADRANGE 1
 #define NET_SINK_LONG 2
+#define NET_SINK_BIG 3    /* longer than max_body */
+#define NET_SINK_ENOUGH 4 /* a range served whole: stopped at its end */
 size_t net_on_header(char *p, size_t sz, size_t nm, void *arg);
 size_t net_on_data(char *p, size_t sz, size_t nm, void *arg);
 /* The cause of a non-2xx answer for a message: "403 Code: Message" from an

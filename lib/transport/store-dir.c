@@ -233,6 +233,13 @@ static int dir_get(struct dcr_store *s, const char *name, struct dcr_buf *b,
 	if (fd < 0)
 		return fd;
 	int r = 0;
+	if (size > DCR_STORE_GET_MAX) {
+		r = dcr_err_set(e, DCR_EFORMAT, "'%s' holds %llu bytes, more than %llu, the most it may",
+				path, (unsigned long long)size, (unsigned long long)DCR_STORE_GET_MAX);
+		close(fd);
+		free(path);
+		return r;
+	}
 	if (size >= SIZE_MAX) {
 		r = -ENOMEM;
 	} else if (b->cap < (size_t)size + 1) {

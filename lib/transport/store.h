@@ -113,11 +113,16 @@ int dcr_store_put_if_absent(struct dcr_store *s, const char *name,
 			    const void *buf, size_t len, struct dcr_err *e);
 
 /* Whole object into malloc'd memory (*buf, free() it; a NUL follows the
- * *len bytes). DCR_ENOTFOUND if absent. */
+ * *len bytes). DCR_ENOTFOUND if absent; DCR_EFORMAT when it is longer than
+ * DCR_STORE_GET_MAX (the largest manifest or summary there may be), however
+ * much a hostile server would send. */
+#define DCR_STORE_GET_MAX (1ull << 30)
 int dcr_store_get(struct dcr_store *s, const char *name, uint8_t **buf,
 		  size_t *len, struct dcr_err *e);
 /* The same into a blob (util.h; dcr_blob_free it): a read-only mapping for
- * the directory store, no copy; no NUL after it. */
+ * the directory store, no copy; no NUL after it. From a server, at most
+ * b->max bytes when set (a payload's size in its manifest), else
+ * DCR_PAYLOAD_MAX_FILE. */
 struct dcr_blob;
 struct dcr_hasher;
 int dcr_store_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,

@@ -613,6 +613,8 @@ again:;
 		dcr_payload_hash_init(&ph);
 		if (sr->b.map)
 			dcr_blob_free(&sr->b);
+		/* a server sending more than the manifest lists is stopped there */
+		sr->b.max = f->m ? f->m->psize[pos] : 0;
 		if (!pn.url)
 			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
 		else if (!(sr->rc = dcr_store_get_blob_hashed(f->src->v[i].s, pn.on, &sr->b, 32, &h,

@@ -1,0 +1,50 @@
+#!/bin/sh
+# An HTTP store that never stops sending. A server that ignores Range and
+# sends a payload's bytes and then "x" without end kept dcr-pull reading
+# forever (its part was there after the first bytes); pulled into a
+# directory (whole objects in memory), the same payload grew dcr-pull
+# without bound, and so did a manifest sent without end (4.7 GB in 20 s).
+# Now a range stops at its end, a payload at the size its manifest lists,
+# and anything else dcr_store_get reads at DCR_STORE_GET_MAX (1 GiB, the
+# format's largest manifest): each pull ends, in one line where it fails.
+. "$DCR_SRC/tests/lib-xfer.sh"
+TIME=/usr/bin/time
+[ -x "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
+gen 2M 1
+run_ok dcr-diff -o "$T/d" "$T/g/v0" "$T/g/v1"
+run_ok dcr-pack -s 4K -o "$T/p" "$T/d"
+run_ok dcr-push -q "$T/p" "$T/store/v1"
+n=$(ls "$T/store/v1" | grep -c '^payload-')
+[ "$n" -ge 2 ] || fail "the pack has $n payloads, the test wants several"
+
+# pad: the manifest as it is; payloads with Range ignored, padded without end
+start_py lie lie-server.py pad "$T/store"
+# to a tar stream (ranged parts): each part taken, the rest left; the pack
+# is the one pushed and applies
+rc=0
+timeout 120 dcr-pull -q --retries 1 "http://127.0.0.1:$PORT/v1" >"$T/s.tar" 2>"$T/err" || rc=$?
+[ $rc -eq 0 ] || fail "dcr-pull from a server padding its payloads exited $rc: $(cat "$T/err")"
+receiver r
+run_ok dcr-apply -q "$T/r" "$T/s.tar"
+same "$T/r" "$T/g/v1"
+# into a directory (whole payloads in memory): stopped at the size the
+# manifest lists, one line, small
+rc=0
+timeout 120 "$TIME" -f %M -o "$T/rss" dcr-pull -q --retries 1 -o "$T/pd" "http://127.0.0.1:$PORT/v1" \
+	>"$T/out" 2>"$T/err" || rc=$?
+[ $rc -eq 128 ] || fail "dcr-pull -o DIR exited $rc: $(cat "$T/err")"
+[ "$(wc -l <"$T/err")" = 1 ] || fail "not one line: $(cat "$T/err")"
+contains "$(cat "$T/err")" "payload-0000"
+contains "$(cat "$T/err")" "the server sends more than"
+m=$(( $(tail -n 1 "$T/rss") / 1024 ))
+[ "$m" -lt 100 ] || fail "dcr-pull -o DIR took $m MiB"
+[ ! -e "$T/pd/manifest.dcrm" ] || fail "a refused pull left a manifest"
+
+# flood: a manifest without end is refused at 1 GiB, the format's limit
+kill $PIDS 2>/dev/null || :
+start_py lie lie-server.py flood "$T/store"
+rc=0
+timeout 300 dcr-pull -q --retries 1 "http://127.0.0.1:$PORT/v1" >"$T/out" 2>"$T/err" || rc=$?
+[ $rc -eq 128 ] || fail "dcr-pull of a manifest without end exited $rc: $(cat "$T/err")"
+contains "$(cat "$T/err")" "manifest.dcrm': the server sends more than 1073741824 bytes"
+echo "ok: a range stops at its end, a payload at its size, a manifest at 1 GiB"
