@@ -1105,11 +1105,13 @@ static int sink_fd(void *arg, uint64_t off, const uint8_t *p, size_t n, uint64_t
 	return dcr_write_full(*(int *)arg, p, n);
 }
 
+/* At most the largest object a pack may hold (a payload): a server that
+ * never stops sending does not fill the disk */
 int net_get_to_fd(struct dcr_store *s, const char *name, int fd,
 		  uint64_t *size, struct dcr_err *e)
 {
 	uint64_t got = 0;
-	int r = get_stream(s, name, 0, 0, 0, 0, sink_fd, &fd, &got, NULL, e);
+	int r = get_stream(s, name, 0, 0, 0, DCR_PAYLOAD_MAX_FILE, sink_fd, &fd, &got, NULL, e);
 	if (!r && size)
 		*size = got;
 	return r;

@@ -140,7 +140,8 @@ int dcr_store_get_range_hashed(struct dcr_store *s, const char *name, uint64_t o
 			       struct dcr_err *e);
 /* Stream the whole object to fd (file, pipe or socket), written in order,
  * resuming after connection loss; *size (may be NULL) gets its length. On
- * failure some bytes may already be written. */
+ * failure some bytes may already be written. From a server, at most
+ * DCR_PAYLOAD_MAX_FILE bytes (the largest object a pack holds). */
 int dcr_store_get_to_fd(struct dcr_store *s, const char *name, int fd,
 			uint64_t *size, struct dcr_err *e);
 /* Size of an object; DCR_ENOTFOUND if absent. */
