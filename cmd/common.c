@@ -497,7 +497,7 @@ const struct dcr_trust *cmd_trust(uint64_t min_version)
 	if (!trust_npaths) {
 		const char *v = getenv("DCR_VERIFY_KEY");
 		from_env = v && *v;
-		if (v && *v) {
+		if (from_env) {
 			if (!(env = dcr_strdup(v)))
 				cmd_die("out of memory");
 			char *save = NULL;

@@ -233,28 +233,20 @@ static int dir_get(struct dcr_store *s, const char *name, struct dcr_buf *b,
 	if (fd < 0)
 		return fd;
 	int r = 0;
-	if (size > DCR_STORE_GET_MAX) {
+	if (size > DCR_STORE_GET_MAX) { /* (which also keeps size + 1 in a size_t) */
 		r = dcr_err_set(e, DCR_EFORMAT, "'%s' holds %llu bytes, more than %llu, the most it may",
 				path, (unsigned long long)size, (unsigned long long)DCR_STORE_GET_MAX);
-		close(fd);
-		free(path);
-		return r;
-	}
-	if (size >= SIZE_MAX) {
-		r = -ENOMEM;
 	} else if (b->cap < (size_t)size + 1) {
 		uint8_t *p = realloc(b->p, (size_t)size + 1); /* exactly: no doubling */
 		if (p) {
 			b->p = p;
 			b->cap = (size_t)size + 1;
 		} else {
-			r = -ENOMEM;
+			r = dcr_err_sys(e, ENOMEM, "cannot read '%s' (%llu bytes)", path,
+					(unsigned long long)size);
 		}
 	}
-	if (r)
-		r = dcr_err_sys(e, ENOMEM, "cannot read '%s' (%llu bytes)", path,
-				(unsigned long long)size);
-	else if ((r = dcr_pread_full(fd, b->p, (size_t)size, 0)))
+	if (!r && (r = dcr_pread_full(fd, b->p, (size_t)size, 0)))
 		r = dcr_err_sys(e, r == -EPIPE ? EIO : -r, "cannot read '%s'", path);
 	close(fd);
 	free(path);
