@@ -520,7 +520,8 @@ static int run_ordered(struct ordered *f, struct dcr_err *e)
 struct sources {
 	const struct dcr_pull_source *v;
 	size_t n;
-	size_t cur; /* read and moved atomically */
+	size_t cur;	 /* read and moved atomically */
+	uint64_t nolist; /* bit i: source i answered that it does not list */
 };
 
 static size_t src_cur(struct sources *ss)
@@ -969,22 +970,37 @@ static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len, uint
 }
 
 /* The payloads the current source lists (a push in progress): how many
- * follow on from next without a gap. */
+ * follow on from next without a gap. A server that answers that it does
+ * not list (nginx or Apache without directory indexes answer 403, a
+ * store whose base directory is not there yet 404, S3 without the right
+ * to list 403) is not asked again: the pull waits for the manifest
+ * alone, as it would from a store that listed nothing. */
 static int listed_run(struct sources *ss, uint32_t next, uint32_t *limit, struct dcr_err *e)
 {
 	int r = 0;
 	size_t first = src_cur(ss);
+	*limit = next;
 	for (size_t t = 0; t < ss->n; t++) {
 		size_t i = (first + t) % ss->n;
+		if (i < 64 && ss->nolist >> i & 1)
+			continue;
 		char **names = NULL;
 		size_t n = 0;
 		char *pfx = dcr_asprintf("%s/payload-", ss->v[i].name);
-		r = pfx ? dcr_store_list(ss->v[i].s, pfx, &names, &n, e)
-			: dcr_err_sys(e, ENOMEM, "pull");
+		struct dcr_err le = {0};
+		int lr = pfx ? dcr_store_list(ss->v[i].s, pfx, &names, &n, &le)
+			     : dcr_err_sys(&le, ENOMEM, "pull");
 		free(pfx);
-		if (r)
+		if (lr == DCR_EREMOTE && i < 64) {
+			ss->nolist |= (uint64_t)1 << i;
 			continue;
-		*limit = next;
+		}
+		if (lr) {
+			r = lr;
+			if (e)
+				*e = le;
+			continue;
+		}
 		for (int more = 1; more;) {
 			more = 0;
 			char *want = dcr_payload_name(*limit);
@@ -1014,7 +1030,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 {
 	int par = o && o->parallel > 0 ? o->parallel : 4;
 	double deadline = dcr_now_s() + (o ? o->wait_s : 0);
-	struct sources ss = {v, nsrc, 0};
+	struct sources ss = {v, nsrc, 0, 0};
 	uint8_t *man = NULL, *sig = NULL;
 	size_t man_len = 0, sig_len = 0;
 	struct dcr_manifest m = {0};
