@@ -8,6 +8,8 @@
 # under a directory nginx refuses to list and under one not yet made (a
 # listing refused used to end the wait at once: "the server does not
 # list"); a wait for a version that never comes gives up with one line.
+# The joint commit, which needs listings and a PUT that honours
+# If-None-Match (nginx overwrites), is refused in one line before it writes.
 . "$DCR_SRC/tests/lib-xfer.sh"
 command -v nginx >/dev/null 2>&1 || skip "nginx is missing (scripts/install-deps installs it)"
 command -v curl >/dev/null 2>&1 || skip "curl is missing"
@@ -109,3 +111,14 @@ one_line pull dcr-pull
 contains "$ERR" "no manifest for 'v9'"
 untouched "$T/r4" "$T/snap4"
 echo "ok: dcr-pull --wait for a version that never comes gives up with one line"
+
+# the joint commit needs listings and a conditional PUT, which nginx does
+# not give: refused in one line, nothing written
+if command -v dcr-commit >/dev/null 2>&1; then
+	expect_fail 128 dcr-commit --store "$URL" --policy pp --version 0 --expect 0 \
+		--state "$(dcr-verify "$T/g/v0")"
+	contains "$ERR" "does not list"
+	contains "$ERR" "dcr-push(1)"
+	[ ! -e "$T/www/pp" ] || fail "dcr-commit wrote to a store it cannot commit on: $(find "$T/www/pp")"
+	echo "ok: dcr-commit --store on nginx refused before it writes"
+fi

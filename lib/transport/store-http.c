@@ -71,7 +71,7 @@ static int http_list(struct dcr_store *s, const char *prefix, struct dcr_names *
 		if (r == DCR_ENOTFOUND || r == DCR_EREMOTE)
 			r = dcr_err_set(e, DCR_EREMOTE,
 					"cannot list '%s': the server does not list (GET %s/?prefix=... answered %ld); "
-					"see store.h for the convention",
+					"the convention is in dcr-push(1), STORES",
 					what, net_of(s)->shown, q.status);
 		goto out;
 	}
