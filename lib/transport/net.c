@@ -150,6 +150,33 @@ static int file_sha256_hex(int fd, uint64_t off, uint64_t len, char out[65])
 }
 
 /* Text of the first <tag>...</tag> in xml[0..n), entities decoded, or NULL. */
+int net_xml_root_is(const char *xml, size_t n, const char *prefix)
+{
+	const char *p = xml, *end = xml + n;
+	for (;;) {
+		while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+			p++;
+		if (end - p < 2 || *p != '<')
+			return 0;
+		if (p[1] != '?' && p[1] != '!')
+			break;
+		const char *close = p[1] == '?' ? "?>" : (end - p >= 4 && !memcmp(p, "<!--", 4)) ? "-->" : ">";
+		const char *c = memmem(p + 2, (size_t)(end - p - 2), close, strlen(close));
+		if (!c)
+			return 0;
+		p = c + strlen(close);
+	}
+	const char *name = ++p;
+	while (p < end && *p != '>' && *p != '/' && *p != ' ' && *p != '\t' && *p != '\r' &&
+	       *p != '\n') {
+		if (*p == ':')
+			name = p + 1;
+		p++;
+	}
+	size_t l = strlen(prefix);
+	return (size_t)(p - name) >= l && !memcmp(name, prefix, l);
+}
+
 char *net_xml_text(const char *xml, size_t n, const char *tag, const char **after)
 {
 	char open[64], close[64];

@@ -144,6 +144,10 @@ void net_backoff(const struct dcr_store *s, int attempt);
 /* Text of the first <tag>...</tag> in xml[0..n), entities decoded
  * (malloc'd), or NULL; *after (may be NULL) gets the end of the match. */
 char *net_xml_text(const char *xml, size_t n, const char *tag, const char **after);
+/* Does the root element of xml[0..n) (after white space, the XML
+ * declaration and comments; a namespace prefix ignored) have a name that
+ * starts with prefix? */
+int net_xml_root_is(const char *xml, size_t n, const char *prefix);
 void net_sha256_hex(const void *p, size_t n, char out[65]);
 /* Is the last component of name a CAS probe object? */
 int net_is_probe(const char *name);

@@ -198,7 +198,9 @@ static int mp_upload_parts(struct mp *m, struct dcr_err *e)
 }
 
 /* 3. complete: the parts' ETags in order, retried while S3 answers 200
- * with InternalError or SlowDown in the body */
+ * with InternalError or SlowDown in the body; done when the answer's root
+ * element is CompleteMultipartUpload... (S3 names it ...Result, moto
+ * 5.2 ...Response) */
 static int mp_complete(struct mp *m, const char *what, struct dcr_buf *ans, struct dcr_err *e)
 {
 	struct dcr_store *s = m->s;
@@ -219,7 +221,7 @@ static int mp_complete(struct mp *m, const char *what, struct dcr_buf *ans, stru
 		dcr_buf_free(ans);
 		if ((r = s3_post(s, m->name, m->query_id, (char *)x.p, ans, e)))
 			break;
-		if (ans->len && memmem(ans->p, ans->len, "<CompleteMultipartUploadResult", 30))
+		if (net_xml_root_is((char *)ans->p, ans->len, "CompleteMultipartUpload"))
 			break;
 		char *code = net_xml_text((char *)ans->p, ans->len, "Code", NULL);
 		char *msg = net_xml_text((char *)ans->p, ans->len, "Message", NULL);

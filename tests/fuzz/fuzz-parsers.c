@@ -262,7 +262,8 @@ static void http(const uint8_t *p, size_t n)
 	dcr_buf_free(&q.resp);
 }
 
-/* S3 XML: a ListObjectsV2 page under a prefix, and an error body */
+/* S3 XML: a ListObjectsV2 page under a prefix, an error body, and the
+ * root element a multipart completion is judged by */
 static void s3xml(const uint8_t *p, size_t n)
 {
 	struct dcr_names l = {0};
@@ -283,6 +284,7 @@ static void s3xml(const uint8_t *p, size_t n)
 	char *code = NULL;
 	net_http_cause(&q, cause, sizeof(cause), &code);
 	free(code);
+	(void)net_xml_root_is((const char *)p, n, "CompleteMultipartUpload");
 }
 
 /* DCR_FUZZ_ONLY=N (scripts/fuzz TARGET): parser N whatever the first

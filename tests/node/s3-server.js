@@ -16,6 +16,10 @@
 //   --torn-puts            keep s3rver's own PUT, which shows an object while
 //                          it is being written (see below); by default PUT
 //                          is atomic, as S3's is
+//   --moto-complete        answer CompleteMultipartUpload as moto 5.2 does,
+//                          its root element CompleteMultipartUploadResponse
+//                          (S3's is ...Result), after the white space S3
+//                          sends to keep a slow completion alive
 // plus the fault options of faults.js.
 const crypto = require('crypto');
 const http = require('http');
@@ -184,8 +188,13 @@ async function handle(req, res) {
     const out = { ...r.headers };
     delete out['transfer-encoding'];
     delete out.connection;
-    if (req.method !== 'HEAD') out['content-length'] = r.body.length;
-    send(res, req, faults, r.status, out, r.body);
+    let rb = r.body;
+    if (o.motoComplete && req.method === 'POST' && /[?&]uploadId=/.test(req.url) && r.status === 200) {
+      rb = Buffer.from('  \n' + rb.toString().replace(/CompleteMultipartUploadResult/g,
+        'CompleteMultipartUploadResponse'));
+    }
+    if (req.method !== 'HEAD') out['content-length'] = rb.length;
+    send(res, req, faults, r.status, out, rb);
   } finally {
     if (release) release();
   }
