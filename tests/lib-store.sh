@@ -106,7 +106,10 @@ start_s3() {
 	export AWS_ACCESS_KEY_ID=S3RVER
 	export AWS_SECRET_ACCESS_KEY='dcr-test/secret+KEY'
 	export AWS_REGION=us-east-1
-	unset AWS_SESSION_TOKEN DCR_S3_ENDPOINT 2>/dev/null || true
+	unset AWS_SESSION_TOKEN DCR_S3_ENDPOINT AWS_PROFILE AWS_DEFAULT_PROFILE AWS_ENDPOINT_URL \
+		AWS_ENDPOINT_URL_S3 2>/dev/null || true
+	# the tester's own ~/.aws never takes part
+	export AWS_SHARED_CREDENTIALS_FILE="$T/no-aws-credentials" AWS_CONFIG_FILE="$T/no-aws-config"
 	start_server "$name" s3-server.js --dir "$T/$name.data" --bucket dcr-test \
 		--key "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" "$@"
 	EP="http://127.0.0.1:$PORT"

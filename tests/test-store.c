@@ -1,5 +1,5 @@
 /* test-store.c - unit tests of lib/store: SigV4 against AWS's published
- * examples, object names, the directory store, the job pool. The HTTP and
+ * examples, the AWS configuration files' syntax, object names, the directory store, the job pool. The HTTP and
  * S3 stores are tested against real servers by tests/t03*.sh. */
 #include "config.h"
 
@@ -16,7 +16,54 @@
 
 #include "dcr.h"
 #include "core/bytes.h"
+#include "transport/awsconf.h"
 #include "transport/sigv4.h"
+
+/* ---- AWS configuration files ------------------------------------------ */
+
+static char *ini(const char *text, const char *section, const char *key, int *found)
+{
+	return dcr_aws_ini_get(text, strlen(text), section, key, found);
+}
+
+Test(awsconf, sections_keys_comments)
+{
+	const char *t = "# c\n[default]\nregion = us-west-2\n; x = 1\n"
+			"[profile a]\r\n  aws_access_key_id =  AK  \r\nregion=eu-west-1\r\n"
+			"[b]\nregion = one\nregion = two\ns3 =\n  region = nested\n";
+	int f = 0;
+	char *v = ini(t, "default", "region", &f);
+	cr_assert_str_eq(v, "us-west-2");
+	cr_assert(f);
+	free(v);
+	cr_assert_null(ini(t, "default", "x", NULL), "a comment is no key");
+	/* an indented line is nested: not the profile's own key */
+	cr_assert_null(ini(t, "profile a", "aws_access_key_id", &f));
+	cr_assert(f);
+	v = ini(t, "profile a", "region", NULL);
+	cr_assert_str_eq(v, "eu-west-1");
+	free(v);
+	v = ini(t, "b", "region", NULL); /* the last wins; nested skipped */
+	cr_assert_str_eq(v, "two");
+	free(v);
+	cr_assert_null(ini(t, "a", "region", &f), "[profile a] is not [a]");
+	cr_assert_not(f);
+	cr_assert_null(ini(t, "b", "s3", NULL), "an empty value is none");
+}
+
+Test(awsconf, hostile_text)
+{
+	/* no NUL at the end, brackets unclosed, '=' alone, a NUL inside */
+	static const char t[] = {'[', 'd', '\n', '=', '\n', '[', 'd', ']', '\n', 'k', '=', 'v', '\0',
+				 'w', '\n', 'k'};
+	char *v = dcr_aws_ini_get(t, sizeof(t), "d", "k", NULL);
+	cr_assert_not_null(v);
+	cr_assert_eq(strlen(v), 1); /* "v", the NUL ends the C string */
+	free(v);
+	cr_assert_null(dcr_aws_ini_get("[d", 2, "d", "k", NULL));
+	cr_assert_null(dcr_aws_ini_get("", 0, "d", "k", NULL));
+	cr_assert_null(dcr_aws_ini_get(NULL, 0, "d", "k", NULL));
+}
 
 /* ---- SigV4 ------------------------------------------------------------ */
 

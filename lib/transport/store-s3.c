@@ -14,6 +14,7 @@
 
 #include "core/file.h"
 #include "core/util.h"
+#include "transport/awsconf.h"
 #include "transport/net.h"
 #include "transport/sigv4.h"
 #include "transport/store-s3.h"
@@ -373,19 +374,53 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	if (pl && dcr_store_check_name(s3->prefix, NULL))
 		return dcr_err_set(e, -EINVAL, "cannot open store '%s': invalid key prefix '%s'",
 				   s->url, s3->prefix);
+	/* as the AWS CLI: keys from the environment, else from the profile
+	 * ($AWS_PROFILE, else default) of ~/.aws/credentials or ~/.aws/config;
+	 * the region and endpoint likewise, the environment first */
+	struct dcr_aws_profile prof;
+	struct dcr_err pe;
+	if ((r = dcr_aws_profile_load(&prof, &pe)))
+		return dcr_err_set(e, r, "cannot open store '%s': %s", s->url, pe.msg);
 	s3->akid = env("AWS_ACCESS_KEY_ID");
 	s3->secret = env("AWS_SECRET_ACCESS_KEY");
 	s3->token = env("AWS_SESSION_TOKEN");
+	if (!s3->akid || !s3->secret) {
+		free(s3->akid);
+		free(s3->secret);
+		free(s3->token);
+		s3->akid = prof.akid;
+		s3->secret = prof.secret;
+		s3->token = prof.token;
+		prof.akid = prof.secret = prof.token = NULL;
+	}
 	s3->region = env("AWS_REGION");
 	if (!s3->region)
 		s3->region = env("AWS_DEFAULT_REGION");
+	if (!s3->region) {
+		s3->region = prof.region;
+		prof.region = NULL;
+	}
 	if (!s3->region)
 		s3->region = dcr_strdup("us-east-1");
-	if (!s3->akid || !s3->secret)
-		return dcr_err_set(e, -EINVAL,
-				   "cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set",
-				   s->url);
 	char *ep = s->o.endpoint ? dcr_strdup(s->o.endpoint) : env("DCR_S3_ENDPOINT");
+	if (!ep)
+		ep = env("AWS_ENDPOINT_URL_S3");
+	if (!ep)
+		ep = env("AWS_ENDPOINT_URL");
+	if (!ep) {
+		ep = prof.endpoint;
+		prof.endpoint = NULL;
+	}
+	if (!s3->akid || !s3->secret) {
+		r = dcr_err_set(e, -EINVAL,
+				"cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set, "
+				"or the AWS profile '%s' hold aws_access_key_id and aws_secret_access_key",
+				s->url, prof.name);
+		dcr_aws_profile_free(&prof);
+		free(ep);
+		return r;
+	}
+	dcr_aws_profile_free(&prof);
 	/* AWS itself wants virtual-hosted requests (BUCKET.s3.REGION...; path
 	 * style is refused for new buckets); S3-compatible servers at an
 	 * endpoint get path style. DCR_S3_ADDRESSING=path|virtual overrides,
