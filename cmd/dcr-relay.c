@@ -41,7 +41,7 @@ static const char usage[] =
 	"      --threads N         server threads (default 4)\n"
 	"      --max-connections N connections at once (default 4096)\n"
 	"      --idle-timeout S    close connections idle this long (default 60)\n"
-	"      --timeout S         a parent that sends nothing this long has failed\n"
+	"      --timeout S         a parent that sends under 16 KiB/s this long has failed\n"
 	"                          (default 30)\n"
 	"      --retries N         retries of a failed request to one parent before\n"
 	"                          the next is tried (default 2)\n"

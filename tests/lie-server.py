@@ -15,6 +15,8 @@ usage: lie-server.py --port-file FILE MODE [DIR]
            without end
   flood    GET of a manifest: 200, chunked, "x" without end; other files
            under DIR as they are
+  trickle  GET of a file under DIR: 200 with its true Content-Length, its
+           bytes 256 a second (alive, never timing out on silence)
 Each request is logged to stderr as "METHOD PATH AUTHORIZATION".
 """
 import itertools
@@ -23,6 +25,7 @@ import socket
 import socketserver
 import sys
 import threading
+import time
 
 import portfile
 
@@ -46,7 +49,7 @@ class Handler(socketserver.BaseRequestHandler):
         sys.stderr.flush()
         out = self.request
         path = line.split(" ")[1].split("?")[0] if line.count(" ") >= 2 else "/"
-        if MODE in ("pad", "flood"):
+        if MODE in ("pad", "flood", "trickle"):
             self.files(out, path)
         elif MODE == "huge":
             out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3000000000\r\n"
@@ -83,6 +86,16 @@ class Handler(socketserver.BaseRequestHandler):
                         b"Connection: close\r\n\r\n")
             return
         data = open(f, "rb").read()
+        if MODE == "trickle":
+            try:
+                out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
+                            b"Connection: close\r\n\r\n" % len(data))
+                for i in range(0, len(data), 256):
+                    out.sendall(data[i:i + 256])
+                    time.sleep(1)
+            except OSError:
+                pass
+            return
         if (MODE == "pad") == manifest:
             out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
                         b"Connection: close\r\n\r\n" % len(data) + data)

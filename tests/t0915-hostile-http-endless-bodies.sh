@@ -7,6 +7,8 @@
 # Now a range stops at its end, a payload at the size its manifest lists,
 # and anything else dcr_store_get reads at DCR_STORE_GET_MAX (1 GiB, the
 # format's largest manifest): each pull ends, in one line where it fails.
+# A server that trickles (256 B/s, never silent) is dropped once a
+# transfer has averaged under 16 KiB/s for the store's timeout.
 . "$DCR_SRC/tests/lib-xfer.sh"
 TIME=/usr/bin/time
 [ -x "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
@@ -48,3 +50,16 @@ timeout 300 dcr-pull -q --retries 1 "http://127.0.0.1:$PORT/v1" >"$T/out" 2>"$T/
 [ $rc -eq 128 ] || fail "dcr-pull of a manifest without end exited $rc: $(cat "$T/err")"
 contains "$(cat "$T/err")" "manifest.dcrm': the server sends more than 1073741824 bytes"
 echo "ok: a range stops at its end, a payload at its size, a manifest at 1 GiB"
+
+# trickle: 256 bytes a second, never silent, held a transfer for ever (the
+# floor was 1 byte a second); under 16 KiB/s for the timeout it has failed
+kill $PIDS 2>/dev/null || :
+start_py lie lie-server.py trickle "$T/store"
+head -c 300000 /dev/urandom >"$T/store/big"
+rc=0
+timeout 60 "$DCR_BUILD/tests/store-tool" --timeout 2 --retries 0 "http://127.0.0.1:$PORT" get big \
+	>"$T/out" 2>"$T/err" || rc=$?
+[ $rc -eq 128 ] || fail "a GET trickled at 256 B/s exited $rc (124: it was still reading): $(cat "$T/err")"
+contains "$(cat "$T/err")" "big"
+contains "$(cat "$T/err")" "too slow"
+echo "ok: a server trickling 256 B/s is dropped after the timeout"

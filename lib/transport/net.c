@@ -568,7 +568,9 @@ static void net_setup(struct dcr_store *s, struct net_req *q, CURL *c, const cha
 	cu.easy_setopt(c, CURLOPT_WRITEFUNCTION, net_on_data);
 	cu.easy_setopt(c, CURLOPT_WRITEDATA, q);
 	cu.easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)s->o.timeout_s);
-	cu.easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	/* a transfer averaging under NET_LOW_SPEED for timeout_s has failed:
+	 * a server that trickles a byte a second held a pull for ever */
+	cu.easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, (long)NET_LOW_SPEED);
 	cu.easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)s->o.timeout_s);
 	cu.easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
 	cu.easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);

@@ -138,6 +138,11 @@ int net_put_once(struct dcr_store *s, const char *name, const char *query,
 		 const uint8_t *buf, int fd, uint64_t off, uint64_t len,
 		 int if_absent, const char *what_suffix, char *etag_out,
 		 size_t etag_cap, struct dcr_err *e);
+/* Bytes per second below which a transfer, for the store's timeout_s in
+ * a row, has failed (16 KiB/s, 128 kbit/s: no link a refit crosses is
+ * slower, and a 64 MiB payload at that rate still ends in 68 minutes). */
+#define NET_LOW_SPEED 16384
+
 /* Sleep before retry attempt+1: opts.backoff_ms doubled per attempt,
  * capped at 10 s, jittered. */
 void net_backoff(const struct dcr_store *s, int attempt);

@@ -60,7 +60,7 @@ struct dcr_store_opts {
 	int retries;           /* attempts after the first; 0: default 5, <0: none */
 	int parallel;          /* async workers and multipart streams; 0: 8 */
 	int timeout_s;         /* connect timeout, and abort a transfer that
-				  moves no byte for this long; 0: 30 */
+				  moves under 16 KiB/s for this long; 0: 30 */
 	uint64_t part_size;    /* s3 multipart part size; 0: 16 MiB (S3 needs
 				  >= 5 MiB except the last part) */
 	int backoff_ms;        /* first retry delay, doubled each time (capped
