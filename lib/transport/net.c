@@ -149,7 +149,7 @@ static int file_sha256_hex(int fd, uint64_t off, uint64_t len, char out[65])
 	return r;
 }
 
-/* Text of the first <tag>...</tag> in xml[0..n), entities decoded, or NULL. */
+/* The root element's name starts with prefix: see net.h. */
 int net_xml_root_is(const char *xml, size_t n, const char *prefix)
 {
 	const char *p = xml, *end = xml + n;
@@ -177,6 +177,7 @@ int net_xml_root_is(const char *xml, size_t n, const char *prefix)
 	return (size_t)(p - name) >= l && !memcmp(name, prefix, l);
 }
 
+/* Text of the first <tag>...</tag> in xml[0..n), entities decoded, or NULL. */
 char *net_xml_text(const char *xml, size_t n, const char *tag, const char **after)
 {
 	char open[64], close[64];
