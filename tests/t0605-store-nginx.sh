@@ -4,7 +4,7 @@
 # listing (nginx answers 403 for a directory without an index, 404 under
 # a directory that is not there yet). dcr-push writes what a directory
 # store holds; dcr-pull in Range parts, several at once, ends
-# bit-identical; dcr-pull --wait follows a push that starts after it, both
+# bit-identical, over HTTP/1.1 and over HTTP/2 with TLS; dcr-pull --wait follows a push that starts after it, both
 # under a directory nginx refuses to list and under one not yet made (a
 # listing refused used to end the wait at once: "the server does not
 # list"); a wait for a version that never comes gives up with one line.
@@ -23,14 +23,18 @@ nginx_up() {
 	while :; do
 		tries=$((tries + 1))
 		[ $tries -le 20 ] || fail "nginx did not start: $(cat "$T/ng/error.log")"
-		port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+		set -- $(python3 -c 'import socket
+a, b = socket.socket(), socket.socket()
+a.bind(("127.0.0.1", 0)); b.bind(("127.0.0.1", 0))
+print(a.getsockname()[1], b.getsockname()[1])')
+		port=$1 tport=$2
 		cat >"$T/ng/nginx.conf" <<EOF
 $user
 worker_processes 1;
 pid $T/ng/nginx.pid;
 events { worker_connections 64; }
 http {
-	log_format dcr '\$request_method \$uri \$status \$http_range';
+	log_format dcr '\$request_method \$uri \$status \$http_range \$server_protocol';
 	access_log $T/ng/access.log dcr;
 	client_body_temp_path $T/ng/tmp;
 	proxy_temp_path $T/ng/tmp;
@@ -39,6 +43,15 @@ http {
 	scgi_temp_path $T/ng/tmp;
 	server {
 		listen 127.0.0.1:$port;
+		root $T/www;
+		client_max_body_size 0;
+		dav_methods PUT DELETE;
+		create_full_put_path on;
+	}
+	server {
+		listen 127.0.0.1:$tport ssl http2;
+		ssl_certificate $T/cert.pem;
+		ssl_certificate_key $T/key.pem;
 		root $T/www;
 		client_max_body_size 0;
 		dav_methods PUT DELETE;
@@ -53,6 +66,7 @@ EOF
 			if curl -s -o /dev/null "http://127.0.0.1:$port/"; then
 				PIDS="$PIDS $ngpid"
 				URL="http://127.0.0.1:$port"
+				TURL="https://127.0.0.1:$tport"
 				return 0
 			fi
 			i=$((i + 1))
@@ -62,6 +76,10 @@ EOF
 		wait $ngpid 2>/dev/null || true # the port was taken: another one
 	done
 }
+command -v openssl >/dev/null 2>&1 || skip "openssl command not found"
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/key.pem" -out "$T/cert.pem" \
+	-days 2 -subj "/CN=127.0.0.1" -addext "subjectAltName=IP:127.0.0.1" >/dev/null 2>&1 ||
+	skip "openssl cannot make a test certificate"
 nginx_up
 
 gen 16M 1
@@ -83,6 +101,14 @@ refit r2 -j 4 --part-size 16K "$URL/pol/v1"
 grep -q '^GET /pol/v1/payload-000000.dcrp 206 bytes=' "$T/ng/access.log" ||
 	fail "no payload was fetched in Range parts: $(grep '^GET' "$T/ng/access.log" | head -5)"
 echo "ok: dcr-pull whole and in Range parts (206) from nginx"
+
+# HTTP/2 over TLS (what curl and nginx agree on by ALPN): push and pull in parts
+run_ok dcr-push -q --cacert "$T/cert.pem" "$T/pack" "$TURL/h2/v1"
+diff -r "$T/www/h2/v1" "$T/dirstore/pol/v1" >/dev/null || fail "what dcr-push PUT over HTTP/2 differs"
+refit r3 --cacert "$T/cert.pem" -j 4 --part-size 16K "$TURL/h2/v1"
+grep -q '^GET /h2/v1/payload-000000.dcrp 206 bytes=.* HTTP/2.0$' "$T/ng/access.log" ||
+	fail "no ranged GET over HTTP/2: $(grep '/h2/' "$T/ng/access.log" | head -3)"
+echo "ok: dcr-push and dcr-pull in parts over HTTP/2 with TLS"
 
 # --wait, the push starting after the pull: under /pol/, which nginx
 # refuses to list (403), and under /fresh/, which is not there (404)
