@@ -325,15 +325,38 @@ int cmd_finish(int code)
 	return code;
 }
 
+void cmd_refuse_tty_path(const char *path, const char *what)
+{
+	struct stat sb;
+	if (!strcmp(path, "-")) {
+		cmd_refuse_tty_input(what);
+		return;
+	}
+	/* only a character device can be a terminal: a FIFO is not opened
+	 * here, where a reader come and gone could cost its writer a SIGPIPE */
+	if (stat(path, &sb) || !S_ISCHR(sb.st_mode))
+		return;
+	int fd = open(path, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+	int tty = fd >= 0 && isatty(fd);
+	if (fd >= 0)
+		close(fd);
+	if (tty)
+		cmd_die("refusing to read %s from a terminal ('%s'; name a file, or pipe one in)",
+			what, path);
+}
+
 int cmd_open_input(const char *path, const char *what)
 {
 	if (!strcmp(path, "-")) {
 		cmd_refuse_tty_input(what);
 		return 0;
 	}
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)
 		cmd_die("cannot open '%s': %s", path, strerror(errno));
+	if (isatty(fd))
+		cmd_die("refusing to read %s from a terminal ('%s'; name a file, or pipe one in)",
+			what, path);
 	return fd;
 }
 

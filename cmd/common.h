@@ -55,6 +55,10 @@ void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads);
 /* Binary input from standard input: exit 128 with "refusing to read WHAT
  * from a terminal" when it is one (a forgotten argument would wait). */
 void cmd_refuse_tty_input(const char *what);
+/* The same for an input named by PATH ("-": standard input) that the
+ * library opens itself: a path naming a terminal (/dev/stdin or /dev/tty
+ * at a prompt) is refused. */
+void cmd_refuse_tty_path(const char *path, const char *what);
 /* Open an output file, or stdout for "-" (refusing a terminal). */
 int cmd_open_output(const char *path);
 /* -o OUTPUT of a command that writes one file: standard output for NULL or

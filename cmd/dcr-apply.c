@@ -94,8 +94,8 @@ int main(int argc, char **argv)
 		cmd_usage_error(usage, "need CKPT and at most one DELTA");
 	const char *ckpt = argv[optind];
 	const char *input = argc - optind == 2 ? argv[optind + 1] : "-";
-	if (!recover_only && !strcmp(input, "-"))
-		cmd_refuse_tty_input("a delta");
+	if (!recover_only)
+		cmd_refuse_tty_path(input, "a delta");
 	struct dcr_apply_opts o = {.progress = progress, .fault = &cmd_fault,
 				   .have_version = have_version, .version = version,
 				   .device = device, .recheck = recheck,

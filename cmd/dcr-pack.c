@@ -70,6 +70,8 @@ static int squash_chain(const char *const *deltas, int n, const char *base, cons
 	struct dcr_atomic a = {.fd = -1};
 	const char *what = "squashed delta";
 	int fd;
+	for (int i = 0; i < n; i++)
+		cmd_refuse_tty_path(deltas[i], "a delta to squash");
 	if (delta_out) {
 		fd = cmd_output_begin(output, &a, &what);
 	} else if (dcr_tmpfile("squash", &fd, &e)) {

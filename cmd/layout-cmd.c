@@ -282,8 +282,7 @@ int cmd_layout_apply(int argc, char **argv)
 		cmd_usage_error(apply_usage, "need DIR and at most one DELTA");
 	const char *dir = argv[optind];
 	const char *input = argc - optind == 2 ? argv[optind + 1] : "-";
-	if (!strcmp(input, "-"))
-		cmd_refuse_tty_input("a delta");
+	cmd_refuse_tty_path(input, "a delta");
 	if (cmd_trust(0))
 		cmd_die("a verify key is set (DCR_VERIFY_KEY), and --layout places a delta stream, which carries no signature");
 	struct dcr_err e = {0};
