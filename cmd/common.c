@@ -325,6 +325,14 @@ int cmd_finish(int code)
 	return code;
 }
 
+/* Exit when fd, opened from path, is a terminal. */
+static void refuse_tty_fd(int fd, const char *path, const char *what)
+{
+	if (isatty(fd))
+		cmd_die("refusing to read %s from a terminal ('%s'; name a file, or pipe one in)",
+			what, path);
+}
+
 void cmd_refuse_tty_path(const char *path, const char *what)
 {
 	struct stat sb;
@@ -337,12 +345,10 @@ void cmd_refuse_tty_path(const char *path, const char *what)
 	if (stat(path, &sb) || !S_ISCHR(sb.st_mode))
 		return;
 	int fd = open(path, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-	int tty = fd >= 0 && isatty(fd);
-	if (fd >= 0)
+	if (fd >= 0) {
+		refuse_tty_fd(fd, path, what);
 		close(fd);
-	if (tty)
-		cmd_die("refusing to read %s from a terminal ('%s'; name a file, or pipe one in)",
-			what, path);
+	}
 }
 
 int cmd_open_input(const char *path, const char *what)
@@ -354,9 +360,7 @@ int cmd_open_input(const char *path, const char *what)
 	int fd = open(path, O_RDONLY | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)
 		cmd_die("cannot open '%s': %s", path, strerror(errno));
-	if (isatty(fd))
-		cmd_die("refusing to read %s from a terminal ('%s'; name a file, or pipe one in)",
-			what, path);
+	refuse_tty_fd(fd, path, what);
 	return fd;
 }
 
