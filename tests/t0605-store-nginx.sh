@@ -128,6 +128,24 @@ for where in pol/v2 fresh/v1; do
 	echo "ok: dcr-pull --wait followed a later push to $where (listing answered $st)"
 done
 
+# sixty-five sources, none of which lists: each is asked once, then the
+# pull waits for the manifest (a mask of 64 bits remembered only the first
+# 64 refusals, and the 65th's ended the wait at once)
+receiver rw
+set --
+for i in $(seq 65); do set -- "$@" "$URL/pol/v3"; done
+(
+	sleep 1
+	dcr-diff "$T/g/v0" "$T/g/v1" | dcr-pack --linger 0 -s 32K | dcr-push -q - "$URL/pol/v3"
+) 2>"$T/latepush.err" &
+late=$!
+st pull dcr-pull -q --wait 60 "$@" | st apply dcr-apply -q "$T/rw"
+wait $late || fail "the late push to pol/v3 failed: $(cat "$T/latepush.err")"
+rc_is pull 0
+rc_is apply 0
+same "$T/rw" "$T/g/v1"
+echo "ok: dcr-pull --wait from 65 sources that do not list followed a later push"
+
 # a version that never comes: one line after the wait, the receiver untouched
 receiver r4
 snapshot "$T/r4" >"$T/snap4"

@@ -521,7 +521,7 @@ struct sources {
 	const struct dcr_pull_source *v;
 	size_t n;
 	size_t cur;	 /* read and moved atomically */
-	uint64_t nolist; /* bit i: source i answered that it does not list */
+	uint8_t *nolist; /* nolist[i]: source i answered that it does not list */
 };
 
 static size_t src_cur(struct sources *ss)
@@ -982,7 +982,7 @@ static int listed_run(struct sources *ss, uint32_t next, uint32_t *limit, struct
 	*limit = next;
 	for (size_t t = 0; t < ss->n; t++) {
 		size_t i = (first + t) % ss->n;
-		if (i < 64 && ss->nolist >> i & 1)
+		if (ss->nolist[i])
 			continue;
 		char **names = NULL;
 		size_t n = 0;
@@ -991,8 +991,8 @@ static int listed_run(struct sources *ss, uint32_t next, uint32_t *limit, struct
 		int lr = pfx ? dcr_store_list(ss->v[i].s, pfx, &names, &n, &le)
 			     : dcr_err_sys(&le, ENOMEM, "pull");
 		free(pfx);
-		if (lr == DCR_EREMOTE && i < 64) {
-			ss->nolist |= (uint64_t)1 << i;
+		if (lr == DCR_EREMOTE) {
+			ss->nolist[i] = 1;
 			continue;
 		}
 		if (lr) {
@@ -1030,7 +1030,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 {
 	int par = o && o->parallel > 0 ? o->parallel : 4;
 	double deadline = dcr_now_s() + (o ? o->wait_s : 0);
-	struct sources ss = {v, nsrc, 0, 0};
+	struct sources ss = {v, nsrc, 0, NULL};
 	uint8_t *man = NULL, *sig = NULL;
 	size_t man_len = 0, sig_len = 0;
 	struct dcr_manifest m = {0};
@@ -1041,6 +1041,8 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 	uint64_t bytes = 0;
 	if (!nsrc)
 		return dcr_err_set(e, -EINVAL, "pull: no source");
+	if (!(ss.nolist = dcr_calloc(nsrc, 1)))
+		return dcr_err_sys(e, ENOMEM, "pull");
 	for (size_t i = 0; i < nsrc; i++)
 		remote &= !dcr_store_is_local(v[i].s);
 	if (par > 256)
@@ -1149,6 +1151,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 out:
 	free(man);
 	free(sig);
+	free(ss.nolist);
 	if (have_m)
 		dcr_manifest_release(&m);
 	return r;
