@@ -43,15 +43,12 @@ squash_blocked() {
 }
 
 for sig in TERM HUP INT; do
-	if [ $sig = INT ]; then
-		# a background job of a script starts with SIGINT ignored:
-		# a ^C at a terminal reaches a foreground command that has it
-		squash_blocked python3 -S -c 'import os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_DFL)
-os.execvp(sys.argv[1], sys.argv[1:])'
-	else
-		squash_blocked
-	fi
+	# the signal at its default action, as for a foreground command at a
+	# terminal: a background job of a script starts with SIGINT ignored,
+	# and under nohup (a test run started with it) SIGHUP is ignored too
+	squash_blocked python3 -S -c 'import os, signal, sys
+signal.signal(getattr(signal, "SIG" + sys.argv[1]), signal.SIG_DFL)
+os.execvp(sys.argv[2], sys.argv[2:])' $sig
 	kill -$sig $pid
 	rc=0
 	wait $pid || rc=$?
