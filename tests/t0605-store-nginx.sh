@@ -110,20 +110,28 @@ grep -q '^GET /h2/v1/payload-000000.dcrp 206 bytes=.* HTTP/2.0$' "$T/ng/access.l
 	fail "no ranged GET over HTTP/2: $(grep '/h2/' "$T/ng/access.log" | head -3)"
 echo "ok: dcr-push and dcr-pull in parts over HTTP/2 with TLS"
 
-# --wait, the push starting after the pull: under /pol/, which nginx
-# refuses to list (403), and under /fresh/, which is not there (404)
-for where in pol/v2 fresh/v1; do
+# follow_late_push WHERE SOURCE...: dcr-pull --wait from SOURCE... into
+# a fresh receiver rw, the push to $URL/WHERE starting a second after it
+follow_late_push() {
+	_where=$1
+	shift
 	receiver rw
 	(
 		sleep 1
-		dcr-diff "$T/g/v0" "$T/g/v1" | dcr-pack --linger 0 -s 32K | dcr-push -q - "$URL/$where"
+		dcr-diff "$T/g/v0" "$T/g/v1" | dcr-pack --linger 0 -s 32K | dcr-push -q - "$URL/$_where"
 	) 2>"$T/latepush.err" &
 	late=$!
-	st pull dcr-pull -q --wait 60 "$URL/$where" | st apply dcr-apply -q "$T/rw"
-	wait $late || fail "the late push to $where failed: $(cat "$T/latepush.err")"
+	st pull dcr-pull -q --wait 60 "$@" | st apply dcr-apply -q "$T/rw"
+	wait $late || fail "the late push to $_where failed: $(cat "$T/latepush.err")"
 	rc_is pull 0
 	rc_is apply 0
 	same "$T/rw" "$T/g/v1"
+}
+
+# --wait, the push starting after the pull: under /pol/, which nginx
+# refuses to list (403), and under /fresh/, which is not there (404)
+for where in pol/v2 fresh/v1; do
+	follow_late_push "$where" "$URL/$where"
 	st=$(grep "^GET /${where%/*}/ " "$T/ng/access.log" | awk '{print $3}' | sort -u | tr '\n' ' ')
 	echo "ok: dcr-pull --wait followed a later push to $where (listing answered $st)"
 done
@@ -131,19 +139,9 @@ done
 # sixty-five sources, none of which lists: each is asked once, then the
 # pull waits for the manifest (a mask of 64 bits remembered only the first
 # 64 refusals, and the 65th's ended the wait at once)
-receiver rw
 set --
 for i in $(seq 65); do set -- "$@" "$URL/pol/v3"; done
-(
-	sleep 1
-	dcr-diff "$T/g/v0" "$T/g/v1" | dcr-pack --linger 0 -s 32K | dcr-push -q - "$URL/pol/v3"
-) 2>"$T/latepush.err" &
-late=$!
-st pull dcr-pull -q --wait 60 "$@" | st apply dcr-apply -q "$T/rw"
-wait $late || fail "the late push to pol/v3 failed: $(cat "$T/latepush.err")"
-rc_is pull 0
-rc_is apply 0
-same "$T/rw" "$T/g/v1"
+follow_late_push pol/v3 "$@"
 echo "ok: dcr-pull --wait from 65 sources that do not list followed a later push"
 
 # a version that never comes: one line after the wait, the receiver untouched
