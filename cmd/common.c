@@ -268,10 +268,20 @@ void cmd_progress_end(void)
 	}
 }
 
+/* Exit when fd, opened from path (NULL: standard input), is a terminal. */
+static void refuse_tty_fd(int fd, const char *path, const char *what)
+{
+	if (!isatty(fd))
+		return;
+	if (path)
+		cmd_die("refusing to read %s from a terminal ('%s'; name a file, or pipe one in)",
+			what, path);
+	cmd_die("refusing to read %s from a terminal (name a file, or pipe one in)", what);
+}
+
 void cmd_refuse_tty_input(const char *what)
 {
-	if (isatty(0))
-		cmd_die("refusing to read %s from a terminal (name a file, or pipe one in)", what);
+	refuse_tty_fd(0, NULL, what);
 }
 
 int cmd_open_output(const char *path)
@@ -323,14 +333,6 @@ int cmd_finish(int code)
 		return EXIT_FATAL;
 	}
 	return code;
-}
-
-/* Exit when fd, opened from path, is a terminal. */
-static void refuse_tty_fd(int fd, const char *path, const char *what)
-{
-	if (isatty(fd))
-		cmd_die("refusing to read %s from a terminal ('%s'; name a file, or pipe one in)",
-			what, path);
 }
 
 void cmd_refuse_tty_path(const char *path, const char *what)

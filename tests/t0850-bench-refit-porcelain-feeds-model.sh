@@ -23,7 +23,8 @@ command -v gnuplot >/dev/null 2>&1 && figs="--figures $T/fig"
 # commands they wrap, not the wrappers' bash (scripts/build-path.sh)
 want_bin=$(dirname "$(command -v dcr-diff)")
 bench_path=$PATH
-if [ -n "${DCR_BUILD:-}" ] && head -c 512 "$DCR_BUILD/dcr-diff" 2>/dev/null | grep -q 'temporary wrapper script for'; then
+. "$DCR_SRC/scripts/build-path.sh"
+if [ -n "${DCR_BUILD:-}" ] && dcr_is_wrapper "$DCR_BUILD/dcr-diff"; then
 	want_bin=$DCR_BUILD/.libs
 	bench_path=$DCR_BUILD:$(echo "$PATH" | tr ':' '\n' | grep -vx "$DCR_BUILD/.libs" | paste -sd:)
 fi
