@@ -51,14 +51,19 @@ int dk_is_device(const void *p, int *is_device);
  * positions in increasing order into d_pos and, per newv, d_b's units
  * (newv != 0) or XOR masks d_a ^ d_b (newv == 0) into d_val (unit wide),
  * at most cap of them; *d_count (device) gets the number of changes, which
- * may exceed cap (then only the first cap are written). One
- * cub::DeviceSelect::If, that reads the data once, by method:
- * DK_DIFF_POSITIONS (lib/core/cuda.c's) selects positions, the predicate
- * loading the units; DK_DIFF_TRIPLES selects (position, old, new) items
- * that a transform iterator loads. The same result; scripts/bench-cuda
- * times both. With d_scratch NULL, *scratch_bytes gets the scratch size
- * for n (and method) and nothing runs. */
-enum { DK_DIFF_POSITIONS = 0, DK_DIFF_TRIPLES = 1 };
+ * may exceed cap (then only the first cap are written); the data is read
+ * once, by method: one cub::DeviceSelect::If, DK_DIFF_POSITIONS
+ * (lib/core/cuda.c's) selecting positions, the predicate loading the
+ * units, or DK_DIFF_TRIPLES selecting (position, old, new) items that a
+ * transform iterator loads; or DK_DIFF_TILES, this file's own kernel,
+ * 16-byte loads and a decoupled look-back, where d_a and d_b lie equally
+ * far past a 16-byte boundary (else it goes by positions). The same
+ * result; tests/test-gpu checks and scripts/bench-cuda times all three.
+ * DK_DIFF_TILES has not run on a GPU yet (README, GPU): it becomes
+ * libdcr's once scripts/gpu-check has passed it and timed it faster.
+ * With d_scratch NULL, *scratch_bytes gets the scratch size for n (and
+ * method) and nothing runs. */
+enum { DK_DIFF_POSITIONS = 0, DK_DIFF_TRIPLES = 1, DK_DIFF_TILES = 2 };
 int dk_diff(const void *d_a, const void *d_b, uint64_t n, unsigned unit, int newv,
 	    uint64_t *d_pos, void *d_val, uint64_t cap, unsigned long long *d_count,
 	    void *d_scratch, size_t *scratch_bytes, int method, void *stream);

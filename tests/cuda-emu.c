@@ -213,7 +213,7 @@ int dk_diff(const void *d_a, const void *d_b, uint64_t n, unsigned unit, int new
 	    uint64_t *d_pos, void *d_val, uint64_t cap_, unsigned long long *d_count,
 	    void *d_scratch, size_t *scratch_bytes, int method, void *stream)
 {
-	if (method != DK_DIFF_POSITIONS && method != DK_DIFF_TRIPLES)
+	if (method != DK_DIFF_POSITIONS && method != DK_DIFF_TRIPLES && method != DK_DIFF_TILES)
 		return INVALID_VALUE;
 	if (unit != 1 && unit != 2 && unit != 4 && unit != 8)
 		return INVALID_VALUE;

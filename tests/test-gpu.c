@@ -4,7 +4,8 @@
  * dcr_cuda_positions against dcr_gap_positions, for units of 1, 2, 4 and 8
  * bytes, on random tensors at change rates from none to all, on generated
  * bf16 weights one optimizer step apart, and on +0/-0 and NaN payloads;
- * sizes 0, 1 and around warp, block and tile sizes; the diff's cap; the
+ * sizes 0, 1 and around warp, block and tile sizes; every diff method,
+ * and buffers off a 16-byte boundary; the diff's cap; the
  * scatter never writes past n; misaligned buffers refused; the host-buffer
  * wrappers dcr-diff and dcr-apply use; and 2^32 + 7 one-byte elements
  * (positions past 2^32). Exit 77 (skip) where libdcr was built without
@@ -20,7 +21,7 @@
 #include "dcr.h"
 #include "core/bytes.h"
 #ifdef HAVE_CUDA
-#include "dcr_cuda.h" /* dk_diff's other method */
+#include "dcr_cuda.h" /* dk_diff's other methods */
 #endif
 
 static uint64_t rng = 88172645463325252ull;
@@ -164,23 +165,53 @@ static void check_pair(const uint8_t *a, const uint8_t *b, size_t n, unsigned un
 		      (unsigned long long)cpos[k], (unsigned long long)cval[k]);
 
 #ifdef HAVE_CUDA
-	/* the other way of reading the data (lib/core/cuda.c uses positions) */
-	if (n) {
-		size_t tb = sb;
-		memset(gpos, 0, cn * 8);
-		int err = dk_diff(da, db, n, unit, 0, dpos, dval, n, dcnt, scr, &tb, DK_DIFF_TRIPLES,
-				  stream);
-		CHECK(!err, "%s: diff by triples: %s", what, dk_error_string(err));
-		get(&count, dcnt, 8);
-		CHECK(count == cn, "%s: by triples the GPU found %llu changes, the CPU %zu", what,
-		      (unsigned long long)count, cn);
-		get(gpos, dpos, cn * 8);
-		get(gval, dval, cn * unit);
-		for (size_t k = 0; k < cn; k++)
-			CHECK(gpos[k] == cpos[k] && load_unit(gval + k * unit, unit) == cval[k],
-			      "%s: by triples, change %zu differs", what, k);
-	}
+	/* the other ways of reading the data (lib/core/cuda.c goes by
+	 * positions) */
+	static const int others[] = {DK_DIFF_TILES, DK_DIFF_TRIPLES};
+	static const char *const other_name[] = {"by tiles", "by triples"};
+	const int nothers = 2;
+#else
+	const int nothers = 0;
 #endif
+	/* each way (o < 0: dcr_cuda_diff's): from the 16-byte boundary; from
+	 * one unit past it (the tiles read around the head); base and input
+	 * at different phases, base a[2..] and input b[1..] copied one unit
+	 * past ddst's start (the tiles go by positions) */
+	for (int o = -1; o < nothers; o++)
+		for (unsigned shift = o < 0; shift < 3 && shift < n; shift++) {
+			const uint8_t *da1 = (const uint8_t *)da + (shift ? unit : 0);
+			const uint8_t *db1 = (const uint8_t *)db + (shift ? unit : 0);
+			const uint8_t *ha = a + (shift ? unit : 0), *hb = b + (shift ? unit : 0);
+			uint64_t n1 = n - (shift ? 1 : 0);
+			if (shift == 2) {
+				da1 += unit, ha += unit, n1 = n - 2;
+				db1 = (const uint8_t *)ddst + unit;
+				put((void *)db1, hb, n1 * unit);
+			}
+			const char *how = o < 0 ? "by dcr_cuda_diff" : other_name[o];
+			size_t hn = dcr_scan_changes(ha, hb, n1 * unit, unit, hpos, hval);
+			memset(gpos, 0, hn * 8);
+#ifdef HAVE_CUDA
+			if (o >= 0) {
+				size_t tb = sb;
+				int err = dk_diff(da1, db1, n1, unit, 0, dpos, dval, n1, dcnt, scr, &tb,
+						  others[o], stream);
+				CHECK(!err, "%s: diff %s: %s", what, how, dk_error_string(err));
+			}
+#endif
+			if (o < 0)
+				CHECK(!dcr_cuda_diff(da1, db1, n1, unit, DCR_ENC_XOR, dpos, dval, n1,
+						     dcnt, scr, sb, stream, &e),
+				      "%s: diff %s, shift %u: %s", what, how, shift, e.msg);
+			get(&count, dcnt, 8);
+			CHECK(count == hn, "%s: %s, shift %u: the GPU found %llu changes, the CPU %zu",
+			      what, how, shift, (unsigned long long)count, hn);
+			get(gpos, dpos, hn * 8);
+			get(gval, dval, hn * unit);
+			for (size_t k = 0; k < hn; k++)
+				CHECK(gpos[k] == hpos[k] && load_unit(gval + k * unit, unit) == hval[k],
+				      "%s: %s, shift %u: change %zu differs", what, how, shift, k);
+		}
 
 	/* new units */
 	CHECK(!dcr_cuda_diff(da, db, n, unit, DCR_ENC_OVERWRITE, dpos, dval, n, dcnt, scr, sb, stream,
@@ -426,11 +457,12 @@ int main(int argc, char **argv)
 {
 	int large = 1, quick = 0;
 #ifdef DCR_CUDA_EMULATED
-	/* the host stand-in for the kernels (configure --with-cuda=emulate)
-	 * proves this program and lib/core/cuda.c, not the kernels; 8 GiB of
-	 * host memory only with --large */
+	/* the host stand-in for the kernels (configure --with-cuda=emulate,
+	 * scripts/test's sanitized build) proves this program and
+	 * lib/core/cuda.c, not the kernels: the small sizes, unless --full;
+	 * 8 GiB of host memory only with --large */
 	printf("test-gpu: the kernels are emulated on the host (tests/cuda-emu.c)\n");
-	large = 0;
+	quick = 1, large = 0;
 #endif
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--no-large"))
@@ -439,8 +471,10 @@ int main(int argc, char **argv)
 			large = 1;
 		else if (!strcmp(argv[i], "--quick"))
 			quick = 1, large = 0; /* for compute-sanitizer: small sizes only */
+		else if (!strcmp(argv[i], "--full"))
+			quick = 0;
 		else {
-			fprintf(stderr, "usage: test-gpu [--quick] [--large|--no-large]\n");
+			fprintf(stderr, "usage: test-gpu [--quick|--full] [--large|--no-large]\n");
 			return 129;
 		}
 	if (!dcr_cuda_built()) {
@@ -455,9 +489,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "test-gpu: %s\n", e.msg);
 		return 1;
 	}
+	/* ... 2047, 2049, 16383, 16385: around the diff's tiles (16 KiB) for
+	 * 8- and 1-byte units */
 	static const size_t sizes[] = {0, 1, 2, 3, 7, 31, 32, 33, 127, 255, 256, 257, 1023, 1025,
-				       4095, 4097, 65535, 65537, 100003, (1u << 20) + 1,
-				       (1u << 22) + 3};
+				       2047, 2049, 4095, 4097, 16383, 16385, 65535, 65537, 100003,
+				       (1u << 20) + 1, (1u << 22) + 3};
 	static const unsigned rates[] = {0, 1, 30, 500, 1000};
 	static const unsigned units[] = {1, 2, 4, 8};
 	for (size_t u = 0; u < 4; u++)

@@ -149,16 +149,19 @@ int dcr_cuda_diff_scratch(uint64_t n, unsigned unit, size_t *bytes, struct dcr_e
 		return dcr_err_set(e, -EINVAL, "CUDA: diff: bad unit %u", unit);
 	if (!n)
 		return 0;
-	/* the larger of the two methods' (tests and benchmarks run both) */
-	size_t b2 = 0;
-	int r = cu(e, dk_diff(NULL, NULL, n, unit, 0, NULL, NULL, 0, NULL, NULL, bytes,
-			      DK_DIFF_POSITIONS, NULL),
-		   "diff");
-	if (!r && !(r = cu(e, dk_diff(NULL, NULL, n, unit, 0, NULL, NULL, 0, NULL, NULL, &b2,
-				      DK_DIFF_TRIPLES, NULL),
-			   "diff")) && b2 > *bytes)
-		*bytes = b2;
-	return r;
+	/* the largest of the methods' (tests and benchmarks run each) */
+	static const int methods[] = {DK_DIFF_TILES, DK_DIFF_POSITIONS, DK_DIFF_TRIPLES};
+	for (size_t k = 0; k < sizeof(methods) / sizeof(methods[0]); k++) {
+		size_t b = 0;
+		int r = cu(e, dk_diff(NULL, NULL, n, unit, 0, NULL, NULL, 0, NULL, NULL, &b,
+				      methods[k], NULL),
+			   "diff");
+		if (r)
+			return r;
+		if (b > *bytes)
+			*bytes = b;
+	}
+	return 0;
 }
 
 int dcr_cuda_diff(const void *d_base, const void *d_cur, uint64_t n, unsigned unit, int enc,
