@@ -75,8 +75,12 @@ static int state_of(struct model *m, dcr_digest *id, struct dcr_err *e)
 		}
 		if (m->host ||
 		    (!(r = dcr_cuda_copy(h, m->dev[i], len, DCR_CUDA_D2H, m->stream, e)) &&
-		     !(r = dcr_cuda_sync(m->stream, e))))
+		     !(r = dcr_cuda_sync(m->stream, e)))) {
+			/* on every core; all zero only when it ran out of memory */
 			dcr_digest_tensor_mem(t->dtype, t->ndim, t->shape, h, 0, &ent[i].digest);
+			if (dcr_digest_is_zero(&ent[i].digest))
+				r = dcr_err_set(e, -ENOMEM, "out of memory hashing %s", t->name);
+		}
 		if (!m->host)
 			free(h);
 		ent[i].name = t->name;
@@ -108,8 +112,10 @@ int main(int argc, char **argv)
 	struct dcr_err e = {0};
 	struct model m = {0};
 	int r, a = 1;
-	if (argc > 1 && !strcmp(argv[1], "--host"))
-		m.host = a++;
+	if (argc > 1 && !strcmp(argv[1], "--host")) {
+		m.host = 1;
+		a = 2;
+	}
 	const char *where = m.host ? "host" : "device";
 	if (argc - a < 2) {
 		fputs("usage: serve-apply [--host] CKPT PACK...\n", stderr);

@@ -178,7 +178,7 @@ static void check_pair(const uint8_t *a, const uint8_t *b, size_t n, unsigned un
 	 * at different phases, base a[2..] and input b[1..] copied one unit
 	 * past ddst's start (the tiles go by positions) */
 	for (int o = -1; o < nothers; o++)
-		for (unsigned shift = o < 0; shift < 3 && shift < n; shift++) {
+		for (unsigned shift = o < 0 ? 1 : 0; shift < 3 && shift < n; shift++) {
 			const uint8_t *da1 = (const uint8_t *)da + (shift ? unit : 0);
 			const uint8_t *db1 = (const uint8_t *)db + (shift ? unit : 0);
 			const uint8_t *ha = a + (shift ? unit : 0), *hb = b + (shift ? unit : 0);
