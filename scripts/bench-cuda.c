@@ -201,12 +201,12 @@ int main(int argc, char **argv)
 			need(dcr_cuda_copy(&count, dcnt, 8, DCR_CUDA_D2H, stream, &e));
 			need(dcr_cuda_sync(stream, &e));
 			/* the other methods, each checked by its count */
-			static const int others[] = {DK_DIFF_TILES, DK_DIFF_TRIPLES};
 			static const char *const other_name[] = {
 				"by tiles (dcr_cuda.cu's kernel, not yet libdcr's)",
 				"by triples (cub::DeviceSelect::If)"};
 			double tother[2] = {0, 0};
 #ifdef HAVE_CUDA
+			static const int others[] = {DK_DIFF_TILES, DK_DIFF_TRIPLES};
 			for (int o = 0; o < 2; o++) {
 				tother[o] = 1e30;
 				for (int k = 0; k < runs; k++) {

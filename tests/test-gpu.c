@@ -164,11 +164,11 @@ static void check_pair(const uint8_t *a, const uint8_t *b, size_t n, unsigned un
 		      (unsigned long long)gpos[k], (unsigned long long)load_unit(gval + k * unit, unit),
 		      (unsigned long long)cpos[k], (unsigned long long)cval[k]);
 
-#ifdef HAVE_CUDA
 	/* the other ways of reading the data (lib/core/cuda.c goes by
-	 * positions) */
-	static const int others[] = {DK_DIFF_TILES, DK_DIFF_TRIPLES};
+	 * positions), where libdcr has them */
 	static const char *const other_name[] = {"by tiles", "by triples"};
+#ifdef HAVE_CUDA
+	static const int others[] = {DK_DIFF_TILES, DK_DIFF_TRIPLES};
 	const int nothers = 2;
 #else
 	const int nothers = 0;
