@@ -92,7 +92,6 @@ template <class T> struct store_position_change {
 	}
 };
 
-
 // DK_DIFF_TILES. The units are read as 16-byte vectors from the 16-byte
 // boundary at or before d_a (d_b must sit as far past one): vector g holds
 // units [g * U - h, (g + 1) * U - h), h the units before d_a in vector 0.
@@ -111,6 +110,12 @@ constexpr uint64_t TILE_VECS = (uint64_t)TILE_THREADS * TILE_V;
 // tile status words: the state in the top two bits, a count below
 constexpr unsigned long long ST_PART = 1ull << 62, ST_FULL = 2ull << 62;
 constexpr unsigned long long ST_VALUE = (1ull << 62) - 1;
+
+__device__ void st_publish(unsigned long long *status, uint64_t tile, unsigned long long w)
+{
+	cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(status[tile])
+		.store(w, cuda::memory_order_relaxed);
+}
 
 union vec16 {
 	uint4 v;
@@ -240,13 +245,10 @@ __global__ void __launch_bounds__(TILE_THREADS)
 		unsigned long long before = 0;
 		if (tile == 0) {
 			if (lane == 0)
-				cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(status[0])
-					.store(ST_FULL | total, cuda::memory_order_relaxed);
+				st_publish(status, 0, ST_FULL | total);
 		} else {
 			if (lane == 0)
-				cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(
-					status[tile])
-					.store(ST_PART | total, cuda::memory_order_relaxed);
+				st_publish(status, tile, ST_PART | total);
 			long long p = (long long)tile - 1 - (long long)lane;
 			for (;;) {
 				unsigned long long w = ST_FULL;
@@ -268,9 +270,7 @@ __global__ void __launch_bounds__(TILE_THREADS)
 				p -= 32;
 			}
 			if (lane == 0)
-				cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(
-					status[tile])
-					.store(ST_FULL | (before + total), cuda::memory_order_relaxed);
+				st_publish(status, tile, ST_FULL | (before + total));
 		}
 		if (lane == 0) {
 			s_prefix = before;
@@ -336,14 +336,14 @@ cudaError_t diff_t(const void *d_a, const void *d_b, uint64_t n, int newv, uint6
 {
 	const T *a = (const T *)d_a, *b = (const T *)d_b;
 	// the tiles read both buffers from one 16-byte phase; other pairs go
-	// by positions (their scratch is the larger of the two)
+	// by positions (the scratch asked for is the larger of the two)
 	if (method == DK_DIFF_TILES) {
-		size_t t = 0, p = 0;
-		cudaError_t err = tiles_t<T>(NULL, NULL, n, 0, NULL, NULL, 0, NULL, NULL, &t, s);
-		if (!err)
-			err = diff_t<T>(NULL, NULL, n, 0, NULL, NULL, 0, NULL, NULL, &p,
-					DK_DIFF_POSITIONS, s);
-		if (err || !d_scratch) {
+		if (!d_scratch) {
+			size_t t = 0, p = 0;
+			cudaError_t err = tiles_t<T>(NULL, NULL, n, 0, NULL, NULL, 0, NULL, NULL, &t, s);
+			if (!err)
+				err = diff_t<T>(NULL, NULL, n, 0, NULL, NULL, 0, NULL, NULL, &p,
+						DK_DIFF_POSITIONS, s);
 			*scratch_bytes = t > p ? t : p;
 			return err;
 		}

@@ -62,7 +62,8 @@ int dk_is_device(const void *p, int *is_device);
  * DK_DIFF_TILES has not run on a GPU yet (README, GPU): it becomes
  * libdcr's once scripts/gpu-check has passed it and timed it faster.
  * With d_scratch NULL, *scratch_bytes gets the scratch size for n (and
- * method) and nothing runs. */
+ * method; DK_DIFF_TILES's covers DK_DIFF_POSITIONS's, its fallback) and
+ * nothing runs. */
 enum { DK_DIFF_POSITIONS = 0, DK_DIFF_TRIPLES = 1, DK_DIFF_TILES = 2 };
 int dk_diff(const void *d_a, const void *d_b, uint64_t n, unsigned unit, int newv,
 	    uint64_t *d_pos, void *d_val, uint64_t cap, unsigned long long *d_count,

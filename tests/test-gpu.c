@@ -173,23 +173,28 @@ static void check_pair(const uint8_t *a, const uint8_t *b, size_t n, unsigned un
 #else
 	const int nothers = 0;
 #endif
-	/* each way (o < 0: dcr_cuda_diff's): from the 16-byte boundary; from
-	 * one unit past it (the tiles read around the head); base and input
-	 * at different phases, base a[2..] and input b[1..] copied one unit
-	 * past ddst's start (the tiles go by positions) */
-	for (int o = -1; o < nothers; o++)
-		for (unsigned shift = o < 0 ? 1 : 0; shift < 3 && shift < n; shift++) {
-			const uint8_t *da1 = (const uint8_t *)da + (shift ? unit : 0);
-			const uint8_t *db1 = (const uint8_t *)db + (shift ? unit : 0);
-			const uint8_t *ha = a + (shift ? unit : 0), *hb = b + (shift ? unit : 0);
-			uint64_t n1 = n - (shift ? 1 : 0);
-			if (shift == 2) {
-				da1 += unit, ha += unit, n1 = n - 2;
-				db1 = (const uint8_t *)ddst + unit;
-				put((void *)db1, hb, n1 * unit);
-			}
+	/* each way (o < 0: dcr_cuda_diff's, checked above from the boundary):
+	 * from the 16-byte boundary; from one unit past it (the tiles read
+	 * around the head); base and input at different phases, base a[2..]
+	 * and input b[1..] copied one unit past ddst's start (the tiles go by
+	 * positions). The CPU's changes once per shift. */
+	for (unsigned shift = 0; shift < 3 && shift < n; shift++) {
+		const uint8_t *da1 = (const uint8_t *)da + (shift ? unit : 0);
+		const uint8_t *db1 = (const uint8_t *)db + (shift ? unit : 0);
+		const uint64_t *ep = cpos, *ev = cval;
+		uint64_t n1 = n - (shift ? 1 : 0);
+		size_t hn = cn;
+		if (shift == 2) {
+			da1 += unit, n1 = n - 2;
+			db1 = (const uint8_t *)ddst + unit;
+			put((void *)db1, b + unit, n1 * unit);
+		}
+		if (shift) {
+			hn = dcr_scan_changes(a + shift * unit, b + unit, n1 * unit, unit, hpos, hval);
+			ep = hpos, ev = hval;
+		}
+		for (int o = shift ? -1 : 0; o < nothers; o++) {
 			const char *how = o < 0 ? "by dcr_cuda_diff" : other_name[o];
-			size_t hn = dcr_scan_changes(ha, hb, n1 * unit, unit, hpos, hval);
 			memset(gpos, 0, hn * 8);
 #ifdef HAVE_CUDA
 			if (o >= 0) {
@@ -209,9 +214,10 @@ static void check_pair(const uint8_t *a, const uint8_t *b, size_t n, unsigned un
 			get(gpos, dpos, hn * 8);
 			get(gval, dval, hn * unit);
 			for (size_t k = 0; k < hn; k++)
-				CHECK(gpos[k] == hpos[k] && load_unit(gval + k * unit, unit) == hval[k],
+				CHECK(gpos[k] == ep[k] && load_unit(gval + k * unit, unit) == ev[k],
 				      "%s: %s, shift %u: change %zu differs", what, how, shift, k);
 		}
+	}
 
 	/* new units */
 	CHECK(!dcr_cuda_diff(da, db, n, unit, DCR_ENC_OVERWRITE, dpos, dval, n, dcnt, scr, sb, stream,

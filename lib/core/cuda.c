@@ -149,8 +149,9 @@ int dcr_cuda_diff_scratch(uint64_t n, unsigned unit, size_t *bytes, struct dcr_e
 		return dcr_err_set(e, -EINVAL, "CUDA: diff: bad unit %u", unit);
 	if (!n)
 		return 0;
-	/* the largest of the methods' (tests and benchmarks run each) */
-	static const int methods[] = {DK_DIFF_TILES, DK_DIFF_POSITIONS, DK_DIFF_TRIPLES};
+	/* the largest of the methods' (tests and benchmarks run each; the
+	 * tiles' covers the positions', their fallback) */
+	static const int methods[] = {DK_DIFF_TILES, DK_DIFF_TRIPLES};
 	for (size_t k = 0; k < sizeof(methods) / sizeof(methods[0]); k++) {
 		size_t b = 0;
 		int r = cu(e, dk_diff(NULL, NULL, n, unit, 0, NULL, NULL, 0, NULL, NULL, &b,
