@@ -17,6 +17,7 @@
 #include "dcr.h"
 #include "core/bytes.h"
 #include "transport/awsconf.h"
+#include "transport/awscred.h"
 #include "transport/sigv4.h"
 
 /* ---- AWS configuration files ------------------------------------------ */
@@ -735,4 +736,98 @@ Test(url, redact_userinfo_and_query)
 	redacts("/srv/a@b", "/srv/a@b");
 	redacts("/srv/a?b", "/srv/a?b");
 	redacts("", "");
+}
+
+/* ---- credentials that expire (awscred.h) -------------------------------- */
+
+Test(awscred, iso8601_times)
+{
+	time_t t;
+	cr_assert_eq(dcr_aws_time_parse("2026-12-06T15:04:05Z", &t), 0);
+	cr_assert_eq(t, (time_t)1796569445);
+	cr_assert_eq(dcr_aws_time_parse("2026-12-06T15:04:05.123456Z", &t), 0);
+	cr_assert_eq(t, (time_t)1796569445);
+	cr_assert_eq(dcr_aws_time_parse("2026-12-06T16:04:05+01:00", &t), 0);
+	cr_assert_eq(t, (time_t)1796569445);
+	cr_assert_eq(dcr_aws_time_parse("2026-12-06T14:34:05-00:30", &t), 0);
+	cr_assert_eq(t, (time_t)1796569445);
+	static const char *const bad[] = {
+		"", "2026-12-06", "2026-12-06T15:04:05", "2026-13-06T15:04:05Z",
+		"2026-12-06T25:04:05Z", "2026-12-06T15:04:05Zx", "2026-12-06T15:04:05+1:00",
+		"2026-12-06T15:04:05.Z", "20x6-12-06T15:04:05Z", "1969-12-31T23:59:59Z",
+		"2026-12-06T15:04:05+01:00:00",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_neq(dcr_aws_time_parse(bad[i], &t), 0, "%s", bad[i]);
+}
+
+static int creds_of(const char *json, enum dcr_aws_source src, struct dcr_aws_creds *c,
+		    struct dcr_err *e)
+{
+	return dcr_aws_creds_parse(json, strlen(json), src, "src", c, e);
+}
+
+Test(awscred, answers)
+{
+	struct dcr_aws_creds c;
+	struct dcr_err e = {0};
+	/* a process's answer: Version 1, SessionToken; an expiry optional */
+	cr_assert_eq(creds_of("{\"Version\":1,\"AccessKeyId\":\"AK\",\"SecretAccessKey\":\"S/+=\","
+			      "\"SessionToken\":\"T\",\"Expiration\":\"2026-12-06T15:04:05Z\"}",
+			      DCR_AWS_PROCESS, &c, &e), 0, "%s", e.msg);
+	cr_assert_str_eq(c.akid, "AK");
+	cr_assert_str_eq(c.secret, "S/+=");
+	cr_assert_str_eq(c.token, "T");
+	cr_assert_eq(c.expires, (time_t)1796569445);
+	dcr_aws_creds_free(&c);
+	cr_assert_eq(creds_of("{\"Version\":1,\"AccessKeyId\":\"AK\",\"SecretAccessKey\":\"S\"}",
+			      DCR_AWS_PROCESS, &c, &e), 0, "%s", e.msg);
+	cr_assert_null(c.token);
+	cr_assert_eq(c.expires, 0);
+	dcr_aws_creds_free(&c);
+	/* an endpoint's: Token, Code Success */
+	cr_assert_eq(creds_of("{\"Code\":\"Success\",\"AccessKeyId\":\"AK\",\"SecretAccessKey\":\"S\","
+			      "\"Token\":\"T\",\"Expiration\":\"2026-12-06T15:04:05Z\"}",
+			      DCR_AWS_IMDS, &c, &e), 0, "%s", e.msg);
+	cr_assert_str_eq(c.token, "T");
+	dcr_aws_creds_free(&c);
+	static const struct {
+		const char *json;
+		enum dcr_aws_source src;
+		const char *msg;
+	} bad[] = {
+		{"{\"AccessKeyId\":\"AK\",\"SecretAccessKey\":\"S\"}", DCR_AWS_PROCESS, "\"Version\": 1"},
+		{"{\"Version\":2,\"AccessKeyId\":\"AK\",\"SecretAccessKey\":\"S\"}", DCR_AWS_PROCESS,
+		 "\"Version\": 1"},
+		{"[1]", DCR_AWS_IMDS, "no JSON object"},
+		{"{\"AccessKeyId\":\"AK\"", DCR_AWS_IMDS, "no JSON object"},
+		{"{\"AccessKeyId\":\"AK\",\"AccessKeyId\":\"AK2\",\"SecretAccessKey\":\"S\"}",
+		 DCR_AWS_IMDS, "no JSON object"},
+		{"{\"AccessKeyId\":\"AK\"}", DCR_AWS_IMDS, "without AccessKeyId and SecretAccessKey"},
+		{"{\"AccessKeyId\":1,\"SecretAccessKey\":\"S\"}", DCR_AWS_IMDS, "string values"},
+		{"{\"AccessKeyId\":\"AK\",\"SecretAccessKey\":\"S\",\"Token\":\"a\\r\\nX-Evil: 1\","
+		 "\"Expiration\":\"2026-12-06T15:04:05Z\"}",
+		 DCR_AWS_IMDS, "not printable ASCII"},
+		{"{\"AccessKeyId\":\"\",\"SecretAccessKey\":\"S\"}", DCR_AWS_IMDS, "empty"},
+		{"{\"AccessKeyId\":\"AK\",\"SecretAccessKey\":\"S\",\"Token\":\"T\"}", DCR_AWS_CONTAINER,
+		 "without an Expiration"},
+		{"{\"AccessKeyId\":\"AK\",\"SecretAccessKey\":\"S\",\"Expiration\":\"tomorrow\"}",
+		 DCR_AWS_IMDS, "no ISO 8601 time"},
+		{"{\"Code\":\"AssumeRoleUnauthorizedAccess\",\"Message\":\"no\\nrole\"}", DCR_AWS_IMDS,
+		 "answered AssumeRoleUnauthorizedAccess: no?role"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memset(&c, 0x55, sizeof(c));
+		cr_assert_neq(creds_of(bad[i].json, bad[i].src, &c, &e), 0, "%s", bad[i].json);
+		cr_assert(strstr(e.msg, bad[i].msg), "%s: %s", bad[i].json, e.msg);
+		cr_assert_null(c.akid);
+		cr_assert_null(c.secret);
+	}
+	/* a secret longer than any AWS gives */
+	char big[600];
+	int n = snprintf(big, sizeof(big), "{\"AccessKeyId\":\"AK\",\"SecretAccessKey\":\"");
+	memset(big + n, 'x', 300);
+	strcpy(big + n + 300, "\"}");
+	cr_assert_neq(creds_of(big, DCR_AWS_IMDS, &c, &e), 0);
+	cr_assert(strstr(e.msg, "too long"), "%s", e.msg);
 }

@@ -130,6 +130,9 @@ int dcr_aws_profile_load(struct dcr_aws_profile *p, struct dcr_err *e)
 		p->endpoint = dcr_aws_ini_get(ft, conf_n, csec, "endpoint_url", &in_conf);
 		if (!p->endpoint)
 			p->endpoint = dcr_aws_ini_get(ct, cred_n, p->name, "endpoint_url", NULL);
+		p->process = dcr_aws_ini_get(ft, conf_n, csec, "credential_process", &in_conf);
+		if (!p->process)
+			p->process = dcr_aws_ini_get(ct, cred_n, p->name, "credential_process", NULL);
 		if (explicit && !in_cred && !in_conf)
 			r = dcr_err_set(e, DCR_ENOTFOUND,
 					"the AWS profile '%s' is in neither the credentials nor the config file",
@@ -151,5 +154,6 @@ void dcr_aws_profile_free(struct dcr_aws_profile *p)
 	free(p->token);
 	free(p->region);
 	free(p->endpoint);
+	free(p->process);
 	memset(p, 0, sizeof(*p));
 }

@@ -1,8 +1,9 @@
 /* awsconf.h - the AWS shared configuration and credentials files
  * (~/.aws/config and ~/.aws/credentials), read as the AWS CLI and SDKs
- * read them, for the s3:// store: a profile's keys, session token, region
- * and endpoint. Only static entries: no credential_process, SSO or
- * instance metadata. */
+ * read them, for the s3:// store: a profile's keys, session token, region,
+ * endpoint and credential_process (run by awscred.h, which also asks a
+ * container's or an EC2 instance's credential endpoint). No SSO, no
+ * role_arn (AssumeRole), no web identity. */
 #ifndef DCR_TRANSPORT_AWSCONF_H
 #define DCR_TRANSPORT_AWSCONF_H
 
@@ -17,6 +18,7 @@ struct dcr_aws_profile {
 	char *name;		      /* the profile read */
 	char *akid, *secret, *token;  /* the credentials file's, else config's */
 	char *region, *endpoint;      /* the config file's, else credentials' */
+	char *process;                /* credential_process: config's, else credentials' */
 };
 
 /* The value of key in section [section] of INI text[0..n) (malloc'd), or

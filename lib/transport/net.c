@@ -757,6 +757,7 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 void net_req_free(struct net_req *q)
 {
 	free(q->path);
+	free(q->tok);
 	dcr_buf_free(&q->resp);
 }
 
@@ -798,6 +799,91 @@ int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
 		return dcr_err_set(e, -EIO, "cannot open store '%s': libcurl initialisation failed: %s",
 				   s->url, cu.easy_strerror(curl_init_rc));
 	return 0;
+}
+
+/* ---- one small request outside a store ------------------------------- */
+
+struct small {
+	struct dcr_buf *out;
+	size_t max;
+	int big;
+};
+
+static size_t small_data(char *p, size_t sz, size_t nm, void *arg)
+{
+	struct small *sm = arg;
+	size_t n = sz * nm;
+	if (sm->out->len + n > sm->max || dcr_buf_add(sm->out, p, n)) {
+		sm->big = 1;
+		return 0;
+	}
+	return n;
+}
+
+int net_fetch_small(const char *method, const char *url, const char *const *headers, size_t nh,
+		    long timeout_ms, size_t max, struct dcr_buf *out, long *status,
+		    struct dcr_err *e)
+{
+	pthread_once(&curl_once, curl_init);
+	if (curl_load_rc)
+		return dcr_err_set(e, curl_load_rc, "%s", curl_load_err.msg);
+	if (curl_init_rc != CURLE_OK)
+		return dcr_err_set(e, -EIO, "libcurl initialisation failed: %s",
+				   cu.easy_strerror(curl_init_rc));
+	CURL *c = cu.easy_init();
+	struct curl_slist *hl = NULL;
+	int r = c ? 0 : -ENOMEM;
+	for (size_t i = 0; i < nh && !r; i++) {
+		struct curl_slist *n = cu.slist_append(hl, headers[i]);
+		if (n)
+			hl = n;
+		else
+			r = -ENOMEM;
+	}
+	if (r) {
+		cu.slist_free_all(hl);
+		if (c)
+			cu.easy_cleanup(c);
+		return dcr_err_sys(e, ENOMEM, "request");
+	}
+	char errbuf[CURL_ERROR_SIZE] = "";
+	struct small sm = {.out = out, .max = max};
+	out->len = 0;
+	*status = 0;
+	cu.easy_setopt(c, CURLOPT_URL, url);
+	cu.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	cu.easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+	cu.easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+	cu.easy_setopt(c, CURLOPT_WRITEFUNCTION, small_data);
+	cu.easy_setopt(c, CURLOPT_WRITEDATA, &sm);
+	cu.easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+	cu.easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+	cu.easy_setopt(c, CURLOPT_NOPROXY, "*"); /* link-local and loopback peers */
+	cu.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+	cu.easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+	cu.easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+	cu.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+	cu.easy_setopt(c, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+	if (!strcmp(method, "PUT")) {
+		cu.easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+		cu.easy_setopt(c, CURLOPT_POSTFIELDS, "");
+		cu.easy_setopt(c, CURLOPT_POSTFIELDSIZE, 0L);
+	} else if (strcmp(method, "GET")) {
+		cu.easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	}
+	CURLcode cc = cu.easy_perform(c);
+	if (cc == CURLE_OK)
+		cu.easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+	else if (sm.big)
+		r = dcr_err_set(e, -EFBIG, "the answer is longer than %zu bytes", max);
+	else
+		r = dcr_err_set(e, -EIO, "%s", errbuf[0] ? errbuf : cu.easy_strerror(cc));
+	cu.slist_free_all(hl);
+	cu.easy_cleanup(c);
+	return r;
 }
 
 int net_set_base(struct dcr_store *s, char *base)

@@ -60,6 +60,7 @@ struct net_req {
 	uint64_t skip;
 	struct dcr_buf resp;
 	char stamp[32];            /* the signer's: this attempt's date */
+	char *tok;                 /* the signer's: this attempt's session token */
 
 	int no_retry;              /* one attempt only */
 
@@ -173,6 +174,17 @@ size_t net_on_data(char *p, size_t sz, size_t nm, void *arg);
  * S3 XML error body, else the status, reason and the body's first line;
  * *codep (if given) gets the S3 code (malloc'd) or NULL. */
 void net_http_cause(const struct net_req *q, char *out, size_t n, char **codep);
+
+/* One small request that belongs to no store (the S3 store's credential
+ * sources, awscred.h): method (GET or PUT, the latter with an empty body)
+ * to url, http or https only, with headers ("Name: value"), through no
+ * proxy, following no redirect, all of it within timeout_ms; the body, at
+ * most max bytes (else -EFBIG), into out. 0 when an answer came, whatever
+ * its *status; else negative with e filled (the cause alone: the caller
+ * says what was asked). Loads libcurl if no store has. */
+int net_fetch_small(const char *method, const char *url, const char *const *headers, size_t nh,
+		    long timeout_ms, size_t max, struct dcr_buf *out, long *status,
+		    struct dcr_err *e);
 
 /* Store operations (store-impl.h) for a kind that has set its hooks. */
 int net_put(struct dcr_store *s, const char *name, const void *buf,

@@ -15,6 +15,7 @@
 #include "core/file.h"
 #include "core/util.h"
 #include "transport/awsconf.h"
+#include "transport/awscred.h"
 #include "transport/net.h"
 #include "transport/sigv4.h"
 #include "transport/store-s3.h"
@@ -28,6 +29,14 @@ struct s3 {
 	char *hostport;  /* Host header value */
 	char *bucket, *prefix; /* prefix without trailing '/' ("" if none) */
 	char *akid, *secret, *token, *region;
+	/* keys that expire (awscred.h): where they came from, when they
+	 * expire (0: never), when they were last asked for; cred_mu guards
+	 * the keys while a request is signed or they are replaced */
+	enum dcr_aws_source src;
+	char *process;
+	time_t expires, asked;
+	pthread_mutex_t cred_mu;
+	int have_mu;
 };
 
 static struct s3 *s3_of(struct dcr_store *s) { return s->impl; }
@@ -53,11 +62,35 @@ static int s3_locate(struct dcr_store *s, const char *name, char **path, char **
 	return *path && *what ? 0 : -ENOMEM;
 }
 
+/* Keys from a source that expire: asked for again DCR_AWS_REFRESH_S
+ * before they do, at most once per DCR_AWS_RETRY_S; where the source
+ * fails, the old keys stay (the server's ExpiredToken then says why a
+ * request fails). Under cred_mu. */
+static void s3_refresh(struct s3 *s3, time_t now)
+{
+	if (s3->src == DCR_AWS_NONE || !s3->expires || now + DCR_AWS_REFRESH_S < s3->expires ||
+	    now < s3->asked + DCR_AWS_RETRY_S)
+		return;
+	s3->asked = now;
+	struct dcr_aws_creds c;
+	struct dcr_err e;
+	if (dcr_aws_creds_fetch(s3->src, s3->process, &c, &e))
+		return;
+	struct dcr_aws_creds old = {s3->akid, s3->secret, s3->token, 0};
+	dcr_aws_creds_free(&old);
+	s3->akid = c.akid;
+	s3->secret = c.secret;
+	s3->token = c.token;
+	s3->expires = c.expires;
+}
+
 static int s3_sign(struct dcr_store *s, struct net_req *q, struct dcr_sigv4_header *h,
 		   size_t *nh, char **auth)
 {
 	struct s3 *s3 = s3_of(s);
 	time_t now = time(NULL);
+	pthread_mutex_lock(&s3->cred_mu);
+	s3_refresh(s3, now);
 	struct tm tm;
 	gmtime_r(&now, &tm);
 	strftime(q->stamp, sizeof(q->stamp), "%Y%m%dT%H%M%SZ", &tm);
@@ -75,11 +108,19 @@ static int s3_sign(struct dcr_store *s, struct net_req *q, struct dcr_sigv4_head
 		.access_key = s3->akid, .secret_key = s3->secret,
 	};
 	struct dcr_sigv4_out so;
-	if (dcr_sigv4_sign(&sg, &so))
-		return -ENOMEM;
-	*auth = dcr_strdup(so.authorization);
-	dcr_sigv4_out_free(&so);
-	return *auth ? 0 : -ENOMEM;
+	int r = dcr_sigv4_sign(&sg, &so);
+	if (!r) {
+		*auth = dcr_strdup(so.authorization);
+		dcr_sigv4_out_free(&so);
+	}
+	/* the token's header outlives the lock: the request's own copy */
+	if (!r && *auth && s3->token) {
+		free(q->tok);
+		q->tok = dcr_strdup(s3->token);
+		h[*nh - 1].value = q->tok;
+	}
+	pthread_mutex_unlock(&s3->cred_mu);
+	return !r && *auth && (!s3->token || q->tok) ? 0 : -ENOMEM;
 }
 
 /* ---- multipart uploads ----------------------------------------------- */
@@ -352,6 +393,8 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	if (r)
 		return r;
 	struct s3 *s3 = s3_of(s);
+	pthread_mutex_init(&s3->cred_mu, NULL);
+	s3->have_mu = 1;
 	const char *b = url + 5, *slash = strchr(b, '/');
 	size_t bl = slash ? (size_t)(slash - b) : strlen(b);
 	if (!bl)
@@ -411,14 +454,47 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 		ep = prof.endpoint;
 		prof.endpoint = NULL;
 	}
+	/* then, as the AWS CLI, the profile's credential_process, a
+	 * container's endpoint, the instance's metadata service */
 	if (!s3->akid || !s3->secret) {
-		r = dcr_err_set(e, -EINVAL,
-				"cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set, "
-				"or the AWS profile '%s' hold aws_access_key_id and aws_secret_access_key",
-				s->url, prof.name);
-		dcr_aws_profile_free(&prof);
-		free(ep);
-		return r;
+		free(s3->akid);
+		free(s3->secret);
+		free(s3->token);
+		s3->akid = s3->secret = s3->token = NULL;
+		s3->src = dcr_aws_source_pick(prof.process);
+		struct dcr_aws_creds c;
+		struct dcr_err ce;
+		if (s3->src == DCR_AWS_NONE)
+			r = dcr_err_set(e, -EINVAL,
+					"cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set, "
+					"or the AWS profile '%s' hold aws_access_key_id and aws_secret_access_key "
+					"or a credential_process (the instance metadata service is disabled)",
+					s->url, prof.name);
+		else if ((r = dcr_aws_creds_fetch(s3->src, prof.process, &c, &ce)))
+			r = s3->src == DCR_AWS_IMDS
+				    ? dcr_err_set(e, r,
+						  "cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set, "
+						  "or the AWS profile '%s' hold aws_access_key_id and aws_secret_access_key "
+						  "or a credential_process, or the instance metadata service answer (%s)",
+						  s->url, prof.name, ce.msg)
+				    : dcr_err_set(e, r, "cannot open store '%s': %s", s->url, ce.msg);
+		else if (prof.process && s3->src == DCR_AWS_PROCESS &&
+			 !(s3->process = dcr_strdup(prof.process)))
+			r = dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
+		if (!r) {
+			s3->akid = c.akid;
+			s3->secret = c.secret;
+			s3->token = c.token;
+			s3->expires = c.expires;
+			s3->asked = time(NULL);
+		} else if (s3->src != DCR_AWS_NONE) {
+			dcr_aws_creds_free(&c);
+		}
+		if (r) {
+			dcr_aws_profile_free(&prof);
+			free(ep);
+			return r;
+		}
 	}
 	dcr_aws_profile_free(&prof);
 	/* AWS itself wants virtual-hosted requests (BUCKET.s3.REGION...; path
@@ -477,6 +553,9 @@ static void s3_close(struct dcr_store *s)
 	free(s3->prefix);
 	if (s3->secret)
 		OPENSSL_cleanse(s3->secret, strlen(s3->secret));
+	if (s3->have_mu)
+		pthread_mutex_destroy(&s3->cred_mu);
+	free(s3->process);
 	free(s3->akid);
 	free(s3->secret);
 	free(s3->token);

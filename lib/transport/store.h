@@ -14,7 +14,10 @@
  *                                 signed here, credentials from
  *                                 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
  *                                 AWS_SESSION_TOKEN, AWS_REGION (default
- *                                 us-east-1). Multipart upload above
+ *                                 us-east-1), else the AWS profile
+ *                                 (awsconf.h), else a credential_process,
+ *                                 a container's or the instance's
+ *                                 endpoint (awscred.h). Multipart upload above
  *                                 opts.multipart_threshold; ListObjectsV2.
  *   http://host/base, https://... any server that takes PUT, GET, HEAD and
  *                                 DELETE of BASE/NAME (TLS verified;

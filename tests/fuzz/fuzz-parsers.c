@@ -6,7 +6,9 @@
  * HTTP answers (net.c's header and body callbacks as libcurl calls them:
  * status line, Content-Length and Content-Range, bodies shorter or longer
  * than announced, resumed and ranged requests, the cause of an error) and
- * S3 XML (a ListObjectsV2 page, an error body). The first input byte
+ * S3 XML (a ListObjectsV2 page, an error body), and what AWS credential
+ * sources answer (the shared config files' INI, a credential_process's or
+ * an endpoint's JSON, ISO 8601 expiries). The first input byte
  * picks the parser. Build and run with scripts/fuzz (clang, libFuzzer,
  * ASan, UBSan); scripts/fuzz TARGET runs one. */
 #include "config.h"
@@ -20,6 +22,8 @@
 
 #include "dcr.h"
 #include "core/bytes.h"
+#include "transport/awsconf.h"
+#include "transport/awscred.h"
 #include "transport/net.h"
 #include "transport/store-s3.h"
 
@@ -287,6 +291,34 @@ static void s3xml(const uint8_t *p, size_t n)
 	(void)net_xml_root_is((const char *)p, n, "CompleteMultipartUpload");
 }
 
+/* The credential sources' answers: the first byte picks the source; the
+ * same bytes as a config file (two sections, a few keys) and, NUL-ended,
+ * as an expiry. */
+static void aws(const uint8_t *p, size_t n)
+{
+	static const enum dcr_aws_source src[] = {DCR_AWS_PROCESS, DCR_AWS_CONTAINER,
+						  DCR_AWS_IMDS};
+	struct dcr_aws_creds c;
+	struct dcr_err e;
+	if (n && !dcr_aws_creds_parse((const char *)p + 1, n - 1, src[p[0] % 3], "fuzz", &c, &e))
+		dcr_aws_creds_free(&c);
+	static const char *const sec[] = {"default", "profile x"};
+	static const char *const key[] = {"aws_access_key_id", "credential_process", "region"};
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 3; k++) {
+			int found;
+			free(dcr_aws_ini_get((const char *)p, n, sec[i], key[k], &found));
+		}
+	char *z = malloc(n + 1);
+	if (z) {
+		memcpy(z, p, n);
+		z[n] = '\0';
+		time_t t;
+		(void)dcr_aws_time_parse(z, &t);
+		free(z);
+	}
+}
+
 /* DCR_FUZZ_ONLY=N (scripts/fuzz TARGET): parser N whatever the first
  * byte says, so that one parser is fuzzed alone; -1 or unset: the byte. */
 static int only = -1;
@@ -307,7 +339,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint8_t *p = data + 1;
 	size_t n = size - 1;
 	struct dcr_err e;
-	switch (only >= 0 ? only : data[0] % 10) {
+	switch (only >= 0 ? only : data[0] % 11) {
 	case 0: {
 		struct dcr_st *st;
 		if (!dcr_st_parse(p, n, &st, &e))
@@ -345,6 +377,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 7: tar(p, n); break;
 	case 8: http(p, n); break;
 	case 9: s3xml(p, n); break;
+	case 10: aws(p, n); break;
 	}
 	return 0;
 }
