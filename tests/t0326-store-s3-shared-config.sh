@@ -43,7 +43,12 @@ AWS_ACCESS_KEY_ID=$KEY AWS_SECRET_ACCESS_KEY=$SECRET run_ok dcr-pull -q -o "$T/p
 # the region: the environment's first (a wrong one is refused by the proxy)
 expect_fail 128 env AWS_PROFILE=train AWS_REGION=us-east-1 dcr-pull -q -o "$T/pulled2" --endpoint "$EP" "$S/v1"
 contains "$ERR" "AuthorizationHeaderMalformed"
-echo "ok: the environment's keys and region before the profile's"
+contains "$ERR" "(the bucket is in region 'eu-west-1', not 'us-east-1': set AWS_REGION=eu-west-1"
+# wrong keys in the right region: no word of regions
+expect_fail 128 env AWS_PROFILE=train AWS_SECRET_ACCESS_KEY=wrong AWS_ACCESS_KEY_ID=$KEY dcr-pull -q -o "$T/pulled2" --endpoint "$EP" "$S/v1"
+contains "$ERR" "403 SignatureDoesNotMatch"
+case $ERR in *"bucket is in region"*) fail "a region hint where the region is right: $ERR" ;; esac
+echo "ok: the environment's keys and region before the profile's; a wrong region named"
 
 # the config file alone, with keys and endpoint_url; then AWS_ENDPOINT_URL
 : >"$CRED"

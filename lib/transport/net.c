@@ -282,6 +282,7 @@ size_t net_on_header(char *p, size_t sz, size_t nm, void *arg)
 		q->have_clen = q->have_cr = 0;
 		q->reason[0] = '\0';
 		q->location[0] = '\0';
+		q->bucket_region[0] = '\0';
 		const char *sp = memchr(p, ' ', l);
 		if (sp) {
 			q->status = strtol(sp + 1, NULL, 10);
@@ -318,6 +319,11 @@ size_t net_on_header(char *p, size_t sz, size_t nm, void *arg)
 			ql = sizeof(q->location) - 1;
 		memcpy(q->location, val, ql);
 		q->location[ql] = '\0';
+	} else if (kl == 19 && !strncasecmp(p, "x-amz-bucket-region", 19)) {
+		/* a region's name, or nothing */
+		size_t ok = vl && vl < sizeof(q->bucket_region) ? strspn(val, "abcdefghijklmnopqrstuvwxyz0123456789-") : 0;
+		if (ok == vl)
+			memcpy(q->bucket_region, val, vl + 1);
 	} else if (kl == 14 && !strncasecmp(p, "content-length", 14)) {
 		q->clen = strtoull(val, NULL, 10);
 		q->have_clen = 1;
@@ -629,8 +635,9 @@ static int net_callback_error(const struct net_req *q, struct dcr_err *e)
 
 /* A status outside 2xx: 1 when it is worth another attempt (5xx, 408,
  * 429, S3's transient codes), else the error it means. cause receives the
- * server's reason. */
-static int net_status_error(struct net_req *q, char *cause, size_t csz, struct dcr_err *e)
+ * server's reason; region: the one an S3 request was signed for. */
+static int net_status_error(struct net_req *q, const char *region, char *cause, size_t csz,
+			    struct dcr_err *e)
 {
 	const char *m = q->method;
 	char *code = NULL;
@@ -664,7 +671,17 @@ static int net_status_error(struct net_req *q, char *cause, size_t csz, struct d
 				"when it downloads from an http(s) store)",
 				m, q->what, cause, to ? to : "?");
 		free(to);
-	} else
+	} else if (q->bucket_region[0] && region &&
+		   strcmp(q->bucket_region, region))
+		/* S3 names the bucket's region where a request signed for
+		 * another fails (400 AuthorizationHeaderMalformed, 301
+		 * PermanentRedirect) */
+		r = dcr_err_set(e, DCR_EREMOTE,
+				"cannot %s '%s': %s (the bucket is in region '%s', not '%s': set "
+				"AWS_REGION=%s, or region in the AWS profile)",
+				m, q->what, cause, q->bucket_region, region,
+				q->bucket_region);
+	else
 		r = dcr_err_set(e, DCR_EREMOTE, "cannot %s '%s': %s", m, q->what, cause);
 	free(code);
 	return r;
@@ -746,7 +763,7 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 			r = 0;
 			break;
 		}
-		if ((r = net_status_error(q, cause, sizeof(cause), e)) != 1)
+		if ((r = net_status_error(q, net_of(s)->region, cause, sizeof(cause), e)) != 1)
 			break;
 	}
 	handle_put(s, c);

@@ -54,6 +54,7 @@ struct net_req {
 	char reason[128];
 	char etag[256];
 	char location[256];        /* a 3xx's Location, query cut, for messages */
+	char bucket_region[64];    /* S3's x-amz-bucket-region, for messages */
 	uint64_t clen, cr_start, cr_total;
 	int have_clen, have_cr;
 	int started, deliver;
@@ -111,6 +112,7 @@ struct net {
 	size_t nidle, cap_idle;
 	pthread_mutex_t cas_mu;
 	int cas_state;  /* 0 unknown, 1 honoured, -1 ignored */
+	const char *region; /* S3: the region requests are signed for, else NULL */
 };
 
 static inline struct net *net_of(struct dcr_store *s) { return s->impl; }

@@ -445,6 +445,7 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	}
 	if (!s3->region)
 		s3->region = dcr_strdup("us-east-1");
+	s3->net.region = s3->region; /* for messages: a bucket elsewhere */
 	char *ep = s->o.endpoint ? dcr_strdup(s->o.endpoint) : env("DCR_S3_ENDPOINT");
 	if (!ep)
 		ep = env("AWS_ENDPOINT_URL_S3");

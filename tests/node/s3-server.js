@@ -91,8 +91,11 @@ function xmlError(code, message) {
     `<Message>${esc(message)}</Message></Error>`);
 }
 
+// S3 names the bucket's region in its error answers too (a request signed
+// for another region is told where the bucket is).
 function fail(res, req, status, code, message) {
-  send(res, req, faults, status, { 'Content-Type': 'application/xml' }, xmlError(code, message));
+  send(res, req, faults, status, { 'Content-Type': 'application/xml', 'x-amz-bucket-region': region },
+    xmlError(code, message));
 }
 
 const sha256 = (b) => crypto.createHash('sha256').update(b).digest('hex');
