@@ -1,6 +1,7 @@
 #!/bin/sh
 # S3 keys that expire, from the sources the AWS CLI asks after the
-# environment and the profile's static keys, each checked by the SigV4
+# environment's keys: a web identity token exchanged with STS (EKS IRSA),
+# then, after the profile's static keys, the others, each checked by the SigV4
 # proxy, which here also wants the session token the source handed out:
 # the profile's credential_process (run with stdin from /dev/null: the
 # pack dcr-push reads from stdin stays whole), a container's credential
@@ -62,6 +63,25 @@ contains "$ERR" "the container credential endpoint: http://127.0.0.1:$PORT/creds
 expect_fail 128 env AWS_CONTAINER_CREDENTIALS_FULL_URI=http://198.51.100.7/creds dcr-pull -q -o "$T/x" "$S/v1"
 contains "$ERR" "AWS_CONTAINER_CREDENTIALS_FULL_URI must be https, or http to a loopback address"
 echo "ok: the container endpoint's keys, its token from the environment or a file; a wrong token, a foreign http host refused"
+
+# a web identity (EKS IRSA) through STS, before the profile's static keys
+# (wrong ones here); the token file read at each fetch
+start_server sts aws-metadata.js --key "$KEY" --secret "$SECRET" --token "$TOK" \
+	--role-arn arn:aws:iam::123456789012:role/dcr --web-token 'eyJhbGciOi.jwt-body.sig' --log "$T/sts.log"
+printf '[default]\naws_access_key_id = %s\naws_secret_access_key = wrong\n' "$KEY" >"$CONF"
+printf 'eyJhbGciOi.jwt-body.sig\n' >"$T/webtok"
+export AWS_WEB_IDENTITY_TOKEN_FILE="$T/webtok" AWS_ROLE_ARN=arn:aws:iam::123456789012:role/dcr \
+	AWS_ENDPOINT_URL_STS=http://127.0.0.1:$PORT AWS_ROLE_SESSION_NAME=rollout-7
+refit r6 "$S/v1"
+grep -q "^STS AssumeRoleWithWebIdentity rollout-7$" "$T/sts.log" || fail "STS was not asked: $(cat "$T/sts.log")"
+printf 'eyJhbGciOi.expired\n' >"$T/webtok"
+expect_fail 128 dcr-pull -q -o "$T/x" "$S/v1"
+contains "$ERR" "STS AssumeRoleWithWebIdentity: http://127.0.0.1:$PORT answered HTTP 400 InvalidIdentityToken: Couldn't retrieve verification key"
+expect_fail 128 env AWS_ROLE_ARN=arn:aws:iam::123456789012:role/other dcr-pull -q -o "$T/x" "$S/v1"
+contains "$ERR" "answered HTTP 403 AccessDenied"
+unset AWS_WEB_IDENTITY_TOKEN_FILE AWS_ROLE_ARN AWS_ENDPOINT_URL_STS AWS_ROLE_SESSION_NAME
+: >"$CONF"
+echo "ok: a web identity's keys from STS before the profile's; a bad token, another role refused"
 
 # the instance metadata service (tests run with it disabled)
 unset AWS_EC2_METADATA_DISABLED

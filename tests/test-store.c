@@ -831,3 +831,45 @@ Test(awscred, answers)
 	cr_assert_neq(creds_of(big, DCR_AWS_IMDS, &c, &e), 0);
 	cr_assert(strstr(e.msg, "too long"), "%s", e.msg);
 }
+
+Test(awscred, sts_answers)
+{
+	struct dcr_aws_creds c;
+	struct dcr_err e = {0};
+	const char *ok = "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult>"
+			 "<Credentials><AccessKeyId>ASIA1</AccessKeyId><SecretAccessKey>s&amp;k</SecretAccessKey>"
+			 "<SessionToken>T/+=</SessionToken><Expiration>2026-12-06T15:04:05Z</Expiration>"
+			 "</Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>";
+	cr_assert_eq(dcr_aws_sts_parse(ok, strlen(ok), "sts", &c, &e), 0, "%s", e.msg);
+	cr_assert_str_eq(c.akid, "ASIA1");
+	cr_assert_str_eq(c.secret, "s&k");
+	cr_assert_str_eq(c.token, "T/+=");
+	cr_assert_eq(c.expires, (time_t)1796569445);
+	dcr_aws_creds_free(&c);
+	static const struct {
+		const char *xml, *msg;
+	} bad[] = {
+		{"<Response/>", "no Credentials"},
+		{"<Credentials><AccessKeyId>A</AccessKeyId></Credentials>", "without AccessKeyId"},
+		{"<Credentials><AccessKeyId>A</AccessKeyId><SecretAccessKey>S</SecretAccessKey>"
+		 "<SessionToken>T&#10;X</SessionToken><Expiration>2026-12-06T15:04:05Z</Expiration>"
+		 "</Credentials>",
+		 "not printable ASCII"},
+		{"<Credentials><AccessKeyId>A</AccessKeyId><SecretAccessKey>S</SecretAccessKey>"
+		 "<SessionToken>a\nb</SessionToken><Expiration>2026-12-06T15:04:05Z</Expiration>"
+		 "</Credentials>",
+		 "not printable ASCII"},
+		{"<Credentials><AccessKeyId>A</AccessKeyId><SecretAccessKey>S</SecretAccessKey>"
+		 "<SessionToken>T</SessionToken><Expiration>soon</Expiration></Credentials>",
+		 "no ISO 8601 time"},
+		{"<Credentials><AccessKeyId>A", "no Credentials"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memset(&c, 0x55, sizeof(c));
+		cr_assert_neq(dcr_aws_sts_parse(bad[i].xml, strlen(bad[i].xml), "sts", &c, &e), 0, "%s",
+			      bad[i].xml);
+		cr_assert(strstr(e.msg, bad[i].msg), "%s: %s", bad[i].xml, e.msg);
+		cr_assert_null(c.akid);
+		cr_assert_null(c.token);
+	}
+}

@@ -2,8 +2,8 @@
  * (~/.aws/config and ~/.aws/credentials), read as the AWS CLI and SDKs
  * read them, for the s3:// store: a profile's keys, session token, region,
  * endpoint and credential_process (run by awscred.h, which also asks a
- * container's or an EC2 instance's credential endpoint). No SSO, no
- * role_arn (AssumeRole), no web identity. */
+ * container's or an EC2 instance's credential endpoint, and STS for a web
+ * identity). No SSO, no role_arn (AssumeRole) in a profile. */
 #ifndef DCR_TRANSPORT_AWSCONF_H
 #define DCR_TRANSPORT_AWSCONF_H
 

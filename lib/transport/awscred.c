@@ -21,6 +21,7 @@
 #include "core/util.h"
 #include "transport/names.h"
 #include "transport/net.h"
+#include "transport/sigv4.h"
 
 extern char **environ;
 
@@ -34,6 +35,7 @@ const char *dcr_aws_source_name(enum dcr_aws_source src)
 	case DCR_AWS_PROCESS: return "credential_process";
 	case DCR_AWS_CONTAINER: return "the container credential endpoint";
 	case DCR_AWS_IMDS: return "the instance metadata service";
+	case DCR_AWS_WEB_IDENTITY: return "STS AssumeRoleWithWebIdentity";
 	default: return "no source";
 	}
 }
@@ -347,8 +349,8 @@ static int ask(const char *method, const char *url, const char *const *h, size_t
 {
 	struct dcr_err le;
 	char *shown = dcr_url_redact(url);
-	int r = net_fetch_small(method, url, h, nh, DCR_AWS_TIMEOUT_MS, DCR_AWS_ANSWER_MAX, out,
-				status, &le);
+	int r = net_fetch_small(method, url, h, nh, NULL, DCR_AWS_TIMEOUT_MS, DCR_AWS_ANSWER_MAX,
+				out, status, &le);
 	if (r)
 		r = dcr_err_set(e, r, "%s: no answer from %s: %s", what, shown ? shown : "?",
 				le.msg);
@@ -480,6 +482,147 @@ out:
 	return r;
 }
 
+/* ---- web identity (EKS IRSA) ------------------------------------------ */
+
+int dcr_aws_web_identity(void)
+{
+	return env_of("AWS_WEB_IDENTITY_TOKEN_FILE") && env_of("AWS_ROLE_ARN");
+}
+
+int dcr_aws_sts_parse(const char *xml, size_t n, const char *what, struct dcr_aws_creds *c,
+		      struct dcr_err *e)
+{
+	memset(c, 0, sizeof(*c));
+	const char *after = NULL;
+	char *cred = net_xml_text(xml, n, "Credentials", &after);
+	if (!cred)
+		return dcr_err_set(e, DCR_EFORMAT, "%s answered no Credentials", what);
+	size_t cn = strlen(cred);
+	char *akid = net_xml_text(cred, cn, "AccessKeyId", NULL);
+	char *secret = net_xml_text(cred, cn, "SecretAccessKey", NULL);
+	char *token = net_xml_text(cred, cn, "SessionToken", NULL);
+	char *exp = net_xml_text(cred, cn, "Expiration", NULL);
+	int r = 0;
+	if (!akid || !secret || !token || !exp)
+		r = dcr_err_set(e, DCR_EFORMAT,
+				"%s answered Credentials without AccessKeyId, SecretAccessKey, "
+				"SessionToken and Expiration",
+				what);
+	else if (!header_safe(akid, AKID_MAX) || !header_safe(secret, SECRET_MAX) ||
+		 !header_safe(token, TOKEN_MAX))
+		r = dcr_err_set(e, DCR_EFORMAT,
+				"%s answered keys that are empty, too long or not printable ASCII",
+				what);
+	else if (dcr_aws_time_parse(exp, &c->expires))
+		r = dcr_err_set(e, DCR_EFORMAT, "%s answered an Expiration that is no ISO 8601 time",
+				what);
+	if (!r) {
+		c->akid = akid;
+		c->secret = secret;
+		c->token = token;
+		akid = secret = token = NULL;
+	}
+	free(akid);
+	if (secret)
+		OPENSSL_cleanse(secret, strlen(secret));
+	free(secret);
+	if (token)
+		OPENSSL_cleanse(token, strlen(token));
+	free(token);
+	free(exp);
+	OPENSSL_cleanse(cred, cn);
+	free(cred);
+	if (r)
+		c->expires = 0;
+	return r;
+}
+
+/* A form value, %-encoded (the unreserved characters as they are). */
+static int form_add(struct dcr_buf *b, const char *k, const char *v)
+{
+	char *enc = dcr_uri_encode(v, strlen(v), 0);
+	int r = !enc || dcr_buf_add(b, b->len ? "&" : "", b->len ? 1 : 0) ||
+		dcr_buf_add(b, k, strlen(k)) || dcr_buf_add(b, "=", 1) ||
+		dcr_buf_add(b, enc, strlen(enc));
+	if (enc)
+		OPENSSL_cleanse(enc, strlen(enc));
+	free(enc);
+	return r ? -ENOMEM : 0;
+}
+
+static int from_web_identity(const char *region, struct dcr_aws_creds *c, struct dcr_err *e)
+{
+	const char *what = "STS AssumeRoleWithWebIdentity";
+	const char *file = env_of("AWS_WEB_IDENTITY_TOKEN_FILE");
+	const char *arn = env_of("AWS_ROLE_ARN");
+	const char *sess = env_of("AWS_ROLE_SESSION_NAME");
+	const char *ep = env_of("AWS_ENDPOINT_URL_STS");
+	uint8_t *tok = NULL;
+	size_t tn = 0;
+	struct dcr_err le;
+	if (dcr_read_file(file, TOKEN_MAX, &tok, &tn, &le))
+		return dcr_err_set(e, le.code ? le.code : -EIO, "AWS_WEB_IDENTITY_TOKEN_FILE: %s",
+				   le.msg);
+	while (tn && (tok[tn - 1] == '\n' || tok[tn - 1] == '\r' || tok[tn - 1] == ' '))
+		tok[--tn] = '\0';
+	char pidname[32];
+	snprintf(pidname, sizeof(pidname), "dcr-%ld", (long)getpid());
+	char *url = ep ? dcr_strdup(ep)
+		       : dcr_asprintf("https://sts.%s.amazonaws.com%s", region,
+				      !strncmp(region, "cn-", 3) ? ".cn" : "");
+	struct dcr_buf form = {0}, b = {0};
+	int r = !url || !tn ? (url ? dcr_err_set(e, DCR_EFORMAT, "AWS_WEB_IDENTITY_TOKEN_FILE '%s' is empty", file)
+				   : -ENOMEM)
+			    : 0;
+	if (!r && (form_add(&form, "Action", "AssumeRoleWithWebIdentity") ||
+		   form_add(&form, "Version", "2011-06-15") || form_add(&form, "RoleArn", arn) ||
+		   form_add(&form, "RoleSessionName", sess ? sess : pidname) ||
+		   form_add(&form, "WebIdentityToken", (const char *)tok) ||
+		   dcr_buf_add(&form, "", 1)))
+		r = -ENOMEM;
+	if (!r) {
+		const char *h[2] = {"Content-Type: application/x-www-form-urlencoded",
+				    "Accept: application/xml"};
+		char *shown = dcr_url_redact(url);
+		long st = 0;
+		r = net_fetch_small("POST", url, h, 2, (const char *)form.p, DCR_AWS_TIMEOUT_MS * 5,
+				    DCR_AWS_ANSWER_MAX, &b, &st, &le);
+		if (r) {
+			r = dcr_err_set(e, r, "%s: no answer from %s: %s", what, shown ? shown : "?",
+					le.msg);
+		} else if (st != 200) {
+			char *code = net_xml_text((const char *)b.p, b.len, "Code", NULL);
+			char *msg = net_xml_text((const char *)b.p, b.len, "Message", NULL);
+			char shownc[300];
+			snprintf(shownc, sizeof(shownc), "%s%s%s", code ? code : "", code && msg ? ": " : "",
+				 msg ? msg : "");
+			for (char *q = shownc; *q; q++)
+				if ((unsigned char)*q < 0x20 || (unsigned char)*q == 0x7f)
+					*q = '?';
+			r = dcr_err_set(e, st == 403 ? -EACCES : DCR_EREMOTE, "%s: %s answered HTTP %ld%s%s",
+					what, shown ? shown : "?", st, shownc[0] ? " " : "", shownc);
+			free(code);
+			free(msg);
+		} else {
+			r = dcr_aws_sts_parse((const char *)b.p, b.len, what, c, e);
+		}
+		free(shown);
+	}
+	if (r == -ENOMEM)
+		r = dcr_err_sys(e, ENOMEM, "credentials");
+	if (form.p)
+		OPENSSL_cleanse(form.p, form.len);
+	if (b.p)
+		OPENSSL_cleanse(b.p, b.len);
+	if (tok)
+		OPENSSL_cleanse(tok, tn);
+	dcr_buf_free(&form);
+	dcr_buf_free(&b);
+	free(tok);
+	free(url);
+	return r;
+}
+
 enum dcr_aws_source dcr_aws_source_pick(const char *process)
 {
 	if (process && *process)
@@ -493,8 +636,8 @@ enum dcr_aws_source dcr_aws_source_pick(const char *process)
 	return DCR_AWS_IMDS;
 }
 
-int dcr_aws_creds_fetch(enum dcr_aws_source src, const char *process, struct dcr_aws_creds *c,
-			struct dcr_err *e)
+int dcr_aws_creds_fetch(enum dcr_aws_source src, const char *process, const char *region,
+			struct dcr_aws_creds *c, struct dcr_err *e)
 {
 	memset(c, 0, sizeof(*c));
 	switch (src) {
@@ -511,6 +654,7 @@ int dcr_aws_creds_fetch(enum dcr_aws_source src, const char *process, struct dcr
 	}
 	case DCR_AWS_CONTAINER: return from_container(c, e);
 	case DCR_AWS_IMDS: return from_imds(c, e);
+	case DCR_AWS_WEB_IDENTITY: return from_web_identity(region ? region : "us-east-1", c, e);
 	default: return dcr_err_set(e, DCR_ENOTFOUND, "no AWS credential source");
 	}
 }

@@ -838,8 +838,8 @@ static size_t small_data(char *p, size_t sz, size_t nm, void *arg)
 }
 
 int net_fetch_small(const char *method, const char *url, const char *const *headers, size_t nh,
-		    long timeout_ms, size_t max, struct dcr_buf *out, long *status,
-		    struct dcr_err *e)
+		    const char *body, long timeout_ms, size_t max, struct dcr_buf *out,
+		    long *status, struct dcr_err *e)
 {
 	pthread_once(&curl_once, curl_init);
 	if (curl_load_rc)
@@ -884,10 +884,10 @@ int net_fetch_small(const char *method, const char *url, const char *const *head
 #else
 	cu.easy_setopt(c, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
-	if (!strcmp(method, "PUT")) {
-		cu.easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
-		cu.easy_setopt(c, CURLOPT_POSTFIELDS, "");
-		cu.easy_setopt(c, CURLOPT_POSTFIELDSIZE, 0L);
+	if (!strcmp(method, "PUT") || !strcmp(method, "POST")) {
+		cu.easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+		cu.easy_setopt(c, CURLOPT_POSTFIELDS, body ? body : "");
+		cu.easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)(body ? strlen(body) : 0));
 	} else if (strcmp(method, "GET")) {
 		cu.easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
 	}

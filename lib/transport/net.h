@@ -178,15 +178,15 @@ size_t net_on_data(char *p, size_t sz, size_t nm, void *arg);
 void net_http_cause(const struct net_req *q, char *out, size_t n, char **codep);
 
 /* One small request that belongs to no store (the S3 store's credential
- * sources, awscred.h): method (GET or PUT, the latter with an empty body)
- * to url, http or https only, with headers ("Name: value"), through no
+ * sources, awscred.h): method (GET, or PUT or POST with body, NULL for
+ * none) to url, http or https only, with headers ("Name: value"), through no
  * proxy, following no redirect, all of it within timeout_ms; the body, at
  * most max bytes (else -EFBIG), into out. 0 when an answer came, whatever
  * its *status; else negative with e filled (the cause alone: the caller
  * says what was asked). Loads libcurl if no store has. */
 int net_fetch_small(const char *method, const char *url, const char *const *headers, size_t nh,
-		    long timeout_ms, size_t max, struct dcr_buf *out, long *status,
-		    struct dcr_err *e);
+		    const char *body, long timeout_ms, size_t max, struct dcr_buf *out,
+		    long *status, struct dcr_err *e);
 
 /* Store operations (store-impl.h) for a kind that has set its hooks. */
 int net_put(struct dcr_store *s, const char *name, const void *buf,

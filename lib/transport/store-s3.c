@@ -74,7 +74,7 @@ static void s3_refresh(struct s3 *s3, time_t now)
 	s3->asked = now;
 	struct dcr_aws_creds c;
 	struct dcr_err e;
-	if (dcr_aws_creds_fetch(s3->src, s3->process, &c, &e))
+	if (dcr_aws_creds_fetch(s3->src, s3->process, s3->region, &c, &e))
 		return;
 	struct dcr_aws_creds old = {s3->akid, s3->secret, s3->token, 0};
 	dcr_aws_creds_free(&old);
@@ -427,7 +427,9 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	s3->akid = env("AWS_ACCESS_KEY_ID");
 	s3->secret = env("AWS_SECRET_ACCESS_KEY");
 	s3->token = env("AWS_SESSION_TOKEN");
-	if (!s3->akid || !s3->secret) {
+	/* a web identity (EKS IRSA) comes before the profile's keys */
+	int webid = (!s3->akid || !s3->secret) && dcr_aws_web_identity();
+	if ((!s3->akid || !s3->secret) && !webid) {
 		free(s3->akid);
 		free(s3->secret);
 		free(s3->token);
@@ -462,7 +464,7 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 		free(s3->secret);
 		free(s3->token);
 		s3->akid = s3->secret = s3->token = NULL;
-		s3->src = dcr_aws_source_pick(prof.process);
+		s3->src = webid ? DCR_AWS_WEB_IDENTITY : dcr_aws_source_pick(prof.process);
 		struct dcr_aws_creds c;
 		struct dcr_err ce;
 		if (s3->src == DCR_AWS_NONE)
@@ -471,7 +473,7 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 					"or the AWS profile '%s' hold aws_access_key_id and aws_secret_access_key "
 					"or a credential_process (the instance metadata service is disabled)",
 					s->url, prof.name);
-		else if ((r = dcr_aws_creds_fetch(s3->src, prof.process, &c, &ce)))
+		else if ((r = dcr_aws_creds_fetch(s3->src, prof.process, s3->region, &c, &ce)))
 			r = s3->src == DCR_AWS_IMDS
 				    ? dcr_err_set(e, r,
 						  "cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set, "

@@ -8,7 +8,7 @@
  * than announced, resumed and ranged requests, the cause of an error) and
  * S3 XML (a ListObjectsV2 page, an error body), and what AWS credential
  * sources answer (the shared config files' INI, a credential_process's or
- * an endpoint's JSON, ISO 8601 expiries). The first input byte
+ * an endpoint's JSON, STS's XML, ISO 8601 expiries). The first input byte
  * picks the parser. Build and run with scripts/fuzz (clang, libFuzzer,
  * ASan, UBSan); scripts/fuzz TARGET runs one. */
 #include "config.h"
@@ -301,6 +301,8 @@ static void aws(const uint8_t *p, size_t n)
 	struct dcr_aws_creds c;
 	struct dcr_err e;
 	if (n && !dcr_aws_creds_parse((const char *)p + 1, n - 1, src[p[0] % 3], "fuzz", &c, &e))
+		dcr_aws_creds_free(&c);
+	if (!dcr_aws_sts_parse((const char *)p, n, "fuzz", &c, &e))
 		dcr_aws_creds_free(&c);
 	static const char *const sec[] = {"default", "profile x"};
 	static const char *const key[] = {"aws_access_key_id", "credential_process", "region"};

@@ -7,7 +7,10 @@
 //     .../ROLE (its keys, JSON) want it in X-aws-ec2-metadata-token (401
 //     without it, as IMDSv2-only instances answer);
 //   the container endpoint (ECS, EKS Pod Identity): GET /creds with the
-//     Authorization header --auth gives the keys as JSON.
+//     Authorization header --auth gives the keys as JSON;
+//   STS (EKS IRSA): POST / with the form Action=AssumeRoleWithWebIdentity,
+//     Version, RoleArn (--role-arn), RoleSessionName and WebIdentityToken
+//     (--web-token) gives the keys as STS's XML; else STS's XML error.
 // Options:
 //   --port-file F     write the port here when ready
 //   --key K --secret S --token T   the keys handed out
@@ -15,7 +18,8 @@
 //   --auth A          the container endpoint's Authorization value
 //   --v1              no session tokens: PUT answers 405 and GETs want none
 //   --no-role         the instance has no role: the listing answers 404
-//   --bad-json        the keys' answer is not JSON
+//   --bad-json        the keys' answer is not JSON (STS: no Credentials)
+//   --role-arn A --web-token W   what STS accepts
 //   --log FILE        append "METHOD PATH" per request
 const http = require('http');
 const fs = require('fs');
@@ -39,7 +43,40 @@ function answer(res, status, body, type) {
   res.end(body);
 }
 
+function sts(res, body) {
+  const f = new URLSearchParams(body);
+  if (o.log) fs.appendFileSync(o.log, `STS ${f.get('Action')} ${f.get('RoleSessionName')}\n`);
+  const err = (status, code, msg) => answer(res, status,
+    `<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error><Type>Sender</Type><Code>${code}</Code><Message>${msg}</Message></Error><RequestId>1</RequestId></ErrorResponse>`,
+    'text/xml');
+  if (f.get('Action') !== 'AssumeRoleWithWebIdentity' || f.get('Version') !== '2011-06-15')
+    return err(400, 'InvalidAction', 'Could not find operation');
+  if (f.get('RoleArn') !== o.roleArn) return err(403, 'AccessDenied', 'Not authorized to perform sts:AssumeRoleWithWebIdentity');
+  if (f.get('WebIdentityToken') !== o.webToken) return err(400, 'InvalidIdentityToken', 'Couldn&apos;t retrieve verification key from your identity provider');
+  if (!/^[\w+=,.@-]{2,64}$/.test(f.get('RoleSessionName') || '')) return err(400, 'ValidationError', 'RoleSessionName');
+  const k = keys('Token');
+  if (o.badJson) return answer(res, 200, '<AssumeRoleWithWebIdentityResponse/>', 'text/xml');
+  return answer(res, 200,
+    `<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+  <AssumeRoleWithWebIdentityResult>
+    <Audience>sts.amazonaws.com</Audience>
+    <Credentials>
+      <AccessKeyId>${k.AccessKeyId}</AccessKeyId>
+      <SecretAccessKey>${k.SecretAccessKey}</SecretAccessKey>
+      <SessionToken>${k.Token}</SessionToken>
+      <Expiration>${k.Expiration}</Expiration>
+    </Credentials>
+  </AssumeRoleWithWebIdentityResult>
+</AssumeRoleWithWebIdentityResponse>`, 'text/xml');
+}
+
 const server = http.createServer((req, res) => {
+  if (req.method === 'POST') {
+    let body = '';
+    req.on('data', (d) => { body += d; });
+    req.on('end', () => sts(res, body));
+    return;
+  }
   if (o.log) fs.appendFileSync(o.log, `${req.method} ${req.url}\n`);
   const path = req.url.split('?')[0];
   if (path === '/latest/api/token') {
