@@ -114,13 +114,21 @@ static int s3_sign(struct dcr_store *s, struct net_req *q, struct dcr_sigv4_head
 		dcr_sigv4_out_free(&so);
 	}
 	/* the token's header outlives the lock: the request's own copy */
-	if (!r && *auth && s3->token) {
+	if (!r && !*auth)
+		r = -ENOMEM;
+	if (!r && s3->token) {
 		free(q->tok);
 		q->tok = dcr_strdup(s3->token);
 		h[*nh - 1].value = q->tok;
+		if (!q->tok)
+			r = -ENOMEM;
 	}
 	pthread_mutex_unlock(&s3->cred_mu);
-	return !r && *auth && (!s3->token || q->tok) ? 0 : -ENOMEM;
+	if (r) {
+		free(*auth);
+		*auth = NULL;
+	}
+	return r ? -ENOMEM : 0;
 }
 
 /* ---- multipart uploads ----------------------------------------------- */
