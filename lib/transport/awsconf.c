@@ -133,6 +133,9 @@ int dcr_aws_profile_load(struct dcr_aws_profile *p, struct dcr_err *e)
 		p->process = dcr_aws_ini_get(ft, conf_n, csec, "credential_process", &in_conf);
 		if (!p->process)
 			p->process = dcr_aws_ini_get(ct, cred_n, p->name, "credential_process", NULL);
+		p->ca_bundle = dcr_aws_ini_get(ft, conf_n, csec, "ca_bundle", &in_conf);
+		if (!p->ca_bundle)
+			p->ca_bundle = dcr_aws_ini_get(ct, cred_n, p->name, "ca_bundle", NULL);
 		if (explicit && !in_cred && !in_conf)
 			r = dcr_err_set(e, DCR_ENOTFOUND,
 					"the AWS profile '%s' is in neither the credentials nor the config file",
@@ -155,5 +158,6 @@ void dcr_aws_profile_free(struct dcr_aws_profile *p)
 	free(p->region);
 	free(p->endpoint);
 	free(p->process);
+	free(p->ca_bundle);
 	memset(p, 0, sizeof(*p));
 }

@@ -19,6 +19,7 @@ struct dcr_aws_profile {
 	char *akid, *secret, *token;  /* the credentials file's, else config's */
 	char *region, *endpoint;      /* the config file's, else credentials' */
 	char *process;                /* credential_process: config's, else credentials' */
+	char *ca_bundle;              /* ca_bundle: config's, else credentials' */
 };
 
 /* The value of key in section [section] of INI text[0..n) (malloc'd), or

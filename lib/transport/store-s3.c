@@ -465,6 +465,15 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 		ep = prof.endpoint;
 		prof.endpoint = NULL;
 	}
+	/* the CA certificates, as the AWS CLI: --cacert, else
+	 * $AWS_CA_BUNDLE, else the profile's ca_bundle */
+	if (!s->o.cacert) {
+		s->o.cacert = env("AWS_CA_BUNDLE");
+		if (!s->o.cacert) {
+			s->o.cacert = prof.ca_bundle;
+			prof.ca_bundle = NULL;
+		}
+	}
 	/* then, as the AWS CLI, the profile's credential_process, a
 	 * container's endpoint, the instance's metadata service */
 	if (!s3->akid || !s3->secret) {

@@ -10,6 +10,7 @@
 //   --key K --secret S     the one credential accepted
 //   --token T              require this x-amz-security-token, signed
 //   --region R             default us-east-1
+//   --tls-cert F --tls-key F   the proxy serves HTTPS
 //   --cas                  honour "If-None-Match: *" on PUT (412 if the key
 //                          exists), as S3 does since 2024; without it the
 //                          header is ignored, as s3rver and older servers do
@@ -23,6 +24,7 @@
 // plus the fault options of faults.js.
 const crypto = require('crypto');
 const http = require('http');
+const https = require('https');
 const aws4 = require('aws4');
 
 // s3rver 3.7 makes its opaque ListObjectsV2 continuation tokens with DES,
@@ -212,10 +214,13 @@ async function handle(req, res) {
   });
   const addr = await s3.run();
   upstream = addr.port;
-  const proxy = http.createServer((req, res) => handle(req, res).catch((e) => {
+  const onReq = (req, res) => handle(req, res).catch((e) => {
     res.statusCode = 502;
     res.end(String(e));
-  }));
+  });
+  const proxy = o.tlsCert
+    ? https.createServer({ cert: fs.readFileSync(o.tlsCert), key: fs.readFileSync(o.tlsKey) }, onReq)
+    : http.createServer(onReq);
   proxy.listen(0, '127.0.0.1', () => {
     if (o.directPortFile) announce(o.directPortFile, upstream);
     announce(o.portFile, proxy.address().port);
