@@ -124,18 +124,15 @@ int dcr_aws_profile_load(struct dcr_aws_profile *p, struct dcr_err *e)
 			if (!*dst[i])
 				*dst[i] = dcr_aws_ini_get(ft, conf_n, csec, keys[i], &in_conf);
 		}
-		p->region = dcr_aws_ini_get(ft, conf_n, csec, "region", &in_conf);
-		if (!p->region)
-			p->region = dcr_aws_ini_get(ct, cred_n, p->name, "region", NULL);
-		p->endpoint = dcr_aws_ini_get(ft, conf_n, csec, "endpoint_url", &in_conf);
-		if (!p->endpoint)
-			p->endpoint = dcr_aws_ini_get(ct, cred_n, p->name, "endpoint_url", NULL);
-		p->process = dcr_aws_ini_get(ft, conf_n, csec, "credential_process", &in_conf);
-		if (!p->process)
-			p->process = dcr_aws_ini_get(ct, cred_n, p->name, "credential_process", NULL);
-		p->ca_bundle = dcr_aws_ini_get(ft, conf_n, csec, "ca_bundle", &in_conf);
-		if (!p->ca_bundle)
-			p->ca_bundle = dcr_aws_ini_get(ct, cred_n, p->name, "ca_bundle", NULL);
+		/* the settings: the config file's, else the credentials file's */
+		static const char *const sets[] = {"region", "endpoint_url", "credential_process",
+						   "ca_bundle"};
+		char **sdst[] = {&p->region, &p->endpoint, &p->process, &p->ca_bundle};
+		for (int i = 0; i < 4; i++) {
+			*sdst[i] = dcr_aws_ini_get(ft, conf_n, csec, sets[i], &in_conf);
+			if (!*sdst[i])
+				*sdst[i] = dcr_aws_ini_get(ct, cred_n, p->name, sets[i], NULL);
+		}
 		if (explicit && !in_cred && !in_conf)
 			r = dcr_err_set(e, DCR_ENOTFOUND,
 					"the AWS profile '%s' is in neither the credentials nor the config file",
