@@ -5,8 +5,8 @@
 # file ("[profile NAME]"); the region from the environment, else the
 # profile; the endpoint from --endpoint, DCR_S3_ENDPOINT,
 # AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else the profile's endpoint_url.
-# A profile named but absent, a file too large and no keys anywhere: one
-# line each.
+# A profile named but absent, a file too large, no keys anywhere, and a
+# profile that assumes a role or signs in with SSO: one line each.
 . "$DCR_SRC/tests/lib-xfer.sh"
 need_node s3rver aws4
 gen 8M 1
@@ -68,3 +68,15 @@ head -c 2000000 /dev/zero | tr '\0' '#' >"$CRED"
 expect_fail 128 dcr-pull -q --endpoint "$EP" "$S/v1"
 contains "$ERR" "cannot open store"
 echo "ok: an absent profile and an oversized file refused in one line"
+
+# a profile that assumes a role or signs in with SSO: dcr does neither,
+# and says how to hand it the keys the AWS CLI would get (never the
+# instance's keys instead)
+: >"$CRED"
+printf '[profile ops]\nrole_arn = arn:aws:iam::123456789012:role/ops\nsource_profile = default\n[profile sso]\nsso_session = corp\nsso_account_id = 1\n' >"$CONF"
+unset AWS_EC2_METADATA_DISABLED
+expect_fail 128 env AWS_PROFILE=ops AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:1 dcr-pull -q --endpoint "$EP" "$S/v1"
+contains "$ERR" "the AWS profile 'ops' has role_arn, which dcr does not follow: give the profile credential_process = aws configure export-credentials --profile ops --format process"
+expect_fail 128 env AWS_PROFILE=sso dcr-pull -q --endpoint "$EP" "$S/v1"
+contains "$ERR" "the AWS profile 'sso' has sso_session, which dcr does not follow"
+echo "ok: role and SSO profiles refused with the way out"

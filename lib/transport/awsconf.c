@@ -133,6 +133,15 @@ int dcr_aws_profile_load(struct dcr_aws_profile *p, struct dcr_err *e)
 			if (!*sdst[i])
 				*sdst[i] = dcr_aws_ini_get(ct, cred_n, p->name, sets[i], NULL);
 		}
+		static const char *const unsup[] = {"role_arn", "sso_session", "sso_start_url"};
+		for (int i = 0; i < 3 && !p->unsupported; i++) {
+			char *v = dcr_aws_ini_get(ft, conf_n, csec, unsup[i], NULL);
+			if (!v)
+				v = dcr_aws_ini_get(ct, cred_n, p->name, unsup[i], NULL);
+			if (v)
+				p->unsupported = dcr_strdup(unsup[i]);
+			free(v);
+		}
 		if (explicit && !in_cred && !in_conf)
 			r = dcr_err_set(e, DCR_ENOTFOUND,
 					"the AWS profile '%s' is in neither the credentials nor the config file",
@@ -156,5 +165,6 @@ void dcr_aws_profile_free(struct dcr_aws_profile *p)
 	free(p->endpoint);
 	free(p->process);
 	free(p->ca_bundle);
+	free(p->unsupported);
 	memset(p, 0, sizeof(*p));
 }

@@ -20,6 +20,10 @@ struct dcr_aws_profile {
 	char *region, *endpoint;      /* the config file's, else credentials' */
 	char *process;                /* credential_process: config's, else credentials' */
 	char *ca_bundle;              /* ca_bundle: config's, else credentials' */
+	/* what the AWS CLI would do and dcr does not: role_arn (AssumeRole,
+	 * or a web identity named in the profile), else an SSO setting; NULL
+	 * when neither */
+	char *unsupported;
 };
 
 /* The value of key in section [section] of INI text[0..n) (malloc'd), or

@@ -484,7 +484,16 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 		s3->src = webid ? DCR_AWS_WEB_IDENTITY : dcr_aws_source_pick(prof.process);
 		struct dcr_aws_creds c;
 		struct dcr_err ce;
-		if (s3->src == DCR_AWS_NONE)
+		if (!webid && !prof.process && prof.unsupported) {
+			/* the AWS CLI would assume a role or sign in: not the
+			 * instance's keys instead, but the way out */
+			r = dcr_err_set(e, -EINVAL,
+					"cannot open store '%s': the AWS profile '%s' has %s, which dcr does not "
+					"follow: give the profile credential_process = aws configure "
+					"export-credentials --profile %s --format process, or export its keys",
+					s->url, prof.name, prof.unsupported, prof.name);
+			s3->src = DCR_AWS_NONE;
+		} else if (s3->src == DCR_AWS_NONE)
 			r = dcr_err_set(e, -EINVAL,
 					"cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set, "
 					"or the AWS profile '%s' hold aws_access_key_id and aws_secret_access_key "
