@@ -384,7 +384,7 @@ static int from_container(struct dcr_aws_creds *c, struct dcr_err *e)
 	}
 	const char *h[1] = {auth};
 	struct dcr_buf b = {0};
-	long st;
+	long st = 0;
 	int r = ask("GET", url, h, auth ? 1 : 0, what, &b, &st, e);
 	if (!r)
 		r = dcr_aws_creds_parse((const char *)b.p, b.len, DCR_AWS_CONTAINER, what, c, e);
@@ -412,7 +412,7 @@ static int from_imds(struct dcr_aws_creds *c, struct dcr_err *e)
 		base[n - 1] = '\0';
 	struct dcr_buf b = {0};
 	char *url = dcr_asprintf("%s/latest/api/token", base), *tokh = NULL, *role = NULL;
-	long st;
+	long st = 0;
 	const char *ttl[1] = {"X-aws-ec2-metadata-token-ttl-seconds: 21600"};
 	int r = url ? ask("PUT", url, ttl, 1, what, &b, &st, e) : -ENOMEM;
 	if (r && st && st != 403 && st != 404 && st != 405)
@@ -456,7 +456,7 @@ static int from_imds(struct dcr_aws_creds *c, struct dcr_err *e)
 	int ok = n > 0 && n <= 128;
 	for (size_t i = 0; i < n && ok; i++)
 		ok = (role[i] >= 'a' && role[i] <= 'z') || (role[i] >= 'A' && role[i] <= 'Z') ||
-		     (role[i] >= '0' && role[i] <= '9') || strchr("+=,.@_-", role[i]);
+		     (role[i] >= '0' && role[i] <= '9') || (role[i] && strchr("+=,.@_-", role[i]));
 	if (!ok) {
 		r = dcr_err_set(e, DCR_EFORMAT, "%s answered a role name that is not one", what);
 		goto out;

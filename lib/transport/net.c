@@ -841,6 +841,8 @@ int net_fetch_small(const char *method, const char *url, const char *const *head
 		    const char *body, long timeout_ms, size_t max, struct dcr_buf *out,
 		    long *status, struct dcr_err *e)
 {
+	*status = 0;
+	out->len = 0;
 	pthread_once(&curl_once, curl_init);
 	if (curl_load_rc)
 		return dcr_err_set(e, curl_load_rc, "%s", curl_load_err.msg);
@@ -865,8 +867,6 @@ int net_fetch_small(const char *method, const char *url, const char *const *head
 	}
 	char errbuf[CURL_ERROR_SIZE] = "";
 	struct small sm = {.out = out, .max = max};
-	out->len = 0;
-	*status = 0;
 	cu.easy_setopt(c, CURLOPT_URL, url);
 	cu.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	cu.easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
