@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include "core/dynlib.h"
@@ -529,6 +530,8 @@ static int build_headers(struct dcr_store *s, struct net_req *q, struct curl_sli
 	struct curl_slist *l = NULL;
 	if (auth)
 		l = add_hdr(l, "Authorization", auth, &bad);
+	else if (net_of(s)->bearer)
+		l = add_hdr(l, "Authorization", net_of(s)->bearer, &bad);
 	free(auth);
 	for (size_t i = 0; i < nh; i++)
 		l = add_hdr(l, h[i].name, h[i].value, &bad);
@@ -924,6 +927,9 @@ void net_close(struct dcr_store *s)
 	free(n->idle);
 	free(n->base);
 	free(n->shown);
+	if (n->bearer)
+		OPENSSL_cleanse(n->bearer, strlen(n->bearer));
+	free(n->bearer);
 	pthread_mutex_destroy(&n->curl_mu);
 	pthread_mutex_destroy(&n->cas_mu);
 	free(n);

@@ -113,6 +113,8 @@ struct net {
 	pthread_mutex_t cas_mu;
 	int cas_state;  /* 0 unknown, 1 honoured, -1 ignored */
 	const char *region; /* S3: the region requests are signed for, else NULL */
+	char *bearer;   /* HTTP: "Bearer TOKEN", the Authorization of every
+			   request (a kind without a signer), else NULL */
 };
 
 static inline struct net *net_of(struct dcr_store *s) { return s->impl; }

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+
+#include "core/file.h"
 #include "core/util.h"
 #include "transport/net.h"
 #include "transport/sigv4.h"
@@ -20,6 +23,44 @@ static int http_locate(struct dcr_store *s, const char *name, char **path, char 
 	*what = dcr_asprintf("%s/%s", net_of(s)->shown, name);
 	free(enc);
 	return *path && *what ? 0 : -ENOMEM;
+}
+
+/* The token of $DCR_HTTP_TOKEN_FILE (read once, white space at its end
+ * dropped), else $DCR_HTTP_TOKEN, as the Authorization of every request:
+ * "Bearer TOKEN". libcurl sends it to no other host a download is
+ * redirected to. */
+static int http_bearer(struct dcr_store *s, struct dcr_err *e)
+{
+	const char *file = getenv("DCR_HTTP_TOKEN_FILE"), *v = getenv("DCR_HTTP_TOKEN");
+	uint8_t *b = NULL;
+	size_t n = 0;
+	if (file && *file) {
+		struct dcr_err le;
+		if (dcr_read_file(file, 16384, &b, &n, &le))
+			return dcr_err_set(e, le.code ? le.code : -EIO,
+					   "cannot open store '%s': DCR_HTTP_TOKEN_FILE: %s", s->url, le.msg);
+		while (n && (b[n - 1] == '\n' || b[n - 1] == '\r' || b[n - 1] == ' ' || b[n - 1] == '\t'))
+			b[--n] = '\0';
+		v = (const char *)b;
+	} else if (!v || !*v) {
+		return 0;
+	}
+	int ok = *v != '\0';
+	for (const char *p = v; *p && ok; p++)
+		ok = (unsigned char)*p > 0x20 && (unsigned char)*p < 0x7f;
+	int r = 0;
+	if (!ok)
+		r = dcr_err_set(e, -EINVAL,
+				"cannot open store '%s': the bearer token (%s) is empty or holds white space "
+				"or bytes that are not printable ASCII",
+				s->url, file && *file ? "DCR_HTTP_TOKEN_FILE" : "DCR_HTTP_TOKEN");
+	else if (!(net_of(s)->bearer = dcr_asprintf("Bearer %s", v)))
+		r = dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
+	if (b) {
+		OPENSSL_cleanse(b, n);
+		free(b);
+	}
+	return r;
 }
 
 static const struct net_hooks http_hooks = {
@@ -44,6 +85,10 @@ static int http_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 				   s->url);
 	if (net_set_base(s, strndup(url, n)))
 		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
+	/* a bearer token, unless the URL carries a user and password */
+	const char *at = strchr(h, '@'), *end = h + strcspn(h, "/");
+	if (!(at && at < end) && (r = http_bearer(s, e)))
+		return r;
 	return 0;
 }
 

@@ -9,6 +9,8 @@
 //   --deny METHOD            answer every METHOD request with 403 (a key
 //                            without the right to it, s3:DeleteObject)
 //   --ignore-if-none-match   overwrite even with "If-None-Match: *"
+//   --bearer TOKEN           answer 401 to a request without
+//                            "Authorization: Bearer TOKEN"
 //   --tls-cert F --tls-key F serve HTTPS
 const crypto = require('crypto');
 const http = require('http');
@@ -31,6 +33,7 @@ async function handle(req, res) {
   if (faults.shouldFail(req)) return text(res, req, 500, 'internal error (injected)');
   if (faults.shouldStall(req)) return faults.log(req, 0, 'STALL');
   if (o.deny === req.method) return text(res, req, 403, `${req.method} denied here`);
+  if (o.bearer && req.headers.authorization !== `Bearer ${o.bearer}`) return text(res, req, 401, 'a bearer token is wanted');
   const obj = objects.get(p);
   switch (req.method) {
     case 'PUT': {
