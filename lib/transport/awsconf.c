@@ -124,23 +124,23 @@ int dcr_aws_profile_load(struct dcr_aws_profile *p, struct dcr_err *e)
 			if (!*dst[i])
 				*dst[i] = dcr_aws_ini_get(ft, conf_n, csec, keys[i], &in_conf);
 		}
-		/* the settings: the config file's, else the credentials file's */
+		/* the settings: the config file's, else the credentials file's;
+		 * the last three only to say what dcr does not follow */
 		static const char *const sets[] = {"region", "endpoint_url", "credential_process",
-						   "ca_bundle"};
-		char **sdst[] = {&p->region, &p->endpoint, &p->process, &p->ca_bundle};
-		for (int i = 0; i < 4; i++) {
+						   "ca_bundle", "role_arn", "sso_session",
+						   "sso_start_url"};
+		char *unsup[3] = {NULL, NULL, NULL};
+		char **sdst[] = {&p->region, &p->endpoint, &p->process, &p->ca_bundle,
+				 &unsup[0], &unsup[1], &unsup[2]};
+		for (int i = 0; i < 7; i++) {
 			*sdst[i] = dcr_aws_ini_get(ft, conf_n, csec, sets[i], &in_conf);
 			if (!*sdst[i])
 				*sdst[i] = dcr_aws_ini_get(ct, cred_n, p->name, sets[i], NULL);
 		}
-		static const char *const unsup[] = {"role_arn", "sso_session", "sso_start_url"};
-		for (int i = 0; i < 3 && !p->unsupported; i++) {
-			char *v = dcr_aws_ini_get(ft, conf_n, csec, unsup[i], NULL);
-			if (!v)
-				v = dcr_aws_ini_get(ct, cred_n, p->name, unsup[i], NULL);
-			if (v)
-				p->unsupported = dcr_strdup(unsup[i]);
-			free(v);
+		for (int i = 0; i < 3; i++) {
+			if (unsup[i] && !p->unsupported)
+				p->unsupported = dcr_strdup(sets[4 + i]);
+			free(unsup[i]);
 		}
 		if (explicit && !in_cred && !in_conf)
 			r = dcr_err_set(e, DCR_ENOTFOUND,

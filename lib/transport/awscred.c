@@ -40,15 +40,35 @@ const char *dcr_aws_source_name(enum dcr_aws_source src)
 	}
 }
 
+/* Free a string that held a secret (or NULL), wiped first. */
+static void wipe_str(char *s)
+{
+	if (s)
+		OPENSSL_cleanse(s, strlen(s));
+	free(s);
+}
+
+/* Free a buffer that held a secret, wiped first. */
+static void wipe_buf(struct dcr_buf *b)
+{
+	if (b->p)
+		OPENSSL_cleanse(b->p, b->len);
+	dcr_buf_free(b);
+}
+
+/* What a server said, for a message: its control bytes as '?'. */
+static void printable(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f)
+			*s = '?';
+}
+
 void dcr_aws_creds_free(struct dcr_aws_creds *c)
 {
-	if (c->secret)
-		OPENSSL_cleanse(c->secret, strlen(c->secret));
-	if (c->token)
-		OPENSSL_cleanse(c->token, strlen(c->token));
 	free(c->akid);
-	free(c->secret);
-	free(c->token);
+	wipe_str(c->secret);
+	wipe_str(c->token);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -68,6 +88,22 @@ static int header_safe(const char *s, size_t max)
 		if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
 			return 0;
 	return 1;
+}
+
+/* The token in file, which variable var names (for messages): at most
+ * TOKEN_MAX bytes, the white space at its end dropped; 0 and *out (free
+ * it with wipe_str), else an error. */
+static int read_token_file(const char *var, const char *file, char **out, struct dcr_err *e)
+{
+	uint8_t *b = NULL;
+	size_t n = 0;
+	struct dcr_err le;
+	if (dcr_read_file(file, TOKEN_MAX, &b, &n, &le))
+		return dcr_err_set(e, le.code ? le.code : -EIO, "%s: %s", var, le.msg);
+	while (n && (b[n - 1] == '\n' || b[n - 1] == '\r' || b[n - 1] == ' '))
+		b[--n] = '\0';
+	*out = (char *)b;
+	return 0;
 }
 
 static int digits(const char *s, int n, int *v)
@@ -161,9 +197,7 @@ int dcr_aws_creds_parse(const char *txt, size_t n, enum dcr_aws_source src, cons
 		const char *msg = jstr(o, "Message", &bad);
 		char shown[200];
 		snprintf(shown, sizeof(shown), "%s%s%s", code, msg ? ": " : "", msg ? msg : "");
-		for (char *q = shown; *q; q++)
-			if ((unsigned char)*q < 0x20 || (unsigned char)*q == 0x7f)
-				*q = '?';
+		printable(shown);
 		json_decref(o);
 		return dcr_err_set(e, DCR_EFORMAT, "%s answered %s", what, shown);
 	}
@@ -309,18 +343,8 @@ static char *container_auth(struct dcr_err *e, int *err)
 	const char *file = env_of("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
 	char *tok = NULL;
 	if (file) {
-		uint8_t *b = NULL;
-		size_t n = 0;
-		struct dcr_err le;
-		if (dcr_read_file(file, 16384, &b, &n, &le)) {
-			*err = dcr_err_set(e, le.code ? le.code : -EIO,
-					   "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE: %s", le.msg);
+		if ((*err = read_token_file("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", file, &tok, e)))
 			return NULL;
-		}
-		while (n && (b[n - 1] == '\n' || b[n - 1] == '\r' || b[n - 1] == ' '))
-			n--;
-		tok = strndup((const char *)b, n);
-		free(b);
 	} else if (env_of("AWS_CONTAINER_AUTHORIZATION_TOKEN")) {
 		tok = dcr_strdup(env_of("AWS_CONTAINER_AUTHORIZATION_TOKEN"));
 	} else {
@@ -330,33 +354,46 @@ static char *container_auth(struct dcr_err *e, int *err)
 		*err = tok ? dcr_err_set(e, DCR_EFORMAT,
 					 "the container authorization token is empty or not printable ASCII")
 			   : dcr_err_sys(e, ENOMEM, "credentials");
-		free(tok);
+		wipe_str(tok);
 		return NULL;
 	}
 	char *h = dcr_asprintf("Authorization: %s", tok);
-	OPENSSL_cleanse(tok, strlen(tok));
-	free(tok);
+	wipe_str(tok);
 	if (!h)
 		*err = dcr_err_sys(e, ENOMEM, "credentials");
 	return h;
 }
 
-/* method url with the headers; the answer's body in out when the status
- * is 200, else an error (what: what was asked, for the message). *status
- * gets the status (0 when no answer came). */
+/* method url with the headers (and body, or NULL), within timeout_ms;
+ * the answer's body in out when the status is 200, else an error (what:
+ * what was asked, for the message) with the server's cause (net.c's: an
+ * XML error's Code and Message, else the body's first line). *status gets
+ * the status (0 when no answer came). */
 static int ask(const char *method, const char *url, const char *const *h, size_t nh,
-	       const char *what, struct dcr_buf *out, long *status, struct dcr_err *e)
+	       const char *body, long timeout_ms, const char *what, struct dcr_buf *out,
+	       long *status, struct dcr_err *e)
 {
 	struct dcr_err le;
 	char *shown = dcr_url_redact(url);
-	int r = net_fetch_small(method, url, h, nh, NULL, DCR_AWS_TIMEOUT_MS, DCR_AWS_ANSWER_MAX,
-				out, status, &le);
-	if (r)
+	int r = net_fetch_small(method, url, h, nh, body, timeout_ms, DCR_AWS_ANSWER_MAX, out,
+				status, &le);
+	if (r) {
 		r = dcr_err_set(e, r, "%s: no answer from %s: %s", what, shown ? shown : "?",
 				le.msg);
-	else if (*status != 200)
-		r = dcr_err_set(e, *status == 404 ? DCR_ENOTFOUND : -EACCES,
-				"%s: %s answered HTTP %ld", what, shown ? shown : "?", *status);
+	} else if (*status != 200) {
+		struct net_req q;
+		memset(&q, 0, sizeof(q));
+		q.status = *status;
+		q.resp = *out; /* read only */
+		char cause[300];
+		net_http_cause(&q, cause, sizeof(cause), NULL);
+		printable(cause);
+		r = dcr_err_set(e,
+				*status == 404			       ? DCR_ENOTFOUND
+				: *status == 401 || *status == 403 ? -EACCES
+								   : DCR_EREMOTE,
+				"%s: %s answered HTTP %s", what, shown ? shown : "?", cause);
+	}
 	free(shown);
 	return r;
 }
@@ -385,16 +422,11 @@ static int from_container(struct dcr_aws_creds *c, struct dcr_err *e)
 	const char *h[1] = {auth};
 	struct dcr_buf b = {0};
 	long st = 0;
-	int r = ask("GET", url, h, auth ? 1 : 0, what, &b, &st, e);
+	int r = ask("GET", url, h, auth ? 1 : 0, NULL, DCR_AWS_TIMEOUT_MS, what, &b, &st, e);
 	if (!r)
 		r = dcr_aws_creds_parse((const char *)b.p, b.len, DCR_AWS_CONTAINER, what, c, e);
-	if (auth) {
-		OPENSSL_cleanse(auth, strlen(auth));
-		free(auth);
-	}
-	if (b.p)
-		OPENSSL_cleanse(b.p, b.len);
-	dcr_buf_free(&b);
+	wipe_str(auth);
+	wipe_buf(&b);
 	free(url);
 	return r;
 }
@@ -414,7 +446,7 @@ static int from_imds(struct dcr_aws_creds *c, struct dcr_err *e)
 	char *url = dcr_asprintf("%s/latest/api/token", base), *tokh = NULL, *role = NULL;
 	long st = 0;
 	const char *ttl[1] = {"X-aws-ec2-metadata-token-ttl-seconds: 21600"};
-	int r = url ? ask("PUT", url, ttl, 1, what, &b, &st, e) : -ENOMEM;
+	int r = url ? ask("PUT", url, ttl, 1, NULL, DCR_AWS_TIMEOUT_MS, what, &b, &st, e) : -ENOMEM;
 	if (r && st && st != 403 && st != 404 && st != 405)
 		goto out;
 	if (!r) {
@@ -428,8 +460,7 @@ static int from_imds(struct dcr_aws_creds *c, struct dcr_err *e)
 			goto out;
 		}
 		tokh = dcr_asprintf("X-aws-ec2-metadata-token: %s", t);
-		OPENSSL_cleanse(t, strlen(t));
-		free(t);
+		wipe_str(t);
 		if (!tokh) {
 			r = -ENOMEM;
 			goto out;
@@ -440,7 +471,7 @@ static int from_imds(struct dcr_aws_creds *c, struct dcr_err *e)
 	const char *h[1] = {tokh};
 	free(url);
 	url = dcr_asprintf("%s/latest/meta-data/iam/security-credentials/", base);
-	r = url ? ask("GET", url, h, tokh ? 1 : 0, what, &b, &st, e) : -ENOMEM;
+	r = url ? ask("GET", url, h, tokh ? 1 : 0, NULL, DCR_AWS_TIMEOUT_MS, what, &b, &st, e) : -ENOMEM;
 	if (r == DCR_ENOTFOUND)
 		r = dcr_err_set(e, DCR_ENOTFOUND, "%s: the instance has no IAM role", what);
 	if (r)
@@ -463,19 +494,14 @@ static int from_imds(struct dcr_aws_creds *c, struct dcr_err *e)
 	}
 	free(url);
 	url = dcr_asprintf("%s/latest/meta-data/iam/security-credentials/%s", base, role);
-	r = url ? ask("GET", url, h, tokh ? 1 : 0, what, &b, &st, e) : -ENOMEM;
+	r = url ? ask("GET", url, h, tokh ? 1 : 0, NULL, DCR_AWS_TIMEOUT_MS, what, &b, &st, e) : -ENOMEM;
 	if (!r)
 		r = dcr_aws_creds_parse((const char *)b.p, b.len, DCR_AWS_IMDS, what, c, e);
 out:
 	if (r == -ENOMEM)
 		r = dcr_err_sys(e, ENOMEM, "credentials");
-	if (tokh) {
-		OPENSSL_cleanse(tokh, strlen(tokh));
-		free(tokh);
-	}
-	if (b.p)
-		OPENSSL_cleanse(b.p, b.len);
-	dcr_buf_free(&b);
+	wipe_str(tokh);
+	wipe_buf(&b);
 	free(role);
 	free(url);
 	free(base);
@@ -523,12 +549,8 @@ int dcr_aws_sts_parse(const char *xml, size_t n, const char *what, struct dcr_aw
 		akid = secret = token = NULL;
 	}
 	free(akid);
-	if (secret)
-		OPENSSL_cleanse(secret, strlen(secret));
-	free(secret);
-	if (token)
-		OPENSSL_cleanse(token, strlen(token));
-	free(token);
+	wipe_str(secret);
+	wipe_str(token);
 	free(exp);
 	OPENSSL_cleanse(cred, cn);
 	free(cred);
@@ -544,9 +566,7 @@ static int form_add(struct dcr_buf *b, const char *k, const char *v)
 	int r = !enc || dcr_buf_add(b, b->len ? "&" : "", b->len ? 1 : 0) ||
 		dcr_buf_add(b, k, strlen(k)) || dcr_buf_add(b, "=", 1) ||
 		dcr_buf_add(b, enc, strlen(enc));
-	if (enc)
-		OPENSSL_cleanse(enc, strlen(enc));
-	free(enc);
+	wipe_str(enc);
 	return r ? -ENOMEM : 0;
 }
 
@@ -557,68 +577,40 @@ static int from_web_identity(const char *region, struct dcr_aws_creds *c, struct
 	const char *arn = env_of("AWS_ROLE_ARN");
 	const char *sess = env_of("AWS_ROLE_SESSION_NAME");
 	const char *ep = env_of("AWS_ENDPOINT_URL_STS");
-	uint8_t *tok = NULL;
-	size_t tn = 0;
-	struct dcr_err le;
-	if (dcr_read_file(file, TOKEN_MAX, &tok, &tn, &le))
-		return dcr_err_set(e, le.code ? le.code : -EIO, "AWS_WEB_IDENTITY_TOKEN_FILE: %s",
-				   le.msg);
-	while (tn && (tok[tn - 1] == '\n' || tok[tn - 1] == '\r' || tok[tn - 1] == ' '))
-		tok[--tn] = '\0';
+	char *tok = NULL;
+	int r = read_token_file("AWS_WEB_IDENTITY_TOKEN_FILE", file, &tok, e);
+	if (r)
+		return r;
 	char pidname[32];
 	snprintf(pidname, sizeof(pidname), "dcr-%ld", (long)getpid());
 	char *url = ep ? dcr_strdup(ep)
 		       : dcr_asprintf("https://sts.%s.amazonaws.com%s", region,
 				      !strncmp(region, "cn-", 3) ? ".cn" : "");
 	struct dcr_buf form = {0}, b = {0};
-	int r = !url || !tn ? (url ? dcr_err_set(e, DCR_EFORMAT, "AWS_WEB_IDENTITY_TOKEN_FILE '%s' is empty", file)
-				   : -ENOMEM)
-			    : 0;
+	if (!url)
+		r = -ENOMEM;
+	else if (!*tok)
+		r = dcr_err_set(e, DCR_EFORMAT, "AWS_WEB_IDENTITY_TOKEN_FILE '%s' is empty", file);
 	if (!r && (form_add(&form, "Action", "AssumeRoleWithWebIdentity") ||
 		   form_add(&form, "Version", "2011-06-15") || form_add(&form, "RoleArn", arn) ||
 		   form_add(&form, "RoleSessionName", sess ? sess : pidname) ||
-		   form_add(&form, "WebIdentityToken", (const char *)tok) ||
+		   form_add(&form, "WebIdentityToken", tok) ||
 		   dcr_buf_add(&form, "", 1)))
 		r = -ENOMEM;
 	if (!r) {
 		const char *h[2] = {"Content-Type: application/x-www-form-urlencoded",
 				    "Accept: application/xml"};
-		char *shown = dcr_url_redact(url);
 		long st = 0;
-		r = net_fetch_small("POST", url, h, 2, (const char *)form.p, DCR_AWS_TIMEOUT_MS * 5,
-				    DCR_AWS_ANSWER_MAX, &b, &st, &le);
-		if (r) {
-			r = dcr_err_set(e, r, "%s: no answer from %s: %s", what, shown ? shown : "?",
-					le.msg);
-		} else if (st != 200) {
-			char *code = net_xml_text((const char *)b.p, b.len, "Code", NULL);
-			char *msg = net_xml_text((const char *)b.p, b.len, "Message", NULL);
-			char shownc[300];
-			snprintf(shownc, sizeof(shownc), "%s%s%s", code ? code : "", code && msg ? ": " : "",
-				 msg ? msg : "");
-			for (char *q = shownc; *q; q++)
-				if ((unsigned char)*q < 0x20 || (unsigned char)*q == 0x7f)
-					*q = '?';
-			r = dcr_err_set(e, st == 403 ? -EACCES : DCR_EREMOTE, "%s: %s answered HTTP %ld%s%s",
-					what, shown ? shown : "?", st, shownc[0] ? " " : "", shownc);
-			free(code);
-			free(msg);
-		} else {
+		r = ask("POST", url, h, 2, (const char *)form.p, DCR_AWS_TIMEOUT_MS * 5, what, &b,
+			&st, e);
+		if (!r)
 			r = dcr_aws_sts_parse((const char *)b.p, b.len, what, c, e);
-		}
-		free(shown);
 	}
 	if (r == -ENOMEM)
 		r = dcr_err_sys(e, ENOMEM, "credentials");
-	if (form.p)
-		OPENSSL_cleanse(form.p, form.len);
-	if (b.p)
-		OPENSSL_cleanse(b.p, b.len);
-	if (tok)
-		OPENSSL_cleanse(tok, tn);
-	dcr_buf_free(&form);
-	dcr_buf_free(&b);
-	free(tok);
+	wipe_buf(&form);
+	wipe_buf(&b);
+	wipe_str(tok);
 	free(url);
 	return r;
 }
@@ -647,9 +639,7 @@ int dcr_aws_creds_fetch(enum dcr_aws_source src, const char *process, const char
 		if (!r)
 			r = dcr_aws_creds_parse((const char *)b.p, b.len, src, "credential_process",
 						c, e);
-		if (b.p)
-			OPENSSL_cleanse(b.p, b.len);
-		dcr_buf_free(&b);
+		wipe_buf(&b);
 		return r;
 	}
 	case DCR_AWS_CONTAINER: return from_container(c, e);

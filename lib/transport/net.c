@@ -77,6 +77,18 @@ static void curl_init(void)
 		curl_init_rc = cu.global_init(CURL_GLOBAL_DEFAULT);
 }
 
+/* libcurl loaded and started (once per process): 0, else why not. */
+static int curl_ready(struct dcr_err *e)
+{
+	pthread_once(&curl_once, curl_init);
+	if (curl_load_rc)
+		return dcr_err_set(e, curl_load_rc, "%s", curl_load_err.msg);
+	if (curl_init_rc != CURLE_OK)
+		return dcr_err_set(e, -EIO, "libcurl initialisation failed: %s",
+				   cu.easy_strerror(curl_init_rc));
+	return 0;
+}
+
 /* ---- handles --------------------------------------------------------- */
 
 static CURL *handle_get(struct dcr_store *s)
@@ -811,14 +823,9 @@ int net_open(struct dcr_store *s, size_t size, const struct net_hooks *k,
 	pthread_mutex_init(&n->curl_mu, NULL);
 	pthread_mutex_init(&n->cas_mu, NULL);
 	s->impl = n;
-	pthread_once(&curl_once, curl_init);
-	if (curl_load_rc)
-		return dcr_err_set(e, curl_load_rc, "cannot open store '%s': %s", s->url,
-				   curl_load_err.msg);
-	if (curl_init_rc != CURLE_OK)
-		return dcr_err_set(e, -EIO, "cannot open store '%s': libcurl initialisation failed: %s",
-				   s->url, cu.easy_strerror(curl_init_rc));
-	return 0;
+	struct dcr_err le;
+	int r = curl_ready(&le);
+	return r ? dcr_err_set(e, r, "cannot open store '%s': %s", s->url, le.msg) : 0;
 }
 
 /* ---- one small request outside a store ------------------------------- */
@@ -846,15 +853,12 @@ int net_fetch_small(const char *method, const char *url, const char *const *head
 {
 	*status = 0;
 	out->len = 0;
-	pthread_once(&curl_once, curl_init);
-	if (curl_load_rc)
-		return dcr_err_set(e, curl_load_rc, "%s", curl_load_err.msg);
-	if (curl_init_rc != CURLE_OK)
-		return dcr_err_set(e, -EIO, "libcurl initialisation failed: %s",
-				   cu.easy_strerror(curl_init_rc));
+	int r = curl_ready(e);
+	if (r)
+		return r;
 	CURL *c = cu.easy_init();
 	struct curl_slist *hl = NULL;
-	int r = c ? 0 : -ENOMEM;
+	r = c ? 0 : -ENOMEM;
 	for (size_t i = 0; i < nh && !r; i++) {
 		struct curl_slist *n = cu.slist_append(hl, headers[i]);
 		if (n)

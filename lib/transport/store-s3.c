@@ -6,11 +6,10 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include <openssl/crypto.h>
 
 #include "core/file.h"
 #include "core/util.h"
@@ -62,6 +61,18 @@ static int s3_locate(struct dcr_store *s, const char *name, char **path, char **
 	return *path && *what ? 0 : -ENOMEM;
 }
 
+/* Keys c (taken) in place of s3's (wiped and freed). */
+static void s3_keys_take(struct s3 *s3, struct dcr_aws_creds *c)
+{
+	struct dcr_aws_creds old = {s3->akid, s3->secret, s3->token, 0};
+	dcr_aws_creds_free(&old);
+	s3->akid = c->akid;
+	s3->secret = c->secret;
+	s3->token = c->token;
+	s3->expires = c->expires;
+	memset(c, 0, sizeof(*c));
+}
+
 /* Keys from a source that expire: asked for again DCR_AWS_REFRESH_S
  * before they do, at most once per DCR_AWS_RETRY_S; where the source
  * fails, the old keys stay (the server's ExpiredToken then says why a
@@ -74,14 +85,8 @@ static void s3_refresh(struct s3 *s3, time_t now)
 	s3->asked = now;
 	struct dcr_aws_creds c;
 	struct dcr_err e;
-	if (dcr_aws_creds_fetch(s3->src, s3->process, s3->region, &c, &e))
-		return;
-	struct dcr_aws_creds old = {s3->akid, s3->secret, s3->token, 0};
-	dcr_aws_creds_free(&old);
-	s3->akid = c.akid;
-	s3->secret = c.secret;
-	s3->token = c.token;
-	s3->expires = c.expires;
+	if (!dcr_aws_creds_fetch(s3->src, s3->process, s3->region, &c, &e))
+		s3_keys_take(s3, &c);
 }
 
 static int s3_sign(struct dcr_store *s, struct net_req *q, struct dcr_sigv4_header *h,
@@ -395,6 +400,11 @@ static int split_url(const char *url, char **origin, char **path)
 	return *origin && *path ? 0 : -ENOMEM;
 }
 
+/* What a store without keys is told (%s: the profile's name). */
+#define S3_NO_KEYS                                                                        \
+	"AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set, or the AWS profile '%s' " \
+	"hold aws_access_key_id and aws_secret_access_key or a credential_process"
+
 static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 {
 	int r = net_open(s, sizeof(struct s3), &s3_hooks, e);
@@ -477,14 +487,10 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	/* then, as the AWS CLI, the profile's credential_process, a
 	 * container's endpoint, the instance's metadata service */
 	if (!s3->akid || !s3->secret) {
-		free(s3->akid);
-		free(s3->secret);
-		free(s3->token);
-		s3->akid = s3->secret = s3->token = NULL;
 		s3->src = webid ? DCR_AWS_WEB_IDENTITY : dcr_aws_source_pick(prof.process);
-		struct dcr_aws_creds c;
+		struct dcr_aws_creds c = {0};
 		struct dcr_err ce;
-		if (!webid && !prof.process && prof.unsupported) {
+		if (!webid && !prof.process && prof.unsupported)
 			/* the AWS CLI would assume a role or sign in: not the
 			 * instance's keys instead, but the way out */
 			r = dcr_err_set(e, -EINVAL,
@@ -492,37 +498,29 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 					"follow: give the profile credential_process = aws configure "
 					"export-credentials --profile %s --format process, or export its keys",
 					s->url, prof.name, prof.unsupported, prof.name);
-			s3->src = DCR_AWS_NONE;
-		} else if (s3->src == DCR_AWS_NONE)
+		else if (s3->src == DCR_AWS_NONE)
 			r = dcr_err_set(e, -EINVAL,
-					"cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set, "
-					"or the AWS profile '%s' hold aws_access_key_id and aws_secret_access_key "
-					"or a credential_process (the instance metadata service is disabled)",
+					"cannot open store '%s': " S3_NO_KEYS
+					" (the instance metadata service is disabled)",
 					s->url, prof.name);
 		else if ((r = dcr_aws_creds_fetch(s3->src, prof.process, s3->region, &c, &ce)))
 			r = s3->src == DCR_AWS_IMDS
 				    ? dcr_err_set(e, r,
-						  "cannot open store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set, "
-						  "or the AWS profile '%s' hold aws_access_key_id and aws_secret_access_key "
-						  "or a credential_process, or the instance metadata service answer (%s)",
+						  "cannot open store '%s': " S3_NO_KEYS
+						  ", or the instance metadata service answer (%s)",
 						  s->url, prof.name, ce.msg)
 				    : dcr_err_set(e, r, "cannot open store '%s': %s", s->url, ce.msg);
-		else if (prof.process && s3->src == DCR_AWS_PROCESS &&
-			 !(s3->process = dcr_strdup(prof.process)))
-			r = dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
-		if (!r) {
-			s3->akid = c.akid;
-			s3->secret = c.secret;
-			s3->token = c.token;
-			s3->expires = c.expires;
-			s3->asked = time(NULL);
-		} else if (s3->src != DCR_AWS_NONE) {
-			dcr_aws_creds_free(&c);
-		}
 		if (r) {
+			dcr_aws_creds_free(&c);
 			dcr_aws_profile_free(&prof);
 			free(ep);
 			return r;
+		}
+		s3_keys_take(s3, &c);
+		s3->asked = time(NULL);
+		if (s3->src == DCR_AWS_PROCESS) {
+			s3->process = prof.process; /* asked again at each refresh */
+			prof.process = NULL;
 		}
 	}
 	dcr_aws_profile_free(&prof);
@@ -580,14 +578,10 @@ static void s3_close(struct dcr_store *s)
 	free(s3->hostport);
 	free(s3->bucket);
 	free(s3->prefix);
-	if (s3->secret)
-		OPENSSL_cleanse(s3->secret, strlen(s3->secret));
+	s3_keys_take(s3, &(struct dcr_aws_creds){0}); /* the keys wiped and freed */
 	if (s3->have_mu)
 		pthread_mutex_destroy(&s3->cred_mu);
 	free(s3->process);
-	free(s3->akid);
-	free(s3->secret);
-	free(s3->token);
 	free(s3->region);
 	net_close(s);
 }
