@@ -13,7 +13,7 @@
 need_node s3rver aws4
 gen 8M 1
 TOK='temporary/session+token=='
-start_s3 s3 --token "$TOK"
+start_s3 s3 --token "$TOK" --expired-token stale
 KEY=$AWS_ACCESS_KEY_ID SECRET=$AWS_SECRET_ACCESS_KEY
 unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
 export DCR_S3_ENDPOINT="$EP"
@@ -45,6 +45,28 @@ expect_fail 128 dcr-pull -q -o "$T/x" "$S/v1"
 contains "$ERR" "credential_process wrote more than 65536 bytes"
 : >"$CONF"
 echo "ok: a failing, an unversioned and an endless credential_process refused in one line"
+
+# keys the server no longer takes: the message says when they expired and
+# why renewing them failed (a broker down), not only S3's ExpiredToken.
+# The first answer takes over a second, so that the first request comes a
+# second after the keys were asked for and asks again.
+cat >"$T/stale proc" <<EOF
+#!/bin/sh
+[ -e "$T/stale.ran" ] && exit 9 # the broker is down
+: >"$T/stale.ran"
+sleep 1.3
+printf '{"Version": 1, "AccessKeyId": "%s", "SecretAccessKey": "%s", "SessionToken": "stale", "Expiration": "2000-01-01T00:00:00Z"}\n' '$KEY' '$SECRET'
+EOF
+chmod +x "$T/stale proc"
+printf '[default]\ncredential_process = "%s"\n' "$T/stale proc" >"$CONF"
+expect_fail 128 dcr-pull -q -o "$T/x" "$S/v1"
+contains "$ERR" "400 ExpiredToken: The provided token has expired. (the keys from credential_process expired at 2000-01-01T00:00:00Z, and renewing them failed: credential_process exited with status 9)"
+# a session token from the environment is never renewed: the way out
+expect_fail 128 env AWS_ACCESS_KEY_ID=$KEY AWS_SECRET_ACCESS_KEY=$SECRET AWS_SESSION_TOKEN=stale \
+	dcr-pull -q -o "$T/x" "$S/v1"
+contains "$ERR" "400 ExpiredToken: The provided token has expired. (a session token from the environment or the profile is never renewed by dcr"
+: >"$CONF"
+echo "ok: expired keys: when, and why renewing them failed; a static session token: the way out"
 
 # the container endpoint
 start_server md aws-metadata.js --key "$KEY" --secret "$SECRET" --token "$TOK" \
@@ -98,6 +120,11 @@ echo "ok: IMDSv2 keys (session token first); AWS_EC2_METADATA_DISABLED=true hono
 start_server md1 aws-metadata.js --key "$KEY" --secret "$SECRET" --token "$TOK" --v1
 AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:$PORT
 refit r5 "$S/v1"
+start_server md4 aws-metadata.js --key "$KEY" --secret "$SECRET" --token "$TOK" --put-lost --log "$T/md4.log"
+AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:$PORT
+refit r7 "$S/v1"
+grep -q "^GET /latest/meta-data/iam/security-credentials/dcr-test-role" "$T/md4.log" ||
+	fail "no IMDSv1 keys after a lost PUT answer: $(cat "$T/md4.log")"
 start_server md2 aws-metadata.js --key "$KEY" --secret "$SECRET" --token "$TOK" --no-role
 expect_fail 128 env AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:$PORT dcr-pull -q -o "$T/x" "$S/v1"
 contains "$ERR" "the instance has no IAM role"
@@ -106,7 +133,7 @@ expect_fail 128 env AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:$PORT dcr
 contains "$ERR" "the instance metadata service answered no JSON object"
 expect_fail 128 env AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:1 dcr-pull -q -o "$T/x" "$S/v1"
 contains "$ERR" "or the instance metadata service answer (the instance metadata service: no answer from http://127.0.0.1:1/latest/api/token"
-echo "ok: IMDSv1 where PUT is refused; no role, not JSON, nothing listening: one line each"
+echo "ok: IMDSv1 where PUT is refused or its answer lost; no role, not JSON, nothing listening: one line each"
 
 # refresh: a receiver waiting for the next refit keeps keys that work.
 # Keys that expire in 200 s (inside the 300 s before expiry) are asked for

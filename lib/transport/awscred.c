@@ -432,7 +432,9 @@ static int from_container(struct dcr_aws_creds *c, struct dcr_err *e)
 }
 
 /* IMDSv2: a session token first; where the service answers that PUT with
- * 403, 404 or 405 (only v1 there, or a proxy that refuses PUT), v1. */
+ * 403, 404 or 405 (only v1 there, or a proxy that refuses PUT), or takes
+ * it and never answers (a hop limit of 1 and a container's extra hop: the
+ * answer dies on the way), v1, as the AWS SDKs do. */
 static int from_imds(struct dcr_aws_creds *c, struct dcr_err *e)
 {
 	const char *ep = env_of("AWS_EC2_METADATA_SERVICE_ENDPOINT");
@@ -465,7 +467,7 @@ static int from_imds(struct dcr_aws_creds *c, struct dcr_err *e)
 			r = -ENOMEM;
 			goto out;
 		}
-	} else if (!st) {
+	} else if (!st && r != -ETIMEDOUT) {
 		goto out; /* no answer at all: not an instance */
 	}
 	const char *h[1] = {tokh};

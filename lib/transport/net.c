@@ -650,14 +650,19 @@ static int net_callback_error(const struct net_req *q, struct dcr_err *e)
 
 /* A status outside 2xx: 1 when it is worth another attempt (5xx, 408,
  * 429, S3's transient codes), else the error it means. cause receives the
- * server's reason; region: the one an S3 request was signed for. */
-static int net_status_error(struct net_req *q, const char *region, char *cause, size_t csz,
+ * server's reason, with the kind's why (net_hooks) after it. */
+static int net_status_error(struct dcr_store *s, struct net_req *q, char *cause, size_t csz,
 			    struct dcr_err *e)
 {
-	const char *m = q->method;
+	const char *m = q->method, *region = net_of(s)->region;
 	char *code = NULL;
 	net_http_cause(q, cause, csz, &code);
 	int r;
+	if (q->status >= 400 && q->status < 500 && net_of(s)->k->why) {
+		/* the kind's own knowledge of the failure, after the cause */
+		size_t l = strlen(cause);
+		net_of(s)->k->why(s, q, code, cause + l, csz - l);
+	}
 	if (q->status >= 500 || q->status == 408 || q->status == 429 ||
 	    (code && (!strcmp(code, "RequestTimeout") || !strcmp(code, "SlowDown") ||
 		      !strcmp(code, "ConditionalRequestConflict") ||
@@ -778,7 +783,7 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 			r = 0;
 			break;
 		}
-		if ((r = net_status_error(q, net_of(s)->region, cause, sizeof(cause), e)) != 1)
+		if ((r = net_status_error(s, q, cause, sizeof(cause), e)) != 1)
 			break;
 	}
 	handle_put(s, c);
@@ -903,8 +908,14 @@ int net_fetch_small(const char *method, const char *url, const char *const *head
 		cu.easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
 	else if (sm.big)
 		r = dcr_err_set(e, -EFBIG, "the answer is longer than %zu bytes", max);
-	else
-		r = dcr_err_set(e, -EIO, "%s", errbuf[0] ? errbuf : cu.easy_strerror(cc));
+	else {
+		/* connected, then no answer in time: -ETIMEDOUT */
+		double ct = 0;
+		if (cc == CURLE_OPERATION_TIMEDOUT)
+			cu.easy_getinfo(c, CURLINFO_CONNECT_TIME, &ct);
+		r = dcr_err_set(e, ct > 0 ? -ETIMEDOUT : -EIO, "%s",
+				errbuf[0] ? errbuf : cu.easy_strerror(cc));
+	}
 	cu.slist_free_all(hl);
 	cu.easy_cleanup(c);
 	return r;

@@ -96,6 +96,11 @@ struct net_hooks {
 	 * an error naming where it points (S3 redirects only a request sent
 	 * to the wrong region, which a signed request cannot follow). */
 	int follow_redirects;
+	/* What the kind knows of why q failed for good with a 4xx answer
+	 * (code: S3's error code, or NULL), written to out as a clause for
+	 * the message ("" when nothing); NULL: nothing. */
+	void (*why)(struct dcr_store *s, const struct net_req *q, const char *code, char *out,
+		    size_t n);
 };
 
 #define NET_MAX_REDIRS 8
@@ -185,7 +190,8 @@ void net_http_cause(const struct net_req *q, char *out, size_t n, char **codep);
  * proxy, following no redirect, all of it within timeout_ms; the body, at
  * most max bytes (else -EFBIG), into out. 0 when an answer came, whatever
  * its *status; else negative with e filled (the cause alone: the caller
- * says what was asked). Loads libcurl if no store has. */
+ * says what was asked): -ETIMEDOUT where the peer took the connection
+ * and did not answer in time. Loads libcurl if no store has. */
 int net_fetch_small(const char *method, const char *url, const char *const *headers, size_t nh,
 		    const char *body, long timeout_ms, size_t max, struct dcr_buf *out,
 		    long *status, struct dcr_err *e);

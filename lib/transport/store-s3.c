@@ -34,6 +34,8 @@ struct s3 {
 	enum dcr_aws_source src;
 	char *process;
 	time_t expires, asked;
+	/* why the last refresh failed ("": it did not) */
+	char refresh_err[sizeof(((struct dcr_err *)0)->msg)];
 	pthread_mutex_t cred_mu;
 	int have_mu;
 };
@@ -75,8 +77,8 @@ static void s3_keys_take(struct s3 *s3, struct dcr_aws_creds *c)
 
 /* Keys from a source that expire: asked for again DCR_AWS_REFRESH_S
  * before they do, at most once per DCR_AWS_RETRY_S; where the source
- * fails, the old keys stay (the server's ExpiredToken then says why a
- * request fails). Under cred_mu. */
+ * fails, the old keys stay and why is kept (s3_why adds it to the
+ * server's ExpiredToken). Under cred_mu. */
 static void s3_refresh(struct s3 *s3, time_t now)
 {
 	if (s3->src == DCR_AWS_NONE || !s3->expires || now + DCR_AWS_REFRESH_S < s3->expires ||
@@ -85,8 +87,59 @@ static void s3_refresh(struct s3 *s3, time_t now)
 	s3->asked = now;
 	struct dcr_aws_creds c;
 	struct dcr_err e;
-	if (!dcr_aws_creds_fetch(s3->src, s3->process, s3->region, &c, &e))
+	if (!dcr_aws_creds_fetch(s3->src, s3->process, s3->region, &c, &e)) {
 		s3_keys_take(s3, &c);
+		s3->refresh_err[0] = '\0';
+	} else {
+		snprintf(s3->refresh_err, sizeof(s3->refresh_err), "%s", e.msg);
+	}
+}
+
+/* S3's answers to keys it no longer takes. */
+static int s3_keys_refused(const struct net_req *q, const char *code)
+{
+	static const char *const codes[] = {"ExpiredToken", "InvalidToken", "TokenRefreshRequired",
+					    "InvalidAccessKeyId", "InvalidClientTokenId"};
+	if (!code)
+		return q->status == 403 && !q->resp.len; /* a HEAD: no code */
+	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+		if (!strcmp(code, codes[i]))
+			return 1;
+	return 0;
+}
+
+/* net_hooks.why: a request refused for its keys, when they expired or
+ * their renewal failed, says so: the server's ExpiredToken alone does not
+ * tell an operator that the metadata service stopped answering. */
+static void s3_why(struct dcr_store *s, const struct net_req *q, const char *code, char *out,
+		   size_t n)
+{
+	struct s3 *s3 = s3_of(s);
+	if (!n)
+		return;
+	*out = '\0';
+	if (!s3_keys_refused(q, code))
+		return;
+	pthread_mutex_lock(&s3->cred_mu);
+	char when[32] = "";
+	if (s3->expires) {
+		struct tm tm;
+		gmtime_r(&s3->expires, &tm);
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	}
+	const char *src = dcr_aws_source_name(s3->src);
+	int expired = s3->expires && time(NULL) >= s3->expires;
+	if (s3->refresh_err[0])
+		snprintf(out, n, " (the keys from %s %s %s, and renewing them failed: %s)", src,
+			 expired ? "expired at" : "expire at", when, s3->refresh_err);
+	else if (expired)
+		snprintf(out, n, " (the keys from %s expired at %s)", src, when);
+	else if (s3->src == DCR_AWS_NONE && s3->token && code &&
+		 (!strcmp(code, "ExpiredToken") || !strcmp(code, "TokenRefreshRequired")))
+		snprintf(out, n,
+			 " (a session token from the environment or the profile is never renewed "
+			 "by dcr: renew it, or name a source dcr renews, such as credential_process)");
+	pthread_mutex_unlock(&s3->cred_mu);
 }
 
 static int s3_sign(struct dcr_store *s, struct net_req *q, struct dcr_sigv4_header *h,
@@ -375,6 +428,7 @@ static const struct net_hooks s3_hooks = {
 	.locate = s3_locate,
 	.sign = s3_sign,
 	.upload = s3_upload,
+	.why = s3_why,
 };
 
 static char *env(const char *k)
@@ -490,6 +544,7 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 		s3->src = webid ? DCR_AWS_WEB_IDENTITY : dcr_aws_source_pick(prof.process);
 		struct dcr_aws_creds c = {0};
 		struct dcr_err ce;
+		s3->asked = time(NULL); /* when the asking began, as s3_refresh */
 		if (!webid && !prof.process && prof.unsupported)
 			/* the AWS CLI would assume a role or sign in: not the
 			 * instance's keys instead, but the way out */
@@ -517,7 +572,6 @@ static int s3_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 			return r;
 		}
 		s3_keys_take(s3, &c);
-		s3->asked = time(NULL);
 		if (s3->src == DCR_AWS_PROCESS) {
 			s3->process = prof.process; /* asked again at each refresh */
 			prof.process = NULL;

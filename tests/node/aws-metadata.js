@@ -17,6 +17,9 @@
 //   --ttl N           Expiration this many seconds after each answer (3600)
 //   --auth A          the container endpoint's Authorization value
 //   --v1              no session tokens: PUT answers 405 and GETs want none
+//   --put-lost        v1, and PUT's answer never comes (an instance's hop
+//                     limit of 1 seen from a container: the answer dies on
+//                     the way)
 //   --no-role         the instance has no role: the listing answers 404
 //   --bad-json        the keys' answer is not JSON (STS: no Credentials)
 //   --role-arn A --web-token W   what STS accepts
@@ -80,6 +83,7 @@ const server = http.createServer((req, res) => {
   if (o.log) fs.appendFileSync(o.log, `${req.method} ${req.url}\n`);
   const path = req.url.split('?')[0];
   if (path === '/latest/api/token') {
+    if (o.putLost) return; /* held open, never answered */
     if (req.method !== 'PUT' || o.v1) return answer(res, 405, 'Method Not Allowed');
     if (!req.headers['x-aws-ec2-metadata-token-ttl-seconds']) return answer(res, 400, 'Missing TTL');
     const t = `imds-session-${++n}-${Date.now()}`;
@@ -88,7 +92,7 @@ const server = http.createServer((req, res) => {
   }
   if (path.startsWith('/latest/meta-data/iam/security-credentials/')) {
     if (req.method !== 'GET') return answer(res, 405, 'Method Not Allowed');
-    if (!o.v1 && !sessions.has(req.headers['x-aws-ec2-metadata-token'])) return answer(res, 401, 'Unauthorized');
+    if (!o.v1 && !o.putLost && !sessions.has(req.headers['x-aws-ec2-metadata-token'])) return answer(res, 401, 'Unauthorized');
     const rest = path.slice('/latest/meta-data/iam/security-credentials/'.length);
     if (o.noRole) return answer(res, 404, 'Not Found');
     if (rest === '') return answer(res, 200, role);

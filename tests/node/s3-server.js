@@ -9,6 +9,7 @@
 //   --bucket B             bucket to create (default dcr-test)
 //   --key K --secret S     the one credential accepted
 //   --token T              require this x-amz-security-token, signed
+//   --expired-token T      a token that was good once: S3's 400 ExpiredToken
 //   --region R             default us-east-1
 //   --tls-cert F --tls-key F   the proxy serves HTTPS
 //   --cas                  honour "If-None-Match: *" on PUT (412 if the key
@@ -127,6 +128,8 @@ function verify(req, body) {
   const psha = req.headers['x-amz-content-sha256'];
   if (psha !== 'UNSIGNED-PAYLOAD' && psha !== sha256(body))
     return [400, 'XAmzContentSHA256Mismatch', "The provided 'x-amz-content-sha256' header does not match what was computed."];
+  if (o.expiredToken && req.headers['x-amz-security-token'] === o.expiredToken)
+    return [400, 'ExpiredToken', 'The provided token has expired.'];
   if (o.token && req.headers['x-amz-security-token'] !== o.token)
     return [403, 'InvalidToken', 'The provided token is malformed or otherwise invalid.'];
   if (req.headers['x-amz-security-token'] && !names.includes('x-amz-security-token'))
