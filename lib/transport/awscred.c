@@ -17,7 +17,6 @@
 #include <openssl/crypto.h>
 
 #include "core/buf.h"
-#include "core/file.h"
 #include "core/util.h"
 #include "transport/names.h"
 #include "transport/net.h"
@@ -40,14 +39,6 @@ const char *dcr_aws_source_name(enum dcr_aws_source src)
 	}
 }
 
-/* Free a string that held a secret (or NULL), wiped first. */
-static void wipe_str(char *s)
-{
-	if (s)
-		OPENSSL_cleanse(s, strlen(s));
-	free(s);
-}
-
 /* Free a buffer that held a secret, wiped first. */
 static void wipe_buf(struct dcr_buf *b)
 {
@@ -67,8 +58,8 @@ static void printable(char *s)
 void dcr_aws_creds_free(struct dcr_aws_creds *c)
 {
 	free(c->akid);
-	wipe_str(c->secret);
-	wipe_str(c->token);
+	net_wipe_free(c->secret);
+	net_wipe_free(c->token);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -88,22 +79,6 @@ static int header_safe(const char *s, size_t max)
 		if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
 			return 0;
 	return 1;
-}
-
-/* The token in file, which variable var names (for messages): at most
- * TOKEN_MAX bytes, the white space at its end dropped; 0 and *out (free
- * it with wipe_str), else an error. */
-static int read_token_file(const char *var, const char *file, char **out, struct dcr_err *e)
-{
-	uint8_t *b = NULL;
-	size_t n = 0;
-	struct dcr_err le;
-	if (dcr_read_file(file, TOKEN_MAX, &b, &n, &le))
-		return dcr_err_set(e, le.code ? le.code : -EIO, "%s: %s", var, le.msg);
-	while (n && (b[n - 1] == '\n' || b[n - 1] == '\r' || b[n - 1] == ' '))
-		b[--n] = '\0';
-	*out = (char *)b;
-	return 0;
 }
 
 static int digits(const char *s, int n, int *v)
@@ -343,7 +318,8 @@ static char *container_auth(struct dcr_err *e, int *err)
 	const char *file = env_of("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
 	char *tok = NULL;
 	if (file) {
-		if ((*err = read_token_file("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", file, &tok, e)))
+		if ((*err = net_read_token_file("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", file,
+						TOKEN_MAX, &tok, e)))
 			return NULL;
 	} else if (env_of("AWS_CONTAINER_AUTHORIZATION_TOKEN")) {
 		tok = dcr_strdup(env_of("AWS_CONTAINER_AUTHORIZATION_TOKEN"));
@@ -354,11 +330,11 @@ static char *container_auth(struct dcr_err *e, int *err)
 		*err = tok ? dcr_err_set(e, DCR_EFORMAT,
 					 "the container authorization token is empty or not printable ASCII")
 			   : dcr_err_sys(e, ENOMEM, "credentials");
-		wipe_str(tok);
+		net_wipe_free(tok);
 		return NULL;
 	}
 	char *h = dcr_asprintf("Authorization: %s", tok);
-	wipe_str(tok);
+	net_wipe_free(tok);
 	if (!h)
 		*err = dcr_err_sys(e, ENOMEM, "credentials");
 	return h;
@@ -425,7 +401,7 @@ static int from_container(struct dcr_aws_creds *c, struct dcr_err *e)
 	int r = ask("GET", url, h, auth ? 1 : 0, NULL, DCR_AWS_TIMEOUT_MS, what, &b, &st, e);
 	if (!r)
 		r = dcr_aws_creds_parse((const char *)b.p, b.len, DCR_AWS_CONTAINER, what, c, e);
-	wipe_str(auth);
+	net_wipe_free(auth);
 	wipe_buf(&b);
 	free(url);
 	return r;
@@ -462,7 +438,7 @@ static int from_imds(struct dcr_aws_creds *c, struct dcr_err *e)
 			goto out;
 		}
 		tokh = dcr_asprintf("X-aws-ec2-metadata-token: %s", t);
-		wipe_str(t);
+		net_wipe_free(t);
 		if (!tokh) {
 			r = -ENOMEM;
 			goto out;
@@ -502,7 +478,7 @@ static int from_imds(struct dcr_aws_creds *c, struct dcr_err *e)
 out:
 	if (r == -ENOMEM)
 		r = dcr_err_sys(e, ENOMEM, "credentials");
-	wipe_str(tokh);
+	net_wipe_free(tokh);
 	wipe_buf(&b);
 	free(role);
 	free(url);
@@ -551,8 +527,8 @@ int dcr_aws_sts_parse(const char *xml, size_t n, const char *what, struct dcr_aw
 		akid = secret = token = NULL;
 	}
 	free(akid);
-	wipe_str(secret);
-	wipe_str(token);
+	net_wipe_free(secret);
+	net_wipe_free(token);
 	free(exp);
 	OPENSSL_cleanse(cred, cn);
 	free(cred);
@@ -568,7 +544,7 @@ static int form_add(struct dcr_buf *b, const char *k, const char *v)
 	int r = !enc || dcr_buf_add(b, b->len ? "&" : "", b->len ? 1 : 0) ||
 		dcr_buf_add(b, k, strlen(k)) || dcr_buf_add(b, "=", 1) ||
 		dcr_buf_add(b, enc, strlen(enc));
-	wipe_str(enc);
+	net_wipe_free(enc);
 	return r ? -ENOMEM : 0;
 }
 
@@ -580,7 +556,7 @@ static int from_web_identity(const char *region, struct dcr_aws_creds *c, struct
 	const char *sess = env_of("AWS_ROLE_SESSION_NAME");
 	const char *ep = env_of("AWS_ENDPOINT_URL_STS");
 	char *tok = NULL;
-	int r = read_token_file("AWS_WEB_IDENTITY_TOKEN_FILE", file, &tok, e);
+	int r = net_read_token_file("AWS_WEB_IDENTITY_TOKEN_FILE", file, TOKEN_MAX, &tok, e);
 	if (r)
 		return r;
 	char pidname[32];
@@ -612,7 +588,7 @@ static int from_web_identity(const char *region, struct dcr_aws_creds *c, struct
 		r = dcr_err_sys(e, ENOMEM, "credentials");
 	wipe_buf(&form);
 	wipe_buf(&b);
-	wipe_str(tok);
+	net_wipe_free(tok);
 	free(url);
 	return r;
 }

@@ -852,6 +852,28 @@ static size_t small_data(char *p, size_t sz, size_t nm, void *arg)
 	return n;
 }
 
+int net_read_token_file(const char *var, const char *file, size_t max, char **out,
+			struct dcr_err *e)
+{
+	uint8_t *b = NULL;
+	size_t n = 0;
+	struct dcr_err le;
+	*out = NULL;
+	if (dcr_read_file(file, max, &b, &n, &le))
+		return dcr_err_set(e, le.code ? le.code : -EIO, "%s: %s", var, le.msg);
+	while (n && (b[n - 1] == '\n' || b[n - 1] == '\r' || b[n - 1] == ' ' || b[n - 1] == '\t'))
+		b[--n] = '\0';
+	*out = (char *)b;
+	return 0;
+}
+
+void net_wipe_free(char *s)
+{
+	if (s)
+		OPENSSL_cleanse(s, strlen(s));
+	free(s);
+}
+
 int net_fetch_small(const char *method, const char *url, const char *const *headers, size_t nh,
 		    const char *body, long timeout_ms, size_t max, struct dcr_buf *out,
 		    long *status, struct dcr_err *e)

@@ -184,6 +184,15 @@ size_t net_on_data(char *p, size_t sz, size_t nm, void *arg);
  * *codep (if given) gets the S3 code (malloc'd) or NULL. */
 void net_http_cause(const struct net_req *q, char *out, size_t n, char **codep);
 
+/* A secret token kept in file (a bearer token, a web identity): at most
+ * max bytes, the white space at its end (CR, LF, blanks, tabs) dropped, as
+ * a string in *out; 0, else an error that names var (the variable that
+ * named the file) and why. Free it with net_wipe_free. */
+int net_read_token_file(const char *var, const char *file, size_t max, char **out,
+			struct dcr_err *e);
+/* Free a string that held a secret (or NULL), wiped first. */
+void net_wipe_free(char *s);
+
 /* One small request that belongs to no store (the S3 store's credential
  * sources, awscred.h): method (GET, or PUT or POST with body, NULL for
  * none) to url, http or https only, with headers ("Name: value"), through no

@@ -8,9 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/crypto.h>
-
-#include "core/file.h"
 #include "core/util.h"
 #include "transport/net.h"
 #include "transport/sigv4.h"
@@ -32,16 +29,12 @@ static int http_locate(struct dcr_store *s, const char *name, char **path, char 
 static int http_bearer(struct dcr_store *s, struct dcr_err *e)
 {
 	const char *file = getenv("DCR_HTTP_TOKEN_FILE"), *v = getenv("DCR_HTTP_TOKEN");
-	uint8_t *b = NULL;
-	size_t n = 0;
+	char *b = NULL;
 	if (file && *file) {
 		struct dcr_err le;
-		if (dcr_read_file(file, 16384, &b, &n, &le))
-			return dcr_err_set(e, le.code ? le.code : -EIO,
-					   "cannot open store '%s': DCR_HTTP_TOKEN_FILE: %s", s->url, le.msg);
-		while (n && (b[n - 1] == '\n' || b[n - 1] == '\r' || b[n - 1] == ' ' || b[n - 1] == '\t'))
-			b[--n] = '\0';
-		v = (const char *)b;
+		if (net_read_token_file("DCR_HTTP_TOKEN_FILE", file, 16384, &b, &le))
+			return dcr_err_set(e, le.code, "cannot open store '%s': %s", s->url, le.msg);
+		v = b;
 	} else if (!v || !*v) {
 		return 0;
 	}
@@ -56,10 +49,7 @@ static int http_bearer(struct dcr_store *s, struct dcr_err *e)
 				s->url, file && *file ? "DCR_HTTP_TOKEN_FILE" : "DCR_HTTP_TOKEN");
 	else if (!(net_of(s)->bearer = dcr_asprintf("Bearer %s", v)))
 		r = dcr_err_sys(e, ENOMEM, "cannot open store '%s'", s->url);
-	if (b) {
-		OPENSSL_cleanse(b, n);
-		free(b);
-	}
+	net_wipe_free(b);
 	return r;
 }
 
