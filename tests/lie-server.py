@@ -102,12 +102,12 @@ class Handler(socketserver.BaseRequestHandler):
             return
         out.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
                     b"Connection: close\r\n\r\n")
-        pad = b"x" * (1 << 16)
+        chunk = b"%x\r\n" % (1 << 20) + b"x" * (1 << 20) + b"\r\n"  # made once
         try:
             if MODE == "pad" and data:
                 out.sendall(b"%x\r\n" % len(data) + data + b"\r\n")
             while True:
-                out.sendall(b"%x\r\n" % len(pad) + pad + b"\r\n")
+                out.sendall(chunk)
         except OSError:
             pass
 

@@ -69,7 +69,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'e': o.endpoint = optarg; break;
 		case 'c': o.cacert = optarg; break;
-		case 'r': o.retries = atoi(optarg); break;
+		case 'r': o.retries = atoi(optarg) ? atoi(optarg) : -1; break; /* 0: none, as the commands */
 		case 'p': o.parallel = atoi(optarg); break;
 		case 't': o.timeout_s = atoi(optarg); break;
 		case 's': o.part_size = strtoull(optarg, NULL, 0); break;

@@ -18,5 +18,5 @@ run_ok "$TOOL" --backoff-ms 20 "$U" list v1/
 [ "$(grep -c '^GET /store/v1/p 200' "$T/log")" = 1 ] || fail "expected 1 good GET"
 expect_fail 128 "$TOOL" --retries -1 "$U" get v1/q
 contains "$ERR" "cannot GET '$U/v1/q': 500"
-contains "$ERR" "gave up after 1 attempts"
+contains "$ERR" "gave up after 1 attempt"
 echo "ok: retried 500s"

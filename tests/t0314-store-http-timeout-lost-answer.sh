@@ -16,7 +16,7 @@ cmp "$T/out" "$T/a" || fail "get after a stall differs"
 [ "$(grep -c 'STALL' "$T/log")" = 2 ] || fail "expected 2 stalls: $(cat "$T/log")"
 expect_fail 128 "$TOOL" --timeout 1 --retries -1 "$U" get v1/never
 contains "$ERR" "cannot GET '$U/v1/never': "
-contains "$ERR" "gave up after 1 attempts"
+contains "$ERR" "gave up after 1 attempt"
 
 start_server drop http-store.js --drop-first 1 --log "$T/log2"
 U2="http://127.0.0.1:$PORT/s"

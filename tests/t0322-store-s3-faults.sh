@@ -22,7 +22,7 @@ cmp "$T/out" "$T/big" || fail "multipart after faults differs"
 run_ok "$TOOL" $P "$S" list v1/
 [ "$(wc -l <"$T/out")" = 2 ] || fail "list: $(cat "$T/out")"
 expect_fail 128 "$TOOL" $P --retries -1 "$S" get v1/c
-contains "$ERR" "cannot GET 's3://dcr-test/f/v1/c': 500 InternalError: We encountered an internal error. Please try again. (gave up after 1 attempts)"
+contains "$ERR" "cannot GET 's3://dcr-test/f/v1/c': 500 InternalError: We encountered an internal error. Please try again. (gave up after 1 attempt)"
 
 start_s3 cut --cut-first 1 --log "$T/log2"
 run_ok "$TOOL" --endpoint "$EP" "$S" put v1/big "$T/big"

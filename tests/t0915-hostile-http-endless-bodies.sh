@@ -60,6 +60,7 @@ rc=0
 timeout 60 "$DCR_BUILD/tests/store-tool" --timeout 2 --retries 0 "http://127.0.0.1:$PORT" get big \
 	>"$T/out" 2>"$T/err" || rc=$?
 [ $rc -eq 128 ] || fail "a GET trickled at 256 B/s exited $rc (124: it was still reading): $(cat "$T/err")"
+contains "$(cat "$T/err")" "(gave up after 1 attempt"
 contains "$(cat "$T/err")" "big"
 contains "$(cat "$T/err")" "too slow"
 echo "ok: a server trickling 256 B/s is dropped after the timeout"

@@ -725,8 +725,8 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 	for (;; attempts++) {
 		if (attempts) {
 			if (attempts > (q->no_retry ? 0 : s->o.retries)) {
-				r = dcr_err_set(e, -EIO, "cannot %s '%s': %s (gave up after %d attempts)",
-						m, q->what, cause, attempts);
+				r = dcr_err_set(e, -EIO, "cannot %s '%s': %s (gave up after %d attempt%s)",
+						m, q->what, cause, attempts, attempts == 1 ? "" : "s");
 				break;
 			}
 			net_backoff(s, attempts - 1);
