@@ -513,6 +513,27 @@ void cmd_trust_key(const char *path)
 	v[trust_npaths++] = path;
 }
 
+static const char *trust_policy;
+
+static int policy_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (!n || n > DCR_POLICY_MAX)
+		return 0;
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e || *s == '/')
+			return 0;
+	return 1;
+}
+
+void cmd_trust_policy(const char *usage, const char *name)
+{
+	if (!policy_ok(name))
+		cmd_usage_error(usage, "--policy wants a name of 1 to %d printable bytes without a blank or '/', not '%s'",
+				DCR_POLICY_MAX, name);
+	trust_policy = name;
+}
+
 const struct dcr_trust *cmd_trust(uint64_t min_version)
 {
 	static struct dcr_trust t;
@@ -534,8 +555,18 @@ const struct dcr_trust *cmd_trust(uint64_t min_version)
 				cmd_trust_key(p);
 		}
 	}
-	if (!trust_npaths)
+	if (!trust_npaths) {
+		if (trust_policy)
+			cmd_die("--policy needs a key to check it against (--verify-key or DCR_VERIFY_KEY)");
 		return NULL;
+	}
+	if (!trust_policy) {
+		const char *v = getenv("DCR_POLICY");
+		if (v && *v && !policy_ok(v))
+			cmd_die("DCR_POLICY is not a policy name (1 to %d printable bytes without a blank or '/'): '%s'",
+				DCR_POLICY_MAX, v);
+		trust_policy = v && *v ? v : NULL;
+	}
 	if (!(keys = dcr_calloc(trust_npaths, sizeof(*keys))))
 		cmd_die("out of memory");
 	for (size_t i = 0; i < trust_npaths; i++) {
@@ -543,7 +574,8 @@ const struct dcr_trust *cmd_trust(uint64_t min_version)
 		if (dcr_pubkey_load(trust_paths[i], &keys[i], &e))
 			cmd_die("%s%s", e.msg, from_env ? " (a key DCR_VERIFY_KEY names)" : "");
 	}
-	t = (struct dcr_trust){.keys = keys, .nkeys = trust_npaths, .min_version = min_version};
+	t = (struct dcr_trust){.keys = keys, .nkeys = trust_npaths, .min_version = min_version,
+			       .policy = trust_policy};
 	return &t;
 }
 

@@ -126,6 +126,11 @@ __attribute__((noreturn)) void cmd_bad_option(int c, const char *usage);
 void cmd_trust_key(const char *path);
 const struct dcr_trust *cmd_trust(uint64_t min_version);
 #define CMD_TRUST_LONGOPT {"verify-key", required_argument, NULL, 'K'}
+/* --policy NAME (else DCR_POLICY): with a key, the policy a signed pack
+ * must name (a usage error without a key, or where NAME is not 1 to
+ * DCR_POLICY_MAX printable bytes without a blank or '/'). */
+void cmd_trust_policy(const char *usage, const char *name);
+#define CMD_POLICY_LONGOPT {"policy", required_argument, NULL, 'Y'}
 
 /* Flush and check stdout; exit 128 on a write error such as ENOSPC. */
 int cmd_finish(int code);

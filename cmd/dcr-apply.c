@@ -30,6 +30,9 @@ static const char usage[] =
 	"                       $DCR_VERIFY_KEY, paths separated by ':'), or whose\n"
 	"                       signed version is not above the committed one;\n"
 	"                       checked before anything is written\n"
+	"      --policy NAME    with a key: refuse a signed pack of another policy\n"
+	"                       (default $DCR_POLICY, else the one the receiver's\n"
+	"                       first signed pack named, kept in CKPT/.dcr/policy)\n"
 	"      --recheck        hash every touched tensor again after the write (by\n"
 	"                       default its new bytes are hashed once, before the\n"
 	"                       commit; a recovery always hashes after the write)\n"
@@ -63,6 +66,7 @@ int main(int argc, char **argv)
 		{"version", required_argument, NULL, 'V'},
 		{"device", required_argument, NULL, 'G'},
 		CMD_TRUST_LONGOPT,
+		CMD_POLICY_LONGOPT,
 		{"recheck", no_argument, NULL, 'C'},
 		{"threads", required_argument, NULL, 'N'},
 		{"progress", no_argument, NULL, 'p'},
@@ -78,6 +82,7 @@ int main(int argc, char **argv)
 		case 'R': recover_only = 1; break;
 		case 'C': recheck = 1; break;
 		case 'K': cmd_trust_key(optarg); break;
+		case 'Y': cmd_trust_policy(usage, optarg); break;
 		case 'V':
 			version = cmd_parse_version(usage, "--version", optarg);
 			have_version = 1;

@@ -31,6 +31,8 @@ static const char usage[] =
 	"                       $DCR_VERIFY_KEY, paths separated by ':'), before\n"
 	"                       anything is passed on\n"
 	"      --min-version N  with a key: refuse a signed version below N\n"
+	"      --policy NAME    with a key: refuse a signed pack of another policy\n"
+	"                       (default $DCR_POLICY)\n"
 	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE    CA certificates for https\n"
 	"  -j, --parallel N     downloads in flight (default 4)\n"
@@ -54,6 +56,7 @@ int main(int argc, char **argv)
 		{"dense", no_argument, NULL, 'D'},
 		{"part-size", required_argument, NULL, 'P'},
 		CMD_TRUST_LONGOPT,
+		CMD_POLICY_LONGOPT,
 		{"min-version", required_argument, NULL, 'M'},
 		CMD_STORE_LONGOPTS,
 		{"progress", no_argument, NULL, 'p'},
@@ -73,6 +76,7 @@ int main(int argc, char **argv)
 		case 'W': xo.wait_s = cmd_parse_seconds(usage, "--wait", optarg); break;
 		case 'D': xo.dense = 1; break;
 		case 'K': cmd_trust_key(optarg); break;
+		case 'Y': cmd_trust_policy(usage, optarg); break;
 		case 'M':
 			min_version = cmd_parse_version(usage, "--min-version", optarg);
 			have_min = 1;

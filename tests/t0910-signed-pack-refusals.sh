@@ -5,7 +5,8 @@
 # anew), a payload changed and re-checksummed, a payload swapped in from
 # another signed pack of the same base, a delta stream (no signature), a
 # replayed older signed version and a signed dense copy that would roll the
-# receiver back (which without a key it does). The keys come from
+# receiver back (which without a key it does), and a pack of another
+# policy signed by the same key. The keys come from
 # --verify-key (repeatable) or DCR_VERIFY_KEY (':'-separated).
 . "$DCR_SRC/tests/lib-dcr.sh"
 for c in dcr-pack dcr-commit dcr-keygen gen-checkpoint; do
@@ -99,6 +100,25 @@ refused "signed version 1 is not above version 2.*rollback" $K "$T/r" "$T/pdense
 cp -r "$T/r" "$T/nokey"
 run 0 dcr-apply "$T/nokey" "$T/pdense1"
 same_fast "$T/nokey" "$T/g/v1"
+# a signed pack of another policy (another model's, signed by the same
+# key): refused against the policy the receiver's first signed pack named
+# (kept in .dcr/policy), or the one --policy or DCR_POLICY names; the
+# operator moves a receiver with --policy, which is kept from then on
+grep -q "^policy rl$" "$T/r/.dcr/policy" || fail ".dcr/policy does not name rl"
+run 0 dcr-diff --dense -o "$T/densev2" "$T/g/v2"
+run 0 dcr-pack --sign "$T/k.sec" --version 3 --policy other -o "$T/pother" "$T/densev2"
+refused "signed for policy 'other', not 'rl', which this receiver follows (recorded in .dcr/policy" $K "$T/r" "$T/pother"
+DCR_POLICY=rl refused "signed for policy 'other', not 'rl', which this receiver follows (--policy or DCR_POLICY)" $K "$T/r" "$T/pother"
+run 129 dcr-apply $K --policy a/b "$T/r" "$T/pother"
+run 128 dcr-apply --policy other "$T/r" "$T/pother"
+grep -q -- "--policy needs a key" "$T/err" || { cat "$T/err"; fail "--policy without a key was not refused"; }
+run 128 dcr-pull $K --policy rl -o "$T/pulled" "$T/pother"
+grep -q "signed for policy 'other', not 'rl'" "$T/err" || { cat "$T/err"; fail "dcr-pull took another policy's pack"; }
+[ ! -e "$T/pulled" ] || fail "a refused pull left '$T/pulled'"
+run 0 dcr-apply $K --policy other "$T/r" "$T/pother"
+grep -q "^policy other$" "$T/r/.dcr/policy" || fail ".dcr/policy does not name the policy --policy moved it to"
+run 0 dcr-commit "$T/r"
+same_fast "$T/r" "$T/g/v2"
 # a named version other than the signed one
 fresh
 refused "reaches version 1, not the 7 asked for" $K --version 7 "$T/r" "$T/p1"

@@ -303,6 +303,7 @@ struct apack {
 	size_t sig_len;
 	int have_version;	/* the version the pack reaches */
 	uint64_t version;
+	int pin_policy;		/* once applied, record m's policy as followed */
 };
 
 /* An opened payload: its index and delta checked, then spooled unless it
@@ -359,6 +360,16 @@ static int ak_trust(struct apack *ak, const uint8_t *man, size_t len, struct dcr
 					   "%s: signed version %llu is not above version %llu, which the receiver has committed (a replay or a rollback)",
 					   DCR_MANIFEST_NAME, (unsigned long long)m->version,
 					   (unsigned long long)h.version);
+		/* the policy it follows: from its first signed pack that names
+		 * one, unless --policy says (then recorded as said) */
+		char pol[DCR_POLICY_MAX + 1];
+		if ((r = dcr_policy_read(ak->x.rc, pol, sizeof(pol), e)))
+			return r;
+		if (!t->policy && pol[0] &&
+		    (r = dcr_trust_policy(m, pol, "recorded in .dcr/policy from its first signed pack",
+					  DCR_MANIFEST_NAME, e)))
+			return r;
+		ak->pin_policy = m->policy && m->policy[0] && strcmp(pol, m->policy);
 	}
 	if (m->have_version) {
 		if (ak->have_version && ak->version != m->version)
@@ -553,6 +564,8 @@ static int apply_pack(struct dcr_receiver *rc, struct dcr_pack_in *in,
 	r = ap_commit_plan(&ak.x, &ak.p, ak.c, &ak.cur, ak.cur_dg,
 			   (struct item_src){spool_next, &ak.s}, res, e);
 out:
+	if (!r && ak.pin_policy)
+		r = dcr_policy_write(rc, ak.m.policy, e);
 	ak.p.pre = NULL;
 	ap_ring_release(&ak.s.ring);
 	ap_prehash_free(ak.s.pre);

@@ -56,6 +56,30 @@ int dcr_head_read(struct dcr_receiver *rc, struct dcr_head *h, struct dcr_err *e
 	return r;
 }
 
+int dcr_policy_read(struct dcr_receiver *rc, char *out, size_t n, struct dcr_err *e)
+{
+	char *p = dcr_receiver_path(rc, "policy"), *buf = NULL;
+	int r = p ? kv_read(p, "dcr-policy 1", &buf, e) : dcr_err_sys(e, ENOMEM, "policy");
+	*out = '\0';
+	if (r == 1)
+		r = 0;
+	else if (!r && (kv_get(buf, "policy", out, n) || !*out))
+		r = dcr_err_set(e, DCR_EFORMAT, "'%s' is malformed", p);
+	free(buf);
+	free(p);
+	return r;
+}
+
+int dcr_policy_write(struct dcr_receiver *rc, const char *policy, struct dcr_err *e)
+{
+	char *text = dcr_asprintf("dcr-policy 1\npolicy %s\n", policy);
+	char *p = dcr_receiver_path(rc, "policy");
+	int r = text && p ? kv_write(p, text, NULL, e) : dcr_err_sys(e, ENOMEM, "policy");
+	free(text);
+	free(p);
+	return r;
+}
+
 int dcr_applied_read(struct dcr_receiver *rc, struct dcr_applied *a, struct dcr_err *e)
 {
 	memset(a, 0, sizeof(*a));

@@ -5,6 +5,9 @@
  *   .dcr/applied   "dcr-applied 2\nbase HEX\ntarget HEX\nattempt HEX\nversion V|-\n":
  *                  what the last successful dcr-apply reached (not yet committed)
  *   .dcr/commits   one line per commit: "V<TAB>STATE<TAB>ATTEMPT<TAB>TIME\n"
+ *   .dcr/policy    "dcr-policy 1\npolicy NAME\n": the policy the receiver
+ *                  follows, from its first signed pack that names one (or
+ *                  dcr-apply --policy): a signed pack of another is refused
  * Every file but commits is replaced atomically (temp, fsync, rename, fsync
  * dir); commits is appended and fsync'd after HEAD moved, and repaired from
  * HEAD when a crash came between the two.
@@ -45,6 +48,13 @@ struct dcr_apply_result;
 int dcr_applied_record(struct dcr_receiver *rc, const struct dcr_apply_result *res,
 		       int have_version, uint64_t version, struct dcr_fault *fault,
 		       struct dcr_err *e);
+
+/* The policy the receiver follows (.dcr/policy) into out (at most n - 1
+ * bytes), "" where none is recorded; 0, else an error. */
+int dcr_policy_read(struct dcr_receiver *rc, char *out, size_t n, struct dcr_err *e);
+/* Record policy (a manifest's: printable, no blank, no '/') as the one the
+ * receiver follows; atomically, as HEAD. */
+int dcr_policy_write(struct dcr_receiver *rc, const char *policy, struct dcr_err *e);
 
 struct dcr_commit_opts {
 	struct dcr_fault *fault; /* fault points (core/fault.h) */
