@@ -44,10 +44,21 @@
  *                                tensor of one element, and nothing after
  *                                them (a reader that takes them all meets
  *                                the end of the stream)
+ *   hostile again ITEMS OUT      one payload of a few KB: a NEW F64 tensor
+ *                                "t" of 2^22 elements (32 MiB) and ITEMS
+ *                                dense items over all of it, each holding
+ *                                32 MiB of zero bytes, which its zstd
+ *                                frame squeezes to almost nothing; no
+ *                                manifest (a stream refused at its end)
  *   hostile tamper IN OUT        payload file IN with one record more (an
  *                                ancillary one) and its trailer made anew:
  *                                a payload that checks out by itself, and
  *                                no longer matches its manifest's digest
+ *   hostile oddsize SIZE OUT     a valid pack: one stored payload of exactly
+ *                                SIZE bytes (one ancillary record of zeros)
+ *                                and its manifest, with piece CVs; SIZE
+ *                                picks where the 32-byte trailer falls
+ *                                against 1 MiB pieces and a pull's parts
  *
  * zstd frames are written by hand (raw and RLE blocks), so that gigabytes
  * of zeros cost 4 bytes per 128 KiB. Exit 0, or 128 with a message.
@@ -222,6 +233,40 @@ static int cmd_bomb(const char *out)
 	tar_close(&tr);
 	fprintf(stderr, "hostile: bomb payload of %zu bytes declaring %llu raw bytes\n", img.len,
 		(unsigned long long)(rec * nrec));
+	return 0;
+}
+
+static int cmd_again(uint64_t items, const char *out)
+{
+	dcr_digest base = {{0}}, dg;
+	uint8_t attempt[16] = {5};
+	const uint64_t elems = 1u << 22, data = elems * 8;
+	struct dcr_delta_tensor t = {.name = "t", .file = "model.safetensors", .flags = DCR_TENSOR_NEW,
+				     .dtype = DCR_DT_F64, .ndim = 1, .shape = {elems}, .nelem = elems};
+	struct dcr_buf raw = {0}, body = {0}, z = {0}, img = {0};
+	tensor_rec(&raw, &t);
+	if (dcr_buf_add_varint(&body, 0) || dcr_buf_add_varint(&body, DCR_ITEM_DENSE) ||
+	    dcr_buf_add_u8(&body, DCR_ENC_OVERWRITE) || dcr_buf_add_u8(&body, DCR_CODEC_PLAIN) ||
+	    dcr_buf_add_varint(&body, 0) || dcr_buf_add_varint(&body, elems) ||
+	    dcr_buf_add_varint(&body, elems) || dcr_buf_add_varint(&body, data))
+		die("out of memory", NULL);
+	uint64_t total = raw.len + items * (16 + body.len + data);
+	zframe_start(&z, total);
+	zraw(&z, raw.p, raw.len, !items);
+	for (uint64_t i = 0; i < items; i++) {
+		uint8_t h[16];
+		rec_head(h, DCR_REC_ITEM, body.len + data);
+		zraw(&z, h, 16, 0);
+		zraw(&z, body.p, body.len, 0);
+		zzeros(&z, data, i == items - 1);
+	}
+	payload(&img, &base, attempt, 0, &z, total, &dg);
+	struct tar tr;
+	tar_open(&tr, out);
+	tar_entry(&tr, "payload-000000.dcrp", &img);
+	tar_close(&tr);
+	fprintf(stderr, "hostile: payload of %zu bytes, %llu items of 32 MiB over one tensor\n",
+		img.len, (unsigned long long)items);
 	return 0;
 }
 
@@ -535,6 +580,60 @@ static int cmd_tensors(uint64_t n, const char *out)
 	return close(fo) ? 128 : 0;
 }
 
+static int cmd_oddsize(uint64_t size, const char *out)
+{
+	struct dcr_err e;
+	dcr_digest base = {{0}}, dg;
+	uint8_t attempt[16] = {6};
+	if (size < DCR_PAYLOAD_HDR_LEN + 16 + 32 || size > (1u << 30))
+		die("oddsize: SIZE out of range", NULL);
+	uint64_t body = size - DCR_PAYLOAD_HDR_LEN - 32;
+	uint8_t h[DCR_PAYLOAD_HDR_LEN] = {0}, rh[16];
+	memcpy(h, DCR_PAYLOAD_MAGIC, 8);
+	put_le32(h + 8, DCR_PACK_VERSION);
+	put_le32(h + 12, DCR_PAYLOAD_BLAKE3);
+	memcpy(h + 16, base.b, 32);
+	memcpy(h + 48, attempt, 16);
+	put_le32(h + 64, 0);
+	put_le32(h + 68, DCR_PAYLOAD_STORED);
+	put_le64(h + 72, body);
+	put_le64(h + 80, body);
+	struct dcr_buf img = {0};
+	add(&img, h, sizeof(h));
+	rec_head(rh, DCR_REC_ANCILLARY + 0x100, body - 16);
+	add(&img, rh, 16);
+	if (dcr_buf_reserve(&img, body + 32))
+		die("out of memory", NULL);
+	memset(img.p + img.len, 0, body - 16);
+	img.len += body - 16;
+	size_t np = dcr_blake3_npieces(img.len, DCR_PIECE_LOG2);
+	uint8_t(*cv)[32] = calloc(np, 32);
+	if (!cv)
+		die("out of memory", NULL);
+	dcr_blake3_pieces(img.p, img.len, DCR_PIECE_LOG2, cv, &dg);
+	add(&img, dg.b, 32);
+	struct dcr_manifest m = {0};
+	uint64_t psize = img.len;
+	memcpy(m.attempt, attempt, 16);
+	m.npayloads = 1;
+	m.psize = &psize;
+	m.pdigest = &dg;
+	m.piece_log2 = DCR_PIECE_LOG2;
+	m.pieces = cv;
+	m.npieces = np;
+	dcr_state_id(NULL, 0, &m.target);
+	struct dcr_buf man = {0};
+	if (dcr_manifest_build(&m, &man, &e))
+		die("manifest", &e);
+	struct tar tr;
+	tar_open(&tr, out);
+	tar_entry(&tr, "payload-000000.dcrp", &img);
+	tar_entry(&tr, DCR_MANIFEST_NAME, &man);
+	tar_close(&tr);
+	free(cv);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && !strcmp(argv[1], "tamper"))
@@ -543,6 +642,8 @@ int main(int argc, char **argv)
 		return cmd_index((uint32_t)strtoul(argv[2], NULL, 10), argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "bomb"))
 		return cmd_bomb(argv[2]);
+	if (argc == 4 && !strcmp(argv[1], "again"))
+		return cmd_again(strtoull(argv[2], NULL, 10), argv[3]);
 	if ((argc == 5 || argc == 6) && !strcmp(argv[1], "dense"))
 		return cmd_dense(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10),
 				 argc == 6 ? strtoull(argv[5], NULL, 10) : 0, argv[4]);
@@ -552,8 +653,11 @@ int main(int argc, char **argv)
 		return cmd_interleave(argv[2], argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "tensors"))
 		return cmd_tensors(strtoull(argv[2], NULL, 10), argv[3]);
-	fputs("usage: hostile index N OUT | bomb OUT | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT | overlap CKPT OUT [plain|dense|corrupt-dense]\n"
-	      "       hostile interleave IN OUT | tensors N OUT\n",
+	if (argc == 4 && !strcmp(argv[1], "oddsize"))
+		return cmd_oddsize(strtoull(argv[2], NULL, 10), argv[3]);
+	fputs("usage: hostile index N OUT | bomb OUT | again ITEMS OUT | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT\n"
+	      "       hostile overlap CKPT OUT [plain|dense|corrupt-dense]\n"
+	      "       hostile interleave IN OUT | tensors N OUT | oddsize SIZE OUT\n",
 	      stderr);
 	return 129;
 }

@@ -9,8 +9,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "core/bytes.h"
 #include "core/manifest.h"
 #include "core/pset.h"
 #include "core/trust.h"
@@ -38,12 +40,41 @@ struct spool {
 	const uint8_t *map;
 	size_t len, off;
 	uint64_t nitems, nchanges;
+	uint64_t written, unchecked; /* bytes spooled; since spool_room looked */
 	int xor_seen; /* XOR items left out (receiver not at the base) */
 	/* the digests of the tensors, put together as their items are
 	 * resolved (refit/prehash.h), for the journal's check */
 	struct ap_prehash *pre;
 	struct ap_parts_ring ring;
 };
+
+/* The spool leaves its filesystem 2% of it free (at least SPOOL_KEEP_MIN,
+ * at most SPOOL_KEEP_MAX), looked at before a write that makes
+ * SPOOL_ROOM_EVERY bytes since the last look: a payload's items may decode
+ * to far more than its compressed bytes (a dense item of zeros), and a
+ * stream that is refused only at its end (no manifest; no signature where
+ * a key is required) must not fill the receiver's disk first. */
+#define SPOOL_KEEP_MIN ((uint64_t)64 << 20)
+#define SPOOL_KEEP_MAX ((uint64_t)4 << 30)
+#define SPOOL_ROOM_EVERY ((uint64_t)16 << 20)
+
+static int spool_room(struct spool *s, uint64_t len, struct dcr_err *e)
+{
+	struct statvfs vs;
+	uint64_t room, size;
+	s->unchecked = 0;
+	if (fstatvfs(s->fd, &vs) || mul_ovf(vs.f_bavail, vs.f_frsize, &room) ||
+	    mul_ovf(vs.f_blocks, vs.f_frsize, &size))
+		return 0; /* unknown: the writes will tell */
+	uint64_t keep = size / 50;
+	keep = keep < SPOOL_KEEP_MIN ? SPOOL_KEEP_MIN : keep > SPOOL_KEEP_MAX ? SPOOL_KEEP_MAX : keep;
+	if (room >= len && room - len >= keep)
+		return 0;
+	return dcr_err_sys(e, ENOSPC,
+			   "cannot spool the pack: its items decode to more than the receiver's filesystem holds (%llu bytes spooled, %llu left free, %llu kept free; nothing written to the checkpoint)",
+			   (unsigned long long)s->written, (unsigned long long)room,
+			   (unsigned long long)keep);
+}
 
 static int spool_item(struct spool *s, const char *name, const struct dcr_item *it,
 		      struct dcr_err *e)
@@ -57,9 +88,16 @@ static int spool_item(struct spool *s, const char *name, const struct dcr_item *
 	    dcr_buf_add_varint(b, it->len) || dcr_buf_add_varint(b, it->n) ||
 	    dcr_buf_add_varint(b, it->data_len) || dcr_buf_add(b, it->data, it->data_len))
 		return dcr_err_sys(e, ENOMEM, "spool");
+	if (s->unchecked + b->len >= SPOOL_ROOM_EVERY) {
+		int r = spool_room(s, b->len, e);
+		if (r)
+			return r;
+	}
 	int r = dcr_write_full(s->fd, b->p, b->len);
 	if (r)
 		return dcr_err_sys(e, r, "cannot write the spool");
+	s->written += b->len;
+	s->unchecked += b->len;
 	s->nitems++;
 	s->nchanges += it->n;
 	return 0;

@@ -1,0 +1,53 @@
+#!/bin/sh
+# A pack of a few KB whose items decode to far more than the receiver's
+# filesystem holds (dense items of 32 MiB of zeros, again and again over
+# one tensor) in a stream refused only at its end (it has no manifest; or
+# no signature, where a key is required) filled the receiver's disk
+# before the refusal: 4 GiB of .dcr/spool from 134 KB. The spool now leaves
+# 2% of its filesystem free, at least 64 MiB: on a filesystem of 256 MiB the
+# apply is refused in one line with that much still free, with a key as
+# without, and leaves the receiver and its disk as they were.
+. "$DCR_SRC/tests/lib-dcr.sh"
+H="$DCR_BUILD/tests/hostile"
+command -v unshare >/dev/null 2>&1 || skip "unshare(1) is missing"
+ns=
+for o in -m -rm; do
+	unshare $o sh -c "mount -t tmpfs -o size=1m tmpfs '$T'" 2>/dev/null && { ns=$o; break; }
+done
+[ -n "$ns" ] || skip "no mount namespace of our own to mount a small filesystem in"
+"$H" again 40 "$T/again.tar" 2>/dev/null || fail "hostile exited $?"
+run 0 dcr-keygen -p "$T/k.pub" -s "$T/k.sec"
+mkdir "$T/small"
+# in a mount namespace of its own: a 256 MiB tmpfs, a receiver on it, two
+# applies of the pack (without and with a key), the least free space seen
+# while they ran
+cat >"$T/inner" <<IN
+set -e
+mount -t tmpfs -o size=256m tmpfs "$T/small"
+mkdir "$T/small/r"
+$MKST new "$T/small/r" x:BF16:64
+df -B1 --output=avail "$T/small" | tail -n 1 >"$T/free0"
+(while :; do df -B1 --output=avail "$T/small" | tail -n 1; sleep 0.02; done) >"$T/free" &
+s=\$!
+rc=0; dcr-apply "$T/small/r" "$T/again.tar" 2>"$T/err1" || rc=\$?; echo \$rc >"$T/rc1"
+rc=0; dcr-apply --verify-key "$T/k.pub" "$T/small/r" "$T/again.tar" 2>"$T/err2" || rc=\$?; echo \$rc >"$T/rc2"
+kill \$s
+find "$T/small/r" -type f | sort >"$T/files"
+df -B1 --output=avail "$T/small" | tail -n 1 >"$T/free1"
+IN
+unshare $ns sh "$T/inner" || fail "the applies in their own filesystem failed to run"
+for i in 1 2; do
+	[ "$(cat "$T/rc$i")" = 128 ] || { cat "$T/err$i"; fail "apply $i exited $(cat "$T/rc$i")"; }
+	cp "$T/err$i" "$T/err"
+	one_line_error dcr-apply
+	grep -q "cannot spool the pack: its items decode to more than the receiver's filesystem holds" "$T/err" ||
+		{ cat "$T/err"; fail "apply $i: no word of the room"; }
+done
+least=$(sort -n "$T/free" | head -n 1)
+say "least free while spooling: $least bytes of 256 MiB"
+[ "$least" -ge $((48 << 20)) ] || fail "the spool left $least bytes free"
+# (the receiver's .dcr, a few KB, is new)
+[ $(($(cat "$T/free0") - $(cat "$T/free1"))) -lt 65536 ] ||
+	fail "free space $(cat "$T/free0") before, $(cat "$T/free1") after"
+[ "$(grep -c . "$T/files")" -le 3 ] && ! grep -q -e spool -e stage/ -e journal "$T/files" ||
+	{ cat "$T/files"; fail "files left behind"; }
