@@ -631,6 +631,8 @@ static int cmd_oddsize(uint64_t size, const char *out)
 	tar_entry(&tr, DCR_MANIFEST_NAME, &man);
 	tar_close(&tr);
 	free(cv);
+	dcr_buf_free(&img);
+	dcr_buf_free(&man);
 	return 0;
 }
 

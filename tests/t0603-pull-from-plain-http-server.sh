@@ -65,4 +65,24 @@ one_line pull dcr-pull
 contains "$ERR" "no manifest for 'v3'"
 [ "$(cat "$T/apply.rc")" != 0 ] || fail "dcr-apply took an empty stream"
 untouched "$T/r4" "$T/snap4"
-echo "ok: dcr-pull from python3 http.server: $np payloads once each, parts, --wait"
+
+# a payload that ends 1 to 31 bytes past a part boundary: its last part
+# would lie wholly in the 32-byte trailer, which no piece covers, and its
+# check started past the pieces' end ("the part at 1048576 was not hashed
+# whole"); such a tail goes with the part before it. 33 bytes past, the
+# last part holds a byte of the last piece and the trailer.
+for extra in 1 31 32 33; do
+	"$DCR_BUILD/tests/hostile" oddsize $((1048576 + extra)) "$T/odd.tar" ||
+		fail "hostile oddsize exited $?"
+	dcr-push -q - "$T/www/odd/v$extra" <"$T/odd.tar" || fail "dcr-push of the odd pack exited $?"
+	st pull dcr-pull -q --part-size 1M "$URL/odd/v$extra" >"$T/odd-$extra.tar"
+	rc_is pull 0
+	mkdir "$T/odd-$extra"
+	tar -xf "$T/odd-$extra.tar" -C "$T/odd-$extra" || fail "tar -x exited $?"
+	for f in payload-000000.dcrp manifest.dcrm; do
+		cmp "$T/odd-$extra/$f" "$T/www/odd/v$extra/$f" || fail "$f pulled differs ($extra past)"
+	done
+done
+n=$(grep -c '"GET /odd/v33/payload-000000.dcrp ' "$T/srv.out") || true
+[ "$n" = 2 ] || fail "the payload 33 bytes past 1 MiB was not pulled in 2 parts ($n GETs)"
+echo "ok: dcr-pull from python3 http.server: $np payloads once each, parts, --wait, odd sizes"

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -403,6 +404,7 @@ static int check_payload(const char *oname, const uint8_t *buf, size_t len, uint
 struct slot_res {
 	struct dcr_blob b;
 	int state; /* 0 empty, 1 working, 2 ready, 3 on hand (skipped) */
+	int held;  /* not taken: it waits for the manifest (fetch_one) */
 	int rc;
 	struct dcr_err err;
 	void *tok; /* staged output (dcr_pack_out.stage), or NULL */
@@ -570,7 +572,25 @@ struct fetch {
 	uint64_t *bytes;
 	int *skipped;
 	double deadline; /* waiting for the manifest: the end of the wait */
+	uint32_t held;	 /* the first payload held back (see held_back), or none */
 };
+
+/* What emit_one answers for a payload held back: the ordered fetch stops
+ * there, no error. */
+#define HELD 1
+
+/* Before the manifest, a payload is taken whole into memory up to
+ * DCR_PULL_AHEAD_MAX bytes, no more (a server may send a body without
+ * end, and nothing yet says how large it is): when a server's GET
+ * stopped there (DCR_EFORMAT) and the server gives the object's size as
+ * larger, the payload waits for the manifest, which lists its size. */
+static int held_back(const struct fetch *f, struct dcr_store *s, const char *on, int rc)
+{
+	uint64_t size;
+	struct dcr_err se;
+	return !f->m && rc == DCR_EFORMAT && !dcr_store_is_local(s) &&
+	       !dcr_store_stat(s, on, &size, &se) && size > DCR_PULL_AHEAD_MAX;
+}
 
 /* While the manifest has not come, a payload listed but not checking out
  * may still be being written by a store whose PUT is not atomic (s3rver
@@ -615,7 +635,7 @@ again:;
 		if (sr->b.map)
 			dcr_blob_free(&sr->b);
 		/* a server sending more than the manifest lists is stopped there */
-		sr->b.max = f->m ? f->m->psize[pos] : 0;
+		sr->b.max = f->m ? f->m->psize[pos] : DCR_PULL_AHEAD_MAX;
 		if (!pn.url)
 			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
 		else if (!(sr->rc = dcr_store_get_blob_hashed(f->src->v[i].s, pn.on, &sr->b, 32, &h,
@@ -624,8 +644,16 @@ again:;
 					 ? dcr_err_sys(&sr->err, ENOMEM, "%s", pn.url)
 					 : check_payload(pn.url, sr->b.p, sr->b.len, idx, &sum, want,
 							 &sr->err);
-		else
+		else {
 			dcr_payload_hash_final(&ph, &sum); /* frees it */
+			if (held_back(f, f->src->v[i].s, pn.on, sr->rc)) {
+				sr->rc = 0;
+				sr->held = 1;
+				sr->b.len = 0;
+				pnames_free(&pn);
+				return;
+			}
+		}
 		/* checked: write it out (and flush it) here, in parallel, where
 		 * the output can; the caller makes it visible in order */
 		int out_rc = 0;
@@ -648,6 +676,10 @@ static int emit_one(void *ctx, uint64_t job, struct slot_res *sr, struct dcr_err
 	if (sr->state == 3) {
 		(*f->skipped)++;
 		return 0;
+	}
+	if (sr->held) {
+		f->held = pos;
+		return HELD;
 	}
 	int r;
 	if (sr->tok) {
@@ -673,21 +705,28 @@ static void drop_one(void *ctx, struct slot_res *sr)
 	sr->tok = NULL;
 }
 
-/* Fetch payloads [lo, hi) and hand each on in order. */
+/* Fetch payloads [lo, hi) and hand each on in order; *upto: where that
+ * stopped, hi or the first payload held back for the manifest. */
 static int fetch_range(struct sources *src, const struct dcr_manifest *m,
 		       int (*have)(void *ctx, uint32_t index, dcr_digest *digest), void *have_ctx,
 		       unsigned par, uint32_t lo, uint32_t hi, struct dcr_pack_out out,
 		       const struct dcr_xfer_opts *o, double deadline, uint64_t *bytes,
-		       int *skipped, struct dcr_err *e)
+		       int *skipped, uint32_t *upto, struct dcr_err *e)
 {
+	*upto = hi;
 	if (lo >= hi)
 		return 0;
 	struct fetch f = {.src = src, .m = m, .have = have, .have_ctx = have_ctx,
 			  .lo = lo, .out = out, .o = o, .bytes = bytes, .skipped = skipped,
-			  .deadline = deadline};
+			  .deadline = deadline, .held = hi};
 	struct ordered q = {.work = fetch_one, .emit = emit_one, .discard = drop_one, .ctx = &f,
 			    .n = hi - lo, .par = par};
-	return run_ordered(&q, e);
+	int r = run_ordered(&q, e);
+	if (r == HELD) {
+		*upto = f.held;
+		r = 0;
+	}
+	return r;
 }
 
 /* ---- verified streaming: parts of payloads, checked piece by piece ----
@@ -864,11 +903,16 @@ static int stream_range(struct sources *src, const struct dcr_manifest *m,
 			   .o = o, .bytes = bytes};
 	n = 0;
 	for (uint32_t i = lo; i < hi; i++)
-		for (uint64_t off = 0; off < m->psize[i]; off += step) {
-			size_t len = (size_t)(m->psize[i] - off < step ? m->psize[i] - off : step);
-			parts[n++] = (struct part){i, off, len};
+		for (uint64_t off = 0, len; off < m->psize[i]; off += len) {
+			len = m->psize[i] - off < step ? m->psize[i] - off : step;
+			/* no part lies wholly in the 32-byte trailer, which no piece
+			 * covers (its check would start past the hashed end): a tail
+			 * that short goes with the part before it */
+			if (m->psize[i] - off - len <= 32)
+				len = m->psize[i] - off;
+			parts[n++] = (struct part){i, off, (size_t)len};
 			if (len > f.part_cap)
-				f.part_cap = len;
+				f.part_cap = (size_t)len;
 		}
 	struct ordered q = {.work = fetch_part, .emit = emit_part, .ctx = &f, .n = n, .par = par};
 	int r = run_ordered(&q, e);
@@ -885,7 +929,8 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 }
 
 /* The manifest's signature beside it in source i (NULL and 0 when the
- * pack is unsigned). */
+ * pack is unsigned). A server is read up to DCR_SIG_MAX bytes, no more:
+ * one that sends more is refused there, however much it would send. */
 static int get_signature(struct sources *ss, size_t i, uint8_t **sig, size_t *sig_len,
 			 struct dcr_err *e)
 {
@@ -897,18 +942,21 @@ static int get_signature(struct sources *ss, size_t i, uint8_t **sig, size_t *si
 	*sig = NULL;
 	*sig_len = 0;
 	struct dcr_err ge;
-	int r = dcr_store_get(s, so, sig, sig_len, &ge);
+	struct dcr_blob b = {.max = DCR_SIG_MAX};
+	int r = dcr_store_get_blob(s, so, &b, &ge);
 	if (r == DCR_ENOTFOUND)
 		r = 0;
 	else if (r)
 		*e = ge;
-	else if (*sig_len > DCR_SIG_MAX)
+	else if (b.len > DCR_SIG_MAX) /* a directory store maps it whole */
 		r = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %zu bytes, not a signature",
-				dcr_store_url(s), so, *sig_len);
-	if (r) {
-		free(*sig);
-		*sig = NULL;
-	}
+				dcr_store_url(s), so, b.len);
+	else if (!(*sig = malloc(b.len ? b.len : 1)))
+		r = dcr_err_sys(e, ENOMEM, "pull");
+	if (*sig && b.len)
+		memcpy(*sig, b.p, b.len);
+	*sig_len = *sig ? b.len : 0;
+	dcr_blob_free(&b);
 	free(so);
 	return r;
 }
@@ -969,6 +1017,40 @@ static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len, uint
 	return r == DCR_ENOTFOUND ? dcr_err_set(e, -EIO, "no source of the pack answered") : r;
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Of the n names a listing of pack name gave, the payloads from next on
+ * that follow on without a gap: *limit is the first one missing. Their
+ * indexes are sorted once (a listing may name millions, in any order). */
+static int listed_from(char **names, size_t n, const char *name, uint32_t next, uint32_t *limit,
+		       struct dcr_err *e)
+{
+	uint32_t *v = dcr_calloc(n ? n : 1, sizeof(*v));
+	size_t k = 0;
+	if (!v)
+		return dcr_err_sys(e, ENOMEM, "pull");
+	for (size_t j = 0; j < n; j++) {
+		const char *en = in_pack(names[j], name);
+		uint32_t idx;
+		/* spelled as dcr_payload_name spells it: six digits, or more
+		 * without a leading zero ("payload-" is 8 bytes, ".dcrp" 5) */
+		if (en && dcr_payload_name_parse(en, &idx) && (strlen(en) == 19 || en[8] != '0') &&
+		    idx >= next && idx < DCR_PAYLOADS_MAX)
+			v[k++] = idx;
+	}
+	qsort(v, k, sizeof(*v), cmp_u32);
+	*limit = next;
+	for (size_t j = 0; j < k && v[j] <= *limit; j++)
+		if (v[j] == *limit)
+			(*limit)++;
+	free(v);
+	return 0;
+}
+
 /* The payloads the current source lists (a push in progress): how many
  * follow on from next without a gap. A server that answers that it does
  * not list (nginx or Apache without directory indexes answer 403, a
@@ -1001,21 +1083,9 @@ static int listed_run(struct sources *ss, uint32_t next, uint32_t *limit, struct
 				*e = le;
 			continue;
 		}
-		for (int more = 1; more;) {
-			more = 0;
-			char *want = dcr_payload_name(*limit);
-			for (size_t k = 0; want && k < n; k++) {
-				const char *b = strrchr(names[k], '/');
-				if (b && !strcmp(b + 1, want)) {
-					(*limit)++;
-					more = 1;
-					break;
-				}
-			}
-			free(want);
-		}
+		r = listed_from(names, n, ss->v[i].name, next, limit, e);
 		dcr_store_names_free(names, n);
-		return 0;
+		return r;
 	}
 	return r;
 }
@@ -1037,6 +1107,7 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 	int have_m = 0, r = 0, remote = 1;
 	double torn_since = 0; /* when a manifest that does not parse was first seen */
 	uint32_t next = 0; /* next payload index to hand on */
+	int held = 0;	   /* payload next waits for the manifest (fetch_range) */
 	unsigned nap_ms = 200; /* between rounds that found nothing new */
 	uint64_t bytes = 0;
 	if (!nsrc)
@@ -1096,30 +1167,39 @@ int dcr_pull_from(const struct dcr_pull_source *v, size_t nsrc, struct dcr_pack_
 							v[0].name, i);
 			if (r)
 				goto out;
-		} else if ((r = listed_run(&ss, next, &limit, e))) {
+		} else if (!held && (r = listed_run(&ss, next, &limit, e))) {
 			goto out;
 		}
 		/* fetch [next, limit) with par in flight, hand on in order:
 		 * piece by piece from a server when the manifest allows */
 		int skipped = 0;
+		uint32_t upto = limit;
 		if (have_m && m.pieces && out.begin && !have && remote)
 			r = stream_range(&ss, &m, (unsigned)par, next, limit, out, o, &bytes, e);
 		else
 			r = fetch_range(&ss, have_m ? &m : NULL, have, have_ctx, (unsigned)par, next,
-					limit, out, o, deadline, &bytes, &skipped, e);
+					limit, out, o, deadline, &bytes, &skipped, &upto, e);
 		if (st)
 			st->skipped += skipped;
 		if (r)
 			goto out;
+		if (upto < limit) { /* held back: nothing more before the manifest */
+			held = 1;
+			limit = upto;
+		}
 		int fetched = limit > next;
 		next = limit;
 		if (have_m)
 			break;
 		if (dcr_now_s() > deadline) {
 			size_t i = src_cur(&ss);
+			char then[64] = "";
+			if (held)
+				snprintf(then, sizeof(then), ", then one over %llu MiB that waits for it",
+					 DCR_PULL_AHEAD_MAX >> 20);
 			r = dcr_err_set(e, DCR_ENOTFOUND,
-					"no manifest for '%s' in '%s' after waiting %.0f s (%u payloads seen)",
-					v[i].name, dcr_store_url(v[i].s), o ? o->wait_s : 0, next);
+					"no manifest for '%s' in '%s' after waiting %.0f s (%u payloads seen%s)",
+					v[i].name, dcr_store_url(v[i].s), o ? o->wait_s : 0, next, then);
 			goto out;
 		}
 		/* a round that fetched payloads lists again at once (more may

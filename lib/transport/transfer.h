@@ -13,6 +13,13 @@ int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_e
 
 #define DCR_PART_SIZE (16u << 20)
 
+/* pull with wait_s: before the manifest has come, a listed payload is
+ * fetched whole into memory, par at a time, only up to this many bytes
+ * (twice dcr-pack's default --payload-size of 64M); a larger one waits
+ * for the manifest, which lists its size, and the payloads after it with
+ * it */
+#define DCR_PULL_AHEAD_MAX (128ull << 20)
+
 struct dcr_xfer_opts {
 	int parallel;        /* transfers in flight (default 4) */
 	double wait_s;       /* pull: follow a pack being pushed for this long */
