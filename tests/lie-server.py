@@ -17,6 +17,17 @@ usage: lie-server.py --port-file FILE MODE [DIR]
            under DIR as they are
   trickle  GET of a file under DIR: 200 with its true Content-Length, its
            bytes 256 a second (alive, never timing out on silence)
+  sigflood GET of a manifest's signature (manifest.dcrm.sig, there or not):
+           200, chunked, "x" without end; other files under DIR as they are
+  list     GET /?prefix=PFX: the names of payloads 0 .. 199999 under PFX's
+           directory, last first; anything else 404
+  ahead    GET /?prefix=PFX: the names of payloads 0 .. 7 under PFX's
+           directory; GET of a payload: 200, chunked, a payload's magic
+           and then 512 MiB of zeros, cut off there (no last chunk: a
+           reader bounded by nothing but memory has to take it all); HEAD
+           of one: 200, Content-Length 1 TiB; anything else (a manifest) 404
+  long206  GET of a file under DIR with "Range: bytes=A-B": 206 with the
+           right Content-Range, chunked, bytes A..B and then "x" without end
 Each request is logged to stderr as "METHOD PATH AUTHORIZATION".
 """
 import itertools
@@ -26,6 +37,7 @@ import socketserver
 import sys
 import threading
 import time
+import urllib.parse
 
 import portfile
 
@@ -39,18 +51,25 @@ class Handler(socketserver.BaseRequestHandler):
         f = self.request.makefile("rb")
         line = f.readline().decode("latin-1").strip()
         auth = ""
+        self.range = None
         while True:
             h = f.readline()
             if not h or h in (b"\r\n", b"\n"):
                 break
             if h.lower().startswith(b"authorization:"):
                 auth = h.split(b":", 1)[1].strip().decode("latin-1")
+            if h.lower().startswith(b"range: bytes="):
+                a, b = h.split(b"=", 1)[1].strip().split(b"-")
+                self.range = (int(a), int(b))
         sys.stderr.write("%s %s\n" % (line, auth))
         sys.stderr.flush()
         out = self.request
-        path = line.split(" ")[1].split("?")[0] if line.count(" ") >= 2 else "/"
-        if MODE in ("pad", "flood", "trickle"):
+        target = line.split(" ")[1] if line.count(" ") >= 2 else "/"
+        path = target.split("?")[0]
+        if MODE in ("pad", "flood", "trickle", "sigflood", "long206"):
             self.files(out, path)
+        elif MODE in ("list", "ahead"):
+            self.listed(out, line.split(" ")[0], target)
         elif MODE == "huge":
             out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3000000000\r\n"
                         b"Connection: close\r\n\r\n" + b"x" * 100)
@@ -78,14 +97,50 @@ class Handler(socketserver.BaseRequestHandler):
             pass
 
 
+    def listed(self, out, method, target):
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query)
+        if "prefix" in query:
+            pack = query["prefix"][0].rsplit("/", 1)[0]
+            n = 200000 if MODE == "list" else 8
+            body = "".join("%s/payload-%06u.dcrp\n" % (pack, i)
+                           for i in range(n - 1, -1, -1)).encode()
+            out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
+                        b"Connection: close\r\n\r\n" % len(body) + body)
+        elif MODE == "ahead" and "/payload-" in target and method == "HEAD":
+            out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
+                        b"Connection: close\r\n\r\n" % (1 << 40))
+        elif MODE == "ahead" and "/payload-" in target:
+            out.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                        b"Connection: close\r\n\r\n")
+            chunk = b"%x\r\n" % (1 << 20) + b"\0" * (1 << 20) + b"\r\n"
+            try:
+                out.sendall(b"8\r\n\x89DCRP\r\n\x1a\r\n")
+                for _ in range(512):
+                    out.sendall(chunk)
+            except OSError:
+                pass
+        else:
+            out.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                        b"Connection: close\r\n\r\n")
+
     def files(self, out, path):
         f = os.path.realpath(os.path.join(DIR, path.lstrip("/")))
         manifest = path.endswith("/manifest.dcrm")
+        sig = path.endswith("/manifest.dcrm.sig")
+        if MODE == "sigflood" and sig:
+            self.endless(out, b"")
+            return
         if not f.startswith(os.path.realpath(DIR) + "/") or not os.path.isfile(f):
             out.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
                         b"Connection: close\r\n\r\n")
             return
         data = open(f, "rb").read()
+        if MODE == "long206" and self.range:
+            a, b = self.range
+            out.sendall(b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %d-%d/%d\r\n"
+                        b"Transfer-Encoding: chunked\r\n\r\n" % (a, b, len(data)))
+            self.endless(out, data[a:b + 1], head=False)
+            return
         if MODE == "trickle":
             try:
                 out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
@@ -96,15 +151,21 @@ class Handler(socketserver.BaseRequestHandler):
             except OSError:
                 pass
             return
-        if (MODE == "pad") == manifest:
+        if MODE == "sigflood" or (MODE == "pad") == manifest:
             out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
                         b"Connection: close\r\n\r\n" % len(data) + data)
             return
-        out.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
-                    b"Connection: close\r\n\r\n")
+        self.endless(out, data if MODE == "pad" else b"")
+
+    def endless(self, out, data, head=True):
+        """200 (unless head is false: sent already), chunked: data, then "x"
+        without end."""
+        if head:
+            out.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                        b"Connection: close\r\n\r\n")
         chunk = b"%x\r\n" % (1 << 20) + b"x" * (1 << 20) + b"\r\n"  # made once
         try:
-            if MODE == "pad" and data:
+            if data:
                 out.sendall(b"%x\r\n" % len(data) + data + b"\r\n")
             while True:
                 out.sendall(chunk)

@@ -7,6 +7,13 @@
 # Now a range stops at its end, a payload at the size its manifest lists,
 # and anything else dcr_store_get reads at DCR_STORE_GET_MAX (1 GiB, the
 # format's largest manifest): each pull ends, in one line where it fails.
+# A manifest's signature is read up to 4 KiB, its limit (it was read up to
+# 1 GiB). With --wait, before the manifest, a payload sent without end
+# grew dcr-pull to 6.9 GB in 40 s (read up to 8 GiB, 4 at once); now it is
+# read up to 128 MiB and, larger than that, waits for the manifest. A
+# listing's names were each looked for in the whole list, CPU time
+# quadratic in their number (40 000: 23 s, held past a --wait of 2 s);
+# now they are sorted once, and 200 000 take a moment.
 # A server that trickles (256 B/s, never silent) is dropped once a
 # transfer has averaged under 16 KiB/s for the store's timeout.
 . "$DCR_SRC/tests/lib-xfer.sh"
@@ -51,6 +58,52 @@ timeout 300 dcr-pull -q --retries 1 "http://127.0.0.1:$PORT/v1" >"$T/out" 2>"$T/
 contains "$(cat "$T/err")" "manifest.dcrm': the server sends more than 1073741824 bytes"
 echo "ok: a range stops at its end, a payload at its size, a manifest at 1 GiB"
 
+# sigflood: the signature beside a manifest that names a version, sent
+# without end, is refused at 4 KiB, the most a signature may be
+kill $PIDS 2>/dev/null || :
+run_ok dcr-pack --version 1 -s 4K -o "$T/pv" "$T/d"
+run_ok dcr-push -q "$T/pv" "$T/store/vv"
+start_py lie lie-server.py sigflood "$T/store"
+rc=0
+timeout 120 "$TIME" -f %M -o "$T/rss" dcr-pull -q --retries 1 "http://127.0.0.1:$PORT/vv" \
+	>"$T/out" 2>"$T/err" || rc=$?
+[ $rc -eq 128 ] || fail "dcr-pull of a signature without end exited $rc: $(cat "$T/err")"
+[ "$(wc -l <"$T/err")" = 1 ] || fail "not one line: $(cat "$T/err")"
+contains "$(cat "$T/err")" "manifest.dcrm.sig': the server sends more than 4096 bytes"
+m=$(( $(tail -n 1 "$T/rss") / 1024 ))
+[ "$m" -lt 100 ] || fail "dcr-pull of a signature without end took $m MiB"
+echo "ok: a signature sent without end is refused at 4 KiB"
+
+# ahead: payloads listed, no manifest, each payload's body 512 MiB and
+# cut off (1 TiB by HEAD): read up to 128 MiB, then it waits for the
+# manifest, and is not fetched again each round; the wait ends in one line
+kill $PIDS 2>/dev/null || :
+start_py lie lie-server.py ahead
+rc=0
+timeout 60 "$TIME" -f %M -o "$T/rss" dcr-pull -q -j 1 --wait 1 --retries 1 \
+	"http://127.0.0.1:$PORT/v1" >"$T/out" 2>"$T/err" || rc=$?
+[ $rc -eq 128 ] || fail "dcr-pull --wait of payloads without end exited $rc: $(cat "$T/err")"
+[ "$(wc -l <"$T/err")" = 1 ] || fail "not one line: $(cat "$T/err")"
+contains "$(cat "$T/err")" "no manifest for 'v1'"
+contains "$(cat "$T/err")" "(0 payloads seen, then one over 128 MiB that waits for it)"
+m=$(( $(tail -n 1 "$T/rss") / 1024 ))
+[ "$m" -lt 400 ] || fail "dcr-pull --wait of payloads without end took $m MiB"
+n=$(grep -c '^GET /v1/payload-000000.dcrp ' "$T/lie.log") || true
+[ "$n" = 1 ] || fail "payload 0 was fetched $n times"
+echo "ok: before the manifest, a payload sent without end is read up to 128 MiB"
+
+# list: 200 000 payloads listed (last first), none there: the listing is
+# taken in one pass, and the first payload's 404 ends the pull at once
+kill $PIDS 2>/dev/null || :
+start_py lie lie-server.py list
+rc=0
+timeout 20 dcr-pull -q --wait 60 --retries 1 "http://127.0.0.1:$PORT/v1" \
+	>"$T/out" 2>"$T/err" || rc=$?
+[ $rc -eq 128 ] || fail "dcr-pull --wait of a listing of 200 000 exited $rc (124: still at it): $(cat "$T/err")"
+[ "$(wc -l <"$T/err")" = 1 ] || fail "not one line: $(cat "$T/err")"
+contains "$(cat "$T/err")" "payload-000000.dcrp"
+echo "ok: a listing of 200 000 payloads is taken in one pass"
+
 # trickle: 256 bytes a second, never silent, held a transfer for ever (the
 # floor was 1 byte a second); under 16 KiB/s for the timeout it has failed
 kill $PIDS 2>/dev/null || :
@@ -64,3 +117,15 @@ contains "$(cat "$T/err")" "(gave up after 1 attempt"
 contains "$(cat "$T/err")" "big"
 contains "$(cat "$T/err")" "too slow"
 echo "ok: a server trickling 256 B/s is dropped after the timeout"
+
+# long206: a range answered 206 with the right Content-Range and then more
+# without end was read for ever (only a 200 stopped at the range's end)
+kill $PIDS 2>/dev/null || :
+start_py lie lie-server.py long206 "$T/store"
+rc=0
+timeout 20 "$DCR_BUILD/tests/store-tool" --retries 0 "http://127.0.0.1:$PORT" get-range big 1000 5000 \
+	>"$T/out" 2>"$T/err" || rc=$?
+[ $rc -eq 0 ] || fail "a 206 without end: exit $rc (124: it was still reading): $(cat "$T/err")"
+dd if="$T/store/big" bs=1000 skip=1 count=5 status=none | cmp - "$T/out" ||
+	fail "the range read from a 206 without end differs"
+echo "ok: a 206 that goes on past its range is read to the range's end"

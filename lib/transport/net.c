@@ -416,9 +416,11 @@ size_t net_on_data(char *p, size_t sz, size_t nm, void *arg)
 		}
 		q->got += m;
 	}
-	/* a server that ignored Range sends the object whole, or without end:
-	 * the range is here, stop reading */
-	if (q->ranged && q->status == 200 && q->got == q->r_len) {
+	/* a server that ignored Range sends the object whole, or without end,
+	 * and one that answered 206 may send more than the range: the range
+	 * is here, stop reading (a 206 that ends where it should is read to
+	 * its end, so that its connection can serve the next request) */
+	if (q->ranged && q->got == q->r_len && (q->status == 200 || used + m < n)) {
 		q->sink_rc = NET_SINK_ENOUGH;
 		return 0;
 	}
