@@ -59,8 +59,9 @@ class Handler(socketserver.BaseRequestHandler):
             if h.lower().startswith(b"authorization:"):
                 auth = h.split(b":", 1)[1].strip().decode("latin-1")
             if h.lower().startswith(b"range: bytes="):
-                a, b = h.split(b"=", 1)[1].strip().split(b"-")
-                self.range = (int(a), int(b))
+                a, _, b = h.split(b"=", 1)[1].strip().partition(b"-")
+                if a.isdigit() and b.isdigit():
+                    self.range = (int(a), int(b))
         sys.stderr.write("%s %s\n" % (line, auth))
         sys.stderr.flush()
         out = self.request
