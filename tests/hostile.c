@@ -181,6 +181,18 @@ static void tar_close(struct tar *t)
 		die("closing the output", &e);
 }
 
+/* A pack tar stream at out: payload 0 (img), then the manifest (man,
+ * unless NULL). */
+static void write_pack(const char *out, const struct dcr_buf *img, const struct dcr_buf *man)
+{
+	struct tar tr;
+	tar_open(&tr, out);
+	tar_entry(&tr, "payload-000000.dcrp", img);
+	if (man)
+		tar_entry(&tr, DCR_MANIFEST_NAME, man);
+	tar_close(&tr);
+}
+
 /* a TENSOR record's body, framed */
 static void tensor_rec(struct dcr_buf *raw, const struct dcr_delta_tensor *t)
 {
@@ -227,10 +239,7 @@ static int cmd_bomb(const char *out)
 		zzeros(&z, rec - 16, i == nrec - 1);
 	}
 	payload(&img, &base, attempt, 0, &z, rec * nrec, &dg);
-	struct tar tr;
-	tar_open(&tr, out);
-	tar_entry(&tr, "payload-000000.dcrp", &img);
-	tar_close(&tr);
+	write_pack(out, &img, NULL);
 	fprintf(stderr, "hostile: bomb payload of %zu bytes declaring %llu raw bytes\n", img.len,
 		(unsigned long long)(rec * nrec));
 	return 0;
@@ -261,10 +270,7 @@ static int cmd_again(uint64_t items, const char *out)
 		zzeros(&z, data, i == items - 1);
 	}
 	payload(&img, &base, attempt, 0, &z, total, &dg);
-	struct tar tr;
-	tar_open(&tr, out);
-	tar_entry(&tr, "payload-000000.dcrp", &img);
-	tar_close(&tr);
+	write_pack(out, &img, NULL);
 	fprintf(stderr, "hostile: payload of %zu bytes, %llu items of 32 MiB over one tensor\n",
 		img.len, (unsigned long long)items);
 	return 0;
@@ -325,11 +331,7 @@ static int cmd_dense(uint64_t elems, uint64_t items, uint64_t tensor, const char
 	struct dcr_buf man = {0};
 	if (dcr_manifest_build(&m, &man, &e))
 		die("manifest", &e);
-	struct tar tr;
-	tar_open(&tr, out);
-	tar_entry(&tr, "payload-000000.dcrp", &img);
-	tar_entry(&tr, DCR_MANIFEST_NAME, &man);
-	tar_close(&tr);
+	write_pack(out, &img, &man);
 	fprintf(stderr, "hostile: dense pack, payload %zu bytes, %llu items of %llu elements\n",
 		img.len, (unsigned long long)m.nitems, (unsigned long long)per);
 	return 0;
@@ -625,11 +627,7 @@ static int cmd_oddsize(uint64_t size, const char *out)
 	struct dcr_buf man = {0};
 	if (dcr_manifest_build(&m, &man, &e))
 		die("manifest", &e);
-	struct tar tr;
-	tar_open(&tr, out);
-	tar_entry(&tr, "payload-000000.dcrp", &img);
-	tar_entry(&tr, DCR_MANIFEST_NAME, &man);
-	tar_close(&tr);
+	write_pack(out, &img, &man);
 	free(cv);
 	dcr_buf_free(&img);
 	dcr_buf_free(&man);
