@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,17 @@
 
 #define RESP_BLOCK (256u << 10) /* bytes per response buffer */
 #define META_THREADS 4
-#define TABLE_SIZE 1024
+#define TABLE_MIN 1024 /* buckets at start; the table doubles as it fills */
+/* objects in the table: finished ones past it are dropped as those past
+ * the cache size are (each costs a few hundred bytes of memory, however
+ * small it is on disk) */
+#define OBJ_MAX (1u << 18)
+#define PREFETCH_STEP 256 /* payload names looked at per hold of the lock */
+/* objects passed through (not pack members): the most bytes one GET
+ * brings (a range of a larger object is fine), and all of them held in
+ * temporary files at once, outside the cache */
+#define PASS_MAX (256ull << 20)
+#define PASS_HELD (1ull << 30)
 #define ROUNDS 2 /* each parent is tried this many times per object */
 
 enum { O_NEW, O_QUEUED, O_FETCHING, O_DONE, O_FAILED };
@@ -77,7 +88,12 @@ struct rpack {
 	int sig_known;
 	uint64_t seq;	      /* creation order: the oldest are dropped first */
 	unsigned nobj;	      /* objects that point here */
-	struct rpack *next;
+	struct robj *objs, *objs_tail; /* those in the table, oldest first */
+	/* prefetch: the manifest's payloads from position pf_next on are
+	 * still to be fetched (while pf_on) */
+	uint32_t pf_next;
+	int pf_on;
+	struct rpack *next; /* oldest first */
 };
 
 struct robj {
@@ -87,7 +103,7 @@ struct robj {
 	int state, in_table, refs;
 	uint64_t size, ready; /* [0, ready) is checked and in the spool */
 	int have_size;
-	int fd;
+	int fd; /* the fetcher's, while it fetches; readers open their own */
 	char *path, *tmp; /* spool: final name, temporary name while fetching */
 	uint64_t counted; /* bytes counted in the cache */
 	dcr_digest digest;
@@ -101,7 +117,9 @@ struct robj {
 	unsigned active, children, wave_children;
 	uint64_t served, wave_bytes;
 	double wave_t0;
+	unsigned hash;
 	struct robj *hnext, *qnext;
+	struct robj *pk_prev, *pk_next; /* the pack's objects in the table */
 };
 
 enum { Q_NONE, Q_OBJ, Q_LIST, Q_PASS, Q_DONE };
@@ -115,6 +133,7 @@ struct rreq {
 	char *prefix; /* listing: the whole prefix asked for */
 	char *range, *if_match; /* the request's headers (or NULL) */
 	struct robj *o;
+	int fd; /* o's spool file, opened for this response */
 	uint64_t start, len, sent;
 	int status;
 	/* parking */
@@ -126,8 +145,10 @@ struct rreq {
 	struct dcr_err terr;
 	char *body;
 	size_t body_len;
-	int tfd;
-	uint64_t tsize;
+	int tfd;	   /* Q_PASS: the bytes to send, from offset 0 */
+	uint64_t tsize;	   /* Q_PASS: the object's size */
+	int tstatus;	   /* Q_PASS: the status to answer */
+	uint64_t held;	   /* Q_PASS: bytes counted in r->pass_held */
 	struct rreq *tnext;
 };
 
@@ -148,13 +169,15 @@ struct dcr_relay {
 	pthread_cond_t fcv; /* fetch queue */
 	pthread_cond_t mcv; /* meta queue */
 	int stopping;
-	struct robj *tab[TABLE_SIZE];
-	struct rpack *packs;
+	struct robj **tab; /* tab_size buckets (a power of 2), tab_n objects */
+	size_t tab_size, tab_n;
+	struct rpack *packs, *packs_tail;
 	uint64_t seq;
 	struct robj *fq, *fq_tail; /* payloads to fetch */
 	struct robj *mq;	   /* manifests to fetch */
 	struct rreq *mreq, *mreq_tail; /* listings and objects passed through */
 	struct rreq *parked;
+	uint64_t pass_held; /* bytes of objects passed through, in flight */
 	int pulls; /* dcr_relay_pull calls in progress */
 	pthread_t *workers;
 	int nworkers;
@@ -216,6 +239,13 @@ static void say(struct dcr_relay *r, const char *fmt, ...)
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
 	r->o.log(r->o.log_ctx, line);
+}
+
+/* With trusted keys: nothing of a pack is taken before its manifest,
+ * signed by one of them. */
+static int trusting(const struct dcr_relay *r)
+{
+	return r->o.trust && r->o.trust->nkeys;
 }
 
 /* The parent fetches start at: the last that served (atomic: read
@@ -307,7 +337,7 @@ static unsigned hash_name(const char *s)
 	unsigned h = 2166136261u;
 	for (; *s; s++)
 		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h % TABLE_SIZE;
+	return h;
 }
 
 static struct rpack *pack_get(struct dcr_relay *r, const char *name, size_t n)
@@ -321,8 +351,11 @@ static struct rpack *pack_get(struct dcr_relay *r, const char *name, size_t n)
 		return NULL;
 	}
 	p->seq = ++r->seq;
-	p->next = r->packs;
-	r->packs = p;
+	if (r->packs_tail)
+		r->packs_tail->next = p;
+	else
+		r->packs = p;
+	r->packs_tail = p;
 	return p;
 }
 
@@ -330,9 +363,12 @@ static void pack_put(struct dcr_relay *r, struct rpack *p)
 {
 	if (!p || --p->nobj)
 		return;
-	for (struct rpack **pp = &r->packs; *pp; pp = &(*pp)->next)
+	struct rpack *prev = NULL;
+	for (struct rpack **pp = &r->packs; *pp; prev = *pp, pp = &(*pp)->next)
 		if (*pp == p) {
 			*pp = p->next;
+			if (r->packs_tail == p)
+				r->packs_tail = prev;
 			break;
 		}
 	if (p->have_m)
@@ -360,25 +396,78 @@ static int pack_member(const char *name, size_t *plen, long *idx)
 	return 1;
 }
 
+static struct robj **bucket(struct dcr_relay *r, unsigned hash)
+{
+	return &r->tab[hash & (r->tab_size - 1)];
+}
+
 static struct robj *tab_find(struct dcr_relay *r, const char *name)
 {
-	for (struct robj *o = r->tab[hash_name(name)]; o; o = o->hnext)
-		if (!strcmp(o->name, name))
+	unsigned h = hash_name(name);
+	for (struct robj *o = *bucket(r, h); o; o = o->hnext)
+		if (o->hash == h && !strcmp(o->name, name))
 			return o;
 	return NULL;
+}
+
+/* Twice the buckets, when memory allows (else the chains grow). */
+static void tab_grow(struct dcr_relay *r)
+{
+	size_t n = r->tab_size * 2;
+	struct robj **t = n > r->tab_size ? dcr_calloc(n, sizeof(*t)) : NULL;
+	if (!t)
+		return;
+	for (size_t h = 0; h < r->tab_size; h++)
+		for (struct robj *o = r->tab[h], *next; o; o = next) {
+			next = o->hnext;
+			o->hnext = t[o->hash & (n - 1)];
+			t[o->hash & (n - 1)] = o;
+		}
+	free(r->tab);
+	r->tab = t;
+	r->tab_size = n;
+}
+
+static void tab_insert(struct dcr_relay *r, struct robj *o)
+{
+	struct rpack *p = o->pack;
+	o->hash = hash_name(o->name);
+	o->hnext = *bucket(r, o->hash);
+	*bucket(r, o->hash) = o;
+	o->pk_prev = p->objs_tail;
+	o->pk_next = NULL;
+	if (p->objs_tail)
+		p->objs_tail->pk_next = o;
+	else
+		p->objs = o;
+	p->objs_tail = o;
+	o->in_table = 1;
+	if (++r->tab_n > r->tab_size)
+		tab_grow(r);
 }
 
 static void tab_remove(struct dcr_relay *r, struct robj *o)
 {
 	if (!o->in_table)
 		return;
-	for (struct robj **pp = &r->tab[hash_name(o->name)]; *pp; pp = &(*pp)->hnext)
+	for (struct robj **pp = bucket(r, o->hash); *pp; pp = &(*pp)->hnext)
 		if (*pp == o) {
 			*pp = o->hnext;
 			break;
 		}
+	struct rpack *p = o->pack;
+	if (o->pk_prev)
+		o->pk_prev->pk_next = o->pk_next;
+	else
+		p->objs = o->pk_next;
+	if (o->pk_next)
+		o->pk_next->pk_prev = o->pk_prev;
+	else
+		p->objs_tail = o->pk_prev;
+	o->pk_prev = o->pk_next = NULL;
 	o->in_table = 0;
 	o->hnext = NULL;
+	r->tab_n--;
 }
 
 static void obj_free(struct dcr_relay *r, struct robj *o)
@@ -466,36 +555,51 @@ static struct robj *obj_get(struct dcr_relay *r, const char *name, int *code)
 		o->have_size = 1;
 	}
 	o->refs = 1; /* the table's */
-	o->in_table = 1;
-	unsigned h = hash_name(name);
-	o->hnext = r->tab[h];
-	r->tab[h] = o;
+	tab_insert(r, o);
 	return o;
+}
+
+/* Under mu: a descriptor of o's spool file of its own, to read o's
+ * checked bytes from, or -1 (errno set). The fetcher's is closed once o
+ * is done: a finished object holds no open file. */
+static int obj_open(const struct robj *o)
+{
+	const char *path = o->tmp ? o->tmp : o->path;
+	if (!path) {
+		errno = ENOENT;
+		return -1;
+	}
+	return open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 }
 
 /* ---- the cache ---- */
 
+/* Under mu: the finished, unused object to drop first: of the oldest
+ * pack, its oldest; a manifest last of its pack. */
+static struct robj *victim(struct dcr_relay *r)
+{
+	for (struct rpack *p = r->packs; p; p = p->next)
+		for (struct robj *o = p->objs; o; o = o->pk_next)
+			if (o->state == O_DONE && o->refs == 1 && o->counted &&
+			    (o->idx >= 0 || p->nobj == 1))
+				return o;
+	return NULL;
+}
+
+/* Under mu: no room for need more bytes, or too many objects. */
+static int cache_full(const struct dcr_relay *r, uint64_t need)
+{
+	return r->cache_bytes + need > r->cache_size || r->tab_n > OBJ_MAX;
+}
+
 /* Under mu: drop finished, unused objects, oldest packs first, until need
- * more bytes fit (or nothing more can go). */
+ * more bytes fit and the table is within OBJ_MAX (or nothing more can
+ * go). */
 static void make_room(struct dcr_relay *r, uint64_t need)
 {
-	while (r->cache_bytes + need > r->cache_size) {
-		struct robj *victim = NULL;
-		for (unsigned h = 0; h < TABLE_SIZE; h++)
-			for (struct robj *o = r->tab[h]; o; o = o->hnext) {
-				if (o->state != O_DONE || o->refs != 1 || !o->counted)
-					continue;
-				/* a manifest goes last of its pack */
-				if (o->idx < 0 && o->pack->nobj > 1)
-					continue;
-				if (!victim || o->pack->seq < victim->pack->seq ||
-				    (o->pack->seq == victim->pack->seq && o->seq < victim->seq))
-					victim = o;
-			}
-		if (!victim)
-			return;
-		obj_drop(r, victim);
-	}
+	struct robj *o;
+	while (cache_full(r, need) && (o = victim(r)))
+		obj_drop(r, o);
 }
 
 /* Under mu: count o's bytes in the cache (once its size is known). */
@@ -562,6 +666,8 @@ static void publish(struct dcr_relay *r, struct robj *o, uint64_t ready, int sta
 	char line[1400];
 	int have_line = 0;
 	pthread_mutex_lock(&r->mu);
+	if (o->state == O_FAILED)
+		ready = state = 0; /* revoked */
 	if (ready > o->ready)
 		o->ready = ready;
 	if (state)
@@ -578,74 +684,138 @@ static void publish(struct dcr_relay *r, struct robj *o, uint64_t ready, int sta
 
 /* ---- fetching: manifests ---- */
 
-/* Under mu: a manifest arrived for p: give its payloads their sizes, drop
- * payloads checked before it that it does not list, and queue the pack's
- * payloads (those that fit in the cache). */
-static void enqueue_fetch(struct dcr_relay *r, struct robj *o, int front);
-static void manifest_loaded(struct dcr_relay *r, struct rpack *p)
+/* Under mu: o's bytes turned out not to be its pack's (its manifest came
+ * and says otherwise): no reader gets another byte of them, the object
+ * leaves the table and the cache, and a fetch in flight ends failed (see
+ * fetch_obj). Its waiters are added to *l, to resume once unlocked. */
+static void obj_revoke(struct dcr_relay *r, struct robj *o, int code, const char *why,
+		   struct rreq **l)
 {
-	for (unsigned h = 0; h < TABLE_SIZE; h++)
-		for (struct robj *o = r->tab[h], *next; o; o = next) {
-			next = o->hnext;
-			if (o->pack != p || o->idx < 0)
-				continue;
-			long at = mpos(&p->m, o->idx);
-			if (at < 0) {
-				obj_drop(r, o);
-				continue;
-			}
-			if (!o->have_size) {
-				o->size = p->m.psize[at];
-				o->have_size = 1;
-			}
-			if (o->state == O_DONE && o->check == V_WHOLE &&
-			    (o->size != p->m.psize[at] ||
-			     memcmp(o->digest.b, p->m.pdigest[at].b, 32)))
-				obj_drop(r, o);
+	o->refs++;
+	obj_drop(r, o);
+	o->ready = 0;
+	o->state = O_FAILED;
+	dcr_err_set(&o->err, code, "'%s' %s", o->name, why);
+	for (struct rreq *w = wake(r, o), *next; w; w = next) {
+		next = w->rnext;
+		w->rnext = *l;
+		*l = w;
+	}
+	obj_put(r, o);
+}
+
+/* Under mu: a manifest arrived for p: give its payloads their sizes,
+ * revoke payloads checked whole before it (done, or checked and not yet
+ * done) that it does not list with that digest, and have the fetch
+ * workers prefetch the pack's payloads (prefetch_next). Requests to
+ * resume come back. */
+static struct rreq *manifest_loaded(struct dcr_relay *r, struct rpack *p)
+{
+	struct rreq *l = NULL;
+	for (struct robj *o = p->objs, *next; o; o = next) {
+		next = o->pk_next;
+		if (o->idx < 0)
+			continue;
+		long at = mpos(&p->m, o->idx);
+		if (at < 0) {
+			obj_revoke(r, o, DCR_ENOTFOUND, "is not in its pack's manifest", &l);
+			continue;
 		}
-	if (r->o.no_prefetch)
-		return;
-	for (uint32_t i = 0; i < p->m.npayloads; i++) {
-		char *en = dcr_payload_name(dcr_manifest_index(&p->m, i));
+		if (!o->have_size) {
+			o->size = p->m.psize[at];
+			o->have_size = 1;
+		}
+		if (o->have_digest && o->check == V_WHOLE &&
+		    (o->size != p->m.psize[at] || memcmp(o->digest.b, p->m.pdigest[at].b, 32)))
+			obj_revoke(r, o, DCR_EDIGEST, "does not match the manifest's digest", &l);
+	}
+	if (!r->o.no_prefetch && p->m.npayloads) {
+		p->pf_on = 1;
+		pthread_cond_broadcast(&r->fcv);
+	}
+	return l;
+}
+
+/* Under mu: the next payload to prefetch (a reference to it taken, in
+ * state O_NEW), of the oldest pack that has one; NULL when there is none
+ * now, with *more set when the caller should ask again once it has let
+ * go of the lock: at most PREFETCH_STEP names are looked at per call, so
+ * a manifest of many payloads never holds the lock long. A pack's
+ * prefetch stops where the cache has no room (those payloads are fetched
+ * when asked for). */
+static struct robj *prefetch_next(struct dcr_relay *r, int *more)
+{
+	struct rpack *p = r->packs;
+	while (p && !p->pf_on)
+		p = p->next;
+	*more = 0;
+	if (!p)
+		return NULL;
+	for (int k = 0; k < PREFETCH_STEP; k++) {
+		if (p->pf_next >= p->m.npayloads) {
+			p->pf_on = 0;
+			break;
+		}
+		char *en = dcr_payload_name(dcr_manifest_index(&p->m, p->pf_next));
 		char *name = en ? dcr_asprintf("%s/%s", p->name, en) : NULL;
 		free(en);
 		int code;
 		struct robj *o = name ? obj_get(r, name, &code) : NULL;
 		free(name);
-		if (!o)
+		if (!o) {
+			p->pf_on = 0; /* out of memory */
 			break;
+		}
+		p->pf_next++;
 		if (o->state != O_NEW)
 			continue;
 		make_room(r, o->size);
-		if (r->cache_bytes + o->size > r->cache_size) {
+		if (cache_full(r, o->size)) {
 			if (o->refs == 1 && !o->active)
 				obj_drop(r, o); /* nobody asked: leave it for later */
+			p->pf_on = 0;
 			break;
 		}
-		enqueue_fetch(r, o, 0);
+		o->refs++; /* the fetcher's */
+		count_obj(r, o);
+		return o;
 	}
+	*more = 1;
+	return NULL;
 }
 
 /* The signature of pack's manifest at parent pa, into *sig (NULL and 0
- * when the pack is unsigned there). */
+ * when the pack is unsigned there). No more than DCR_SIG_MAX bytes of it
+ * are taken, whatever the parent sends: a server's answer is cut there, a
+ * directory's file is measured first. */
 static int get_sig(struct parent *pa, const char *pack, uint8_t **sig, size_t *len,
 		   struct dcr_err *e)
 {
 	char *sn = dcr_asprintf("%s/%s", pack, DCR_MANIFEST_SIG_NAME);
+	struct dcr_blob b = {.max = DCR_SIG_MAX};
+	uint64_t size = 0;
 	*sig = NULL;
 	*len = 0;
 	if (!sn)
 		return dcr_err_sys(e, ENOMEM, "relay");
-	int rc = dcr_store_get(pa->s, sn, sig, len, e);
+	int rc = dcr_store_is_local(pa->s) ? dcr_store_stat(pa->s, sn, &size, e) : 0;
+	if (!rc && size > DCR_SIG_MAX)
+		rc = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %llu bytes, not a signature", pa->url,
+				 sn, (unsigned long long)size);
+	if (!rc)
+		rc = dcr_store_get_blob(pa->s, sn, &b, e);
+	if (!rc && b.len > DCR_SIG_MAX)
+		rc = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %zu bytes, not a signature", pa->url,
+				 sn, b.len);
+	if (!rc && !(*sig = malloc(b.len ? b.len : 1)))
+		rc = dcr_err_sys(e, ENOMEM, "relay");
+	if (!rc) {
+		memcpy(*sig, b.p, b.len);
+		*len = b.len;
+	}
 	if (rc == DCR_ENOTFOUND)
 		rc = 0;
-	else if (!rc && *len > DCR_SIG_MAX)
-		rc = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %zu bytes, not a signature", pa->url, sn,
-				 *len);
-	if (rc) {
-		free(*sig);
-		*sig = NULL;
-	}
+	dcr_blob_free(&b);
 	free(sn);
 	return rc;
 }
@@ -726,7 +896,7 @@ static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e
 			p->m = m;
 			p->have_m = 1;
 			memcpy(p->mtrailer, buf + len - 32, 32);
-			if (m.have_version || (r->o.trust && r->o.trust->nkeys)) {
+			if (m.have_version || trusting(r)) {
 				p->sig = sig;
 				p->sig_len = sig_len;
 				p->sig_known = sig ? 1 : 2;
@@ -746,9 +916,9 @@ static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e
 		r->fetched += len;
 		__atomic_store_n(&r->good, i, __ATOMIC_RELAXED);
 		count_obj(r, o);
-		if (fresh)
-			manifest_loaded(r, p);
+		struct rreq *l = fresh ? manifest_loaded(r, p) : NULL;
 		pthread_mutex_unlock(&r->mu);
+		resume_all(l);
 		free(buf);
 		publish(r, o, len, 0);
 		return 0;
@@ -760,23 +930,25 @@ static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e
 	return rc;
 }
 
-/* The pack's manifest, fetched here or waited for; absent is fine (the
- * payloads are then checked whole). */
+/* The pack's manifest, fetched here or waited for: 0 when the relay holds
+ * it, else why not (DCR_ENOTFOUND: absent), in *me. Absent is fine
+ * without keys (the payloads are then checked whole). */
 static void fetch_obj(struct dcr_relay *r, struct robj *o, uint8_t *buf);
-static void ensure_manifest(struct dcr_relay *r, struct rpack *p, uint8_t *buf)
+static int ensure_manifest(struct dcr_relay *r, struct rpack *p, uint8_t *buf,
+			   struct dcr_err *me)
 {
 	pthread_mutex_lock(&r->mu);
 	if (p->have_m) {
 		pthread_mutex_unlock(&r->mu);
-		return;
+		return 0;
 	}
 	char *name = dcr_asprintf("%s/%s", p->name, DCR_MANIFEST_NAME);
-	int code;
+	int code, rc;
 	struct robj *mo = name ? obj_get(r, name, &code) : NULL;
 	free(name);
 	if (!mo) {
 		pthread_mutex_unlock(&r->mu);
-		return;
+		return dcr_err_sys(me, ENOMEM, "relay");
 	}
 	mo->refs++;
 	if (mo->state == O_NEW || mo->state == O_QUEUED) {
@@ -788,8 +960,28 @@ static void ensure_manifest(struct dcr_relay *r, struct rpack *p, uint8_t *buf)
 		while (mo->state != O_DONE && mo->state != O_FAILED && !r->stopping)
 			pthread_cond_wait(&r->cv, &r->mu);
 	}
+	if (p->have_m)
+		rc = 0;
+	else if (mo->state == O_FAILED)
+		rc = (*me = mo->err).code;
+	else
+		rc = dcr_err_set(me, -ECANCELED, "the relay is stopping");
 	obj_put(r, mo);
 	pthread_mutex_unlock(&r->mu);
+	return rc;
+}
+
+/* Why payload o of a pack without a trusted manifest is not served (mrc
+ * and me: why the manifest is not here). */
+static int untrusted(const struct robj *o, int mrc, const struct dcr_err *me, struct dcr_err *e)
+{
+	if (mrc == DCR_ENOTFOUND)
+		return dcr_err_set(e, DCR_ENOTFOUND,
+				   "pack '%s' has no signed manifest yet: with a trusted key, its payloads are served only after it",
+				   o->pack->name);
+	if (mrc == -ECANCELED)
+		return dcr_err_set(e, mrc, "%s", me->msg);
+	return dcr_err_set(e, mrc, "pack '%s' is not trusted: %s", o->pack->name, me->msg);
 }
 
 /* ---- fetching: payloads checked piece by piece ---- */
@@ -950,8 +1142,8 @@ static int whole_size(struct dcr_relay *r, struct robj *o, size_t *i, size_t *t,
 	}
 }
 
-static int whole_check(struct robj *o, const struct dcr_manifest *m, struct wcheck *c,
-		       const char *url, dcr_digest *digest, struct dcr_err *e)
+static int whole_check(struct robj *o, struct wcheck *c, const char *url, dcr_digest *digest,
+		       struct dcr_err *e)
 {
 	dcr_digest sum;
 	uint8_t tr[32], head[DCR_PAYLOAD_HDR_LEN];
@@ -969,15 +1161,27 @@ static int whole_check(struct robj *o, const struct dcr_manifest *m, struct wche
 		return dcr_err_set(e, DCR_EFORMAT, "'%s' holds payload %u", url, pl.index);
 	if (DCR_CHECKSUM_DIFFERS(sum.b, tr))
 		return dcr_err_set(e, DCR_EDIGEST, "'%s' is corrupt: checksum mismatch", url);
-	if (m && (mpos(m, o->idx) < 0 || o->size != m->psize[mpos(m, o->idx)] ||
-		  memcmp(sum.b, m->pdigest[mpos(m, o->idx)].b, 32)))
-		return dcr_err_set(e, DCR_EDIGEST, "'%s' does not match the manifest's digest", url);
 	*digest = sum;
 	return 0;
 }
 
-static int fetch_whole(struct dcr_relay *r, struct robj *o, const struct dcr_manifest *m,
-		       uint8_t *buf, struct dcr_err *e)
+/* Under mu: o, checked whole with digest d, is what its pack's manifest
+ * lists, when the relay holds one (it may have come during the fetch);
+ * then its bytes are ready, in the same step, so that a manifest that
+ * comes later finds it checked (manifest_loaded). */
+static int whole_agrees(struct robj *o, const dcr_digest *d, const char *url, struct dcr_err *e)
+{
+	const struct rpack *p = o->pack;
+	long at = p->have_m ? mpos(&p->m, o->idx) : 0;
+	if (p->have_m && (at < 0 || o->size != p->m.psize[at] ||
+			  memcmp(d->b, p->m.pdigest[at].b, 32)))
+		return dcr_err_set(e, DCR_EDIGEST, "'%s' does not match the manifest's digest", url);
+	o->digest = *d;
+	o->have_digest = 1;
+	return 0;
+}
+
+static int fetch_whole(struct dcr_relay *r, struct robj *o, uint8_t *buf, struct dcr_err *e)
 {
 	size_t i = good(r), t = 0;
 	int rc;
@@ -1021,12 +1225,15 @@ static int fetch_whole(struct dcr_relay *r, struct robj *o, const struct dcr_man
 		}
 		if (!rc) {
 			dcr_digest sum;
-			rc = whole_check(o, m, &c, url, &sum, e);
+			rc = whole_check(o, &c, url, &sum, e);
 			if (!rc) {
 				pthread_mutex_lock(&r->mu);
-				o->digest = sum;
-				o->have_digest = 1;
+				rc = whole_agrees(o, &sum, url, e);
+				if (!rc && o->state != O_FAILED)
+					o->ready = o->size;
 				pthread_mutex_unlock(&r->mu);
+			}
+			if (!rc) {
 				free(url);
 				came_from(r, o, i);
 				publish(r, o, o->size, 0);
@@ -1052,7 +1259,10 @@ static int fetch_payload(struct dcr_relay *r, struct robj *o, uint8_t *buf, stru
 	struct rpack *p = o->pack;
 	if (!buf)
 		return dcr_err_sys(e, ENOMEM, "relay: no fetch buffer");
-	ensure_manifest(r, p, buf);
+	struct dcr_err me;
+	int mrc = ensure_manifest(r, p, buf, &me);
+	if (mrc && trusting(r))
+		return untrusted(o, mrc, &me, e);
 	pthread_mutex_lock(&r->mu);
 	const struct dcr_manifest *m = p->have_m ? &p->m : NULL;
 	if (m && mpos(m, o->idx) < 0) {
@@ -1072,7 +1282,7 @@ static int fetch_payload(struct dcr_relay *r, struct robj *o, uint8_t *buf, stru
 	int rc = spool_open(r, o, e);
 	if (rc)
 		return rc;
-	return o->check == V_PIECES ? fetch_pieces(r, o, m, buf, e) : fetch_whole(r, o, m, buf, e);
+	return o->check == V_PIECES ? fetch_pieces(r, o, m, buf, e) : fetch_whole(r, o, buf, e);
 }
 
 static void fetch_obj(struct dcr_relay *r, struct robj *o, uint8_t *buf)
@@ -1084,6 +1294,11 @@ static void fetch_obj(struct dcr_relay *r, struct robj *o, uint8_t *buf)
 	int have_line = 0;
 	pthread_mutex_lock(&r->mu);
 	o->t_fetched = dcr_now_s();
+	if (!rc && o->state == O_FAILED) {
+		/* revoked while it was fetched (manifest_loaded) */
+		e = o->err;
+		rc = e.code;
+	}
 	if (rc) {
 		o->err = e;
 		o->err.code = rc;
@@ -1099,9 +1314,13 @@ static void fetch_obj(struct dcr_relay *r, struct robj *o, uint8_t *buf)
 		o->state = O_DONE;
 		have_line = wave_line(r, o, line, sizeof(line));
 	}
+	int fd = o->fd; /* readers open their own */
+	o->fd = -1;
 	struct rreq *l = wake(r, o);
 	pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->mu);
+	if (fd >= 0)
+		close(fd);
 	resume_all(l);
 	if (rc && rc != DCR_ENOTFOUND && rc != -ECANCELED)
 		say(r, "error: '%s': %s", o->name, e.msg);
@@ -1109,10 +1328,11 @@ static void fetch_obj(struct dcr_relay *r, struct robj *o, uint8_t *buf)
 		say(r, "%s", line);
 }
 
-/* Under mu: have o fetched; demand (front) jumps the prefetches. */
-static void enqueue_fetch(struct dcr_relay *r, struct robj *o, int front)
+/* Under mu: have o fetched, as a child asked for it: ahead of the
+ * payloads asked for before it, and of the prefetches. */
+static void enqueue_fetch(struct dcr_relay *r, struct robj *o)
 {
-	if (o->state == O_QUEUED && front && o->idx >= 0 && r->fq != o) {
+	if (o->state == O_QUEUED && o->idx >= 0 && r->fq != o) {
 		/* move it to the front */
 		for (struct robj **pp = &r->fq; *pp; pp = &(*pp)->qnext)
 			if (*pp == o) {
@@ -1141,39 +1361,40 @@ static void enqueue_fetch(struct dcr_relay *r, struct robj *o, int front)
 		pthread_cond_signal(&r->mcv);
 		return;
 	}
-	o->qnext = NULL;
-	if (front) {
-		o->qnext = r->fq;
-		r->fq = o;
-		if (!r->fq_tail)
-			r->fq_tail = o;
-	} else {
-		if (r->fq_tail)
-			r->fq_tail->qnext = o;
-		else
-			r->fq = o;
+	o->qnext = r->fq;
+	r->fq = o;
+	if (!r->fq_tail)
 		r->fq_tail = o;
-	}
 	pthread_cond_signal(&r->fcv);
 }
 
+/* Fetch what children asked for first (r->fq), then what the packs'
+ * manifests list (prefetch_next). */
 static void *fetch_worker(void *arg)
 {
 	struct dcr_relay *r = arg;
 	uint8_t *buf = malloc(r->window);
 	pthread_mutex_lock(&r->mu);
-	for (;;) {
-		while (!r->stopping && !r->fq)
-			pthread_cond_wait(&r->fcv, &r->mu);
-		if (r->stopping)
-			break;
+	while (!r->stopping) {
 		struct robj *o = r->fq;
-		r->fq = o->qnext;
-		if (!r->fq)
-			r->fq_tail = NULL;
-		o->qnext = NULL;
-		if (o->state != O_QUEUED || !o->in_table) {
-			obj_put(r, o);
+		int more;
+		if (o) {
+			r->fq = o->qnext;
+			if (!r->fq)
+				r->fq_tail = NULL;
+			o->qnext = NULL;
+			if (o->state != O_QUEUED || !o->in_table) {
+				obj_put(r, o);
+				continue;
+			}
+		} else if (!(o = prefetch_next(r, &more))) {
+			if (more) {
+				pthread_mutex_unlock(&r->mu);
+				sched_yield();
+				pthread_mutex_lock(&r->mu);
+			} else {
+				pthread_cond_wait(&r->fcv, &r->mu);
+			}
 			continue;
 		}
 		o->state = O_FETCHING;
@@ -1217,30 +1438,82 @@ static void run_list(struct dcr_relay *r, struct rreq *q)
 	}
 }
 
-static void run_pass(struct dcr_relay *r, struct rreq *q)
+/* An empty temporary file in the spool for q's bytes (q->tfd). */
+static int pass_file(struct dcr_relay *r, struct rreq *q)
+{
+	if (q->tfd < 0)
+		q->tfd = open(r->spool, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (q->tfd < 0)
+		return dcr_err_sys(&q->terr, errno, "cannot create a file in '%s'", r->spool);
+	if (ftruncate(q->tfd, 0))
+		return dcr_err_sys(&q->terr, errno, "cannot reset a file in '%s'", r->spool);
+	return 0;
+}
+
+/* Count q's len bytes in r->pass_held, if they fit (else 503). */
+static int pass_reserve(struct dcr_relay *r, struct rreq *q)
+{
+	int rc = 0;
+	pthread_mutex_lock(&r->mu);
+	r->pass_held -= q->held;
+	q->held = 0;
+	if (r->pass_held + q->len > PASS_HELD) {
+		q->tstatus = MHD_HTTP_SERVICE_UNAVAILABLE;
+		rc = dcr_err_set(&q->terr, -EBUSY,
+				 "the relay holds %llu MiB of objects passed through, its most: try again later",
+				 (unsigned long long)(r->pass_held >> 20));
+	} else {
+		r->pass_held += q->len;
+		q->held = q->len;
+	}
+	pthread_mutex_unlock(&r->mu);
+	return rc;
+}
+
+/* The bytes of object q->name (size q->tsize) that q's Range asks for,
+ * from store s into q->tfd, window by window through buf: never more
+ * than that range, nor more than PASS_MAX. */
+static int parse_range(struct rreq *q, uint64_t size);
+static int pass_get(struct dcr_relay *r, struct rreq *q, struct dcr_store *s, uint8_t *buf)
+{
+	q->tstatus = parse_range(q, q->tsize);
+	if (q->tstatus == MHD_HTTP_RANGE_NOT_SATISFIABLE)
+		return 0;
+	if (q->len > PASS_MAX) {
+		q->tstatus = MHD_HTTP_FORBIDDEN;
+		return dcr_err_set(&q->terr, DCR_EFORMAT,
+				   "'%s' is %llu bytes: a relay passes at most %llu MiB of an object that is not a pack member at once (ask for a range)",
+				   q->name, (unsigned long long)q->len,
+				   (unsigned long long)(PASS_MAX >> 20));
+	}
+	int rc;
+	if (!buf)
+		return dcr_err_sys(&q->terr, ENOMEM, "relay: no buffer");
+	if ((rc = pass_reserve(r, q)) || (rc = pass_file(r, q)))
+		return rc;
+	for (uint64_t pos = 0; pos < q->len;) {
+		size_t n = q->len - pos < r->window ? (size_t)(q->len - pos) : (size_t)r->window;
+		if ((rc = dcr_store_get_range(s, q->name, q->start + pos, n, buf, &q->terr)))
+			return rc;
+		if (dcr_pwrite_full(q->tfd, buf, n, pos))
+			return dcr_err_sys(&q->terr, errno, "cannot write a file in '%s'", r->spool);
+		pos += n;
+	}
+	return 0;
+}
+
+static void run_pass(struct dcr_relay *r, struct rreq *q, uint8_t *buf)
 {
 	int absent = 0;
 	for (size_t t = 0; t < r->np; t++) {
 		size_t i = (good(r) + t) % r->np;
 		struct dcr_store *s = r->parents[i].s;
-		if (q->head) {
-			q->trc = dcr_store_stat(s, q->name, &q->tsize, &q->terr);
-		} else {
-			if (q->tfd < 0)
-				q->tfd = open(r->spool, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-			if (q->tfd < 0) {
-				q->trc = dcr_err_sys(&q->terr, errno, "cannot create a file in '%s'",
-						     r->spool);
-				return;
-			}
-			if (ftruncate(q->tfd, 0) || lseek(q->tfd, 0, SEEK_SET)) {
-				q->trc = dcr_err_sys(&q->terr, errno, "cannot reset a file in '%s'",
-						     r->spool);
-				return;
-			}
-			q->trc = dcr_store_get_to_fd(s, q->name, q->tfd, &q->tsize, &q->terr);
-		}
-		if (!q->trc)
+		q->tstatus = 0;
+		q->trc = dcr_store_stat(s, q->name, &q->tsize, &q->terr);
+		if (!q->trc && !q->head)
+			q->trc = pass_get(r, q, s, buf);
+		if (!q->trc || q->tstatus == MHD_HTTP_FORBIDDEN ||
+		    q->tstatus == MHD_HTTP_SERVICE_UNAVAILABLE)
 			return;
 		absent += is_absent(q->trc);
 	}
@@ -1280,7 +1553,7 @@ static void *meta_worker(void *arg)
 		if (q->kind == Q_LIST)
 			run_list(r, q);
 		else
-			run_pass(r, q);
+			run_pass(r, q, buf);
 		pthread_mutex_lock(&r->mu);
 		q->kind = Q_DONE + q->kind; /* done: Q_DONE + what it was */
 		struct rreq *l = wake(r, q);
@@ -1424,11 +1697,13 @@ static ssize_t obj_reader(void *cls, uint64_t pos, char *buf, size_t max)
 		park_finish(r, q);
 		return 0;
 	}
+	if (q->fd < 0)
+		q->fd = obj_open(o);
 	pthread_mutex_unlock(&r->mu);
 	size_t n = avail < max ? (size_t)avail : max;
 	if (n > q->len - pos)
 		n = (size_t)(q->len - pos);
-	if (dcr_pread_full(o->fd, buf, n, at))
+	if (q->fd < 0 || dcr_pread_full(q->fd, buf, n, at))
 		return MHD_CONTENT_READER_END_WITH_ERROR;
 	q->sent += n;
 	return (ssize_t)n;
@@ -1480,7 +1755,7 @@ static enum MHD_Result answer_obj(struct rreq *q)
 		o->children++;
 		o->active++;
 		q->responding = 1;
-		enqueue_fetch(r, o, 1);
+		enqueue_fetch(r, o);
 		pthread_mutex_unlock(&r->mu);
 	}
 	q->status = status;
@@ -1491,16 +1766,20 @@ static enum MHD_Result answer_obj(struct rreq *q)
 
 static enum MHD_Result answer_pass(struct rreq *q)
 {
+	if (q->trc && (q->tstatus == MHD_HTTP_FORBIDDEN ||
+		       q->tstatus == MHD_HTTP_SERVICE_UNAVAILABLE))
+		return answer_text(q, q->tstatus, "%s", q->terr.msg);
 	if (q->trc)
 		return answer_err(q, q->trc, &q->terr);
-	int status = parse_range(q, q->tsize);
+	/* a GET's range was taken by run_pass: its bytes are at 0 in tfd */
+	int status = q->head ? parse_range(q, q->tsize) : q->tstatus;
 	if (status == MHD_HTTP_RANGE_NOT_SATISFIABLE)
 		return answer_416(q, q->tsize);
 	struct MHD_Response *resp;
 	if (q->head) {
 		resp = mh.create_response_from_callback(q->tsize, RESP_BLOCK, no_body, NULL, NULL);
 	} else {
-		resp = mh.create_response_from_fd_at_offset64(q->len, q->tfd, (int64_t)q->start);
+		resp = mh.create_response_from_fd_at_offset64(q->len, q->tfd, 0);
 		if (resp)
 			q->tfd = -1; /* the response closes it */
 	}
@@ -1589,7 +1868,7 @@ static enum MHD_Result serve_obj(struct rreq *q)
 			return answer_obj(q);
 		}
 	}
-	enqueue_fetch(r, o, 1);
+	enqueue_fetch(r, o);
 	park(r, q, o);
 	pthread_mutex_unlock(&r->mu);
 	park_finish(r, q);
@@ -1733,6 +2012,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			return MHD_NO;
 		q->r = r;
 		q->conn = conn;
+		q->fd = -1;
 		q->tfd = -1;
 		q->head = !strcmp(method, MHD_HTTP_METHOD_HEAD);
 		q->reject = !q->head && strcmp(method, MHD_HTTP_METHOD_GET);
@@ -1791,6 +2071,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	char line[1400];
 	int have_line = 0;
 	pthread_mutex_lock(&r->mu);
+	r->pass_held -= q->held;
 	r->bytes_served += q->sent;
 	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && q->started)
 		r->cut++;
@@ -1805,6 +2086,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		obj_put(r, o);
 	}
 	pthread_mutex_unlock(&r->mu);
+	if (q->fd >= 0)
+		close(q->fd);
 	if (q->tfd >= 0)
 		close(q->tfd);
 	free(q->name);
@@ -1849,7 +2132,7 @@ char *dcr_relay_status(struct dcr_relay *r)
 	json_object_set_new(doc, "bytes_fetched", json_integer((json_int_t)r->fetched));
 	json_object_set_new(doc, "connections",
 			    json_integer(di ? (json_int_t)di->num_connections : 0));
-	for (unsigned h = 0; h < TABLE_SIZE; h++)
+	for (size_t h = 0; h < r->tab_size; h++)
 		for (struct robj *o = r->tab[h]; o; o = o->hnext) {
 			json_t *j = json_pack(
 				"{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "name", o->name,
@@ -1901,7 +2184,7 @@ static struct robj *acquire(struct dcr_relay *r, const char *name, struct dcr_er
 		o->wave_t0 = dcr_now_s();
 	o->children++;
 	o->active++;
-	enqueue_fetch(r, o, 1);
+	enqueue_fetch(r, o);
 	pthread_mutex_unlock(&r->mu);
 	return o;
 }
@@ -1920,13 +2203,18 @@ static void release(struct dcr_relay *r, struct robj *o, uint64_t sent)
 		say(r, "%s", line);
 }
 
-/* Wait until o has checked bytes past pos (1, *avail set), is done with
- * none (0), or failed (<0, e set). */
+/* Wait until o has checked bytes past pos (1, *avail set, and *fd open
+ * on its spool file), is done with none (0), or failed (<0, e set). */
 static int wait_bytes(struct dcr_relay *r, struct robj *o, uint64_t pos, uint64_t *avail,
-		      struct dcr_err *e)
+		      int *fd, struct dcr_err *e)
 {
 	pthread_mutex_lock(&r->mu);
 	for (;;) {
+		if (o->ready > pos && *fd < 0 && (*fd = obj_open(o)) < 0) {
+			int rc = dcr_err_sys(e, errno, "cannot open '%s' in the spool", o->name);
+			pthread_mutex_unlock(&r->mu);
+			return rc;
+		}
 		if (o->ready > pos) {
 			*avail = o->ready - pos;
 			pthread_mutex_unlock(&r->mu);
@@ -1956,7 +2244,7 @@ static int read_whole(struct dcr_relay *r, const char *name, uint8_t **out, size
 	struct robj *o = acquire(r, name, e);
 	if (!o)
 		return e->code ? e->code : -ENOMEM;
-	int rc = 0;
+	int rc = 0, fd = -1;
 	pthread_mutex_lock(&r->mu);
 	while (o->state != O_DONE && o->state != O_FAILED && !r->stopping)
 		pthread_cond_wait(&r->cv, &r->mu);
@@ -1965,6 +2253,8 @@ static int read_whole(struct dcr_relay *r, const char *name, uint8_t **out, size
 		rc = e->code < 0 ? e->code : -EIO;
 	} else if (o->state != O_DONE) {
 		rc = dcr_err_set(e, -ECANCELED, "the relay is stopping");
+	} else if ((fd = obj_open(o)) < 0) {
+		rc = dcr_err_sys(e, errno, "cannot open '%s' in the spool", name);
 	}
 	pthread_mutex_unlock(&r->mu);
 	if (!rc) {
@@ -1972,10 +2262,12 @@ static int read_whole(struct dcr_relay *r, const char *name, uint8_t **out, size
 			rc = dcr_err_set(e, DCR_EFORMAT, "'%s' is too large", name);
 		else if (!(*out = malloc(o->size ? (size_t)o->size : 1)))
 			rc = dcr_err_sys(e, ENOMEM, "relay");
-		else if (dcr_pread_full(o->fd, *out, (size_t)o->size, 0))
+		else if (dcr_pread_full(fd, *out, (size_t)o->size, 0))
 			rc = dcr_err_sys(e, errno, "cannot read '%s'", name);
 		*len = (size_t)o->size;
 	}
+	if (fd >= 0)
+		close(fd);
 	release(r, o, rc ? 0 : o->size);
 	return rc;
 }
@@ -2000,15 +2292,16 @@ static int stream_payload(struct dcr_relay *r, const char *ename, const char *na
 			rc = e->code ? e->code : -ENOMEM;
 			break;
 		}
-		uint64_t sent = 0, avail;
-		while (pos < size && (rc = wait_bytes(r, o, pos, &avail, e)) == 1) {
+		uint64_t sent = 0, avail = 0;
+		int fd = -1;
+		while (pos < size && (rc = wait_bytes(r, o, pos, &avail, &fd, e)) == 1) {
 			size_t n = avail < cap ? (size_t)avail : cap;
 			if (whole && dcr_buf_reserve(&wb, n)) {
 				rc = dcr_err_sys(e, ENOMEM, "relay");
 				break;
 			}
 			uint8_t *dst = whole ? wb.p + wb.len : buf;
-			if (dcr_pread_full(o->fd, dst, n, pos)) {
+			if (dcr_pread_full(fd, dst, n, pos)) {
 				rc = dcr_err_sys(e, errno, "cannot read '%s'", name);
 				break;
 			}
@@ -2018,6 +2311,8 @@ static int stream_payload(struct dcr_relay *r, const char *ename, const char *na
 			pos += n;
 			sent += n;
 		}
+		if (fd >= 0)
+			close(fd);
 		release(r, o, sent);
 		if (pos >= size) {
 			rc = 0;
@@ -2181,7 +2476,7 @@ static void reload_dir(struct dcr_relay *r, const char *rel)
 					/* with a key, a manifest is taken only with its
 					 * signature, which the cache does not keep */
 					if (p && !p->have_m && b.len >= 32 &&
-					    !(r->o.trust && r->o.trust->nkeys) &&
+					    !trusting(r) &&
 					    !dcr_manifest_parse(b.p, b.len, path, &m, &e)) {
 						p->m = m;
 						p->have_m = 1;
@@ -2198,7 +2493,6 @@ static void reload_dir(struct dcr_relay *r, const char *rel)
 				int code;
 				struct robj *o = ok ? obj_get(r, files[k], &code) : NULL;
 				if (o && o->state == O_NEW) {
-					o->fd = open(path, O_RDONLY | O_CLOEXEC);
 					o->path = path;
 					path = NULL;
 					o->size = o->ready = b.len;
@@ -2312,8 +2606,10 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 	pthread_cond_init(&r->cv, NULL);
 	pthread_cond_init(&r->fcv, NULL);
 	pthread_cond_init(&r->mcv, NULL);
+	r->tab_size = TABLE_MIN;
+	r->tab = dcr_calloc(r->tab_size, sizeof(*r->tab));
 	r->parents = dcr_calloc(o->nparents, sizeof(*r->parents));
-	if (!r->parents) {
+	if (!r->tab || !r->parents) {
 		rc = dcr_err_sys(e, ENOMEM, "relay");
 		goto fail;
 	}
@@ -2458,7 +2754,7 @@ void dcr_relay_stop(struct dcr_relay *r)
 	if (r->d)
 		mh.stop_daemon(r->d);
 	pthread_mutex_lock(&r->mu);
-	for (unsigned h = 0; h < TABLE_SIZE; h++)
+	for (size_t h = 0; r->tab && h < r->tab_size; h++)
 		while (r->tab[h]) {
 			struct robj *o = r->tab[h];
 			if (r->spool_temp || o->state != O_DONE) {
@@ -2478,6 +2774,7 @@ void dcr_relay_stop(struct dcr_relay *r)
 			free(r->parents[i].url);
 	free(r->parents);
 	free(r->workers);
+	free(r->tab);
 	free(r->spool);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);

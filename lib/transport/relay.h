@@ -10,27 +10,41 @@
  * BLAKE3 piece table (1 MiB pieces), piece by piece as they arrive; or,
  * for packs without one (SHA-256 payloads) and before the manifest exists
  * (a push in progress), whole against their own trailer and the manifest's
- * digest when there is one. A piece that fails is never written to the
- * spool, served or cached: the relay refetches from that byte on from the
- * next parent. Manifests are checked by their trailer, and with
- * opts.trust by their signature (manifest.dcrm.sig beside them, which
- * receivers check again). Other objects (the signature among them) (commit records, refs) are passed through
- * per request, never cached: nothing checks them here.
+ * digest when there is one; a manifest that comes while such a payload
+ * is fetched judges it too (one it does not list with that digest is
+ * dropped, and its readers cut off). A piece that fails is never written
+ * to the spool, served or cached: the relay refetches from that byte on
+ * from the next parent. Manifests are checked by their trailer, and with
+ * opts.trust by their signature (manifest.dcrm.sig beside them, at most
+ * DCR_SIG_MAX bytes taken of it, which receivers check again); then a
+ * payload is served only once its pack's manifest is held. Other objects
+ * (commit records, refs, a signature not fetched with its manifest) are
+ * passed through per request, never cached: nothing checks them here. A
+ * GET of one brings from a parent only the range it asks for, at most
+ * 256 MiB (403 past that), through a temporary file in the spool; 1 GiB
+ * of them at most at once (503 past that).
  *
  * Served: GET and HEAD of NAME (Range "bytes=A-B", "bytes=A-", "bytes=-N";
  * If-Match against the ETag, a payload's digest), GET DIR/?prefix=PFX (the
  * parents' listing), GET /.dcr/status (JSON: parents, cache, objects).
- * Answers: 400 a bad name (a ".." component, ...), 404 absent or outside
- * its pack's manifest, 405 another method, 412 If-Match failed, 416 bad
- * range, 502 every parent failed, 503 stopping. A failure mid-body closes
+ * Answers: 400 a bad name (a ".." component, ...), 403 more than 256 MiB
+ * of an object passed through, 404 absent or outside its pack's manifest
+ * (with opts.trust: a payload whose pack has no manifest yet), 405 another
+ * method, 412 If-Match failed, 416 bad range, 502 every parent failed (or
+ * with opts.trust, the pack's manifest is not trusted), 503 stopping or
+ * too much passed through at once. A failure mid-body closes
  * that child's connection (its store client resumes with a Range
  * request); nothing else is affected.
  *
  * Memory: parallel x window bytes of fetch buffers, 256 KiB per response
  * in progress, libmicrohttpd's 32 KiB per connection, and the manifests of
  * the packs in the table: never an object whole. The spool holds at most
- * cache_size bytes of finished objects; the oldest packs' idle objects are
- * dropped first (objects in flight may exceed it).
+ * cache_size bytes of finished objects, and the table at most 262,144
+ * objects; the oldest packs' idle objects are dropped first (objects in
+ * flight may exceed it). Open files: a finished object holds none; a
+ * fetch in flight holds its spool file, and so does each response in
+ * progress. The table grows with what it holds, and a manifest of many
+ * payloads is prefetched a few hundred names per hold of the lock.
  */
 #ifndef DCR_TRANSPORT_RELAY_H
 #define DCR_TRANSPORT_RELAY_H
@@ -63,7 +77,8 @@ struct dcr_relay_opts {
 					whole pack once its manifest is asked for */
 	/* manifests must be signed by one of these keys (NULL or no keys:
 	 * none): a parent serving one that is not, or whose signature does
-	 * not check out, is passed over as one serving bad bytes, so the relay
+	 * not check out, is passed over as one serving bad bytes, and no
+	 * payload is fetched before its pack's manifest is held, so the relay
 	 * never caches, serves or prefetches an untrusted pack; cached
 	 * manifests are then not reloaded at start (their signatures are not
 	 * kept), and fetched again */
