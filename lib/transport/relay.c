@@ -785,37 +785,17 @@ static struct robj *prefetch_next(struct dcr_relay *r, int *more)
 }
 
 /* The signature of pack's manifest at parent pa, into *sig (NULL and 0
- * when the pack is unsigned there). No more than DCR_SIG_MAX bytes of it
- * are taken, whatever the parent sends: a server's answer is cut there, a
- * directory's file is measured first. */
+ * when the pack is unsigned there): no more than DCR_SIG_MAX bytes of it
+ * taken, whatever the parent sends (dcr_store_get_small). */
 static int get_sig(struct parent *pa, const char *pack, uint8_t **sig, size_t *len,
 		   struct dcr_err *e)
 {
 	char *sn = dcr_asprintf("%s/%s", pack, DCR_MANIFEST_SIG_NAME);
-	struct dcr_blob b = {.max = DCR_SIG_MAX};
-	uint64_t size = 0;
 	*sig = NULL;
 	*len = 0;
 	if (!sn)
 		return dcr_err_sys(e, ENOMEM, "relay");
-	int rc = dcr_store_is_local(pa->s) ? dcr_store_stat(pa->s, sn, &size, e) : 0;
-	if (!rc && size > DCR_SIG_MAX)
-		rc = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %llu bytes, not a signature", pa->url,
-				 sn, (unsigned long long)size);
-	if (!rc)
-		rc = dcr_store_get_blob(pa->s, sn, &b, e);
-	if (!rc && b.len > DCR_SIG_MAX)
-		rc = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %zu bytes, not a signature", pa->url,
-				 sn, b.len);
-	if (!rc && !(*sig = malloc(b.len ? b.len : 1)))
-		rc = dcr_err_sys(e, ENOMEM, "relay");
-	if (!rc) {
-		memcpy(*sig, b.p, b.len);
-		*len = b.len;
-	}
-	if (rc == DCR_ENOTFOUND)
-		rc = 0;
-	dcr_blob_free(&b);
+	int rc = dcr_store_get_small(pa->s, sn, DCR_SIG_MAX, "a signature", sig, len, e);
 	free(sn);
 	return rc;
 }

@@ -196,6 +196,29 @@ int dcr_store_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b
 	return dcr_store_get_blob_hashed(s, name, b, 0, NULL, e);
 }
 
+int dcr_store_get_small(struct dcr_store *s, const char *name, size_t max, const char *what,
+			uint8_t **buf, size_t *len, struct dcr_err *e)
+{
+	struct dcr_blob b = {.max = max};
+	uint64_t size = 0;
+	*buf = NULL;
+	*len = 0;
+	int r = dcr_store_is_local(s) ? dcr_store_stat(s, name, &size, e) : 0;
+	if (!r && size <= max)
+		r = dcr_store_get_blob(s, name, &b, e);
+	if (!r && (size > max || b.len > max))
+		r = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %llu bytes, not %s", s->url, name,
+				(unsigned long long)(size > max ? size : b.len), what);
+	if (!r && !(*buf = malloc(b.len ? b.len : 1)))
+		r = dcr_err_sys(e, ENOMEM, "cannot GET '%s'", name);
+	if (!r) {
+		memcpy(*buf, b.p, b.len);
+		*len = b.len;
+	}
+	dcr_blob_free(&b);
+	return r == DCR_ENOTFOUND ? 0 : r;
+}
+
 int dcr_store_get_blob_hashed(struct dcr_store *s, const char *name, struct dcr_blob *b,
 			      size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
 {

@@ -130,6 +130,13 @@ struct dcr_blob;
 struct dcr_hasher;
 int dcr_store_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
 		       struct dcr_err *e);
+/* A small object whole into malloc'd memory (*buf, free() it; NULL and 0
+ * when absent, which is no error), no more than max bytes of it taken: a
+ * server's answer is cut off there, a directory's file is measured before
+ * it is mapped. One larger is DCR_EFORMAT, "'URL/NAME' is N bytes, not
+ * <what>". */
+int dcr_store_get_small(struct dcr_store *s, const char *name, size_t max, const char *what,
+			uint8_t **buf, size_t *len, struct dcr_err *e);
 /* The same, feeding all but its last tail bytes to h (a payload's
  * checksum) while they arrive from a server, while they are in cache. */
 int dcr_store_get_blob_hashed(struct dcr_store *s, const char *name, struct dcr_blob *b,

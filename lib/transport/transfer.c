@@ -929,34 +929,16 @@ int dcr_pull(struct dcr_store *s, const char *name, struct dcr_pack_out out,
 }
 
 /* The manifest's signature beside it in source i (NULL and 0 when the
- * pack is unsigned). A server is read up to DCR_SIG_MAX bytes, no more:
- * one that sends more is refused there, however much it would send. */
+ * pack is unsigned): no more than DCR_SIG_MAX bytes of it taken, however
+ * much a server would send (dcr_store_get_small). */
 static int get_signature(struct sources *ss, size_t i, uint8_t **sig, size_t *sig_len,
 			 struct dcr_err *e)
 {
-	struct dcr_store *s = ss->v[i].s;
 	char *so = obj(ss->v[i].name, DCR_MANIFEST_SIG_NAME);
 	if (!so)
 		return dcr_err_sys(e, ENOMEM, "pull");
 	free(*sig);
-	*sig = NULL;
-	*sig_len = 0;
-	struct dcr_err ge;
-	struct dcr_blob b = {.max = DCR_SIG_MAX};
-	int r = dcr_store_get_blob(s, so, &b, &ge);
-	if (r == DCR_ENOTFOUND)
-		r = 0;
-	else if (r)
-		*e = ge;
-	else if (b.len > DCR_SIG_MAX) /* a directory store maps it whole */
-		r = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %zu bytes, not a signature",
-				dcr_store_url(s), so, b.len);
-	else if (!(*sig = malloc(b.len ? b.len : 1)))
-		r = dcr_err_sys(e, ENOMEM, "pull");
-	if (*sig && b.len)
-		memcpy(*sig, b.p, b.len);
-	*sig_len = *sig ? b.len : 0;
-	dcr_blob_free(&b);
+	int r = dcr_store_get_small(ss->v[i].s, so, DCR_SIG_MAX, "a signature", sig, sig_len, e);
 	free(so);
 	return r;
 }
