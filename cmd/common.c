@@ -515,22 +515,16 @@ void cmd_trust_key(const char *path)
 
 static const char *trust_policy;
 
-static int policy_ok(const char *s)
+void cmd_check_policy(const char *usage, const char *name)
 {
-	size_t n = strlen(s);
-	if (!n || n > DCR_POLICY_MAX)
-		return 0;
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e || *s == '/')
-			return 0;
-	return 1;
+	if (!dcr_policy_name_ok(name, strlen(name)))
+		cmd_usage_error(usage, "--policy wants a name of 1 to %d printable bytes without a blank or '/', not '%s'",
+				DCR_POLICY_MAX, name);
 }
 
 void cmd_trust_policy(const char *usage, const char *name)
 {
-	if (!policy_ok(name))
-		cmd_usage_error(usage, "--policy wants a name of 1 to %d printable bytes without a blank or '/', not '%s'",
-				DCR_POLICY_MAX, name);
+	cmd_check_policy(usage, name);
 	trust_policy = name;
 }
 
@@ -562,7 +556,7 @@ const struct dcr_trust *cmd_trust(uint64_t min_version)
 	}
 	if (!trust_policy) {
 		const char *v = getenv("DCR_POLICY");
-		if (v && *v && !policy_ok(v))
+		if (v && *v && !dcr_policy_name_ok(v, strlen(v)))
 			cmd_die("DCR_POLICY is not a policy name (1 to %d printable bytes without a blank or '/'): '%s'",
 				DCR_POLICY_MAX, v);
 		trust_policy = v && *v ? v : NULL;

@@ -130,6 +130,8 @@ const struct dcr_trust *cmd_trust(uint64_t min_version);
  * must name (a usage error without a key, or where NAME is not 1 to
  * DCR_POLICY_MAX printable bytes without a blank or '/'). */
 void cmd_trust_policy(const char *usage, const char *name);
+/* The usage error of a --policy NAME that is no policy name. */
+void cmd_check_policy(const char *usage, const char *name);
 #define CMD_POLICY_LONGOPT {"policy", required_argument, NULL, 'Y'}
 
 /* Flush and check stdout; exit 128 on a write error such as ENOSPC. */

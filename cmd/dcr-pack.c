@@ -129,17 +129,6 @@ static void parse_attempt(const char *arg, uint8_t attempt[16], struct dcr_pack_
 	o->attempt = attempt;
 }
 
-/* --policy NAME: 1 to DCR_POLICY_MAX printable bytes, no '/' */
-static void check_policy(const char *policy)
-{
-	if (!*policy || strlen(policy) > DCR_POLICY_MAX || strchr(policy, '/'))
-		cmd_usage_error(usage, "--policy wants a name of 1 to %d printable bytes without '/', not '%s'",
-				DCR_POLICY_MAX, policy);
-	for (const char *p = policy; *p; p++)
-		if (*p < 0x21 || *p > 0x7e)
-			cmd_usage_error(usage, "--policy wants printable bytes, not '%s'", policy);
-}
-
 /* --sign KEY.sec: the key into sk, which o then signs with; returns the
  * public key's name for the signature's comment (malloc'd, or NULL) */
 static char *load_signer(const char *sign, struct dcr_seckey *sk, struct dcr_pack_opts *o)
@@ -238,7 +227,7 @@ int main(int argc, char **argv)
 	if ((sign || o.have_version) && (list || delta_out))
 		cmd_usage_error(usage, "--sign and --version make a pack; not with --list or --delta");
 	if (o.policy)
-		check_policy(o.policy);
+		cmd_check_policy(usage, o.policy);
 	struct dcr_seckey sk;
 	char *pub_name = sign ? load_signer(sign, &sk, &o) : NULL;
 	if (base && !squash)

@@ -269,17 +269,25 @@ static int read_alt(struct dcr_rd *rd, struct dcr_manifest *m)
 	return 0;
 }
 
-/* DCR_MANIFEST_VERSION: the version the pack reaches and its policy. */
+int dcr_policy_name_ok(const char *s, size_t n)
+{
+	if (!n || n > DCR_POLICY_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e || s[i] == '/')
+			return 0;
+	return 1;
+}
+
+/* DCR_MANIFEST_VERSION: the version the pack reaches and its policy
+ * (empty, or a policy name). */
 static int read_version(struct dcr_rd *rd, struct dcr_manifest *m)
 {
 	m->version = dcr_rd_le64(rd);
 	uint64_t n = dcr_rd_varint(rd);
 	const uint8_t *s = rd->bad || n > DCR_POLICY_MAX ? NULL : dcr_rd_bytes(rd, n);
-	if (!s)
+	if (!s || (n && !dcr_policy_name_ok((const char *)s, (size_t)n)))
 		return 1;
-	for (uint64_t i = 0; i < n; i++)
-		if (s[i] < 0x21 || s[i] > 0x7e || s[i] == '/')
-			return 1; /* a policy is one printable name component */
 	if (!(m->policy = strndup((const char *)s, n)))
 		return -ENOMEM;
 	m->have_version = 1;

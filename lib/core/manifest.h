@@ -75,6 +75,9 @@ enum {
 	DCR_MANIFEST_INDEX = 16,
 };
 #define DCR_POLICY_MAX 255 /* bytes of a policy name */
+/* Whether the n bytes at s are a policy name: 1 to DCR_POLICY_MAX
+ * printable bytes, no blank, no '/' (one name component). */
+int dcr_policy_name_ok(const char *s, size_t n);
 /* The detached signature of a signed pack (core/sign.h), beside the manifest. */
 #define DCR_MANIFEST_SIG_NAME "manifest.dcrm.sig"
 /* Pieces of payload i (covering all but its trailer). */

@@ -966,9 +966,7 @@ void net_close(struct dcr_store *s)
 	free(n->idle);
 	free(n->base);
 	free(n->shown);
-	if (n->bearer)
-		OPENSSL_cleanse(n->bearer, strlen(n->bearer));
-	free(n->bearer);
+	net_wipe_free(n->bearer);
 	pthread_mutex_destroy(&n->curl_mu);
 	pthread_mutex_destroy(&n->cas_mu);
 	free(n);
