@@ -19,6 +19,18 @@
 . "$DCR_SRC/tests/lib-xfer.sh"
 TIME=/usr/bin/time
 [ -x "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
+# pull_bounded MIB SECONDS ARGS...: dcr-pull -q ARGS under GNU time exits 128
+# within SECONDS, in one line, having taken under MIB MiB
+pull_bounded() {
+	_mib=$1 _s=$2
+	shift 2
+	rc=0
+	timeout "$_s" "$TIME" -f %M -o "$T/rss" dcr-pull -q "$@" >"$T/out" 2>"$T/err" || rc=$?
+	[ $rc -eq 128 ] || fail "dcr-pull $* exited $rc: $(cat "$T/err")"
+	[ "$(wc -l <"$T/err")" = 1 ] || fail "not one line: $(cat "$T/err")"
+	m=$(( $(tail -n 1 "$T/rss") / 1024 ))
+	[ "$m" -lt "$_mib" ] || fail "dcr-pull $* took $m MiB"
+}
 gen 2M 1
 run_ok dcr-diff -o "$T/d" "$T/g/v0" "$T/g/v1"
 run_ok dcr-pack -s 4K -o "$T/p" "$T/d"
@@ -38,15 +50,9 @@ run_ok dcr-apply -q "$T/r" "$T/s.tar"
 same "$T/r" "$T/g/v1"
 # into a directory (whole payloads in memory): stopped at the size the
 # manifest lists, one line, small
-rc=0
-timeout 120 "$TIME" -f %M -o "$T/rss" dcr-pull -q --retries 1 -o "$T/pd" "http://127.0.0.1:$PORT/v1" \
-	>"$T/out" 2>"$T/err" || rc=$?
-[ $rc -eq 128 ] || fail "dcr-pull -o DIR exited $rc: $(cat "$T/err")"
-[ "$(wc -l <"$T/err")" = 1 ] || fail "not one line: $(cat "$T/err")"
+pull_bounded 100 120 --retries 1 -o "$T/pd" "http://127.0.0.1:$PORT/v1"
 contains "$(cat "$T/err")" "payload-0000"
 contains "$(cat "$T/err")" "the server sends more than"
-m=$(( $(tail -n 1 "$T/rss") / 1024 ))
-[ "$m" -lt 100 ] || fail "dcr-pull -o DIR took $m MiB"
 [ ! -e "$T/pd/manifest.dcrm" ] || fail "a refused pull left a manifest"
 
 # flood: a manifest without end is refused at 1 GiB, the format's limit
@@ -64,14 +70,8 @@ kill $PIDS 2>/dev/null || :
 run_ok dcr-pack --version 1 -s 4K -o "$T/pv" "$T/d"
 run_ok dcr-push -q "$T/pv" "$T/store/vv"
 start_py lie lie-server.py sigflood "$T/store"
-rc=0
-timeout 120 "$TIME" -f %M -o "$T/rss" dcr-pull -q --retries 1 "http://127.0.0.1:$PORT/vv" \
-	>"$T/out" 2>"$T/err" || rc=$?
-[ $rc -eq 128 ] || fail "dcr-pull of a signature without end exited $rc: $(cat "$T/err")"
-[ "$(wc -l <"$T/err")" = 1 ] || fail "not one line: $(cat "$T/err")"
+pull_bounded 100 120 --retries 1 "http://127.0.0.1:$PORT/vv"
 contains "$(cat "$T/err")" "manifest.dcrm.sig': the server sends more than 4096 bytes"
-m=$(( $(tail -n 1 "$T/rss") / 1024 ))
-[ "$m" -lt 100 ] || fail "dcr-pull of a signature without end took $m MiB"
 echo "ok: a signature sent without end is refused at 4 KiB"
 
 # ahead: payloads listed, no manifest, each payload's body 512 MiB and
@@ -79,15 +79,9 @@ echo "ok: a signature sent without end is refused at 4 KiB"
 # manifest, and is not fetched again each round; the wait ends in one line
 kill $PIDS 2>/dev/null || :
 start_py lie lie-server.py ahead
-rc=0
-timeout 60 "$TIME" -f %M -o "$T/rss" dcr-pull -q -j 1 --wait 1 --retries 1 \
-	"http://127.0.0.1:$PORT/v1" >"$T/out" 2>"$T/err" || rc=$?
-[ $rc -eq 128 ] || fail "dcr-pull --wait of payloads without end exited $rc: $(cat "$T/err")"
-[ "$(wc -l <"$T/err")" = 1 ] || fail "not one line: $(cat "$T/err")"
+pull_bounded 400 60 -j 1 --wait 1 --retries 1 "http://127.0.0.1:$PORT/v1"
 contains "$(cat "$T/err")" "no manifest for 'v1'"
 contains "$(cat "$T/err")" "(0 payloads seen, then one over 128 MiB that waits for it)"
-m=$(( $(tail -n 1 "$T/rss") / 1024 ))
-[ "$m" -lt 400 ] || fail "dcr-pull --wait of payloads without end took $m MiB"
 n=$(grep -c '^GET /v1/payload-000000.dcrp ' "$T/lie.log") || true
 [ "$n" = 1 ] || fail "payload 0 was fetched $n times"
 echo "ok: before the manifest, a payload sent without end is read up to 128 MiB"
