@@ -44,12 +44,15 @@
  *                                tensor of one element, and nothing after
  *                                them (a reader that takes them all meets
  *                                the end of the stream)
- *   hostile again ITEMS OUT      one payload of a few KB: a NEW F64 tensor
+ *   hostile again ITEMS OUT [spread]
+ *                                one payload of a few KB: a NEW F64 tensor
  *                                "t" of 2^22 elements (32 MiB) and ITEMS
  *                                dense items over all of it, each holding
  *                                32 MiB of zero bytes, which its zstd
  *                                frame squeezes to almost nothing; no
- *                                manifest (a stream refused at its end)
+ *                                manifest (a stream refused at its end);
+ *                                with spread, ITEMS such tensors t0, t1,
+ *                                ... and one such item over each
  *   hostile tamper IN OUT        payload file IN with one record more (an
  *                                ancillary one) and its trailer made anew:
  *                                a payload that checks out by itself, and
@@ -245,34 +248,51 @@ static int cmd_bomb(const char *out)
 	return 0;
 }
 
-static int cmd_again(uint64_t items, const char *out)
+static int cmd_again(uint64_t items, const char *out, int spread)
 {
 	dcr_digest base = {{0}}, dg;
 	uint8_t attempt[16] = {5};
 	const uint64_t elems = 1u << 22, data = elems * 8;
-	struct dcr_delta_tensor t = {.name = "t", .file = "model.safetensors", .flags = DCR_TENSOR_NEW,
-				     .dtype = DCR_DT_F64, .ndim = 1, .shape = {elems}, .nelem = elems};
 	struct dcr_buf raw = {0}, body = {0}, z = {0}, img = {0};
-	tensor_rec(&raw, &t);
-	if (dcr_buf_add_varint(&body, 0) || dcr_buf_add_varint(&body, DCR_ITEM_DENSE) ||
-	    dcr_buf_add_u8(&body, DCR_ENC_OVERWRITE) || dcr_buf_add_u8(&body, DCR_CODEC_PLAIN) ||
-	    dcr_buf_add_varint(&body, 0) || dcr_buf_add_varint(&body, elems) ||
-	    dcr_buf_add_varint(&body, elems) || dcr_buf_add_varint(&body, data))
-		die("out of memory", NULL);
-	uint64_t total = raw.len + items * (16 + body.len + data);
-	zframe_start(&z, total);
-	zraw(&z, raw.p, raw.len, !items);
-	for (uint64_t i = 0; i < items; i++) {
-		uint8_t h[16];
-		rec_head(h, DCR_REC_ITEM, body.len + data);
-		zraw(&z, h, 16, 0);
-		zraw(&z, body.p, body.len, 0);
-		zzeros(&z, data, i == items - 1);
+	/* the tensor records: "t", or with spread t0, t1, ... one per item */
+	for (uint64_t i = 0; i < (spread ? items : 1); i++) {
+		char name[32];
+		snprintf(name, sizeof(name), spread ? "t%llu" : "t", (unsigned long long)i);
+		struct dcr_delta_tensor t = {.name = name, .file = "model.safetensors",
+					     .flags = DCR_TENSOR_NEW, .dtype = DCR_DT_F64, .ndim = 1,
+					     .shape = {elems}, .nelem = elems};
+		tensor_rec(&raw, &t);
+	}
+	uint64_t total = raw.len;
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass)
+			zraw(&z, raw.p, raw.len, !items);
+		for (uint64_t i = 0; i < items; i++) {
+			body.len = 0;
+			if (dcr_buf_add_varint(&body, spread ? i : 0) ||
+			    dcr_buf_add_varint(&body, DCR_ITEM_DENSE) ||
+			    dcr_buf_add_u8(&body, DCR_ENC_OVERWRITE) ||
+			    dcr_buf_add_u8(&body, DCR_CODEC_PLAIN) || dcr_buf_add_varint(&body, 0) ||
+			    dcr_buf_add_varint(&body, elems) || dcr_buf_add_varint(&body, elems) ||
+			    dcr_buf_add_varint(&body, data))
+				die("out of memory", NULL);
+			if (!pass) {
+				total += 16 + body.len + data;
+				continue;
+			}
+			uint8_t h[16];
+			rec_head(h, DCR_REC_ITEM, body.len + data);
+			zraw(&z, h, 16, 0);
+			zraw(&z, body.p, body.len, 0);
+			zzeros(&z, data, i == items - 1);
+		}
+		if (!pass)
+			zframe_start(&z, total);
 	}
 	payload(&img, &base, attempt, 0, &z, total, &dg);
 	write_pack(out, &img, NULL);
-	fprintf(stderr, "hostile: payload of %zu bytes, %llu items of 32 MiB over one tensor\n",
-		img.len, (unsigned long long)items);
+	fprintf(stderr, "hostile: payload of %zu bytes, %llu items of 32 MiB over %s\n", img.len,
+		(unsigned long long)items, spread ? "a tensor each" : "one tensor");
 	return 0;
 }
 
@@ -642,8 +662,8 @@ int main(int argc, char **argv)
 		return cmd_index((uint32_t)strtoul(argv[2], NULL, 10), argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "bomb"))
 		return cmd_bomb(argv[2]);
-	if (argc == 4 && !strcmp(argv[1], "again"))
-		return cmd_again(strtoull(argv[2], NULL, 10), argv[3]);
+	if ((argc == 4 || (argc == 5 && !strcmp(argv[4], "spread"))) && !strcmp(argv[1], "again"))
+		return cmd_again(strtoull(argv[2], NULL, 10), argv[3], argc == 5);
 	if ((argc == 5 || argc == 6) && !strcmp(argv[1], "dense"))
 		return cmd_dense(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10),
 				 argc == 6 ? strtoull(argv[5], NULL, 10) : 0, argv[4]);
@@ -655,7 +675,7 @@ int main(int argc, char **argv)
 		return cmd_tensors(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "oddsize"))
 		return cmd_oddsize(strtoull(argv[2], NULL, 10), argv[3]);
-	fputs("usage: hostile index N OUT | bomb OUT | again ITEMS OUT | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT\n"
+	fputs("usage: hostile index N OUT | bomb OUT | again ITEMS OUT [spread] | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT\n"
 	      "       hostile overlap CKPT OUT [plain|dense|corrupt-dense]\n"
 	      "       hostile interleave IN OUT | tensors N OUT | oddsize SIZE OUT\n",
 	      stderr);

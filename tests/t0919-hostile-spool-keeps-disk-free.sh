@@ -3,10 +3,14 @@
 # filesystem holds (dense items of 32 MiB of zeros, again and again over
 # one tensor) in a stream refused only at its end (it has no manifest; or
 # no signature, where a key is required) filled the receiver's disk
-# before the refusal: 4 GiB of .dcr/spool from 134 KB. The spool now leaves
-# 2% of its filesystem free, at least 64 MiB: on a filesystem of 256 MiB the
-# apply is refused in one line with that much still free, with a key as
-# without, and leaves the receiver and its disk as they were.
+# before the refusal: 4 GiB of .dcr/spool from 134 KB. Items that change
+# one tensor in more elements than it has are now refused as they come
+# (no element changes twice in a step), after one item of 32 MiB; and
+# where each item changes a tensor of its own (40 new tensors of 32 MiB)
+# the spool leaves 2% of its filesystem free, at least 64 MiB: on a
+# filesystem of 256 MiB each apply is refused in one line with that much
+# still free, with a key as without, and leaves the receiver and its disk
+# as they were.
 . "$DCR_SRC/tests/lib-dcr.sh"
 H="$DCR_BUILD/tests/hostile"
 command -v unshare >/dev/null 2>&1 || skip "unshare(1) is missing"
@@ -16,11 +20,12 @@ for o in -m -rm; do
 done
 [ -n "$ns" ] || skip "no mount namespace of our own to mount a small filesystem in"
 "$H" again 40 "$T/again.tar" 2>/dev/null || fail "hostile exited $?"
+"$H" again 40 "$T/spread.tar" spread 2>/dev/null || fail "hostile exited $?"
 run 0 dcr-keygen -p "$T/k.pub" -s "$T/k.sec"
 mkdir "$T/small"
-# in a mount namespace of its own: a 256 MiB tmpfs, a receiver on it, two
-# applies of the pack (without and with a key), the least free space seen
-# while they ran
+# in a mount namespace of its own: a 256 MiB tmpfs, a receiver on it, the
+# applies of the packs (the spread one without and with a key), the least
+# free space seen while they ran, and the most the first one spooled
 cat >"$T/inner" <<IN
 set -e
 mount -t tmpfs -o size=256m tmpfs "$T/small"
@@ -29,13 +34,23 @@ $MKST new "$T/small/r" x:BF16:64
 df -B1 --output=avail "$T/small" | tail -n 1 >"$T/free0"
 (while :; do df -B1 --output=avail "$T/small" | tail -n 1; sleep 0.02; done) >"$T/free" &
 s=\$!
-rc=0; dcr-apply "$T/small/r" "$T/again.tar" 2>"$T/err1" || rc=\$?; echo \$rc >"$T/rc1"
-rc=0; dcr-apply --verify-key "$T/k.pub" "$T/small/r" "$T/again.tar" 2>"$T/err2" || rc=\$?; echo \$rc >"$T/rc2"
+rc=0; dcr-apply "$T/small/r" "$T/again.tar" 2>"$T/err0" || rc=\$?; echo \$rc >"$T/rc0"
+sort -n "$T/free" | head -n 1 >"$T/least0"
+rc=0; dcr-apply "$T/small/r" "$T/spread.tar" 2>"$T/err1" || rc=\$?; echo \$rc >"$T/rc1"
+rc=0; dcr-apply --verify-key "$T/k.pub" "$T/small/r" "$T/spread.tar" 2>"$T/err2" || rc=\$?; echo \$rc >"$T/rc2"
 kill \$s
 find "$T/small/r" -type f | sort >"$T/files"
 df -B1 --output=avail "$T/small" | tail -n 1 >"$T/free1"
 IN
 unshare $ns sh "$T/inner" || fail "the applies in their own filesystem failed to run"
+[ "$(cat "$T/rc0")" = 128 ] || { cat "$T/err0"; fail "apply of one tensor's items again and again exited $(cat "$T/rc0")"; }
+cp "$T/err0" "$T/err"
+one_line_error dcr-apply
+grep -q "the pack's items change more elements of 't' than the 4194304 it has" "$T/err" ||
+	{ cat "$T/err"; fail "items over one tensor again and again: not refused as they came"; }
+least=$(cat "$T/least0")
+say "least free while refusing one tensor's items again and again: $least bytes of 256 MiB"
+[ "$least" -ge $((256 - 48 << 20)) ] || fail "it spooled $((($(cat "$T/free0") - least) >> 20)) MiB before the refusal"
 for i in 1 2; do
 	[ "$(cat "$T/rc$i")" = 128 ] || { cat "$T/err$i"; fail "apply $i exited $(cat "$T/rc$i")"; }
 	cp "$T/err$i" "$T/err"

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ntab.h"
 #include "core/util.h"
 #include "refit/prehash.h"
 
@@ -34,8 +35,7 @@ struct pre {
 };
 
 struct ap_prehash {
-	struct pre **slot; /* open addressing by name */
-	size_t cap, n;
+	struct dcr_ntab tab; /* the struct pres, by name */
 	struct pre *live[PREHASH_LIVE];
 	size_t nlive;
 	struct dcr_buf buf; /* bytes between items */
@@ -53,52 +53,21 @@ static void spoil(struct pre *p)
 	p->state = BAD;
 }
 
+static void pre_free(void *v)
+{
+	struct pre *p = v;
+	dcr_tacc_free(p->acc);
+	free(p->name);
+	free(p);
+}
+
 void ap_prehash_free(struct ap_prehash *h)
 {
 	if (!h)
 		return;
-	for (size_t i = 0; i < h->cap; i++)
-		if (h->slot[i]) {
-			dcr_tacc_free(h->slot[i]->acc);
-			free(h->slot[i]->name);
-			free(h->slot[i]);
-		}
-	free(h->slot);
+	dcr_ntab_clear(&h->tab, pre_free);
 	dcr_buf_free(&h->buf);
 	free(h);
-}
-
-static uint64_t name_hash(const char *s)
-{
-	uint64_t x = 1469598103934665603ull;
-	for (; *s; s++)
-		x = (x ^ (uint8_t)*s) * 1099511628211ull;
-	return x;
-}
-
-static struct pre **find(struct ap_prehash *h, const char *name)
-{
-	if (!h->cap)
-		return NULL;
-	for (size_t i = (size_t)name_hash(name) & (h->cap - 1);; i = (i + 1) & (h->cap - 1))
-		if (!h->slot[i] || !strcmp(h->slot[i]->name, name))
-			return &h->slot[i];
-}
-
-static int grow(struct ap_prehash *h)
-{
-	size_t cap = h->cap ? 2 * h->cap : 64;
-	struct pre **old = h->slot, **nv = dcr_calloc(cap, sizeof(*nv));
-	size_t ocap = h->cap;
-	if (!nv)
-		return -ENOMEM;
-	h->slot = nv;
-	h->cap = cap;
-	for (size_t i = 0; i < ocap; i++)
-		if (old[i])
-			*find(h, old[i]->name) = old[i];
-	free(old);
-	return 0;
 }
 
 /* The bytes [pos, x1) of p's tensor that no item changes, from the
@@ -152,18 +121,16 @@ static void finish(struct ap_prehash *h, struct pre *p)
 /* The tensor's entry, made LIVE when new; NULL without memory. */
 static struct pre *entry(struct ap_prehash *h, const char *name, const struct dcr_ckpt_tensor *ct)
 {
-	struct pre **at = find(h, name);
-	if (at && *at)
-		return *at;
-	if ((h->n + 1) * 2 > h->cap && grow(h))
-		return NULL;
-	struct pre *p = dcr_calloc(1, sizeof(*p));
-	if (!p || !(p->name = dcr_strdup(name))) {
+	struct pre *p = dcr_ntab_get(&h->tab, name);
+	if (p)
+		return p;
+	if (!(p = dcr_calloc(1, sizeof(*p))) || !(p->name = dcr_strdup(name)) ||
+	    dcr_ntab_put(&h->tab, p)) {
+		if (p)
+			free(p->name);
 		free(p);
 		return NULL;
 	}
-	*find(h, name) = p;
-	h->n++;
 	p->ct = ct;
 	p->state = BAD;
 	if (ct) {
@@ -228,8 +195,7 @@ void ap_prehash_take(struct ap_prehash *h, const char *name, const struct dcr_ck
 
 int ap_prehash_get(struct ap_prehash *h, const char *name, uint64_t nitems, dcr_digest *out)
 {
-	struct pre **at = find(h, name);
-	struct pre *p = at ? *at : NULL;
+	struct pre *p = dcr_ntab_get(&h->tab, name);
 	if (!p)
 		return 0;
 	if (p->state == LIVE)
