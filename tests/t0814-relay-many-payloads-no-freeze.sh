@@ -5,6 +5,11 @@
 # through its list it keeps answering other requests at once (a real
 # pack's refit, the status document). The objects table grows with what
 # it holds, and the prefetch never holds the relay's lock for a whole pack.
+# And the status document stays small however much the relay holds: a
+# relay that reloads 1,101 objects from its cache lists 1,000 of them
+# and says how many it holds (it listed all 2^18 it may hold, some 80 MB
+# built under the relay's lock, for each request); ?prefix=PFX lists
+# those under PFX.
 . "$DCR_SRC/tests/lib-relay.sh"
 S="$T/s"
 gen 1M 1
@@ -36,6 +41,39 @@ for i in 1 2 3; do
 	curl -sS -f -m 5 -o /dev/null "$A/.dcr/status" 2>"$T/curl.err" ||
 		fail "the status took over 5 s while the relay prefetches: $(cat "$T/curl.err")"
 done
+# a cache of 1,100 payloads of 4 KiB and their manifest
+mkdir -p "$T/cache/many"
+pyrun '
+import hashlib, struct, sys
+m = open(sys.argv[1], "rb").read()[:-32]
+n = struct.unpack_from("<I", m, 96)[0]
+count, table = 1100, b""
+for i in range(count):
+    body = bytes(16) + b"%08d" % i + bytes(4096 - 32 - 24)
+    d = hashlib.sha256(body).digest()
+    open("%s/payload-%06d.dcrp" % (sys.argv[2], i), "wb").write(body + d)
+    table += struct.pack("<Q", 4096) + d
+out = m[:96] + struct.pack("<I", count) + table + m[100 + 40 * n:]
+open(sys.argv[2] + "/manifest.dcrm", "wb").write(out + hashlib.sha256(out).digest())' \
+	"$T/p/manifest.dcrm" "$T/cache/many"
+B_PID=$RPID
+start_relay b --cache "$T/cache" "$S"
+B=$RURL
+curl -sS -f -m 5 -o "$T/st.json" "$B/.dcr/status" || fail "no status from relay b"
+curl -sS -f -m 5 -o "$T/stp.json" "$B/.dcr/status?prefix=many/payload-00000" || fail "no status under a prefix"
+pyrun '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert (d["objects_held"], d["objects_listed"], len(d["objects"])) == (1101, 1000, 1000), \
+    "held %d, listed %d, in the list %d" % (d["objects_held"], d["objects_listed"], len(d["objects"]))
+p = json.load(open(sys.argv[2]))
+names = sorted(o["name"] for o in p["objects"])
+assert names == ["many/payload-%06d.dcrp" % i for i in range(10)], names
+assert (p["objects_held"], p["objects_listed"], p["prefix"]) == (10, 10, "many/payload-00000"), p
+' "$T/st.json" "$T/stp.json"
+[ "$(wc -c <"$T/st.json")" -lt 400000 ] || fail "a status of $(wc -c <"$T/st.json") bytes"
+kill "$RPID"
+RPID=$B_PID
 receiver r1
 st pull timeout 20 dcr-pull -q "$A/v1" | st apply dcr-apply -q "$T/r1"
 rc_is pull 0

@@ -1793,7 +1793,8 @@ static enum MHD_Result answer_list(struct rreq *q)
 
 static enum MHD_Result answer_status(struct rreq *q)
 {
-	char *s = dcr_relay_status(q->r);
+	const char *pfx = mh.lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "prefix");
+	char *s = dcr_relay_status_for(q->r, pfx);
 	if (!s)
 		return answer_text(q, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
 	struct MHD_Response *resp = mh.create_response_from_buffer(strlen(s), s,
@@ -2082,7 +2083,31 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* ---- status ---- */
 
+/* Under mu: object o as a member of the status's objects. */
+static json_t *status_obj(const struct dcr_relay *r, const struct robj *o)
+{
+	json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "name", o->name,
+			      "state", state_name[o->state], "check", check_name[o->check], "size",
+			      (json_int_t)o->size, "ready", (json_int_t)o->ready, "children",
+			      (json_int_t)o->children, "active", (json_int_t)o->active,
+			      "bytes_served", (json_int_t)o->served, "failovers",
+			      (json_int_t)o->failovers);
+	if (j && o->src >= 0)
+		json_object_set_new(j, "from", json_string(r->parents[o->src].url));
+	return j;
+}
+
+static int status_busy(const struct robj *o)
+{
+	return o->state == O_QUEUED || o->state == O_FETCHING || o->active;
+}
+
 char *dcr_relay_status(struct dcr_relay *r)
+{
+	return dcr_relay_status_for(r, NULL);
+}
+
+char *dcr_relay_status_for(struct dcr_relay *r, const char *prefix)
 {
 	json_t *doc = json_object(), *parents = json_array(), *objs = json_array();
 	if (!doc || !parents || !objs) {
@@ -2091,6 +2116,7 @@ char *dcr_relay_status(struct dcr_relay *r)
 		json_decref(objs);
 		return NULL;
 	}
+	size_t np = prefix ? strlen(prefix) : 0, held = 0, listed = 0;
 	const union MHD_DaemonInfo *di =
 		r->d ? mh.get_daemon_info(r->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS) : NULL;
 	pthread_mutex_lock(&r->mu);
@@ -2112,22 +2138,24 @@ char *dcr_relay_status(struct dcr_relay *r)
 	json_object_set_new(doc, "bytes_fetched", json_integer((json_int_t)r->fetched));
 	json_object_set_new(doc, "connections",
 			    json_integer(di ? (json_int_t)di->num_connections : 0));
-	for (size_t h = 0; h < r->tab_size; h++)
-		for (struct robj *o = r->tab[h]; o; o = o->hnext) {
-			json_t *j = json_pack(
-				"{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "name", o->name,
-				"state", state_name[o->state], "check", check_name[o->check], "size",
-				(json_int_t)o->size, "ready", (json_int_t)o->ready, "children",
-				(json_int_t)o->children, "active", (json_int_t)o->active,
-				"bytes_served", (json_int_t)o->served, "failovers",
-				(json_int_t)o->failovers);
-			if (j && o->src >= 0)
-				json_object_set_new(j, "from", json_string(r->parents[o->src].url));
-			if (j)
-				json_array_append_new(objs, j);
-		}
+	/* the objects in flight first, then the others, at most
+	 * DCR_RELAY_STATUS_MAX (the table holds up to 2^18) */
+	for (int busy = 1; busy >= 0; busy--)
+		for (size_t h = 0; h < r->tab_size; h++)
+			for (struct robj *o = r->tab[h]; o; o = o->hnext) {
+				if ((np && strncmp(o->name, prefix, np)) || status_busy(o) != busy)
+					continue;
+				held++;
+				json_t *j = listed < DCR_RELAY_STATUS_MAX ? status_obj(r, o) : NULL;
+				if (j && !json_array_append_new(objs, j))
+					listed++;
+			}
 	pthread_mutex_unlock(&r->mu);
 	json_object_set_new(doc, "objects", objs);
+	json_object_set_new(doc, "objects_held", json_integer((json_int_t)held));
+	json_object_set_new(doc, "objects_listed", json_integer((json_int_t)listed));
+	if (prefix)
+		json_object_set_new(doc, "prefix", json_string(prefix));
 	char *s = json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS);
 	json_decref(doc);
 	if (s) {

@@ -93,8 +93,13 @@ struct dcr_relay_opts {
 int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, struct dcr_err *e);
 /* The port it listens on (useful with PORT 0). */
 unsigned dcr_relay_port(const struct dcr_relay *r);
-/* The status document GET /.dcr/status answers (malloc'd JSON), or NULL. */
+/* The status document GET /.dcr/status answers (malloc'd JSON), or NULL:
+ * at most DCR_RELAY_STATUS_MAX objects, those in flight first, and how
+ * many it holds (objects_held); _for only those whose names start with
+ * prefix (NULL: all), as GET /.dcr/status?prefix=PFX. */
+#define DCR_RELAY_STATUS_MAX 1000
 char *dcr_relay_status(struct dcr_relay *r);
+char *dcr_relay_status_for(struct dcr_relay *r, const char *prefix);
 /* Stop serving (children in flight get their connection closed), wait for
  * the fetches in flight to end, free. Accepts NULL. */
 void dcr_relay_stop(struct dcr_relay *r);
