@@ -34,6 +34,7 @@
 #include "core/trust.h"
 #include "core/util.h"
 #include "refit/apply-mem.h"
+#include "refit/tcount.h"
 
 #define STAGE_BYTES (16u << 20) /* device reads pass through this much host memory */
 #define DEFAULT_BATCH (1u << 20)
@@ -90,6 +91,7 @@ struct items {
 	struct mitem *v;
 	size_t n, cap;
 	uint64_t nchanges;
+	struct ap_tcount count; /* the elements each tensor's items change */
 };
 
 static void items_free(struct items *s)
@@ -99,6 +101,7 @@ static void items_free(struct items *s)
 		free((void *)s->v[i].it.data);
 	}
 	free(s->v);
+	ap_tcount_free(&s->count);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -152,7 +155,14 @@ static int read_payload(struct items *s, const uint8_t *buf, size_t len,
 			const struct dcr_delta_tensor *t;
 			if ((r = dcr_tensor_table_item(&lt, &rec, what, &item, &t, e)))
 				break;
-			r = keep_item(s, t, &item, e);
+			/* before its bytes are kept: a stream of items over
+			 * and over one tensor held them all until its end */
+			uint64_t units = t->nelem * dcr_dtype_bits(t->dtype) / 8 /
+					 dcr_dtype_unit(t->dtype);
+			if (!(r = ap_tcount_add(&s->count, t->name, units,
+						(item.flags & DCR_ITEM_DENSE) ? item.len : item.n,
+						what, e)))
+				r = keep_item(s, t, &item, e);
 		} else if (rec.type != DCR_REC_REMOVE && rec.type < DCR_REC_ANCILLARY) {
 			r = dcr_err_set(e, DCR_EFORMAT, "%s: unexpected record type %u", what, rec.type);
 		}

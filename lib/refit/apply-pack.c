@@ -14,7 +14,6 @@
 
 #include "core/bytes.h"
 #include "core/manifest.h"
-#include "core/ntab.h"
 #include "core/pset.h"
 #include "core/trust.h"
 #include "core/util.h"
@@ -24,6 +23,7 @@
 #include "refit/journal.h"
 #include "refit/plan.h"
 #include "refit/prehash.h"
+#include "refit/tcount.h"
 #include "refit/stage.h"
 
 /* ---- applying a pack ----
@@ -47,49 +47,9 @@ struct spool {
 	 * resolved (refit/prehash.h), for the journal's check */
 	struct ap_prehash *pre;
 	struct ap_parts_ring ring;
-	/* the elements each tensor's spooled items change (struct tcount):
-	 * in any pack at most the tensor's, since no element changes twice
-	 * (the journal's check), so a stream of items over and over one
-	 * tensor is refused as it comes, not when the disk is all but full */
-	struct dcr_ntab count;
+	/* the elements each tensor's spooled items change (refit/tcount.h) */
+	struct ap_tcount count;
 };
-
-struct tcount {
-	char *name;
-	uint64_t units, changed; /* the least size declared; the changes */
-};
-
-static void tcount_free(void *v)
-{
-	free(((struct tcount *)v)->name);
-	free(v);
-}
-
-/* n more of the units elements of tensor name changed by an item of
- * payload what, or a refusal when that is more than the tensor has. */
-static int spool_count(struct spool *s, const char *name, uint64_t units, uint64_t n,
-		       const char *what, struct dcr_err *e)
-{
-	struct tcount *c = dcr_ntab_get(&s->count, name);
-	if (!c) {
-		if (!(c = dcr_calloc(1, sizeof(*c))) || !(c->name = dcr_strdup(name)) ||
-		    dcr_ntab_put(&s->count, c)) {
-			if (c)
-				free(c->name);
-			free(c);
-			return dcr_err_sys(e, ENOMEM, "spool");
-		}
-		c->units = units;
-	}
-	if (units < c->units)
-		c->units = units;
-	if (n > c->units || c->changed > c->units - n)
-		return dcr_err_set(e, DCR_EFORMAT,
-				   "%s: the pack's items change more elements of '%s' than the %llu it has (an element changes at most once in a step); nothing written to the checkpoint",
-				   what, name, (unsigned long long)c->units);
-	c->changed += n;
-	return 0;
-}
 
 /* The spool leaves its filesystem 2% of it free (at least SPOOL_KEEP_MIN,
  * at most SPOOL_KEEP_MAX), looked at before a write that makes
@@ -273,8 +233,8 @@ static int spool_give(struct spool *s, struct ap_ipool *ip, const struct dcr_ten
 		s->xor_seen = 1;
 		return 0;
 	}
-	if ((r = spool_count(s, t->name, units, (it.flags & DCR_ITEM_DENSE) ? it.len : it.n, what,
-			     e)))
+	if ((r = ap_tcount_add(&s->count, t->name, units,
+			       (it.flags & DCR_ITEM_DENSE) ? it.len : it.n, what, e)))
 		return r;
 	const struct dcr_ckpt_tensor *base = NULL;
 	if (it.enc == DCR_ENC_XOR) {
@@ -653,7 +613,7 @@ out:
 	ak.p.pre = NULL;
 	ap_ring_release(&ak.s.ring);
 	ap_prehash_free(ak.s.pre);
-	dcr_ntab_clear(&ak.s.count, tcount_free);
+	ap_tcount_free(&ak.s.count);
 	if (ak.s.fd >= 0)
 		close(ak.s.fd);
 	unlink(sp);

@@ -1,0 +1,48 @@
+/* tcount.c - elements each tensor's items change (see tcount.h). */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "core/util.h"
+#include "refit/tcount.h"
+
+struct tc {
+	char *name;
+	uint64_t units, changed; /* the least size declared; the changes */
+};
+
+static void tc_free(void *v)
+{
+	free(((struct tc *)v)->name);
+	free(v);
+}
+
+int ap_tcount_add(struct ap_tcount *c, const char *name, uint64_t units, uint64_t n,
+		  const char *what, struct dcr_err *e)
+{
+	struct tc *t = dcr_ntab_get(&c->tab, name);
+	if (!t) {
+		if (!(t = dcr_calloc(1, sizeof(*t))) || !(t->name = dcr_strdup(name)) ||
+		    dcr_ntab_put(&c->tab, t)) {
+			if (t)
+				free(t->name);
+			free(t);
+			return dcr_err_sys(e, ENOMEM, "%s", what);
+		}
+		t->units = units;
+	}
+	if (units < t->units)
+		t->units = units;
+	if (n > t->units || t->changed > t->units - n)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s: the pack's items change more elements of '%s' than the %llu it has (an element changes at most once in a step); nothing written",
+				   what, name, (unsigned long long)t->units);
+	t->changed += n;
+	return 0;
+}
+
+void ap_tcount_free(struct ap_tcount *c)
+{
+	dcr_ntab_clear(&c->tab, tc_free);
+}

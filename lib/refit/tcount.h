@@ -1,0 +1,29 @@
+/* tcount.h - how many elements of each tensor a pack's items change, as
+ * they arrive: since no element changes twice in a step, a tensor's items
+ * together change at most the elements it has, and a stream that goes
+ * over and over one tensor (a few KB of compressed zeros that decode to
+ * gigabytes) is refused at the item that goes past, before what it
+ * decodes to is kept (the apply's spool, refit/apply-pack.c; the items an
+ * in-memory apply holds, refit/apply-mem.c). Memory: one entry per tensor
+ * named. Internal to libdcr. */
+#ifndef DCR_REFIT_TCOUNT_H
+#define DCR_REFIT_TCOUNT_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/ntab.h"
+
+struct ap_tcount {
+	struct dcr_ntab tab;
+};
+
+/* n more of the elements (units) of tensor name, which its payload
+ * declares with `units` of them, changed by an item of `what`: 0, or a
+ * refusal (DCR_EFORMAT) when they come to more than the least size any
+ * payload declared for it. */
+int ap_tcount_add(struct ap_tcount *c, const char *name, uint64_t units, uint64_t n,
+		  const char *what, struct dcr_err *e);
+void ap_tcount_free(struct ap_tcount *c);
+
+#endif
