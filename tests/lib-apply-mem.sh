@@ -3,7 +3,8 @@
 # lib-dcr.sh: a pack applied to tensors in memory (dcr_apply_mem, through
 # tests/mem-apply, which writes the memory back into the files) leaves
 # exactly the bits dcr-apply leaves in the files: a step of generated bf16
-# weights (pack directory and tar, small batches, a named base), every
+# weights (pack directory and tar, small batches, a named base, items held
+# squeezed), every
 # dtype's XOR changes, a layout change, a dense copy onto tensors in
 # another state; and it refuses, with nothing written, a wrong named base,
 # bits the pack does not fit (the target digests), a corrupt payload, a
@@ -54,6 +55,15 @@ id1=$(state_id "$T/g/v1")
 id2=$(state_id "$T/g/v2")
 mem_vs_file "$T/g/v0" "$T/p01" named --base "$id0" --check-all
 say "ok: a step through memory equals the file path (dir, tar, batches of 7, named base)"
+
+# items held squeezed (--held-plain 1: every one of 4 KiB or more that
+# zstd halves): a tensor of zeros become ones, whose items are long runs
+$MKST new "$T/z0" x:BF16:64 z:BF16:512x512:zero w:F32:64x64
+$MKST new "$T/z1" x:BF16:64 z:BF16:512x512:rep/3f80 w:F32:64x64:rep/0000803f
+pack "$T/z0" "$T/z1" "$T/pz"
+mem_vs_file "$T/z0" "$T/pz" squeezed --held-plain 1
+same "$T/m.squeezed" "$T/z1"
+say "ok: items held squeezed decode to the file path's bits"
 
 # named as the target: nothing to do, nothing changed
 copy "$T/g/v1" "$T/m"

@@ -6,7 +6,7 @@
  * them with what the file path (dcr-apply) makes, or with what they were.
  *
  * usage: mem-apply [--device cpu|cuda] [--base HEX] [--check-all] [--verify-key PUB]
- *                  [--batch N] CKPT PACK
+ *                  [--batch N] [--held-plain BYTES] CKPT PACK
  * PACK: a pack directory or a pack tar file. Exit: 0 applied (or already
  * there), 1 refused (DCR_EBASE, DCR_EDIGEST, DCR_ETRUST), 77 --device cuda without a
  * usable device, 128 any other error, 129 usage. */
@@ -58,6 +58,7 @@ int main(int argc, char **argv)
 		{"base", required_argument, NULL, 'b'},
 		{"check-all", no_argument, NULL, 'a'},
 		{"batch", required_argument, NULL, 'n'},
+		{"held-plain", required_argument, NULL, 'H'},
 		{"verify-key", required_argument, NULL, 'k'},
 		{NULL, 0, NULL, 0},
 	};
@@ -79,6 +80,7 @@ int main(int argc, char **argv)
 			break;
 		case 'a': o.check_all = 1; break;
 		case 'n': o.batch = strtoull(optarg, NULL, 10); break;
+		case 'H': o.held_plain = strtoull(optarg, NULL, 10); break;
 		case 'k': {
 			struct dcr_err ke = {0};
 			if (dcr_pubkey_load(optarg, &key, &ke))
@@ -90,7 +92,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (argc - optind != 2)
-		return die("usage: mem-apply [--device cpu|cuda] [--base HEX] [--check-all] [--batch N] CKPT PACK",
+		return die("usage: mem-apply [--device cpu|cuda] [--base HEX] [--check-all] [--batch N] [--held-plain BYTES] CKPT PACK",
 			   NULL, 129);
 	const char *ckpt = argv[optind], *pack = argv[optind + 1];
 	struct dcr_err e = {0};

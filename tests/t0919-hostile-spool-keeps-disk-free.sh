@@ -13,7 +13,8 @@
 # as they were. The in-memory apply (a serving process's, which keeps a
 # pack's items until its manifest) held the one-tensor stream whole, 1.35 GB
 # for these 44 KB: it too refuses it at the item that goes past, in a few
-# tens of MiB.
+# tens of MiB; and the 40 new tensors' items, which it cannot refuse
+# before the manifest, it holds squeezed past 256 MiB, in about 300 MiB.
 . "$DCR_SRC/tests/lib-dcr.sh"
 H="$DCR_BUILD/tests/hostile"
 command -v unshare >/dev/null 2>&1 || skip "unshare(1) is missing"
@@ -78,3 +79,7 @@ grep -q "the pack's items change more elements of 't' than the 4194304 it has" "
 	{ cat "$T/err"; fail "the in-memory apply: no word of the items over one tensor"; }
 say "the in-memory apply refused them in $m MiB"
 [ "$m" -lt 200 ] || fail "the in-memory apply took $m MiB to refuse a 44 KB pack"
+m=$(peak_rss 128 "$DCR_BUILD/tests/mem-apply" --device cpu "$T/m" "$T/spread.tar")
+grep -q "ended without a manifest" "$T/err" || { cat "$T/err"; fail "the in-memory apply of 40 new tensors"; }
+say "the in-memory apply held 40 new tensors' items of 32 MiB in $m MiB"
+[ "$m" -lt 450 ] || fail "the in-memory apply took $m MiB for 1.3 GB of items in a 44 KB pack"

@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zstd.h>
+
 #include "core/bytes.h"
 #include "core/digest.h"
 #include "core/manifest.h"
@@ -39,14 +41,25 @@
 #define STAGE_BYTES (16u << 20) /* device reads pass through this much host memory */
 #define DEFAULT_BATCH (1u << 20)
 
-/* An item as it arrived, its data copied. */
+/* An item as it arrived, its data copied (or squeezed: HELD_PLAIN). */
 struct mitem {
 	char *name;         /* its tensor's, from its payload's TENSOR record */
 	int dtype;          /* as that record says */
 	uint64_t nelem;
 	struct dcr_item it; /* it.data owned */
+	size_t zlen;        /* 0, or it.data is a zstd frame of zlen bytes */
 	uint32_t tensor;    /* the manifest's index, once it is known */
 };
+
+/* The items' data is held until the manifest is checked, as it came
+ * until HELD_PLAIN bytes are held (o->held_plain), zstd-squeezed past that
+ * where that halves it: the payloads' own zstd frames may hold gigabytes of items in a few
+ * KB (a stream of dense items of zeros, each over a new tensor, took 1.35
+ * GB for 44 KB), and so they take about what the pack does. Items dcr
+ * writes are coded already: zstd's fastest level passes over them. */
+#define HELD_PLAIN ((uint64_t)256 << 20)
+#define HELD_SQUEEZE_MIN 4096 /* bytes of an item worth a try */
+#define HELD_LEVEL (-1)
 
 /* Changes [k0, next batch's k0) of a tensor; positions count from first. */
 struct batch {
@@ -78,6 +91,7 @@ struct mctx {
 	struct dcr_tdigest *td; /* the tensor being checked */
 	uint8_t *stage;      /* page-locked, for device reads */
 	struct dcr_buf tmp;  /* one item's range */
+	struct dcr_buf data; /* a squeezed item's data */
 	struct dcr_changes ch;
 	uint64_t *hpos, *hval;                /* a batch, host writes */
 	void *d_gaps, *d_vals, *d_pos, *d_scan; /* a batch, device writes */
@@ -92,6 +106,8 @@ struct items {
 	size_t n, cap;
 	uint64_t nchanges;
 	struct ap_tcount count; /* the elements each tensor's items change */
+	uint64_t held, plain;	/* bytes of items' data held; HELD_PLAIN */
+	struct dcr_buf z;	/* squeezing one */
 };
 
 static void items_free(struct items *s)
@@ -102,6 +118,7 @@ static void items_free(struct items *s)
 	}
 	free(s->v);
 	ap_tcount_free(&s->count);
+	dcr_buf_free(&s->z);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -122,14 +139,25 @@ static int keep_item(struct items *s, const struct dcr_delta_tensor *t, const st
 	m->dtype = t->dtype;
 	m->nelem = t->nelem;
 	m->name = dcr_strdup(t->name);
-	uint8_t *d = malloc(it->data_len ? it->data_len : 1);
+	const uint8_t *src = it->data;
+	size_t n = it->data_len;
+	if (s->held + n > s->plain && n >= HELD_SQUEEZE_MIN &&
+	    !dcr_buf_reserve(&s->z, ZSTD_compressBound(n))) {
+		size_t zl = ZSTD_compress(s->z.p, ZSTD_compressBound(n), src, n, HELD_LEVEL);
+		if (!ZSTD_isError(zl) && zl < n / 2) {
+			src = s->z.p;
+			n = m->zlen = zl;
+		}
+	}
+	uint8_t *d = malloc(n ? n : 1);
 	if (!m->name || !d) {
 		free(m->name);
 		free(d);
 		return dcr_err_sys(e, ENOMEM, "apply");
 	}
-	memcpy(d, it->data, it->data_len);
+	memcpy(d, src, n);
 	m->it.data = d;
+	s->held += n;
 	s->n++;
 	s->nchanges += it->n;
 	return 0;
@@ -527,6 +555,20 @@ static int verify_tensor(struct mctx *x, struct mt *t, const struct mitem *items
 	}
 	for (size_t j = t->i0; j < t->i0 + t->ni; j++) {
 		const struct dcr_item *it = &items[j].it;
+		struct dcr_item unz;
+		if (items[j].zlen) {
+			/* squeezed while held (HELD_PLAIN) */
+			unz = *it;
+			if (dcr_buf_reserve(&x->data, it->data_len + 1))
+				return dcr_err_sys(e, ENOMEM, "apply");
+			size_t got = ZSTD_decompress(x->data.p, it->data_len, it->data,
+						     items[j].zlen);
+			if (ZSTD_isError(got) || got != it->data_len)
+				return dcr_err_set(e, -EIO, "%s: an item held for '%s' is lost",
+						   x->what, t->t->name);
+			unz.data = x->data.p;
+			it = &unz;
+		}
 		uint64_t s = it->start * unit, l = it->len * unit;
 		if (it->start > t->units || it->len > t->units - it->start)
 			return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end", x->what,
@@ -699,6 +741,7 @@ int dcr_apply_mem(struct dcr_pack_in *in, const struct dcr_mem_apply_opts *o,
 	x.batch = o->batch ? o->batch : DEFAULT_BATCH;
 	if (x.batch > (1u << 28))
 		x.batch = 1u << 28;
+	s.plain = o->held_plain ? o->held_plain : HELD_PLAIN;
 
 	/* 1. the whole pack */
 	if ((r = read_pack(in, x.what, o->trust, &s, &m, e)))
@@ -787,6 +830,7 @@ out:
 	free(x.hpos);
 	free(x.hval);
 	dcr_buf_free(&x.tmp);
+	dcr_buf_free(&x.data);
 	dcr_changes_free(&x.ch);
 	dcr_tdigest_free(x.td);
 	dcr_manifest_release(&m);
