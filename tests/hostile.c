@@ -44,7 +44,7 @@
  *                                tensor of one element, and nothing after
  *                                them (a reader that takes them all meets
  *                                the end of the stream)
- *   hostile again ITEMS OUT [spread]
+ *   hostile again ITEMS OUT [spread|period]
  *                                one payload of a few KB: a NEW F64 tensor
  *                                "t" of 2^22 elements (32 MiB) and ITEMS
  *                                dense items over all of it, each holding
@@ -52,7 +52,11 @@
  *                                frame squeezes to almost nothing; no
  *                                manifest (a stream refused at its end);
  *                                with spread, ITEMS such tensors t0, t1,
- *                                ... and one such item over each
+ *                                ... and one such item over each; with
+ *                                period the same, each item's 32 MiB a
+ *                                block of 1 MiB of noise over and over,
+ *                                compressed by libzstd (long matches, a
+ *                                window of 16 MiB)
  *   hostile tamper IN OUT        payload file IN with one record more (an
  *                                ancillary one) and its trailer made anew:
  *                                a payload that checks out by itself, and
@@ -74,10 +78,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zstd.h>
+
 #include "dcr.h"
 #include "core/bytes.h"
 
 #define BLOCK (128u << 10)
+#define PERIOD ((size_t)1 << 20)
 
 static void die(const char *what, const struct dcr_err *e)
 {
@@ -248,7 +255,43 @@ static int cmd_bomb(const char *out)
 	return 0;
 }
 
-static int cmd_again(uint64_t items, const char *out, int spread)
+/* Into zstd stream cs (NULL: the hand-made frame z; zeros then as RLE
+ * blocks, else as raw ones), n bytes: p's, or with p NULL, zeros or, with
+ * period, the 1 MiB block period over and over. */
+static void zput(ZSTD_CCtx *cs, struct dcr_buf *z, const uint8_t *p, uint64_t n,
+		 const uint8_t *period, int last)
+{
+	if (!cs) {
+		if (p)
+			zraw(z, p, (size_t)n, last);
+		else
+			zzeros(z, n, last);
+		return;
+	}
+	while (n || last) {
+		size_t k = n < PERIOD ? (size_t)n : PERIOD;
+		ZSTD_inBuffer in = {p ? p : period, k, 0};
+		int end = last && k == n;
+		for (;;) {
+			if (dcr_buf_reserve(z, z->len + ZSTD_CStreamOutSize()))
+				die("out of memory", NULL);
+			ZSTD_outBuffer o = {z->p + z->len, ZSTD_CStreamOutSize(), 0};
+			size_t left = ZSTD_compressStream2(cs, &o, &in, end ? ZSTD_e_end : ZSTD_e_continue);
+			if (ZSTD_isError(left))
+				die(ZSTD_getErrorName(left), NULL);
+			z->len += o.pos;
+			if (end ? !left : in.pos == in.size)
+				break;
+		}
+		if (p)
+			p += k;
+		n -= k;
+		if (end)
+			break;
+	}
+}
+
+static int cmd_again(uint64_t items, const char *out, int spread, int periodic)
 {
 	dcr_digest base = {{0}}, dg;
 	uint8_t attempt[16] = {5};
@@ -264,9 +307,27 @@ static int cmd_again(uint64_t items, const char *out, int spread)
 		tensor_rec(&raw, &t);
 	}
 	uint64_t total = raw.len;
+	ZSTD_CCtx *cs = NULL;
+	uint8_t *period = NULL;
+	if (periodic) {
+		/* a block of 1 MiB of noise, repeated: a window of 16 MiB (as
+		 * payloads may have) holds it, zstd's long matches find it */
+		cs = ZSTD_createCCtx();
+		period = malloc(PERIOD);
+		if (!cs || !period)
+			die("out of memory", NULL);
+		uint64_t x = 88172645463325252ull;
+		for (size_t i = 0; i < PERIOD; i++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			period[i] = (uint8_t)x;
+		}
+		ZSTD_CCtx_setParameter(cs, ZSTD_c_compressionLevel, 1);
+		ZSTD_CCtx_setParameter(cs, ZSTD_c_windowLog, DCR_PAYLOAD_WINDOW_LOG);
+		ZSTD_CCtx_setParameter(cs, ZSTD_c_enableLongDistanceMatching, 1);
+	}
 	for (int pass = 0; pass < 2; pass++) {
 		if (pass)
-			zraw(&z, raw.p, raw.len, !items);
+			zput(cs, &z, raw.p, raw.len, NULL, !items);
 		for (uint64_t i = 0; i < items; i++) {
 			body.len = 0;
 			if (dcr_buf_add_varint(&body, spread ? i : 0) ||
@@ -282,17 +343,22 @@ static int cmd_again(uint64_t items, const char *out, int spread)
 			}
 			uint8_t h[16];
 			rec_head(h, DCR_REC_ITEM, body.len + data);
-			zraw(&z, h, 16, 0);
-			zraw(&z, body.p, body.len, 0);
-			zzeros(&z, data, i == items - 1);
+			zput(cs, &z, h, 16, NULL, 0);
+			zput(cs, &z, body.p, body.len, NULL, 0);
+			zput(cs, &z, NULL, data, period, i == items - 1);
 		}
-		if (!pass)
+		if (!pass && cs)
+			ZSTD_CCtx_setPledgedSrcSize(cs, total);
+		else if (!pass)
 			zframe_start(&z, total);
 	}
+	ZSTD_freeCCtx(cs);
+	free(period);
 	payload(&img, &base, attempt, 0, &z, total, &dg);
 	write_pack(out, &img, NULL);
-	fprintf(stderr, "hostile: payload of %zu bytes, %llu items of 32 MiB over %s\n", img.len,
-		(unsigned long long)items, spread ? "a tensor each" : "one tensor");
+	fprintf(stderr, "hostile: payload of %zu bytes, %llu items of 32 MiB%s over %s\n", img.len,
+		(unsigned long long)items, periodic ? " (1 MiB of noise repeated)" : "",
+		spread ? "a tensor each" : "one tensor");
 	return 0;
 }
 
@@ -662,8 +728,10 @@ int main(int argc, char **argv)
 		return cmd_index((uint32_t)strtoul(argv[2], NULL, 10), argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "bomb"))
 		return cmd_bomb(argv[2]);
-	if ((argc == 4 || (argc == 5 && !strcmp(argv[4], "spread"))) && !strcmp(argv[1], "again"))
-		return cmd_again(strtoull(argv[2], NULL, 10), argv[3], argc == 5);
+	if ((argc == 4 || (argc == 5 && (!strcmp(argv[4], "spread") || !strcmp(argv[4], "period")))) &&
+	    !strcmp(argv[1], "again"))
+		return cmd_again(strtoull(argv[2], NULL, 10), argv[3], argc == 5,
+				 argc == 5 && !strcmp(argv[4], "period"));
 	if ((argc == 5 || argc == 6) && !strcmp(argv[1], "dense"))
 		return cmd_dense(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10),
 				 argc == 6 ? strtoull(argv[5], NULL, 10) : 0, argv[4]);
@@ -675,7 +743,7 @@ int main(int argc, char **argv)
 		return cmd_tensors(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "oddsize"))
 		return cmd_oddsize(strtoull(argv[2], NULL, 10), argv[3]);
-	fputs("usage: hostile index N OUT | bomb OUT | again ITEMS OUT [spread] | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT\n"
+	fputs("usage: hostile index N OUT | bomb OUT | again ITEMS OUT [spread|period] | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT\n"
 	      "       hostile overlap CKPT OUT [plain|dense|corrupt-dense]\n"
 	      "       hostile interleave IN OUT | tensors N OUT | oddsize SIZE OUT\n",
 	      stderr);

@@ -14,7 +14,10 @@
 # pack's items until its manifest) held the one-tensor stream whole, 1.35 GB
 # for these 44 KB: it too refuses it at the item that goes past, in a few
 # tens of MiB; and the 40 new tensors' items, which it cannot refuse
-# before the manifest, it holds squeezed past 256 MiB, in about 300 MiB.
+# before the manifest, it holds squeezed past 256 MiB, in about 300 MiB,
+# as it does 20 such items of 1 MiB of noise repeated (3.6 MB of pack,
+# 731 MiB held when it squeezed them with zstd's own window: the squeezer
+# must see as far back as a payload's frame may).
 . "$DCR_SRC/tests/lib-dcr.sh"
 H="$DCR_BUILD/tests/hostile"
 command -v unshare >/dev/null 2>&1 || skip "unshare(1) is missing"
@@ -25,6 +28,7 @@ done
 [ -n "$ns" ] || skip "no mount namespace of our own to mount a small filesystem in"
 "$H" again 40 "$T/again.tar" 2>/dev/null || fail "hostile exited $?"
 "$H" again 40 "$T/spread.tar" spread 2>/dev/null || fail "hostile exited $?"
+"$H" again 20 "$T/period.tar" period 2>/dev/null || fail "hostile exited $?"
 run 0 dcr-keygen -p "$T/k.pub" -s "$T/k.sec"
 mkdir "$T/small"
 # in a mount namespace of its own: a 256 MiB tmpfs, a receiver on it, the
@@ -83,3 +87,7 @@ m=$(peak_rss 128 "$DCR_BUILD/tests/mem-apply" --device cpu "$T/m" "$T/spread.tar
 grep -q "ended without a manifest" "$T/err" || { cat "$T/err"; fail "the in-memory apply of 40 new tensors"; }
 say "the in-memory apply held 40 new tensors' items of 32 MiB in $m MiB"
 [ "$m" -lt 450 ] || fail "the in-memory apply took $m MiB for 1.3 GB of items in a 44 KB pack"
+m=$(peak_rss 128 "$DCR_BUILD/tests/mem-apply" --device cpu "$T/m" "$T/period.tar")
+grep -q "ended without a manifest" "$T/err" || { cat "$T/err"; fail "the in-memory apply of repeated noise"; }
+say "the in-memory apply held 20 items of 32 MiB of repeated noise in $m MiB"
+[ "$m" -lt 450 ] || fail "the in-memory apply took $m MiB for 640 MiB of items in a 3.6 MB pack"

@@ -59,7 +59,11 @@ struct mitem {
  * writes are coded already: zstd's fastest level passes over them. */
 #define HELD_PLAIN ((uint64_t)256 << 20)
 #define HELD_SQUEEZE_MIN 4096 /* bytes of an item worth a try */
-#define HELD_LEVEL (-1)
+#define HELD_LEVEL 1
+/* the squeezer sees as far back as a payload's frame may (its long
+ * matches: a block of noise repeated a MiB apart, which a payload's frame
+ * holds once, is held about once too) */
+#define HELD_WINDOW_LOG DCR_PAYLOAD_WINDOW_LOG
 
 /* Changes [k0, next batch's k0) of a tensor; positions count from first. */
 struct batch {
@@ -108,6 +112,8 @@ struct items {
 	struct ap_tcount count; /* the elements each tensor's items change */
 	uint64_t held, plain;	/* bytes of items' data held; HELD_PLAIN */
 	struct dcr_buf z;	/* squeezing one */
+	ZSTD_CCtx *cc;		/* (HELD_LEVEL) */
+	int cc_failed;
 };
 
 static void items_free(struct items *s)
@@ -119,6 +125,7 @@ static void items_free(struct items *s)
 	free(s->v);
 	ap_tcount_free(&s->count);
 	dcr_buf_free(&s->z);
+	ZSTD_freeCCtx(s->cc);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -141,9 +148,19 @@ static int keep_item(struct items *s, const struct dcr_delta_tensor *t, const st
 	m->name = dcr_strdup(t->name);
 	const uint8_t *src = it->data;
 	size_t n = it->data_len;
-	if (s->held + n > s->plain && n >= HELD_SQUEEZE_MIN &&
+	if (s->held + n > s->plain && n >= HELD_SQUEEZE_MIN && !s->cc && !s->cc_failed) {
+		s->cc = ZSTD_createCCtx();
+		s->cc_failed = !s->cc ||
+			       ZSTD_isError(ZSTD_CCtx_setParameter(s->cc, ZSTD_c_compressionLevel,
+								   HELD_LEVEL)) ||
+			       ZSTD_isError(ZSTD_CCtx_setParameter(s->cc, ZSTD_c_windowLog,
+								   HELD_WINDOW_LOG)) ||
+			       ZSTD_isError(ZSTD_CCtx_setParameter(
+				       s->cc, ZSTD_c_enableLongDistanceMatching, 1));
+	}
+	if (s->held + n > s->plain && n >= HELD_SQUEEZE_MIN && !s->cc_failed &&
 	    !dcr_buf_reserve(&s->z, ZSTD_compressBound(n))) {
-		size_t zl = ZSTD_compress(s->z.p, ZSTD_compressBound(n), src, n, HELD_LEVEL);
+		size_t zl = ZSTD_compress2(s->cc, s->z.p, ZSTD_compressBound(n), src, n);
 		if (!ZSTD_isError(zl) && zl < n / 2) {
 			src = s->z.p;
 			n = m->zlen = zl;
