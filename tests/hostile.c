@@ -57,6 +57,11 @@
  *                                block of 1 MiB of noise over and over,
  *                                compressed by libzstd (long matches, a
  *                                window of 16 MiB)
+ *   hostile names N OUT          a pack stream of N NEW F64 tensors of one
+ *                                element, each with a dense item, in
+ *                                payloads of 2^19 (each within a payload's
+ *                                limit, together past 2^20 when N is); no
+ *                                manifest
  *   hostile tamper IN OUT        payload file IN with one record more (an
  *                                ancillary one) and its trailer made anew:
  *                                a payload that checks out by itself, and
@@ -359,6 +364,56 @@ static int cmd_again(uint64_t items, const char *out, int spread, int periodic)
 	fprintf(stderr, "hostile: payload of %zu bytes, %llu items of 32 MiB%s over %s\n", img.len,
 		(unsigned long long)items, periodic ? " (1 MiB of noise repeated)" : "",
 		spread ? "a tensor each" : "one tensor");
+	return 0;
+}
+
+static int cmd_names(uint64_t n, const char *out)
+{
+	struct dcr_err e;
+	dcr_digest zero = {{0}}, dg;
+	uint8_t attempt[16] = {7};
+	const uint64_t per = 1u << 19; /* tensors a payload names */
+	struct dcr_buf raw = {0}, img = {0}, body = {0}, planes = {0}, pieces = {0};
+	/* one element of F64 zeros: a zstd frame of 8 zero bytes */
+	zframe_start(&planes, 8);
+	zzeros(&planes, 8, 1);
+	struct tar tr;
+	tar_open(&tr, out);
+	for (uint64_t i0 = 0, idx = 0; i0 < n; i0 += per, idx++) {
+		raw.len = 0;
+		for (uint64_t i = i0; i < n && i < i0 + per; i++) {
+			char name[32];
+			snprintf(name, sizeof(name), "n%08llu", (unsigned long long)i);
+			struct dcr_delta_tensor t = {.name = name, .file = "model.safetensors",
+						     .flags = DCR_TENSOR_NEW, .dtype = DCR_DT_F64,
+						     .ndim = 1, .shape = {1}, .nelem = 1};
+			tensor_rec(&raw, &t);
+			body.len = 0;
+			if (dcr_buf_add_varint(&body, i - i0) ||
+			    dcr_buf_add_varint(&body, DCR_ITEM_DENSE) ||
+			    dcr_buf_add_u8(&body, DCR_ENC_OVERWRITE) ||
+			    dcr_buf_add_u8(&body, DCR_CODEC_PLAIN) || dcr_buf_add_varint(&body, 0) ||
+			    dcr_buf_add_varint(&body, 1) || dcr_buf_add_varint(&body, 1) ||
+			    dcr_buf_add_varint(&body, planes.len))
+				die("out of memory", NULL);
+			add(&body, planes.p, planes.len);
+			uint8_t h[16];
+			rec_head(h, DCR_REC_ITEM, body.len);
+			add(&raw, h, 16);
+			add(&raw, body.p, body.len);
+		}
+		if (dcr_payload_build(&zero, attempt, (uint32_t)idx, raw.p, raw.len,
+				      DCR_PDIGEST_BLAKE3, &img, &dg, &pieces, &e))
+			die("payload", &e);
+		char *pn = dcr_payload_name((uint32_t)idx);
+		if (!pn)
+			die("out of memory", NULL);
+		tar_entry(&tr, pn, &img);
+		free(pn);
+	}
+	tar_close(&tr);
+	fprintf(stderr, "hostile: %llu new tensors of one element, an item each, in payloads of %llu\n",
+		(unsigned long long)n, (unsigned long long)per);
 	return 0;
 }
 
@@ -739,13 +794,15 @@ int main(int argc, char **argv)
 		return cmd_overlap(argv[2], argv[3], argc == 5 ? argv[4] : NULL);
 	if (argc == 4 && !strcmp(argv[1], "interleave"))
 		return cmd_interleave(argv[2], argv[3]);
+	if (argc == 4 && !strcmp(argv[1], "names"))
+		return cmd_names(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "tensors"))
 		return cmd_tensors(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "oddsize"))
 		return cmd_oddsize(strtoull(argv[2], NULL, 10), argv[3]);
 	fputs("usage: hostile index N OUT | bomb OUT | again ITEMS OUT [spread|period] | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT\n"
 	      "       hostile overlap CKPT OUT [plain|dense|corrupt-dense]\n"
-	      "       hostile interleave IN OUT | tensors N OUT | oddsize SIZE OUT\n",
+	      "       hostile interleave IN OUT | tensors N OUT | names N OUT | oddsize SIZE OUT\n",
 	      stderr);
 	return 129;
 }

@@ -8,7 +8,11 @@
 # by dcr-apply, dcr-pack and dcr-pack --list, the receiver untouched, and
 # memory stays under what 2^20 tensors take (checked in the unsanitized
 # build; AddressSanitizer's redzones double small allocations); a stream
-# of exactly 2^20 is read to its end (here: truncated).
+# of exactly 2^20 is read to its end (here: truncated). A pack stream
+# whose payloads each keep within 2^20 but together name more (2^19 new
+# tensors each, an item apiece) is refused at the item past 2^20, by
+# dcr-apply and by the in-memory apply: they kept a few hundred bytes per
+# tensor named, without bound, until the stream's end.
 . "$DCR_SRC/tests/lib-dcr.sh"
 H="$DCR_BUILD/tests/hostile"
 need_gnu_time
@@ -42,3 +46,12 @@ bound "dcr-pack --list" 450 "$m"
 run 128 dcr-apply "$T/r" "$T/max"
 grep -q "is truncated" "$T/err" || fail "2^20 tensors: $(cat "$T/err")"
 say "ok: a delta of more than 2^20 tensors refused in bounded memory"
+"$H" names 1048577 "$T/names.tar" 2>/dev/null || fail "hostile exited $?"
+for apply in dcr-apply "$DCR_BUILD/tests/mem-apply --device cpu"; do
+	m=$(peak_rss 128 $apply "$T/r" "$T/names.tar")
+	grep -q "payload-000002.dcrp: the pack's items name more than 1048576 tensors" "$T/err" ||
+		fail "$apply: $(cat "$T/err")"
+	bound "${apply%% *}" 600 "$m"
+	[ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"
+done
+say "ok: payloads that name more than 2^20 tensors together refused in bounded memory"

@@ -60,6 +60,7 @@ struct spool {
 #define SPOOL_KEEP_MIN ((uint64_t)64 << 20)
 #define SPOOL_KEEP_MAX ((uint64_t)4 << 30)
 #define SPOOL_ROOM_EVERY ((uint64_t)16 << 20)
+#define SPOOL_BATCH ((size_t)1 << 20)
 
 static int spool_room(struct spool *s, uint64_t len, struct dcr_err *e)
 {
@@ -79,18 +80,12 @@ static int spool_room(struct spool *s, uint64_t len, struct dcr_err *e)
 			   (unsigned long long)keep);
 }
 
-static int spool_item(struct spool *s, const char *name, const struct dcr_item *it,
-		      struct dcr_err *e)
+/* The records gathered in s->rec written to the spool. */
+static int spool_flush(struct spool *s, struct dcr_err *e)
 {
 	struct dcr_buf *b = &s->rec;
-	b->len = 0;
-	size_t nl = strlen(name);
-	if (dcr_buf_add_varint(b, nl) || dcr_buf_add(b, name, nl) ||
-	    dcr_buf_add_varint(b, it->flags) || dcr_buf_add_u8(b, it->enc) ||
-	    dcr_buf_add_u8(b, it->codec) || dcr_buf_add_varint(b, it->start) ||
-	    dcr_buf_add_varint(b, it->len) || dcr_buf_add_varint(b, it->n) ||
-	    dcr_buf_add_varint(b, it->data_len) || dcr_buf_add(b, it->data, it->data_len))
-		return dcr_err_sys(e, ENOMEM, "spool");
+	if (!b->len)
+		return 0;
 	if (s->unchecked + b->len >= SPOOL_ROOM_EVERY) {
 		int r = spool_room(s, b->len, e);
 		if (r)
@@ -101,9 +96,27 @@ static int spool_item(struct spool *s, const char *name, const struct dcr_item *
 		return dcr_err_sys(e, r, "cannot write the spool");
 	s->written += b->len;
 	s->unchecked += b->len;
+	b->len = 0;
+	return 0;
+}
+
+/* Item it of tensor name onto the spool, SPOOL_BATCH bytes of records or
+ * one larger at a time (a write per record cost a stream of small items
+ * 1.5 us each). */
+static int spool_item(struct spool *s, const char *name, const struct dcr_item *it,
+		      struct dcr_err *e)
+{
+	struct dcr_buf *b = &s->rec;
+	size_t nl = strlen(name);
+	if (dcr_buf_add_varint(b, nl) || dcr_buf_add(b, name, nl) ||
+	    dcr_buf_add_varint(b, it->flags) || dcr_buf_add_u8(b, it->enc) ||
+	    dcr_buf_add_u8(b, it->codec) || dcr_buf_add_varint(b, it->start) ||
+	    dcr_buf_add_varint(b, it->len) || dcr_buf_add_varint(b, it->n) ||
+	    dcr_buf_add_varint(b, it->data_len) || dcr_buf_add(b, it->data, it->data_len))
+		return dcr_err_sys(e, ENOMEM, "spool");
 	s->nitems++;
 	s->nchanges += it->n;
-	return 0;
+	return b->len >= SPOOL_BATCH ? spool_flush(s, e) : 0;
 }
 
 /* Next spooled item: its tensor's name (borrowed) and the item. */
@@ -267,8 +280,12 @@ static int spool_payload(struct spool *s, const uint8_t *buf, size_t len,
 	while (!r && (r = dcr_payload_records_next(&rd, &rec, e)) == 1) {
 		r = 0;
 		if (rec.type == DCR_REC_TENSOR) {
-			/* the table may move: the pool's items are done first */
-			while ((r = spool_take(s, ip, lt.v, e)) == 1)
+			/* when the table is full it moves as it grows: the
+			 * pool's items (which read their tensors' entries in
+			 * it) are done first; else the new entry goes past
+			 * those they read (a stream of a tensor per item
+			 * waited here for every tensor: 25 us each) */
+			while (lt.n == lt.cap && (r = spool_take(s, ip, lt.v, e)) == 1)
 				;
 			if (!r)
 				r = dcr_tensor_table_add(&lt, &rec, what, e);
@@ -527,7 +544,9 @@ static int ak_check(struct apack *ak, struct dcr_err *e)
 static int ak_read_spool(struct apack *ak, struct dcr_err *e)
 {
 	struct spool *s = &ak->s;
-	int r;
+	int r = spool_flush(s, e);
+	if (r)
+		return r;
 	off_t sl = lseek(s->fd, 0, SEEK_END);
 	if (sl < 0)
 		return dcr_err_sys(e, errno, "cannot read the spool");

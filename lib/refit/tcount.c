@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "core/delta.h"
 #include "core/util.h"
 #include "refit/tcount.h"
 
@@ -22,6 +23,10 @@ int ap_tcount_add(struct ap_tcount *c, const char *name, uint64_t units, uint64_
 		  const char *what, struct dcr_err *e)
 {
 	struct tc *t = dcr_ntab_get(&c->tab, name);
+	if (!t && c->tab.n >= DCR_DELTA_TENSORS_MAX)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s: the pack's items name more than %u tensors (a pack names at most that many); nothing written",
+				   what, DCR_DELTA_TENSORS_MAX);
 	if (!t) {
 		if (!(t = dcr_calloc(1, sizeof(*t))) || !(t->name = dcr_strdup(name)) ||
 		    dcr_ntab_put(&c->tab, t)) {

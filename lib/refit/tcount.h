@@ -5,7 +5,9 @@
  * gigabytes) is refused at the item that goes past, before what it
  * decodes to is kept (the apply's spool, refit/apply-pack.c; the items an
  * in-memory apply holds, refit/apply-mem.c). Memory: one entry per tensor
- * named. Internal to libdcr. */
+ * named, at most DCR_DELTA_TENSORS_MAX (a pack names no more; the payloads
+ * each keep within it, and a stream of them, together, past it is refused
+ * at the first item past). Internal to libdcr. */
 #ifndef DCR_REFIT_TCOUNT_H
 #define DCR_REFIT_TCOUNT_H
 
@@ -21,7 +23,7 @@ struct ap_tcount {
 /* n more of the elements (units) of tensor name, which its payload
  * declares with `units` of them, changed by an item of `what`: 0, or a
  * refusal (DCR_EFORMAT) when they come to more than the least size any
- * payload declared for it. */
+ * payload declared for it, or name a tensor past DCR_DELTA_TENSORS_MAX. */
 int ap_tcount_add(struct ap_tcount *c, const char *name, uint64_t units, uint64_t n,
 		  const char *what, struct dcr_err *e);
 void ap_tcount_free(struct ap_tcount *c);
