@@ -367,6 +367,25 @@ static int cmd_again(uint64_t items, const char *out, int spread, int periodic)
 	return 0;
 }
 
+/* onto raw, a dense OVERWRITE item record (plain codec) of tensor's
+ * elements [start, start + n), its values the byte planes in zstd frame
+ * planes (body: scratch) */
+static void dense_item(struct dcr_buf *raw, struct dcr_buf *body, uint64_t tensor, uint64_t start,
+		       uint64_t n, const struct dcr_buf *planes)
+{
+	body->len = 0;
+	if (dcr_buf_add_varint(body, tensor) || dcr_buf_add_varint(body, DCR_ITEM_DENSE) ||
+	    dcr_buf_add_u8(body, DCR_ENC_OVERWRITE) || dcr_buf_add_u8(body, DCR_CODEC_PLAIN) ||
+	    dcr_buf_add_varint(body, start) || dcr_buf_add_varint(body, n) ||
+	    dcr_buf_add_varint(body, n) || dcr_buf_add_varint(body, planes->len))
+		die("out of memory", NULL);
+	add(body, planes->p, planes->len);
+	uint8_t h[16];
+	rec_head(h, DCR_REC_ITEM, body->len);
+	add(raw, h, 16);
+	add(raw, body->p, body->len);
+}
+
 static int cmd_names(uint64_t n, const char *out)
 {
 	struct dcr_err e;
@@ -388,19 +407,7 @@ static int cmd_names(uint64_t n, const char *out)
 						     .flags = DCR_TENSOR_NEW, .dtype = DCR_DT_F64,
 						     .ndim = 1, .shape = {1}, .nelem = 1};
 			tensor_rec(&raw, &t);
-			body.len = 0;
-			if (dcr_buf_add_varint(&body, i - i0) ||
-			    dcr_buf_add_varint(&body, DCR_ITEM_DENSE) ||
-			    dcr_buf_add_u8(&body, DCR_ENC_OVERWRITE) ||
-			    dcr_buf_add_u8(&body, DCR_CODEC_PLAIN) || dcr_buf_add_varint(&body, 0) ||
-			    dcr_buf_add_varint(&body, 1) || dcr_buf_add_varint(&body, 1) ||
-			    dcr_buf_add_varint(&body, planes.len))
-				die("out of memory", NULL);
-			add(&body, planes.p, planes.len);
-			uint8_t h[16];
-			rec_head(h, DCR_REC_ITEM, body.len);
-			add(&raw, h, 16);
-			add(&raw, body.p, body.len);
+			dense_item(&raw, &body, i - i0, 0, 1, &planes);
 		}
 		if (dcr_payload_build(&zero, attempt, (uint32_t)idx, raw.p, raw.len,
 				      DCR_PDIGEST_BLAKE3, &img, &dg, &pieces, &e))
@@ -435,17 +442,7 @@ static int cmd_dense(uint64_t elems, uint64_t items, uint64_t tensor, const char
 		planes.len = 0;
 		zframe_start(&planes, n * 8);
 		zzeros(&planes, n * 8, 1);
-		body.len = 0;
-		if (dcr_buf_add_varint(&body, tensor) || dcr_buf_add_varint(&body, DCR_ITEM_DENSE) ||
-		    dcr_buf_add_u8(&body, DCR_ENC_OVERWRITE) || dcr_buf_add_u8(&body, DCR_CODEC_PLAIN) ||
-		    dcr_buf_add_varint(&body, s) || dcr_buf_add_varint(&body, n) ||
-		    dcr_buf_add_varint(&body, n) || dcr_buf_add_varint(&body, planes.len))
-			die("out of memory", NULL);
-		add(&body, planes.p, planes.len);
-		uint8_t h[16];
-		rec_head(h, DCR_REC_ITEM, body.len);
-		add(&raw, h, 16);
-		add(&raw, body.p, body.len);
+		dense_item(&raw, &body, tensor, s, n, &planes);
 	}
 	struct dcr_buf pieces = {0};
 	if (dcr_payload_build(&zero, attempt, 0, raw.p, raw.len, DCR_PDIGEST_BLAKE3, &img, &dg,

@@ -127,6 +127,18 @@ struct ap_ipool *ap_ipool_new(int threads, ap_ipool_fn *fn, void *ctx)
 	return r;
 }
 
+/* Under mu, which it lets go meanwhile: slot s, the next to be started,
+ * worked on by the caller's thread. */
+static void work_here(struct ap_ipool *r, struct slot *s)
+{
+	r->started++;
+	s->state = WORKING;
+	pthread_mutex_unlock(&r->mu);
+	s->err = work(r, s, &r->ch, &r->scratch);
+	pthread_mutex_lock(&r->mu);
+	s->state = DONE;
+}
+
 int ap_ipool_room(const struct ap_ipool *r)
 {
 	/* slots taken .. given are in use, the held one among them */
@@ -150,13 +162,8 @@ int ap_ipool_put(struct ap_ipool *r, const struct dcr_item *it, void *arg)
 		/* a small item with none waiting before it: worked on here,
 		 * at once (handing it to a thread and back cost more than
 		 * the work: 25 us an item, in a stream of an item per tensor) */
-		r->started++;
 		r->given++;
-		s->state = WORKING;
-		pthread_mutex_unlock(&r->mu);
-		s->err = work(r, s, &r->ch, &r->scratch);
-		pthread_mutex_lock(&r->mu);
-		s->state = DONE;
+		work_here(r, s);
 		pthread_mutex_unlock(&r->mu);
 		return 0;
 	}
@@ -183,12 +190,7 @@ int ap_ipool_get(struct ap_ipool *r, struct dcr_item *out, void **arg, struct dc
 	}
 	struct slot *s = &r->s[r->taken % r->ns];
 	if (!r->nth && s->state == WAITING) {
-		r->started++;
-		s->state = WORKING;
-		pthread_mutex_unlock(&r->mu);
-		s->err = work(r, s, &r->ch, &r->scratch);
-		pthread_mutex_lock(&r->mu);
-		s->state = DONE;
+		work_here(r, s);
 		r->busy -= s->cost;
 	}
 	while (s->state != DONE)
