@@ -13,9 +13,9 @@
  * being worked on stay within AP_DECODE_BUDGET (one is let in
  * whatever it declares): a hostile input of items that claim the most
  * costs one of them at a time, not one per thread. A thread lets go of
- * scratch larger than IPOOL_KEEP after each item. An item that costs less
- * than IPOOL_INLINE, given when no other waits, is worked on by the caller
- * as it gives it. */
+ * scratch larger than IPOOL_KEEP after each item. A small item (its cost
+ * and its range: IPOOL_INLINE), given when no other waits, is worked on
+ * by the caller as it gives it. */
 #include "config.h"
 
 #include <errno.h>
@@ -29,7 +29,10 @@
 enum { FREE, WAITING, WORKING, DONE };
 
 #define IPOOL_KEEP ((size_t)1 << 20) /* changes of scratch a thread keeps */
-#define IPOOL_INLINE ((uint64_t)16 << 10) /* an item's cost worked on by the caller */
+/* an item the caller works on: its cost, and its range (which the work
+ * may read and hash, whatever its changes) */
+#define IPOOL_INLINE ((uint64_t)16 << 10)
+#define IPOOL_INLINE_ELEMS 4096
 
 struct slot {
 	int state;
@@ -158,7 +161,8 @@ int ap_ipool_put(struct ap_ipool *r, const struct dcr_item *it, void *arg)
 	s->arg = arg;
 	s->cost = ap_decode_bytes(it) + it->data_len;
 	pthread_mutex_lock(&r->mu);
-	if (r->nth && s->cost < IPOOL_INLINE && r->started == r->given) {
+	if (r->nth && s->cost < IPOOL_INLINE && it->len <= IPOOL_INLINE_ELEMS &&
+	    r->started == r->given) {
 		/* a small item with none waiting before it: worked on here,
 		 * at once (handing it to a thread and back cost more than
 		 * the work: 25 us an item, in a stream of an item per tensor) */
