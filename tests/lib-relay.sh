@@ -77,6 +77,29 @@ pack_bytes() {
 	cat "$1"/* | wc -c
 }
 
+# await_line FILE PATTERN WHAT: poll (50 ms) until a line of FILE matches
+# PATTERN (grep), at most 30 s; else fail: "WHAT in 30 s" and FILE.
+await_line() {
+	_al=0
+	until grep -q "$2" "$1" 2>/dev/null; do
+		_al=$((_al + 1))
+		[ $_al -lt 600 ] || fail "$3 in 30 s: $(cat "$1" 2>/dev/null)"
+		sleep 0.05
+	done
+}
+
+# signed_packs PIECE: a key pair ($T/k.pub, $T/k.sec) and the step
+# $T/g/v0 -> v1 ($T/d) in store $S twice, in pieces of PIECE: signed at
+# version 1 as v1 ($T/p), unsigned as u1 ($T/pu).
+signed_packs() {
+	run_ok dcr-keygen -p "$T/k.pub" -s "$T/k.sec"
+	run_ok dcr-diff -o "$T/d" "$T/g/v0" "$T/g/v1"
+	run_ok dcr-pack --sign "$T/k.sec" --version 1 -s "$1" -o "$T/p" "$T/d"
+	run_ok dcr-push -q "$T/p" "$S/v1"
+	run_ok dcr-pack -s "$1" -o "$T/pu" "$T/d"
+	run_ok dcr-push -q "$T/pu" "$S/u1"
+}
+
 # http_code ARGS...: curl's status code for ARGS (the body in $T/body).
 http_code() {
 	curl -sS -o "$T/body" -w '%{http_code}' "$@" 2>"$T/curl.err" || true

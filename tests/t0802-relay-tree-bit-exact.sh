@@ -26,12 +26,7 @@ receiver ra
 start_relay ap --apply "$T/ra" --pack v1 "$(head -n 1 "$T/leaves")"
 AP=$RPID
 refit r5 "$RURL/v1"
-i=0
-until grep -q "^dcr-relay: applied 'v1' to '$T/ra'" "$T/ap.log"; do
-	i=$((i + 1))
-	[ $i -lt 600 ] || fail "--apply did not finish in 30 s: $(cat "$T/ap.log")"
-	sleep 0.05
-done
+await_line "$T/ap.log" "^dcr-relay: applied 'v1' to '$T/ra'" "--apply did not finish"
 same "$T/ra" "$T/g/v1"
 stop_relay "$AP"
 [ "$STOPPED" = 0 ] || fail "the --apply relay exited $STOPPED: $(cat "$T/ap.log")"

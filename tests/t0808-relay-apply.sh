@@ -35,12 +35,7 @@ receiver rb 2
 snapshot "$T/rb" >"$T/snap"
 start_relay b --apply "$T/rb" --pack v1 "$S"
 BPID=$RPID
-i=0
-until grep -q "^dcr-relay: error: cannot apply 'v1' to '$T/rb'" "$T/b.log"; do
-	i=$((i + 1))
-	[ $i -lt 600 ] || fail "the refusal did not come in 30 s: $(cat "$T/b.log")"
-	sleep 0.05
-done
+await_line "$T/b.log" "^dcr-relay: error: cannot apply 'v1' to '$T/rb'" "the refusal did not come"
 untouched "$T/rb" "$T/snap"
 refit r2 "$RURL/v1"
 stop_relay "$BPID"
@@ -50,12 +45,7 @@ stop_relay "$BPID"
 : >"$T/log"
 start_relay c --pack v1 "$S"
 CPID=$RPID
-i=0
-until grep -q "^dcr-relay: fetched 'v1'" "$T/c.log"; do
-	i=$((i + 1))
-	[ $i -lt 600 ] || fail "--pack did not fetch v1 in 30 s: $(cat "$T/c.log")"
-	sleep 0.05
-done
+await_line "$T/c.log" "^dcr-relay: fetched 'v1'" "--pack did not fetch v1"
 n=$(grep -c '^GET /store/v1/' "$T/log")
 [ "$n" -ge 2 ] || fail "--pack fetched nothing from the store: $(cat "$T/log")"
 refit r3 "$RURL/v1"

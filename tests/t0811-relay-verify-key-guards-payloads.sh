@@ -8,12 +8,7 @@
 command -v dcr-keygen >/dev/null 2>&1 || skip "dcr-keygen is not on PATH"
 S="$T/store"
 gen 1M 1
-run_ok dcr-keygen -p "$T/k.pub" -s "$T/k.sec"
-run_ok dcr-diff -o "$T/d" "$T/g/v0" "$T/g/v1"
-run_ok dcr-pack --sign "$T/k.sec" --version 1 -s 256K -o "$T/p" "$T/d"
-run_ok dcr-push -q "$T/p" "$S/v1"
-run_ok dcr-pack -s 256K -o "$T/pu" "$T/d"
-run_ok dcr-push -q "$T/pu" "$S/u1"
+signed_packs 256K
 mkdir -p "$S/n1"
 cp "$T/pu/payload-000000.dcrp" "$S/n1/"
 

@@ -20,12 +20,7 @@ A=$RURL
 curl -sS -o "$T/first" -w '%{http_code}' "$A/A/payload-000000.dcrp" >"$T/first.code" 2>"$T/first.err" &
 C1=$!
 PIDS="$PIDS $C1"
-i=0
-until grep -q "^GET /store/A/payload-000000.dcrp WAIT" "$T/hs.log"; do
-	i=$((i + 1))
-	[ $i -lt 600 ] || fail "the relay did not ask for payload 0 in 30 s: $(cat "$T/hs.log")"
-	sleep 0.05
-done
+await_line "$T/hs.log" "^GET /store/A/payload-000000.dcrp WAIT" "the relay did not ask for payload 0"
 # then the manifest, while the payload is in flight
 [ "$(http_code "$A/A/manifest.dcrm")" = 200 ] || fail "A's manifest is not 200: $(cat "$T/body")"
 touch "$D/release"

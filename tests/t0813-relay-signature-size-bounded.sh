@@ -15,12 +15,7 @@ start_relay a --retries 0 "http://127.0.0.1:$PORT/store"
 A=$RURL
 [ "$(http_code "$A/A/manifest.dcrm")" = 502 ] || fail "the manifest is not 502: $(cat "$T/body")"
 contains "$(cat "$T/body")" "manifest.dcrm.sig"
-i=0
-until grep -q "^SIG-SENT" "$T/hs.log"; do
-	i=$((i + 1))
-	[ $i -lt 600 ] || fail "the parent is still sending the signature after 30 s"
-	sleep 0.05
-done
+await_line "$T/hs.log" "^SIG-SENT" "the parent is still sending the signature"
 most=$(awk '$1 == "SIG-SENT" && $2 > m { m = $2 } END { print m + 0 }' "$T/hs.log")
 [ "$most" -le $((32 << 20)) ] || fail "the relay took $most bytes of a signature"
 

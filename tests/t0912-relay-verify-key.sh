@@ -10,12 +10,7 @@
 command -v dcr-keygen >/dev/null 2>&1 || skip "dcr-keygen is not on PATH"
 S="$T/store"
 gen 4M 2
-run_ok dcr-keygen -p "$T/k.pub" -s "$T/k.sec"
-run_ok dcr-diff -o "$T/d" "$T/g/v0" "$T/g/v1"
-run_ok dcr-pack --sign "$T/k.sec" --version 1 -s 512K -o "$T/p" "$T/d"
-run_ok dcr-push -q "$T/p" "$S/v1"
-run_ok dcr-pack -s 512K -o "$T/pu" "$T/d"
-run_ok dcr-push -q "$T/pu" "$S/u1"
+signed_packs 512K
 run_ok dcr-diff -o "$T/d2" "$T/g/v1" "$T/g/v2"
 run_ok dcr-pack --sign "$T/k.sec" --version 2 -o "$T/p2" "$T/d2"
 cp -r "$S/v1" "$S/x1"
