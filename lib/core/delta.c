@@ -508,6 +508,11 @@ int dcr_tensor_table_item(const struct dcr_tensor_table *tt, const struct dcr_de
 	return 0;
 }
 
+uint64_t dcr_delta_tensor_units(const struct dcr_delta_tensor *t)
+{
+	return t->nelem * dcr_dtype_bits(t->dtype) / 8 / dcr_dtype_unit(t->dtype);
+}
+
 void dcr_tensor_table_clear(struct dcr_tensor_table *tt)
 {
 	for (size_t i = 0; i < tt->n; i++)

@@ -66,6 +66,10 @@ struct dcr_delta_tensor {
 	dcr_digest digest;
 };
 
+/* The units (core/dtype.h: dcr_dtype_unit bytes each) of t's stored bytes,
+ * in which its items' ranges count. */
+uint64_t dcr_delta_tensor_units(const struct dcr_delta_tensor *t);
+
 /* A delta's attempt id: `given` (16 bytes) when non-NULL, else random. */
 int dcr_attempt_id(const uint8_t *given, uint8_t out[16], struct dcr_err *e);
 

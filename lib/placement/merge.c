@@ -278,7 +278,7 @@ static int read_items(struct merge *mg, size_t i, const char *name, struct dcr_e
 {
 	struct min *m = &mg->in[i];
 	unsigned unit = dcr_dtype_unit(m->cur.dtype);
-	uint64_t units = m->cur.nelem * dcr_dtype_bits(m->cur.dtype) / 8 / unit;
+	uint64_t units = dcr_delta_tensor_units(&m->cur);
 	int r;
 	while (!(r = min_advance(m, e)) && !m->at_end &&
 	       (m->rec.type == DCR_REC_ITEM || m->rec.type == DCR_REC_PARTS)) {

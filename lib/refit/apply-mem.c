@@ -130,6 +130,21 @@ static void items_free(struct items *s)
 	memset(s, 0, sizeof(*s));
 }
 
+/* The squeezer (HELD_LEVEL, HELD_WINDOW_LOG), made when first needed;
+ * NULL when it cannot be (then items are held as they came). */
+static ZSTD_CCtx *squeezer(struct items *s)
+{
+	if (!s->cc && !s->cc_failed) {
+		s->cc = ZSTD_createCCtx();
+		s->cc_failed =
+			!s->cc ||
+			ZSTD_isError(ZSTD_CCtx_setParameter(s->cc, ZSTD_c_compressionLevel, HELD_LEVEL)) ||
+			ZSTD_isError(ZSTD_CCtx_setParameter(s->cc, ZSTD_c_windowLog, HELD_WINDOW_LOG)) ||
+			ZSTD_isError(ZSTD_CCtx_setParameter(s->cc, ZSTD_c_enableLongDistanceMatching, 1));
+	}
+	return s->cc_failed ? NULL : s->cc;
+}
+
 static int keep_item(struct items *s, const struct dcr_delta_tensor *t, const struct dcr_item *it,
 		     struct dcr_err *e)
 {
@@ -149,17 +164,7 @@ static int keep_item(struct items *s, const struct dcr_delta_tensor *t, const st
 	m->name = dcr_strdup(t->name);
 	const uint8_t *src = it->data;
 	size_t n = it->data_len;
-	if (s->held + n > s->plain && n >= HELD_SQUEEZE_MIN && !s->cc && !s->cc_failed) {
-		s->cc = ZSTD_createCCtx();
-		s->cc_failed = !s->cc ||
-			       ZSTD_isError(ZSTD_CCtx_setParameter(s->cc, ZSTD_c_compressionLevel,
-								   HELD_LEVEL)) ||
-			       ZSTD_isError(ZSTD_CCtx_setParameter(s->cc, ZSTD_c_windowLog,
-								   HELD_WINDOW_LOG)) ||
-			       ZSTD_isError(ZSTD_CCtx_setParameter(
-				       s->cc, ZSTD_c_enableLongDistanceMatching, 1));
-	}
-	if (s->held + n > s->plain && n >= HELD_SQUEEZE_MIN && !s->cc_failed &&
+	if (s->held + n > s->plain && n >= HELD_SQUEEZE_MIN && squeezer(s) &&
 	    !dcr_buf_reserve(&s->z, ZSTD_compressBound(n))) {
 		size_t zl = ZSTD_compress2(s->cc, s->z.p, ZSTD_compressBound(n), src, n);
 		if (!ZSTD_isError(zl) && zl < n / 2) {
@@ -203,11 +208,7 @@ static int read_payload(struct items *s, const uint8_t *buf, size_t len,
 				break;
 			/* before its bytes are kept: a stream of items over
 			 * and over one tensor held them all until its end */
-			uint64_t units = t->nelem * dcr_dtype_bits(t->dtype) / 8 /
-					 dcr_dtype_unit(t->dtype);
-			if (!(r = ap_tcount_add(&s->count, t->name, units,
-						(item.flags & DCR_ITEM_DENSE) ? item.len : item.n,
-						what, e)))
+			if (!(r = ap_tcount_item(&s->count, t, &item, what, e)))
 				r = keep_item(s, t, &item, e);
 		} else if (rec.type != DCR_REC_REMOVE && rec.type < DCR_REC_ANCILLARY) {
 			r = dcr_err_set(e, DCR_EFORMAT, "%s: unexpected record type %u", what, rec.type);

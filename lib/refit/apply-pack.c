@@ -237,8 +237,7 @@ static int spool_give(struct spool *s, struct ap_ipool *ip, const struct dcr_ten
 	int r = dcr_tensor_table_item(lt, rec, what, &it, &t, e);
 	if (r)
 		return r;
-	unsigned unit = dcr_dtype_unit(t->dtype);
-	uint64_t units = t->nelem * dcr_dtype_bits(t->dtype) / 8 / unit;
+	uint64_t units = dcr_delta_tensor_units(t);
 	if (it.start > units || it.len > units - it.start)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end", what,
 				   t->name);
@@ -246,8 +245,7 @@ static int spool_give(struct spool *s, struct ap_ipool *ip, const struct dcr_ten
 		s->xor_seen = 1;
 		return 0;
 	}
-	if ((r = ap_tcount_add(&s->count, t->name, units,
-			       (it.flags & DCR_ITEM_DENSE) ? it.len : it.n, what, e)))
+	if ((r = ap_tcount_item(&s->count, t, &it, what, e)))
 		return r;
 	const struct dcr_ckpt_tensor *base = NULL;
 	if (it.enc == DCR_ENC_XOR) {
@@ -566,8 +564,7 @@ static int ak_read_spool(struct apack *ak, struct dcr_err *e)
 		if (!pt)
 			return dcr_err_set(e, DCR_EFORMAT, "pack: item for '%s', which the manifest lacks",
 					   nm);
-		unsigned unit = dcr_dtype_unit(pt->t.dtype);
-		uint64_t units = pt->t.nelem * dcr_dtype_bits(pt->t.dtype) / 8 / unit;
+		uint64_t units = dcr_delta_tensor_units(&pt->t);
 		if (it.start > units || it.len > units - it.start)
 			return dcr_err_set(e, DCR_EFORMAT, "pack: item for '%s' runs past its end", nm);
 		pt->touched = 1;

@@ -107,8 +107,7 @@ static int plan_record(struct plan *p, const struct dcr_delta_rec *rec, struct d
 			return dcr_err_set(e, DCR_EFORMAT, "delta: item for undeclared tensor %u",
 					   it.tensor);
 		struct ptensor *pt = &p->t[it.tensor];
-		uint64_t units = pt->t.nelem * dcr_dtype_bits(pt->t.dtype) / 8 /
-				 dcr_dtype_unit(pt->t.dtype);
+		uint64_t units = dcr_delta_tensor_units(&pt->t);
 		if (it.start > units || it.len > units - it.start)
 			return dcr_err_set(e, DCR_EFORMAT, "delta: item for '%s' runs past its end",
 					   pt->t.name);

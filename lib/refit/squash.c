@@ -193,7 +193,7 @@ static int fetch(struct sq_in *in, struct dcr_err *e)
 					   in->path);
 		const struct dcr_delta_tensor *t = &in->t[it.tensor];
 		unsigned unit = dcr_dtype_unit(t->dtype);
-		uint64_t units = t->nelem * dcr_dtype_bits(t->dtype) / 8 / unit;
+		uint64_t units = dcr_delta_tensor_units(t);
 		if (it.start > units || it.len > units - it.start)
 			return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end",
 					   in->path, t->name);
@@ -510,7 +510,7 @@ static int sq_tensor(struct squash *sq, size_t ti, struct dcr_err *e)
 	if (r)
 		return r;
 	unsigned unit = dcr_dtype_unit(T->dtype);
-	uint64_t units = T->nelem * dcr_dtype_bits(T->dtype) / 8 / unit;
+	uint64_t units = dcr_delta_tensor_units(T);
 	for (;;) {
 		uint64_t next;
 		if ((r = sq_next_change(sq, T->name, j0, &next, e)) || next == UINT64_MAX)
@@ -607,7 +607,7 @@ static int sq_tensor_base(struct squash *sq, size_t ti, struct dcr_err *e)
 	if (r)
 		return r;
 	unsigned unit = dcr_dtype_unit(T->dtype);
-	uint64_t units = T->nelem * dcr_dtype_bits(T->dtype) / 8 / unit;
+	uint64_t units = dcr_delta_tensor_units(T);
 	size_t nbytes = (size_t)(units * unit);
 	if (nbytes > sq->work_cap) {
 		uint8_t *w = realloc(sq->work, nbytes);

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "core/delta.h"
 #include "core/util.h"
 #include "refit/tcount.h"
 
@@ -19,9 +18,12 @@ static void tc_free(void *v)
 	free(v);
 }
 
-int ap_tcount_add(struct ap_tcount *c, const char *name, uint64_t units, uint64_t n,
-		  const char *what, struct dcr_err *e)
+int ap_tcount_item(struct ap_tcount *c, const struct dcr_delta_tensor *dt,
+		   const struct dcr_item *it, const char *what, struct dcr_err *e)
 {
+	const char *name = dt->name;
+	uint64_t units = dcr_delta_tensor_units(dt);
+	uint64_t n = (it->flags & DCR_ITEM_DENSE) ? it->len : it->n;
 	struct tc *t = dcr_ntab_get(&c->tab, name);
 	if (!t && c->tab.n >= DCR_DELTA_TENSORS_MAX)
 		return dcr_err_set(e, DCR_EFORMAT,

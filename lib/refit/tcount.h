@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "core/delta.h"
 #include "core/error.h"
 #include "core/ntab.h"
 
@@ -20,12 +21,12 @@ struct ap_tcount {
 	struct dcr_ntab tab;
 };
 
-/* n more of the elements (units) of tensor name, which its payload
- * declares with `units` of them, changed by an item of `what`: 0, or a
- * refusal (DCR_EFORMAT) when they come to more than the least size any
- * payload declared for it, or name a tensor past DCR_DELTA_TENSORS_MAX. */
-int ap_tcount_add(struct ap_tcount *c, const char *name, uint64_t units, uint64_t n,
-		  const char *what, struct dcr_err *e);
+/* Item it of tensor t (as its payload declares it), from `what`: 0, or a
+ * refusal (DCR_EFORMAT) when the elements it changes (a dense one: all of
+ * its range) bring t's to more than the least size any payload declared
+ * for it, or when it names a tensor past DCR_DELTA_TENSORS_MAX. */
+int ap_tcount_item(struct ap_tcount *c, const struct dcr_delta_tensor *t,
+		   const struct dcr_item *it, const char *what, struct dcr_err *e);
 void ap_tcount_free(struct ap_tcount *c);
 
 #endif
