@@ -29,7 +29,11 @@
  *                                (PLAIN planes); corrupt-dense: a dense
  *                                [0, 8), then a dense [8, 16) whose zstd
  *                                frame is cut short (no overlap), the
- *                                digests those values would give
+ *                                digests those values would give;
+ *                                pastend: one OVERWRITE item of 8
+ *                                elements from the tensor's last 4, the
+ *                                digest of its first 4 (the other 4 would
+ *                                land in the bytes after the tensor)
  *   hostile interleave IN OUT    delta stream IN (TENSOR, ITEM, DONE and END
  *                                records) rewritten with its items in
  *                                another order: the first half's and the
@@ -538,11 +542,45 @@ static void overlap_item(struct dcr_delta_writer *w, uint32_t t, unsigned unit, 
 	dcr_changes_free(&ch);
 }
 
+/* One OVERWRITE item of 8 elements from the first tensor's last 4: the 4
+ * inside it set in bits (so that its digest holds), the 4 past its end in
+ * the bytes after it (the next tensor's, which an apply that took the item
+ * would change without checking them: only the first tensor is touched). */
+static void pastend_item(struct dcr_delta_writer *w, unsigned unit, uint64_t nelem, uint8_t *bits)
+{
+	struct dcr_changes ch = {0};
+	struct dcr_buf enc = {0};
+	struct dcr_err e = {0};
+	if (dcr_changes_reserve(&ch, 8))
+		die("out of memory", NULL);
+	for (size_t k = 0; k < 8; k++) {
+		ch.pos[k] = k;
+		ch.val[k] = 0x70 + k;
+		if (k < 4) {
+			memset(bits + (nelem - 4 + k) * unit, 0, unit);
+			bits[(nelem - 4 + k) * unit] = (uint8_t)(0x70 + k);
+		}
+	}
+	ch.n = 8;
+	struct dcr_item it = {.tensor = 0, .enc = DCR_ENC_OVERWRITE, .start = nelem - 4, .len = 8,
+			      .n = 8};
+	if (dcr_item_encode(&ch, unit, 8, 0, &it.codec, &enc, &e))
+		die("encode", &e);
+	it.data = enc.p;
+	it.data_len = enc.len;
+	if (dcr_delta_write_item(w, &it, &e))
+		die("write", &e);
+	dcr_buf_free(&enc);
+	dcr_changes_free(&ch);
+}
+
 static int cmd_overlap(const char *dir, const char *out, const char *how)
 {
-	int dense = how && strcmp(how, "plain"), corrupt = how && !strcmp(how, "corrupt-dense");
-	if (how && strcmp(how, "plain") && strcmp(how, "dense") && !corrupt)
-		die("overlap: HOW is plain, dense or corrupt-dense", NULL);
+	int pastend = how && !strcmp(how, "pastend");
+	int dense = how && strcmp(how, "plain") && !pastend;
+	int corrupt = how && !strcmp(how, "corrupt-dense");
+	if (how && strcmp(how, "plain") && strcmp(how, "dense") && !corrupt && !pastend)
+		die("overlap: HOW is plain, dense, corrupt-dense or pastend", NULL);
 	struct dcr_err e = {0};
 	struct dcr_ckpt *c;
 	if (dcr_ckpt_open(dir, &c, &e))
@@ -580,12 +618,16 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 		if (dcr_delta_write_tensor(&w, &dt, &e))
 			die("write", &e);
 	}
-	/* in the stream's order: [0, 8) then [4, 12), which wins at 4..7 */
-	overlap_item(&w, 0, unit, 0, 0x10, bits, dense, 0);
-	if (corrupt)
-		overlap_item(&w, 0, unit, 8, 0x40, bits, 1, 1);
-	else
-		overlap_item(&w, 0, unit, 4, 0x40, bits, dense, 0);
+	if (pastend) {
+		pastend_item(&w, unit, ti->nelem, bits);
+	} else {
+		/* in the stream's order: [0, 8) then [4, 12), which wins at 4..7 */
+		overlap_item(&w, 0, unit, 0, 0x10, bits, dense, 0);
+		if (corrupt)
+			overlap_item(&w, 0, unit, 8, 0x40, bits, 1, 1);
+		else
+			overlap_item(&w, 0, unit, 4, 0x40, bits, dense, 0);
+	}
 	struct dcr_ckpt_tensor nt = {.info = ti, .data = bits, .fd = -1};
 	dcr_tensor_digest(&nt, &dg[0]);
 	for (size_t i = 0; i < c->ntensors; i++)
@@ -798,7 +840,7 @@ int main(int argc, char **argv)
 	if (argc == 4 && !strcmp(argv[1], "oddsize"))
 		return cmd_oddsize(strtoull(argv[2], NULL, 10), argv[3]);
 	fputs("usage: hostile index N OUT | bomb OUT | again ITEMS OUT [spread|period] | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT\n"
-	      "       hostile overlap CKPT OUT [plain|dense|corrupt-dense]\n"
+	      "       hostile overlap CKPT OUT [plain|dense|corrupt-dense|pastend]\n"
 	      "       hostile interleave IN OUT | tensors N OUT | names N OUT | oddsize SIZE OUT\n",
 	      stderr);
 	return 129;

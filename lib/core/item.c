@@ -205,6 +205,14 @@ static int decode_positions(const struct dcr_item *it, unsigned unit, struct dcr
 					  ch->pos, e);
 }
 
+int dcr_item_check_range(const struct dcr_item *it, uint64_t units, const char *what,
+			 const char *name, struct dcr_err *e)
+{
+	if (it->start > units || it->len > units - it->start)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end", what, name);
+	return 0;
+}
+
 int dcr_item_is_dense_overwrite(const struct dcr_item *it)
 {
 	return it->enc == DCR_ENC_OVERWRITE && (it->flags & DCR_ITEM_DENSE) &&

@@ -56,6 +56,10 @@ int dcr_item_encode_xor(size_t n, const uint64_t *pos, const uint64_t *oldv,
 /* 1 when the item decodes only against the receiver's bits: an XOR item
  * coded with DELTA or CLASSED. */
 int dcr_item_needs_base(const struct dcr_item *it);
+/* 0 when the item's range lies inside a tensor of `units` elements, else
+ * a DCR_EFORMAT error "WHAT: item for 'NAME' runs past its end". */
+int dcr_item_check_range(const struct dcr_item *it, uint64_t units, const char *what,
+			 const char *name, struct dcr_err *e);
 /* Positions and values as coded (masks for PLAIN XOR items); fails for
  * items that need the receiver's bits (dcr_item_needs_base). */
 int dcr_item_decode(const struct dcr_item *it, unsigned unit, struct dcr_changes *ch,

@@ -316,13 +316,12 @@ static int place_item(struct pctx *x, const struct dcr_item *it, const char *wha
 	uint32_t c = x->canon_of[it->tensor];
 	const struct dcr_layout_canon *cn = &L->canon[c];
 	unsigned unit = dcr_dtype_unit(cn->dtype);
-	if (it->start > cn->nelem || it->len > cn->nelem - it->start)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end", what,
-				   cn->name);
+	int r = dcr_item_check_range(it, cn->nelem, what, cn->name, e);
+	if (r)
+		return r;
 	if (it->enc == DCR_ENC_XOR && (x->tflags[it->tensor] & DCR_TENSOR_NEW))
 		return dcr_err_set(e, DCR_EFORMAT, "%s: XOR item for '%s', which is not in the base",
 				   what, cn->name);
-	int r;
 	if (dcr_item_needs_base(it)) {
 		/* against bits this receiver may already have changed (a rerun
 		 * after a crash): keep reading, and decide once the delta is
@@ -863,10 +862,9 @@ static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
 			uint32_t c = x->canon_of[it.tensor];
 			const struct dcr_layout_canon *cn = &x->L->canon[c];
 			struct dcr_err ie = {0};
-			int q = it.start > cn->nelem || it.len > cn->nelem - it.start
-					? dcr_err_set(&ie, DCR_EFORMAT, "%s: item for '%s' runs past its end",
-						      rd->what, cn->name)
-					: resolve_canon(&x->g, c, &it, &x->ch, &ie);
+			int q = dcr_item_check_range(&it, cn->nelem, rd->what, cn->name, &ie);
+			if (!q)
+				q = resolve_canon(&x->g, c, &it, &x->ch, &ie);
 			if (q) {
 				if (!x->deferred) {
 					x->deferred = q;

@@ -589,9 +589,8 @@ static int verify_tensor(struct mctx *x, struct mt *t, const struct mitem *items
 			it = &unz;
 		}
 		uint64_t s = it->start * unit, l = it->len * unit;
-		if (it->start > t->units || it->len > t->units - it->start)
-			return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end", x->what,
-					   t->t->name);
+		if ((r = dcr_item_check_range(it, t->units, x->what, t->t->name, e)))
+			return r;
 		if (s < done)
 			return dcr_err_set(e, DCR_EFORMAT, "%s: overlapping items for '%s'", x->what,
 					   t->t->name);

@@ -238,9 +238,8 @@ static int spool_give(struct spool *s, struct ap_ipool *ip, const struct dcr_ten
 	if (r)
 		return r;
 	uint64_t units = dcr_delta_tensor_units(t);
-	if (it.start > units || it.len > units - it.start)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end", what,
-				   t->name);
+	if ((r = dcr_item_check_range(&it, units, what, t->name, e)))
+		return r;
 	if (it.enc == DCR_ENC_XOR && !allow_xor) {
 		s->xor_seen = 1;
 		return 0;
@@ -565,8 +564,8 @@ static int ak_read_spool(struct apack *ak, struct dcr_err *e)
 			return dcr_err_set(e, DCR_EFORMAT, "pack: item for '%s', which the manifest lacks",
 					   nm);
 		uint64_t units = dcr_delta_tensor_units(&pt->t);
-		if (it.start > units || it.len > units - it.start)
-			return dcr_err_set(e, DCR_EFORMAT, "pack: item for '%s' runs past its end", nm);
+		if ((r = dcr_item_check_range(&it, units, "pack", nm, e)))
+			return r;
 		pt->touched = 1;
 	}
 	if (r < 0)

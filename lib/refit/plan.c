@@ -108,9 +108,8 @@ static int plan_record(struct plan *p, const struct dcr_delta_rec *rec, struct d
 					   it.tensor);
 		struct ptensor *pt = &p->t[it.tensor];
 		uint64_t units = dcr_delta_tensor_units(&pt->t);
-		if (it.start > units || it.len > units - it.start)
-			return dcr_err_set(e, DCR_EFORMAT, "delta: item for '%s' runs past its end",
-					   pt->t.name);
+		if ((r = dcr_item_check_range(&it, units, "delta", pt->t.name, e)))
+			return r;
 		if (it.enc == DCR_ENC_XOR && (pt->t.flags & DCR_TENSOR_NEW))
 			return dcr_err_set(e, DCR_EFORMAT,
 					   "delta: XOR item for '%s', which is not in the base",

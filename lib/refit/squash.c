@@ -194,9 +194,8 @@ static int fetch(struct sq_in *in, struct dcr_err *e)
 		const struct dcr_delta_tensor *t = &in->t[it.tensor];
 		unsigned unit = dcr_dtype_unit(t->dtype);
 		uint64_t units = dcr_delta_tensor_units(t);
-		if (it.start > units || it.len > units - it.start)
-			return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end",
-					   in->path, t->name);
+		if ((r = dcr_item_check_range(&it, units, in->path, t->name, e)))
+			return r;
 		if (in->raw)
 			in->it = it;
 		else if (dcr_item_needs_base(&it))
@@ -533,9 +532,8 @@ static int sq_apply_input(struct squash *sq, struct sq_in *x, const struct dcr_d
 	int r = 0;
 	while (!r && x->valid && !strcmp(x->t[x->tensor].name, T->name)) {
 		const struct dcr_item *it = &x->it;
-		if (it->start > units || it->len > units - it->start)
-			return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end",
-					   x->path, T->name);
+		if ((r = dcr_item_check_range(it, units, x->path, T->name, e)))
+			return r;
 		uint8_t *at = sq->work + it->start * unit;
 		if ((r = dcr_item_resolve(it, unit, at, &sq->rch, e)))
 			return r;
