@@ -6,7 +6,8 @@
 # since the replay does not hash touched tensors again (unless dcr-apply
 # --recheck), the two must never disagree. (Ranges may overlap: each
 # producer of a pack sends its own elements.) The receiver is left as it
-# was and no journal stays behind.
+# was and no journal stays behind. So do the in-memory apply and
+# dcr-apply --layout, of one serving rank and of a replica.
 . "$DCR_SRC/tests/lib-dcr.sh"
 H="$DCR_BUILD/tests/hostile"
 command -v gen-checkpoint >/dev/null 2>&1 || skip "gen-checkpoint is not built"
@@ -53,3 +54,29 @@ one_line_error dcr-apply
 run 0 dcr-apply --recover "$T/r"
 same "$T/r" "$T/g/v0"
 say "ok: dense overwrites that overlap, or whose frame is cut, are refused before the commit"
+
+# The in-memory apply and the serving layouts (one rank, a replica) refuse
+# the overlap too, their tensors and shards untouched.
+M="$DCR_BUILD/tests/mem-apply"
+run 0 dcr-pack -q -o "$T/po" "$T/d"
+if [ -x "$M" ]; then
+	rm -rf "$T/m"
+	cp -r "$T/g/v0" "$T/m"
+	run 128 "$M" --device cpu "$T/m" "$T/po"
+	grep -q "overlapping items for" "$T/err" || { cat "$T/err" >&2; fail "mem-apply: not refused for the overlap"; }
+	[ "$(snapshot "$T/m")" = "$before" ] || fail "mem-apply: the tensors changed"
+fi
+run 0 dcr-layout generate --config "$T/g/v0/config.json" --framework vllm --tp 2 -o "$T/map"
+run 0 dcr-layout materialize --map "$T/map" --canonical "$T/g/v0" -o "$T/s0"
+shards=$(snapshot "$T/s0/rank-0"; snapshot "$T/s0/rank-1")
+for how in "--rank 0 $T/s/rank-0" "--replica $T/s"; do
+	rm -rf "$T/s"
+	cp -r "$T/s0" "$T/s"
+	# shellcheck disable=SC2086 # $how is two words and a path without spaces
+	run 128 dcr-apply --layout "$T/map" $how "$T/d"
+	one_line_error dcr-apply
+	grep -q "is changed twice" "$T/err" || { cat "$T/err" >&2; fail "layout $how: not refused for the overlap"; }
+	[ "$(snapshot "$T/s/rank-0"; snapshot "$T/s/rank-1")" = "$shards" ] ||
+		fail "layout $how: the shards changed"
+done
+say "ok: the in-memory apply and dcr-apply --layout refuse the overlap, untouched"
