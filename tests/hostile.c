@@ -33,7 +33,17 @@
  *                                pastend: one OVERWRITE item of 8
  *                                elements from the tensor's last 4, the
  *                                digest of its first 4 (the other 4 would
- *                                land in the bytes after the tensor)
+ *                                land in the bytes after the tensor);
+ *                                undeclared: one OVERWRITE item of one
+ *                                element for tensor N (CKPT has N
+ *                                tensors: no record declares it); escape: a NEW F32 tensor
+ *                                "zzzz.extra" of 4 elements in the file
+ *                                "../escape.safetensors" (outside the
+ *                                receiver), a dense item and the right
+ *                                digests and target; xor-new: the same
+ *                                tensor in CKPT's first file, its values
+ *                                in an XOR item (a NEW tensor has no base
+ *                                bits to XOR)
  *   hostile interleave IN OUT    delta stream IN (TENSOR, ITEM, DONE and END
  *                                records) rewritten with its items in
  *                                another order: the first half's and the
@@ -574,18 +584,53 @@ static void pastend_item(struct dcr_delta_writer *w, unsigned unit, uint64_t nel
 	dcr_changes_free(&ch);
 }
 
+/* The extra tensor of overlap's escape and xor-new: NEW, F32 [4], in file
+ * `file`, its values v in vals (4 units). */
+#define EXTRA_NAME "zzzz.extra"
+static const float extra_vals[4] = {1.5f, -2.0f, 0.25f, 8.0f};
+
+static void extra_item(struct dcr_delta_writer *w, uint32_t t, int xor_)
+{
+	struct dcr_changes ch = {0};
+	struct dcr_buf enc = {0};
+	struct dcr_err e = {0};
+	if (dcr_changes_reserve(&ch, 4))
+		die("out of memory", NULL);
+	for (size_t k = 0; k < 4; k++) {
+		uint32_t u;
+		memcpy(&u, &extra_vals[k], 4);
+		ch.pos[k] = k;
+		ch.val[k] = u; /* against zeros: the mask is the value */
+	}
+	ch.n = 4;
+	struct dcr_item it = {.tensor = t, .enc = xor_ ? DCR_ENC_XOR : DCR_ENC_OVERWRITE,
+			      .start = 0, .len = 4, .n = 4, .flags = xor_ ? 0 : DCR_ITEM_DENSE};
+	if (dcr_item_encode(&ch, 4, 4, !xor_, &it.codec, &enc, &e))
+		die("encode", &e);
+	it.data = enc.p;
+	it.data_len = enc.len;
+	if (dcr_delta_write_item(w, &it, &e))
+		die("write", &e);
+	dcr_buf_free(&enc);
+	dcr_changes_free(&ch);
+}
+
 static int cmd_overlap(const char *dir, const char *out, const char *how)
 {
 	int pastend = how && !strcmp(how, "pastend");
-	int dense = how && strcmp(how, "plain") && !pastend;
+	int undeclared = how && !strcmp(how, "undeclared");
+	int escape = how && !strcmp(how, "escape"), xornew = how && !strcmp(how, "xor-new");
+	int extra = escape || xornew;
+	int dense = how && (!strcmp(how, "dense") || !strcmp(how, "corrupt-dense"));
 	int corrupt = how && !strcmp(how, "corrupt-dense");
-	if (how && strcmp(how, "plain") && strcmp(how, "dense") && !corrupt && !pastend)
-		die("overlap: HOW is plain, dense, corrupt-dense or pastend", NULL);
+	if (how && strcmp(how, "plain") && !dense && !pastend && !undeclared && !extra)
+		die("overlap: HOW is plain, dense, corrupt-dense, pastend, undeclared, escape or xor-new",
+		    NULL);
 	struct dcr_err e = {0};
 	struct dcr_ckpt *c;
 	if (dcr_ckpt_open(dir, &c, &e))
 		die(dir, &e);
-	dcr_digest *dg = calloc(c->ntensors + 1, sizeof(*dg));
+	dcr_digest *dg = calloc(c->ntensors + 2, sizeof(*dg));
 	if (!dg)
 		die("out of memory", NULL);
 	for (size_t i = 0; i < c->ntensors; i++)
@@ -618,7 +663,35 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 		if (dcr_delta_write_tensor(&w, &dt, &e))
 			die("write", &e);
 	}
-	if (pastend) {
+	struct dcr_tensor_info xi = {.name = EXTRA_NAME, .dtype = DCR_DT_F32, .ndim = 1,
+				     .shape = {4}, .nelem = 4, .end = 16};
+	if (extra) {
+		struct dcr_delta_tensor dt = {.name = EXTRA_NAME,
+					      .file = escape ? "../escape.safetensors"
+							     : (char *)c->file_names[0],
+					      .flags = DCR_TENSOR_NEW, .dtype = DCR_DT_F32, .ndim = 1,
+					      .shape = {4}, .nelem = 4};
+		if (dcr_delta_write_tensor(&w, &dt, &e))
+			die("write", &e);
+		struct dcr_ckpt_tensor xt = {.info = &xi, .data = (const uint8_t *)extra_vals,
+					     .fd = -1};
+		dcr_tensor_digest(&xt, &dg[c->ntensors]);
+		extra_item(&w, (uint32_t)c->ntensors, xornew);
+	} else if (undeclared) {
+		/* an item for tensor ntensors, which no record declares */
+		struct dcr_item it = {.tensor = (uint32_t)c->ntensors, .enc = DCR_ENC_OVERWRITE,
+				      .start = 0, .len = 1, .n = 1};
+		struct dcr_changes ch = {.n = 1, .cap = 1, .pos = (uint64_t[]){0},
+					 .val = (uint64_t[]){0x7f}};
+		struct dcr_buf enc = {0};
+		if (dcr_item_encode(&ch, unit, 1, 0, &it.codec, &enc, &e))
+			die("encode", &e);
+		it.data = enc.p;
+		it.data_len = enc.len;
+		if (dcr_delta_write_item(&w, &it, &e))
+			die("write", &e);
+		dcr_buf_free(&enc);
+	} else if (pastend) {
 		pastend_item(&w, unit, ti->nelem, bits);
 	} else {
 		/* in the stream's order: [0, 8) then [4, 12), which wins at 4..7 */
@@ -629,11 +702,27 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 			overlap_item(&w, 0, unit, 4, 0x40, bits, dense, 0);
 	}
 	struct dcr_ckpt_tensor nt = {.info = ti, .data = bits, .fd = -1};
-	dcr_tensor_digest(&nt, &dg[0]);
-	for (size_t i = 0; i < c->ntensors; i++)
+	if (!extra)
+		dcr_tensor_digest(&nt, &dg[0]);
+	for (size_t i = 0; i < c->ntensors + (size_t)extra; i++)
 		if (dcr_delta_write_done(&w, (uint32_t)i, &dg[i], &e))
 			die("write", &e);
-	dcr_ckpt_state_from(c, dg, &target);
+	if (extra) {
+		/* the target: every tensor of CKPT and the extra one, by name */
+		struct dcr_state_entry *ent = calloc(c->ntensors + 1, sizeof(*ent));
+		if (!ent)
+			die("out of memory", NULL);
+		for (size_t i = 0; i < c->ntensors; i++) {
+			const struct dcr_tensor_info *t = c->tensors[i].info;
+			ent[i] = (struct dcr_state_entry){t->name, t->dtype, t->ndim, t->shape, dg[i]};
+		}
+		ent[c->ntensors] = (struct dcr_state_entry){EXTRA_NAME, DCR_DT_F32, 1, xi.shape,
+							    dg[c->ntensors]};
+		dcr_state_id(ent, c->ntensors + 1, &target);
+		free(ent);
+	} else {
+		dcr_ckpt_state_from(c, dg, &target);
+	}
 	if (dcr_delta_write_end(&w, &target, &e))
 		die("write", &e);
 	dcr_delta_writer_release(&w);
@@ -840,7 +929,7 @@ int main(int argc, char **argv)
 	if (argc == 4 && !strcmp(argv[1], "oddsize"))
 		return cmd_oddsize(strtoull(argv[2], NULL, 10), argv[3]);
 	fputs("usage: hostile index N OUT | bomb OUT | again ITEMS OUT [spread|period] | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT\n"
-	      "       hostile overlap CKPT OUT [plain|dense|corrupt-dense|pastend]\n"
+	      "       hostile overlap CKPT OUT [plain|dense|corrupt-dense|pastend|undeclared|escape|xor-new]\n"
 	      "       hostile interleave IN OUT | tensors N OUT | names N OUT | oddsize SIZE OUT\n",
 	      stderr);
 	return 129;

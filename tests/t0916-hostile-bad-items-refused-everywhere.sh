@@ -1,0 +1,94 @@
+#!/bin/sh
+# Deltas with one bad item or tensor each (tests/hostile overlap KIND, the
+# digests and target right for what the bad part would write) are refused
+# with one line before anything is written, by every path that takes
+# them: dcr-apply of the delta and of its pack, the in-memory apply, the
+# squash, and dcr-apply --layout of one serving rank and of a replica.
+#   pastend     an item from the first tensor's last 4 elements and 4 more
+#               (the bytes after the tensor, which no digest checks). Taken,
+#               the delta's apply grew the weight file past its tensors and
+#               the pack's and the layouts' reported success.
+#   undeclared  an item for a tensor no record declares
+#   escape      a new tensor in "../escape.safetensors", outside the receiver
+#   xor-new     a new tensor's values in an XOR item (it has no base bits)
+. "$DCR_SRC/tests/lib-dcr.sh"
+H="$DCR_BUILD/tests/hostile"
+M="$DCR_BUILD/tests/mem-apply"
+command -v gen-checkpoint >/dev/null 2>&1 || skip "gen-checkpoint is not built"
+
+run 0 gen-checkpoint -q --size 1M --steps 0 "$T/g"
+before=$(snapshot "$T/g/v0")
+run 0 dcr-layout generate --config "$T/g/v0/config.json" --framework vllm --tp 1 -o "$T/map"
+run 0 dcr-layout materialize --map "$T/map" --canonical "$T/g/v0" -o "$T/s0"
+shards=$(snapshot "$T/s0/rank-0")
+
+# refused WHY ARGS...: the command exits 128 with one line, which matches
+# the extended regular expression WHY
+refused() {
+	_why=$1
+	shift
+	run 128 "$@"
+	one_line_error "$(basename "$1")"
+	grep -Eq "$_why" "$T/err" || { cat "$T/err" >&2; fail "$*: not refused for '$_why'"; }
+}
+
+# untouched WHAT: the receivers are as they were, nothing is committed and
+# nothing was written next to them
+untouched() {
+	[ "$(snapshot "$T/r")" = "$before" ] || fail "$1: the receiver changed"
+	[ ! -e "$T/r/.dcr/journal" ] || fail "$1: a journal was committed"
+	[ ! -e "$T/escape.safetensors" ] || fail "$1: a file was written outside the receiver"
+	[ ! -e "$T/s/escape.safetensors" ] || fail "$1: a file was written outside a rank"
+}
+
+fresh() {
+	rm -rf "$T/r" "$T/s" "$T/sq" "$T/m"
+	cp -r "$T/g/v0" "$T/r"
+	cp -r "$T/s0" "$T/s"
+}
+
+for kind in pastend undeclared escape xor-new; do
+	"$H" overlap "$T/g/v0" "$T/$kind" $kind || fail "hostile $kind exited $?"
+	case $kind in
+	pastend) why="item for '[^']*' runs past its end" ;;
+	undeclared) why="item for undeclared tensor" ;;
+	escape) why="names an unsafe file" ;;
+	xor-new) why="XOR item for '[^']*', which (is not in|the receiver does not hold as in) the base" ;;
+	esac
+
+	fresh
+	refused "$why" dcr-apply "$T/r" "$T/$kind"
+	untouched "$kind, dcr-apply"
+
+	rm -rf "$T/p-$kind"
+	if [ $kind = undeclared ]; then
+		# dcr-pack reads the records and refuses it too
+		refused "$why" dcr-pack -q -o "$T/p-$kind" "$T/$kind"
+	else
+		run 0 dcr-pack -q -o "$T/p-$kind" "$T/$kind"
+		fresh
+		refused "$why" dcr-apply "$T/r" "$T/p-$kind"
+		untouched "$kind, dcr-apply of the pack"
+		if [ -x "$M" ]; then
+			cp -r "$T/g/v0" "$T/m"
+			# the in-memory apply meets a new tensor as one it does not hold
+			refused "$why|no tensor 'zzzz.extra' in memory" "$M" --device cpu "$T/m" "$T/p-$kind"
+			[ "$(snapshot "$T/m")" = "$before" ] || fail "$kind, mem-apply: the tensors changed"
+		fi
+	fi
+
+	case $kind in
+	pastend | undeclared)
+		refused "$why" dcr-pack --squash -o "$T/sq" "$T/$kind"
+		[ ! -e "$T/sq" ] || fail "$kind: a refused squash left its output" ;;
+	esac
+
+	# a serving layout meets a new tensor as one its map lacks
+	refused "$why|canonical tensor 'zzzz.extra' is not in the layout map" \
+		dcr-apply --layout "$T/map" --rank 0 "$T/s/rank-0" "$T/$kind"
+	refused "$why|canonical tensor 'zzzz.extra' is not in the layout map" \
+		dcr-apply --layout "$T/map" --replica "$T/s" "$T/$kind"
+	[ "$(snapshot "$T/s/rank-0")" = "$shards" ] || fail "$kind, --layout: the shards changed"
+	untouched "$kind, --layout"
+	say "ok: $kind refused everywhere, nothing written"
+done
