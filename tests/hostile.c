@@ -523,97 +523,48 @@ static int cmd_tamper(const char *in, const char *out)
 	return 0;
 }
 
-static void overlap_item(struct dcr_delta_writer *w, uint32_t t, unsigned unit, uint64_t start,
-			 uint8_t fill, uint8_t *bits, int dense, int corrupt)
+/* An item of tensor t over [start, start + len) with the n changes at
+ * pos (relative to start) and val, coded PLAIN (enc: DCR_ENC_XOR or
+ * DCR_ENC_OVERWRITE, dense: a DENSE item), its data cut short by `cut`
+ * bytes, written to w. */
+static void put_item(struct dcr_delta_writer *w, uint32_t t, uint8_t enc, unsigned unit,
+		     uint64_t start, uint64_t len, size_t n, uint64_t *pos, uint64_t *val,
+		     int dense, size_t cut)
 {
-	struct dcr_changes ch = {0};
-	struct dcr_buf enc = {0};
+	struct dcr_changes ch = {.n = n, .cap = n, .pos = pos, .val = val};
+	struct dcr_buf data = {0};
 	struct dcr_err e = {0};
-	if (dcr_changes_reserve(&ch, 8))
-		die("out of memory", NULL);
-	for (size_t k = 0; k < 8; k++) {
-		ch.pos[k] = k;
-		ch.val[k] = fill + k;
-		memset(bits + (start + k) * unit, 0, unit);
-		bits[(start + k) * unit] = (uint8_t)(fill + k);
-	}
-	ch.n = 8;
-	struct dcr_item it = {.tensor = t, .enc = DCR_ENC_OVERWRITE, .start = start, .len = 8, .n = 8,
+	struct dcr_item it = {.tensor = t, .enc = enc, .start = start, .len = len, .n = n,
 			      .flags = dense ? DCR_ITEM_DENSE : 0};
-	if (dcr_item_encode(&ch, unit, 8, dense, &it.codec, &enc, &e))
+	if (dcr_item_encode(&ch, unit, len, dense, &it.codec, &data, &e))
 		die("encode", &e);
-	if (corrupt)
-		enc.len--; /* its zstd frame cut short */
-	it.data = enc.p;
-	it.data_len = enc.len;
+	it.data = data.p;
+	it.data_len = data.len - cut;
 	if (dcr_delta_write_item(w, &it, &e))
 		die("write", &e);
-	dcr_buf_free(&enc);
-	dcr_changes_free(&ch);
+	dcr_buf_free(&data);
 }
 
-/* One OVERWRITE item of 8 elements from the first tensor's last 4: the 4
- * inside it set in bits (so that its digest holds), the 4 past its end in
- * the bytes after it (the next tensor's, which an apply that took the item
- * would change without checking them: only the first tensor is touched). */
-static void pastend_item(struct dcr_delta_writer *w, unsigned unit, uint64_t nelem, uint8_t *bits)
+/* An OVERWRITE of elements [start, start + 8) of tensor t to fill, fill +
+ * 1, ..., set in bits too (where they fall inside its nelem elements). */
+static void fill_item(struct dcr_delta_writer *w, uint32_t t, unsigned unit, uint64_t nelem,
+		      uint64_t start, uint8_t fill, uint8_t *bits, int dense, size_t cut)
 {
-	struct dcr_changes ch = {0};
-	struct dcr_buf enc = {0};
-	struct dcr_err e = {0};
-	if (dcr_changes_reserve(&ch, 8))
-		die("out of memory", NULL);
+	uint64_t pos[8], val[8];
 	for (size_t k = 0; k < 8; k++) {
-		ch.pos[k] = k;
-		ch.val[k] = 0x70 + k;
-		if (k < 4) {
-			memset(bits + (nelem - 4 + k) * unit, 0, unit);
-			bits[(nelem - 4 + k) * unit] = (uint8_t)(0x70 + k);
+		pos[k] = k;
+		val[k] = fill + k;
+		if (start + k < nelem) {
+			memset(bits + (start + k) * unit, 0, unit);
+			bits[(start + k) * unit] = (uint8_t)(fill + k);
 		}
 	}
-	ch.n = 8;
-	struct dcr_item it = {.tensor = 0, .enc = DCR_ENC_OVERWRITE, .start = nelem - 4, .len = 8,
-			      .n = 8};
-	if (dcr_item_encode(&ch, unit, 8, 0, &it.codec, &enc, &e))
-		die("encode", &e);
-	it.data = enc.p;
-	it.data_len = enc.len;
-	if (dcr_delta_write_item(w, &it, &e))
-		die("write", &e);
-	dcr_buf_free(&enc);
-	dcr_changes_free(&ch);
+	put_item(w, t, DCR_ENC_OVERWRITE, unit, start, 8, 8, pos, val, dense, cut);
 }
 
-/* The extra tensor of overlap's escape and xor-new: NEW, F32 [4], in file
- * `file`, its values v in vals (4 units). */
+/* The extra tensor of overlap's escape and xor-new: NEW, F32 [4]. */
 #define EXTRA_NAME "zzzz.extra"
 static const float extra_vals[4] = {1.5f, -2.0f, 0.25f, 8.0f};
-
-static void extra_item(struct dcr_delta_writer *w, uint32_t t, int xor_)
-{
-	struct dcr_changes ch = {0};
-	struct dcr_buf enc = {0};
-	struct dcr_err e = {0};
-	if (dcr_changes_reserve(&ch, 4))
-		die("out of memory", NULL);
-	for (size_t k = 0; k < 4; k++) {
-		uint32_t u;
-		memcpy(&u, &extra_vals[k], 4);
-		ch.pos[k] = k;
-		ch.val[k] = u; /* against zeros: the mask is the value */
-	}
-	ch.n = 4;
-	struct dcr_item it = {.tensor = t, .enc = xor_ ? DCR_ENC_XOR : DCR_ENC_OVERWRITE,
-			      .start = 0, .len = 4, .n = 4, .flags = xor_ ? 0 : DCR_ITEM_DENSE};
-	if (dcr_item_encode(&ch, 4, 4, !xor_, &it.codec, &enc, &e))
-		die("encode", &e);
-	it.data = enc.p;
-	it.data_len = enc.len;
-	if (dcr_delta_write_item(w, &it, &e))
-		die("write", &e);
-	dcr_buf_free(&enc);
-	dcr_changes_free(&ch);
-}
 
 static int cmd_overlap(const char *dir, const char *out, const char *how)
 {
@@ -676,30 +627,32 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 		struct dcr_ckpt_tensor xt = {.info = &xi, .data = (const uint8_t *)extra_vals,
 					     .fd = -1};
 		dcr_tensor_digest(&xt, &dg[c->ntensors]);
-		extra_item(&w, (uint32_t)c->ntensors, xornew);
+		/* its values, against zeros: as XOR masks they are the same */
+		uint64_t pos[4] = {0, 1, 2, 3}, val[4];
+		for (size_t k = 0; k < 4; k++) {
+			uint32_t u;
+			memcpy(&u, &extra_vals[k], 4);
+			val[k] = u;
+		}
+		put_item(&w, (uint32_t)c->ntensors, xornew ? DCR_ENC_XOR : DCR_ENC_OVERWRITE, 4, 0,
+			 4, 4, pos, val, !xornew, 0);
 	} else if (undeclared) {
 		/* an item for tensor ntensors, which no record declares */
-		struct dcr_item it = {.tensor = (uint32_t)c->ntensors, .enc = DCR_ENC_OVERWRITE,
-				      .start = 0, .len = 1, .n = 1};
-		struct dcr_changes ch = {.n = 1, .cap = 1, .pos = (uint64_t[]){0},
-					 .val = (uint64_t[]){0x7f}};
-		struct dcr_buf enc = {0};
-		if (dcr_item_encode(&ch, unit, 1, 0, &it.codec, &enc, &e))
-			die("encode", &e);
-		it.data = enc.p;
-		it.data_len = enc.len;
-		if (dcr_delta_write_item(&w, &it, &e))
-			die("write", &e);
-		dcr_buf_free(&enc);
+		put_item(&w, (uint32_t)c->ntensors, DCR_ENC_OVERWRITE, unit, 0, 1, 1, (uint64_t[]){0},
+			 (uint64_t[]){0x7f}, 0, 0);
 	} else if (pastend) {
-		pastend_item(&w, unit, ti->nelem, bits);
+		/* [nelem - 4, nelem + 4): the digest holds for the 4 inside; the
+		 * 4 past the end would land in the bytes after the tensor (the
+		 * next one's, which an apply that took it would change without
+		 * checking them: only the first tensor is touched) */
+		fill_item(&w, 0, unit, ti->nelem, ti->nelem - 4, 0x70, bits, 0, 0);
 	} else {
 		/* in the stream's order: [0, 8) then [4, 12), which wins at 4..7 */
-		overlap_item(&w, 0, unit, 0, 0x10, bits, dense, 0);
-		if (corrupt)
-			overlap_item(&w, 0, unit, 8, 0x40, bits, 1, 1);
+		fill_item(&w, 0, unit, ti->nelem, 0, 0x10, bits, dense, 0);
+		if (corrupt) /* its zstd frame cut short */
+			fill_item(&w, 0, unit, ti->nelem, 8, 0x40, bits, 1, 1);
 		else
-			overlap_item(&w, 0, unit, 4, 0x40, bits, dense, 0);
+			fill_item(&w, 0, unit, ti->nelem, 4, 0x40, bits, dense, 0);
 	}
 	struct dcr_ckpt_tensor nt = {.info = ti, .data = bits, .fd = -1};
 	if (!extra)
