@@ -43,7 +43,16 @@
  *                                digests and target; xor-new: the same
  *                                tensor in CKPT's first file, its values
  *                                in an XOR item (a NEW tensor has no base
- *                                bits to XOR)
+ *                                bits to XOR); repeat: the first tensor
+ *                                declared twice (records 0 and 1), an item
+ *                                for each ([0, 8) and [16, 24)) with the
+ *                                digest of that item alone, the target
+ *                                the state id of those records (as a
+ *                                reader that took both would compute it);
+ *                                misdigest: one OVERWRITE item of [0, 8),
+ *                                the digest (and target) of other values
+ *                                there: a well-formed delta that does not
+ *                                reach its own target
  *   hostile interleave IN OUT    delta stream IN (TENSOR, ITEM, DONE and END
  *                                records) rewritten with its items in
  *                                another order: the first half's and the
@@ -545,8 +554,18 @@ static void put_item(struct dcr_delta_writer *w, uint32_t t, uint8_t enc, unsign
 	dcr_buf_free(&data);
 }
 
+/* Elements [start, start + 8) of a tensor's bits set to fill, fill + 1,
+ * ... (those inside its nelem elements). */
+static void fill_bits(uint8_t *bits, unsigned unit, uint64_t nelem, uint64_t start, uint8_t fill)
+{
+	for (size_t k = 0; k < 8 && start + k < nelem; k++) {
+		memset(bits + (start + k) * unit, 0, unit);
+		bits[(start + k) * unit] = (uint8_t)(fill + k);
+	}
+}
+
 /* An OVERWRITE of elements [start, start + 8) of tensor t to fill, fill +
- * 1, ..., set in bits too (where they fall inside its nelem elements). */
+ * 1, ..., set in bits too (fill_bits). */
 static void fill_item(struct dcr_delta_writer *w, uint32_t t, unsigned unit, uint64_t nelem,
 		      uint64_t start, uint8_t fill, uint8_t *bits, int dense, size_t cut)
 {
@@ -554,11 +573,8 @@ static void fill_item(struct dcr_delta_writer *w, uint32_t t, unsigned unit, uin
 	for (size_t k = 0; k < 8; k++) {
 		pos[k] = k;
 		val[k] = fill + k;
-		if (start + k < nelem) {
-			memset(bits + (start + k) * unit, 0, unit);
-			bits[(start + k) * unit] = (uint8_t)(fill + k);
-		}
 	}
+	fill_bits(bits, unit, nelem, start, fill);
 	put_item(w, t, DCR_ENC_OVERWRITE, unit, start, 8, 8, pos, val, dense, cut);
 }
 
@@ -571,17 +587,19 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 	int pastend = how && !strcmp(how, "pastend");
 	int undeclared = how && !strcmp(how, "undeclared");
 	int escape = how && !strcmp(how, "escape"), xornew = how && !strcmp(how, "xor-new");
-	int extra = escape || xornew;
+	int extra = escape || xornew, repeat = how && !strcmp(how, "repeat");
+	int misdigest = how && !strcmp(how, "misdigest");
 	int dense = how && (!strcmp(how, "dense") || !strcmp(how, "corrupt-dense"));
 	int corrupt = how && !strcmp(how, "corrupt-dense");
-	if (how && strcmp(how, "plain") && !dense && !pastend && !undeclared && !extra)
-		die("overlap: HOW is plain, dense, corrupt-dense, pastend, undeclared, escape or xor-new",
+	if (how && strcmp(how, "plain") && !dense && !pastend && !undeclared && !extra && !repeat &&
+	    !misdigest)
+		die("overlap: HOW is plain, dense, corrupt-dense, pastend, undeclared, escape, xor-new, repeat or misdigest",
 		    NULL);
 	struct dcr_err e = {0};
 	struct dcr_ckpt *c;
 	if (dcr_ckpt_open(dir, &c, &e))
 		die(dir, &e);
-	dcr_digest *dg = calloc(c->ntensors + 2, sizeof(*dg));
+	dcr_digest *dg = calloc(c->ntensors + 3, sizeof(*dg));
 	if (!dg)
 		die("out of memory", NULL);
 	for (size_t i = 0; i < c->ntensors; i++)
@@ -605,10 +623,12 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 	if (dcr_delta_writer_init(&w, (struct dcr_sink){dcr_sink_fd_write, &fd}, &base, attempt,
 				  "overlap", &e))
 		die("write", &e);
-	for (size_t i = 0; i < c->ntensors; i++) {
-		const struct dcr_tensor_info *t = c->tensors[i].info;
+	/* repeat: the first tensor declared twice, as records 0 and 1 */
+	for (size_t i = 0; i < c->ntensors + (size_t)repeat; i++) {
+		size_t k = repeat && i ? i - 1 : i;
+		const struct dcr_tensor_info *t = c->tensors[k].info;
 		struct dcr_delta_tensor dt = {.name = (char *)t->name,
-					      .file = (char *)c->file_names[c->tensors[i].file],
+					      .file = (char *)c->file_names[c->tensors[k].file],
 					      .dtype = t->dtype, .ndim = t->ndim, .nelem = t->nelem};
 		memcpy(dt.shape, t->shape, sizeof(dt.shape));
 		if (dcr_delta_write_tensor(&w, &dt, &e))
@@ -640,6 +660,32 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 		/* an item for tensor ntensors, which no record declares */
 		put_item(&w, (uint32_t)c->ntensors, DCR_ENC_OVERWRITE, unit, 0, 1, 1, (uint64_t[]){0},
 			 (uint64_t[]){0x7f}, 0, 0);
+	} else if (repeat) {
+		/* one item for each record of the first tensor, apart: each
+		 * record's digest holds for its own item, the combined one (in
+		 * the target) for both */
+		uint8_t *one = malloc(nbytes);
+		if (!one)
+			die("out of memory", NULL);
+		memcpy(one, bits, nbytes);
+		fill_item(&w, 0, unit, ti->nelem, 0, 0x10, one, 0, 0);
+		struct dcr_ckpt_tensor ot = {.info = ti, .data = one, .fd = -1};
+		dcr_tensor_digest(&ot, &dg[c->ntensors]);
+		memcpy(one, bits, nbytes);
+		fill_item(&w, 1, unit, ti->nelem, 16, 0x40, one, 0, 0);
+		dcr_tensor_digest(&ot, &dg[c->ntensors + 1]);
+		free(one);
+		fill_bits(bits, unit, ti->nelem, 0, 0x10);
+		fill_bits(bits, unit, ti->nelem, 16, 0x40);
+	} else if (misdigest) {
+		/* [0, 8) to 0x10.., the digest and target of 0x20.. there */
+		uint8_t *other = malloc(nbytes);
+		if (!other)
+			die("out of memory", NULL);
+		memcpy(other, bits, nbytes);
+		fill_item(&w, 0, unit, ti->nelem, 0, 0x10, other, 0, 0);
+		free(other);
+		fill_bits(bits, unit, ti->nelem, 0, 0x20);
 	} else if (pastend) {
 		/* [nelem - 4, nelem + 4): the digest holds for the 4 inside; the
 		 * 4 past the end would land in the bytes after the tensor (the
@@ -657,7 +703,15 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 	struct dcr_ckpt_tensor nt = {.info = ti, .data = bits, .fd = -1};
 	if (!extra)
 		dcr_tensor_digest(&nt, &dg[0]);
-	for (size_t i = 0; i < c->ntensors + (size_t)extra; i++)
+	if (repeat) {
+		if (dcr_delta_write_done(&w, 0, &dg[c->ntensors], &e) ||
+		    dcr_delta_write_done(&w, 1, &dg[c->ntensors + 1], &e))
+			die("write", &e);
+		for (size_t i = 1; i < c->ntensors; i++)
+			if (dcr_delta_write_done(&w, (uint32_t)(i + 1), &dg[i], &e))
+				die("write", &e);
+	}
+	for (size_t i = 0; i < c->ntensors + (size_t)extra && !repeat; i++)
 		if (dcr_delta_write_done(&w, (uint32_t)i, &dg[i], &e))
 			die("write", &e);
 	if (extra) {
@@ -671,6 +725,19 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 		}
 		ent[c->ntensors] = (struct dcr_state_entry){EXTRA_NAME, DCR_DT_F32, 1, xi.shape,
 							    dg[c->ntensors]};
+		dcr_state_id(ent, c->ntensors + 1, &target);
+		free(ent);
+	} else if (repeat) {
+		/* the target a reader that took both records would compute:
+		 * both, in their order, then the rest */
+		struct dcr_state_entry *ent = calloc(c->ntensors + 1, sizeof(*ent));
+		if (!ent)
+			die("out of memory", NULL);
+		for (size_t i = 0; i <= c->ntensors; i++) {
+			const struct dcr_tensor_info *t = c->tensors[i ? i - 1 : 0].info;
+			ent[i] = (struct dcr_state_entry){t->name, t->dtype, t->ndim, t->shape,
+							  i < 2 ? dg[c->ntensors + i] : dg[i - 1]};
+		}
 		dcr_state_id(ent, c->ntensors + 1, &target);
 		free(ent);
 	} else {
@@ -882,7 +949,7 @@ int main(int argc, char **argv)
 	if (argc == 4 && !strcmp(argv[1], "oddsize"))
 		return cmd_oddsize(strtoull(argv[2], NULL, 10), argv[3]);
 	fputs("usage: hostile index N OUT | bomb OUT | again ITEMS OUT [spread|period] | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT\n"
-	      "       hostile overlap CKPT OUT [plain|dense|corrupt-dense|pastend|undeclared|escape|xor-new]\n"
+	      "       hostile overlap CKPT OUT [plain|dense|corrupt-dense|pastend|undeclared|escape|xor-new|repeat|misdigest]\n"
 	      "       hostile interleave IN OUT | tensors N OUT | names N OUT | oddsize SIZE OUT\n",
 	      stderr);
 	return 129;

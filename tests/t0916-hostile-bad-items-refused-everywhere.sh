@@ -11,6 +11,13 @@
 #   undeclared  an item for a tensor no record declares
 #   escape      a new tensor in "../escape.safetensors", outside the receiver
 #   xor-new     a new tensor's values in an XOR item (it has no base bits)
+#   repeat      a tensor declared twice, an item for each, each record's
+#               digest that of its own item: together they make bits
+#               neither digest holds. --layout took it and wrote both.
+#   misdigest   a well-formed delta whose item does not give its digest.
+#               --layout --replica took it (it now checks every touched
+#               canonical tensor before any rank changes); one rank alone
+#               holds only part of the canonical data and cannot check.
 . "$DCR_SRC/tests/lib-dcr.sh"
 H="$DCR_BUILD/tests/hostile"
 M="$DCR_BUILD/tests/mem-apply"
@@ -27,7 +34,7 @@ shards=$(snapshot "$T/s0/rank-0")
 refused() {
 	_why=$1
 	shift
-	run 128 "$@"
+	run "$st" "$@"
 	one_line_error "$(basename "$1")"
 	grep -Eq "$_why" "$T/err" || { cat "$T/err" >&2; fail "$*: not refused for '$_why'"; }
 }
@@ -47,21 +54,24 @@ fresh() {
 	cp -r "$T/s0" "$T/s"
 }
 
-for kind in pastend undeclared escape xor-new; do
+for kind in pastend undeclared escape xor-new repeat misdigest; do
 	"$H" overlap "$T/g/v0" "$T/$kind" $kind || fail "hostile $kind exited $?"
 	case $kind in
 	pastend) why="item for '[^']*' runs past its end" ;;
 	undeclared) why="item for undeclared tensor" ;;
 	escape) why="names an unsafe file" ;;
 	xor-new) why="XOR item for '[^']*', which (is not in|the receiver does not hold as in) the base" ;;
+	repeat) why="tensor '[^']*' (is out of order|is declared twice)|tensors out of order" ;;
+	misdigest) why="would not match its target digest" ;;
 	esac
+	st=128 # (mem-apply exits 1 for a digest that does not hold)
 
 	fresh
 	refused "$why" dcr-apply "$T/r" "$T/$kind"
 	untouched "$kind, dcr-apply"
 
 	rm -rf "$T/p-$kind"
-	if [ $kind = undeclared ]; then
+	if [ $kind = undeclared ] || [ $kind = repeat ]; then
 		# dcr-pack reads the records and refuses it too
 		refused "$why" dcr-pack -q -o "$T/p-$kind" "$T/$kind"
 	else
@@ -72,20 +82,23 @@ for kind in pastend undeclared escape xor-new; do
 		if [ -x "$M" ]; then
 			cp -r "$T/g/v0" "$T/m"
 			# the in-memory apply meets a new tensor as one it does not hold
+			[ $kind = misdigest ] && st=1
 			refused "$why|no tensor 'zzzz.extra' in memory" "$M" --device cpu "$T/m" "$T/p-$kind"
+			st=128
 			[ "$(snapshot "$T/m")" = "$before" ] || fail "$kind, mem-apply: the tensors changed"
 		fi
 	fi
 
 	case $kind in
-	pastend | undeclared)
+	pastend | undeclared | repeat)
 		refused "$why" dcr-pack --squash -o "$T/sq" "$T/$kind"
 		[ ! -e "$T/sq" ] || fail "$kind: a refused squash left its output" ;;
 	esac
 
 	# a serving layout meets a new tensor as one its map lacks
-	refused "$why|canonical tensor 'zzzz.extra' is not in the layout map" \
-		dcr-apply --layout "$T/map" --rank 0 "$T/s/rank-0" "$T/$kind"
+	[ $kind = misdigest ] ||
+		refused "$why|canonical tensor 'zzzz.extra' is not in the layout map" \
+			dcr-apply --layout "$T/map" --rank 0 "$T/s/rank-0" "$T/$kind"
 	refused "$why|canonical tensor 'zzzz.extra' is not in the layout map" \
 		dcr-apply --layout "$T/map" --replica "$T/s" "$T/$kind"
 	[ "$(snapshot "$T/s/rank-0")" = "$shards" ] || fail "$kind, --layout: the shards changed"

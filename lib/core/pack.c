@@ -120,14 +120,15 @@ static int pack_tensor(struct packer *k, const struct dcr_delta_rec *rec, struct
 	uint32_t i = k->m.ntensors;
 	if ((r = dcr_delta_parse_tensor(rec, &k->m.tensors[i], e)))
 		return r;
-	k->m.ntensors++;
-	if (i && strcmp(k->m.tensors[i - 1].name, k->m.tensors[i].name) >= 0)
-		return dcr_err_set(e, DCR_EFORMAT, "delta: tensor '%s' is out of order",
-				   k->m.tensors[i].name);
+	/* counted, and so freed at the end, only with all of its slots set */
 	memset(&k->tbody[i], 0, sizeof(k->tbody[i]));
 	memset(&k->parts[i], 0, sizeof(k->parts[i]));
 	k->have_parts[i] = 0;
 	k->local[i] = -1;
+	k->m.ntensors++;
+	if (i && strcmp(k->m.tensors[i - 1].name, k->m.tensors[i].name) >= 0)
+		return dcr_err_set(e, DCR_EFORMAT, "delta: tensor '%s' is out of order or repeated",
+				   k->m.tensors[i].name);
 	if (dcr_buf_add(&k->tbody[i], rec->body, rec->len))
 		return dcr_err_sys(e, ENOMEM, "pack");
 	return 0;

@@ -290,11 +290,28 @@ static void gather_free(struct gather *g)
 
 /* ---- reading the canonical delta into per-tensor placements ---- */
 
+/* Canonical tensor c (named by a TENSOR record of the delta what) marked
+ * in *seen, allocated for L's canonical tensors at its first use: each
+ * may be declared once (two records of one tensor would each have their
+ * own items and digest, and together make bits neither digest holds). */
+static int canon_once(uint8_t **seen, const struct dcr_layout *L, uint32_t c, const char *what,
+		      struct dcr_err *e)
+{
+	if (!*seen && !(*seen = dcr_calloc(L->ncanon + 1, 1)))
+		return dcr_err_sys(e, ENOMEM, "placement");
+	if ((*seen)[c])
+		return dcr_err_set(e, DCR_EFORMAT, "%s: tensor '%s' is declared twice", what,
+				   L->canon[c].name);
+	(*seen)[c] = 1;
+	return 0;
+}
+
 struct pctx {
 	const struct dcr_layout *L;
 	uint32_t rank;
 	struct pvec *pt;        /* per map tensor */
 	uint32_t *canon_of;     /* per TENSOR record: map canonical index */
+	uint8_t *seen;          /* per canonical tensor: declared (canon_once) */
 	uint32_t *tflags;
 	size_t nt, capt;
 	uint64_t items, changes, placed;
@@ -416,7 +433,7 @@ static int read_canonical(struct pctx *x, struct dcr_delta_reader *rd, struct dc
 						rd->what, t.name);
 			uint32_t fl = t.flags;
 			dcr_delta_tensor_clear(&t);
-			if (r)
+			if (r || (r = canon_once(&x->seen, L, (uint32_t)c, rd->what, e)))
 				return r;
 			if (x->nt == x->capt) {
 				size_t cap = x->capt ? 2 * x->capt : 256;
@@ -775,6 +792,7 @@ out:
 			free(pc.x.pt[t].v);
 	free(pc.x.pt);
 	free(pc.x.canon_of);
+	free(pc.x.seen);
 	free(pc.x.tflags);
 	free(pc.x.idx);
 	dcr_changes_free(&pc.x.ch);
@@ -805,6 +823,7 @@ struct resolve {
 	struct gather g;
 	const struct dcr_layout *L;
 	uint32_t *canon_of;
+	uint8_t *seen; /* canon_once */
 	size_t nt, capt;
 	struct dcr_changes ch;
 	struct dcr_buf enc;
@@ -833,6 +852,8 @@ static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
 				r = dcr_err_set(e, DCR_EFORMAT,
 						"%s: canonical tensor '%s' is not in the layout map",
 						rd->what, t.name);
+			if (!r)
+				r = canon_once(&x->seen, x->L, (uint32_t)c, rd->what, e);
 			if (!r && x->nt == x->capt) {
 				size_t cap = x->capt ? 2 * x->capt : 256;
 				uint32_t *a = realloc(x->canon_of, cap * sizeof(*a));
@@ -1014,6 +1035,174 @@ static int spool_src_write(const struct spool *sp, const dcr_digest *canon,
 	return dcr_write_file_atomic(sp->src, text, (size_t)n, e);
 }
 
+/* ---- checking a replica's new canonical tensors before any rank changes ----
+ * A replica holds every canonical element, so the tensors a full delta
+ * touches can be checked against its target digests as dcr-apply checks a
+ * checkpoint's: each read through the map (g), the resolved delta's items
+ * applied, hashed, compared. The items' places in the resolved delta are
+ * kept (32 bytes an item, against 40 or more it takes in the file); their
+ * data is read again from the file as each tensor comes. */
+
+struct vitem {
+	uint32_t tensor;
+	uint64_t start, off, len; /* its range; its record's body in the file */
+};
+
+static int vitem_cmp(const void *a, const void *b)
+{
+	const struct vitem *x = a, *y = b;
+	if (x->tensor != y->tensor)
+		return x->tensor < y->tensor ? -1 : 1;
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Hash canonical tensor c's elements [a, b) into td, READ_ELEMS at a time. */
+static int vhash_old(struct gather *g, uint32_t c, uint64_t a, uint64_t b,
+		     struct dcr_tdigest *td, struct dcr_err *e)
+{
+	unsigned unit = dcr_dtype_unit(g->L->canon[c].dtype);
+	for (uint64_t at = a; at < b; at += READ_ELEMS) {
+		uint64_t n = b - at < READ_ELEMS ? b - at : READ_ELEMS;
+		int r = gather_canon(g, c, at, n, e);
+		if (r)
+			return r;
+		dcr_tdigest_update(td, g->buf, (size_t)(n * unit));
+	}
+	return 0;
+}
+
+/* Tensor i of the resolved delta (canonical c), its items v[0..n) sorted
+ * by start, checked against digest want. */
+static int vtensor(struct gather *g, int fd, uint32_t c, const struct vitem *v, size_t n,
+		   const dcr_digest *want, const char *what, struct dcr_changes *ch,
+		   struct dcr_buf *body, struct dcr_err *e)
+{
+	const struct dcr_layout_canon *cn = &g->L->canon[c];
+	unsigned unit = dcr_dtype_unit(cn->dtype);
+	struct dcr_tdigest *td = dcr_tdigest_new(cn->dtype, cn->ndim, cn->shape);
+	if (!td)
+		return dcr_err_sys(e, ENOMEM, "placement");
+	uint64_t at = 0;
+	int r = 0;
+	for (size_t k = 0; k < n && !r; k++) {
+		struct dcr_item it;
+		if (v[k].start < at) {
+			r = dcr_err_set(e, DCR_EFORMAT,
+					"%s: element %llu of '%s' is changed twice (the delta repeats a canonical element)",
+					what, (unsigned long long)v[k].start, cn->name);
+			break;
+		}
+		if ((r = vhash_old(g, c, at, v[k].start, td, e)))
+			break;
+		if (dcr_buf_reserve(body, (size_t)v[k].len + 1)) {
+			r = dcr_err_sys(e, ENOMEM, "placement");
+			break;
+		}
+		struct dcr_delta_rec rec = {.type = DCR_REC_ITEM, .len = v[k].len, .body = body->p};
+		if ((r = dcr_pread_full(fd, body->p, (size_t)v[k].len, v[k].off))) {
+			r = dcr_err_sys(e, -r, "cannot read the resolved delta");
+			break;
+		}
+		if ((r = dcr_delta_parse_item(&rec, &it, e)) ||
+		    (r = dcr_item_check_range(&it, cn->nelem, what, cn->name, e)) ||
+		    (r = gather_canon(g, c, it.start, it.len, e)) ||
+		    (r = dcr_item_decode(&it, unit, ch, e)))
+			break;
+		dcr_scatter(g->buf, unit, ch->pos, ch->val, ch->n, it.enc == DCR_ENC_XOR);
+		dcr_tdigest_update(td, g->buf, (size_t)(it.len * unit));
+		at = it.start + it.len;
+	}
+	if (!r)
+		r = vhash_old(g, c, at, cn->nelem, td, e);
+	dcr_digest got;
+	if (!r && (r = dcr_tdigest_final(td, &got)))
+		r = dcr_err_sys(e, -r, "placement");
+	dcr_tdigest_free(td);
+	if (!r && memcmp(got.b, want->b, 32))
+		r = dcr_err_set(e, DCR_EDIGEST,
+				"tensor '%s' would not match its target digest: the delta does not fit this replica's bits (nothing was written)",
+				cn->name);
+	return r;
+}
+
+/* Every tensor with items in the resolved delta at path (canonical
+ * canon_of[i] for its i-th TENSOR record), checked through g. */
+static int replica_verify(struct gather *g, const char *path, const uint32_t *canon_of,
+			  size_t nt, const char *what, struct dcr_err *e)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return dcr_err_sys(e, errno, "cannot open '%s'", path);
+	struct dcr_delta_reader rd;
+	struct vitem *v = NULL;
+	size_t n = 0, cap = 0;
+	dcr_digest *want = dcr_calloc(nt + 1, sizeof(*want));
+	uint8_t *have = dcr_calloc(nt + 1, 1);
+	struct dcr_changes ch = {0};
+	struct dcr_buf body = {0};
+	int r = want && have ? 0 : dcr_err_sys(e, ENOMEM, "placement");
+	if (!r)
+		r = dcr_delta_reader_init_flags(&rd, (struct dcr_source){dcr_source_fd_read, &fd},
+						NULL, 0, DCR_DELTA_PARTIAL, "resolved delta", e);
+	if (r) {
+		free(want);
+		free(have);
+		close(fd);
+		return r;
+	}
+	struct dcr_delta_rec rec;
+	while ((r = dcr_delta_next(&rd, &rec, e)) == 1) {
+		r = 0;
+		if (rec.type == DCR_REC_ITEM) {
+			struct dcr_item it;
+			if ((r = dcr_delta_parse_item(&rec, &it, e)))
+				break;
+			if (it.tensor >= nt) {
+				r = dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor %u",
+						what, it.tensor);
+				break;
+			}
+			if (n == cap) {
+				size_t nc = cap ? 2 * cap : 1024;
+				struct vitem *nv = realloc(v, nc * sizeof(*v));
+				if (!nv) {
+					r = dcr_err_sys(e, ENOMEM, "placement");
+					break;
+				}
+				v = nv, cap = nc;
+			}
+			v[n++] = (struct vitem){it.tensor, it.start, rd.offset - rec.len, rec.len};
+		} else if (rec.type == DCR_REC_DONE) {
+			uint32_t ti;
+			dcr_digest d;
+			if ((r = dcr_delta_parse_done(&rec, &ti, &d, e)))
+				break;
+			if (ti < nt)
+				want[ti] = d, have[ti] = 1;
+		}
+	}
+	dcr_delta_reader_release(&rd);
+	if (r == 0 && n > 1)
+		qsort(v, n, sizeof(*v), vitem_cmp);
+	for (size_t k = 0; r == 0 && k < n;) {
+		size_t j = k;
+		while (j < n && v[j].tensor == v[k].tensor)
+			j++;
+		uint32_t t = v[k].tensor;
+		r = have[t] ? vtensor(g, fd, canon_of[t], v + k, j - k, &want[t], what, &ch, &body, e)
+			    : dcr_err_set(e, DCR_EFORMAT, "%s: no target digest for tensor '%s'", what,
+					  g->L->canon[canon_of[t]].name);
+		k = j;
+	}
+	close(fd);
+	free(v);
+	free(want);
+	free(have);
+	dcr_changes_free(&ch);
+	dcr_buf_free(&body);
+	return r < 0 ? r : 0;
+}
+
 static int replica_resolve(struct dcr_receiver *const *rcs, uint32_t nranks,
 			   const struct dcr_layout *L, struct dcr_source src, const uint8_t *head,
 			   size_t head_len, const char *what, const struct spool *sp,
@@ -1069,8 +1258,6 @@ static int replica_resolve(struct dcr_receiver *const *rcs, uint32_t nranks,
 	dcr_sha_final(hs.sha, &d);
 	hs.sha = NULL;
 	*canon = d;
-	for (uint32_t k = 0; k < nranks; k++)
-		dcr_ckpt_close(ck[k]), ck[k] = NULL;
 	if (have_pending && !memcmp(pending.b, d.b, 32)) {
 		/* an interrupted run of this delta: its resolution stands,
 		 * whatever the ranks placed before hold now */
@@ -1096,6 +1283,14 @@ static int replica_resolve(struct dcr_receiver *const *rcs, uint32_t nranks,
 	}
 	if ((r = dcr_delta_write_end(&w, &rd.target, e)))
 		goto out;
+	/* a full delta's touched tensors, checked before any rank changes
+	 * (a partial one's digests, where it has them, are of the whole
+	 * tensors its parts make together) */
+	if (!(rd.flags & DCR_DELTA_PARTIAL) &&
+	    (r = replica_verify(&x.g, a.tmp, x.canon_of, x.nt, what, e)))
+		goto out;
+	for (uint32_t k = 0; k < nranks; k++)
+		dcr_ckpt_close(ck[k]), ck[k] = NULL;
 	dcr_sha_final(hk.sha, &rdg);
 	hk.sha = NULL;
 	if ((r = dcr_atomic_commit(&a, e)))
@@ -1115,6 +1310,7 @@ out:
 	free(ck);
 	gather_free(&x.g);
 	free(x.canon_of);
+	free(x.seen);
 	dcr_changes_free(&x.ch);
 	dcr_buf_free(&x.enc);
 	return r;
