@@ -139,4 +139,35 @@ while :; do
 done
 [ $k -gt 8 ] || fail "only $k steps: the fault hook did not bite"
 echo "ok: killed at each of $((k - 1)) steps, rerun gives the new shards"
+
+# ranks that disagree on a replicated element (model.norm.weight, which
+# every rank holds whole; one bit of rank 1's copy flipped) are refused
+# with nothing written
+rm -rf "$tmp/s"
+cp -r "$tmp/v0" "$tmp/s"
+python3 -S - "$tmp/s/rank-1" <<'PY' || fail "cannot flip a bit of rank 1's norm"
+import json, os, struct, sys
+for f in sorted(os.listdir(sys.argv[1])):
+    if not f.endswith(".safetensors"):
+        continue
+    path = os.path.join(sys.argv[1], f)
+    with open(path, "r+b") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        t = json.loads(fh.read(n)).get("model.norm.weight")
+        if t:
+            fh.seek(8 + n + t["data_offsets"][0])
+            b = fh.read(1)
+            fh.seek(-1, 1)
+            fh.write(bytes([b[0] ^ 1]))
+            sys.exit(0)
+sys.exit(1)
+PY
+before=$(cd "$tmp/s" && find . -name '*.safetensors' -exec sha256sum {} + | sort)
+"$B/dcr-apply" --layout "$tmp/v.map" --replica "$tmp/s" "$c/classed.delta" 2>"$tmp/err" &&
+	fail "a replica whose ranks disagree was taken"
+grep -q "replicas of element 0 of 'model.norm.weight' differ between the ranks' files" "$tmp/err" ||
+	fail "message: $(cat "$tmp/err")"
+[ "$(cd "$tmp/s" && find . -name '*.safetensors' -exec sha256sum {} + | sort)" = "$before" ] ||
+	fail "the refused replica changed"
+echo "ok: ranks that disagree on a replicated element are refused, untouched"
 exit 0

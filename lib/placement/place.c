@@ -183,6 +183,17 @@ static int gather_run(void *arg, uint64_t sflat, uint64_t cflat, uint64_t len)
 	uint64_t lo = cflat > g->start ? cflat : g->start;
 	uint64_t hi = cflat + len < g->start + g->len ? cflat + len : g->start + g->len;
 	unsigned su = dcr_dtype_unit(g->sdt);
+	if (lo >= hi)
+		return 0;
+	if (g->p->kind == DCR_PIECE_AFFINE && g->sdt == g->cdt &&
+	    !memchr(g->cov + (lo - g->start), 1, (size_t)(hi - lo))) {
+		/* stored bits are the canonical ones, and none known yet (no
+		 * replica to compare with): copied as they are */
+		memcpy(g->buf + (lo - g->start) * g->unit, g->t->data + (sflat + (lo - cflat)) * su,
+		       (size_t)((hi - lo) * su));
+		memset(g->cov + (lo - g->start), 1, (size_t)(hi - lo));
+		return 0;
+	}
 	for (uint64_t cf = lo; cf < hi; cf++) {
 		uint64_t sb = load_unit(g->t->data + (sflat + (cf - cflat)) * su, su);
 		uint64_t v = g->p->kind == DCR_PIECE_AFFINE
