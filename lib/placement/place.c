@@ -301,6 +301,26 @@ static void gather_free(struct gather *g)
 
 /* ---- reading the canonical delta into per-tensor placements ---- */
 
+/* The map's canonical tensor for the delta what's TENSOR record t: its
+ * index, or DCR_EFORMAT where the map lacks it or has it with another
+ * dtype or shape. */
+static int canon_for(const struct dcr_layout *L, const struct dcr_delta_tensor *t,
+		     const char *what, uint32_t *c, struct dcr_err *e)
+{
+	int k = dcr_layout_find_canon(L, t->name);
+	const struct dcr_layout_canon *cn = k >= 0 ? &L->canon[k] : NULL;
+	if (!cn)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: canonical tensor '%s' is not in the layout map",
+				   what, t->name);
+	if (cn->dtype != t->dtype || cn->ndim != t->ndim ||
+	    memcmp(cn->shape, t->shape, t->ndim * sizeof(uint64_t)))
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s: tensor '%s' has another dtype or shape than in the layout map",
+				   what, t->name);
+	*c = (uint32_t)k;
+	return 0;
+}
+
 /* Canonical tensor c (named by a TENSOR record of the delta what) marked
  * in *seen, allocated for L's canonical tensors at its first use: each
  * may be declared once (two records of one tensor would each have their
@@ -431,20 +451,10 @@ static int read_canonical(struct pctx *x, struct dcr_delta_reader *rd, struct dc
 			struct dcr_delta_tensor t;
 			if ((r = dcr_delta_parse_tensor(&rec, &t, e)))
 				return r;
-			int c = dcr_layout_find_canon(L, t.name);
-			const struct dcr_layout_canon *cn = c >= 0 ? &L->canon[c] : NULL;
-			if (!cn)
-				r = dcr_err_set(e, DCR_EFORMAT,
-						"%s: canonical tensor '%s' is not in the layout map",
-						rd->what, t.name);
-			else if (cn->dtype != t.dtype || cn->ndim != t.ndim ||
-				 memcmp(cn->shape, t.shape, t.ndim * sizeof(uint64_t)))
-				r = dcr_err_set(e, DCR_EFORMAT,
-						"%s: tensor '%s' has another dtype or shape than in the layout map",
-						rd->what, t.name);
-			uint32_t fl = t.flags;
+			uint32_t c, fl = t.flags;
+			r = canon_for(L, &t, rd->what, &c, e);
 			dcr_delta_tensor_clear(&t);
-			if (r || (r = canon_once(&x->seen, L, (uint32_t)c, rd->what, e)))
+			if (r || (r = canon_once(&x->seen, L, c, rd->what, e)))
 				return r;
 			if (x->nt == x->capt) {
 				size_t cap = x->capt ? 2 * x->capt : 256;
@@ -457,7 +467,7 @@ static int read_canonical(struct pctx *x, struct dcr_delta_reader *rd, struct dc
 				x->tflags = b;
 				x->capt = cap;
 			}
-			x->canon_of[x->nt] = (uint32_t)c;
+			x->canon_of[x->nt] = c;
 			x->tflags[x->nt++] = fl;
 			break;
 		}
@@ -858,13 +868,10 @@ static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
 			struct dcr_delta_tensor t;
 			if ((r = dcr_delta_parse_tensor(&rec, &t, e)))
 				return r;
-			int c = dcr_layout_find_canon(x->L, t.name);
-			if (c < 0)
-				r = dcr_err_set(e, DCR_EFORMAT,
-						"%s: canonical tensor '%s' is not in the layout map",
-						rd->what, t.name);
+			uint32_t c = 0;
+			r = canon_for(x->L, &t, rd->what, &c, e);
 			if (!r)
-				r = canon_once(&x->seen, x->L, (uint32_t)c, rd->what, e);
+				r = canon_once(&x->seen, x->L, c, rd->what, e);
 			if (!r && x->nt == x->capt) {
 				size_t cap = x->capt ? 2 * x->capt : 256;
 				uint32_t *a = realloc(x->canon_of, cap * sizeof(*a));
@@ -874,7 +881,7 @@ static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
 					x->canon_of = a, x->capt = cap;
 			}
 			if (!r) {
-				x->canon_of[x->nt++] = (uint32_t)c;
+				x->canon_of[x->nt++] = c;
 				r = dcr_delta_write_tensor(w, &t, e);
 			}
 			dcr_delta_tensor_clear(&t);
