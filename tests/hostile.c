@@ -661,9 +661,8 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 		put_item(&w, (uint32_t)c->ntensors, DCR_ENC_OVERWRITE, unit, 0, 1, 1, (uint64_t[]){0},
 			 (uint64_t[]){0x7f}, 0, 0);
 	} else if (repeat) {
-		/* one item for each record of the first tensor, apart: each
-		 * record's digest holds for its own item, the combined one (in
-		 * the target) for both */
+		/* one item for each record of the first tensor, apart, each
+		 * record's digest that of its own item (the target: below) */
 		uint8_t *one = malloc(nbytes);
 		if (!one)
 			die("out of memory", NULL);
@@ -675,8 +674,6 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 		fill_item(&w, 1, unit, ti->nelem, 16, 0x40, one, 0, 0);
 		dcr_tensor_digest(&ot, &dg[c->ntensors + 1]);
 		free(one);
-		fill_bits(bits, unit, ti->nelem, 0, 0x10);
-		fill_bits(bits, unit, ti->nelem, 16, 0x40);
 	} else if (misdigest) {
 		/* [0, 8) to 0x10.., the digest and target of 0x20.. there */
 		uint8_t *other = malloc(nbytes);
