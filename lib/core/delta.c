@@ -577,6 +577,19 @@ int dcr_delta_parse_item(const struct dcr_delta_rec *rec, struct dcr_item *it,
 	return 0;
 }
 
+int dcr_delta_item_at(int fd, uint64_t off, uint64_t len, struct dcr_buf *body,
+		      struct dcr_item *it, const char *what, struct dcr_err *e)
+{
+	if (len > SIZE_MAX - 1 || dcr_buf_reserve(body, (size_t)len + 1))
+		return dcr_err_sys(e, ENOMEM, "cannot read back %s", what);
+	body->len = 0;
+	int r = dcr_pread_full(fd, body->p, (size_t)len, off);
+	if (r)
+		return dcr_err_sys(e, r == -EPIPE ? EIO : -r, "cannot read back %s", what);
+	struct dcr_delta_rec rec = {.type = DCR_REC_ITEM, .len = len, .body = body->p};
+	return dcr_delta_parse_item(&rec, it, e);
+}
+
 int dcr_delta_parse_name(const struct dcr_delta_rec *rec, char **name, struct dcr_err *e)
 {
 	struct dcr_rd rd;

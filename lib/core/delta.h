@@ -196,6 +196,12 @@ int dcr_delta_parse_tensor(const struct dcr_delta_rec *rec, struct dcr_delta_ten
 void dcr_delta_tensor_clear(struct dcr_delta_tensor *t);
 int dcr_delta_parse_item(const struct dcr_delta_rec *rec, struct dcr_item *it,
 			 struct dcr_err *e);
+/* The ITEM record body of len bytes at off in fd (a spool, a journal, a
+ * resolved delta: a file dcr wrote earlier) read into body and parsed into
+ * *it, whose data points into body. A short read is EIO "cannot read back
+ * <what>". */
+int dcr_delta_item_at(int fd, uint64_t off, uint64_t len, struct dcr_buf *body,
+		      struct dcr_item *it, const char *what, struct dcr_err *e);
 /* A payload's TENSOR records, in order: its items name their tensor by
  * its place here. */
 struct dcr_tensor_table {

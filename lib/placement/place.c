@@ -1112,16 +1112,8 @@ static int vtensor(struct gather *g, int fd, uint32_t c, const struct vitem *v, 
 		}
 		if ((r = vhash_old(g, c, at, v[k].start, td, e)))
 			break;
-		if (dcr_buf_reserve(body, (size_t)v[k].len + 1)) {
-			r = dcr_err_sys(e, ENOMEM, "placement");
-			break;
-		}
-		struct dcr_delta_rec rec = {.type = DCR_REC_ITEM, .len = v[k].len, .body = body->p};
-		if ((r = dcr_pread_full(fd, body->p, (size_t)v[k].len, v[k].off))) {
-			r = dcr_err_sys(e, -r, "cannot read the resolved delta");
-			break;
-		}
-		if ((r = dcr_delta_parse_item(&rec, &it, e)) ||
+		if ((r = dcr_delta_item_at(fd, v[k].off, v[k].len, body, &it,
+					   "the resolved delta", e)) ||
 		    (r = dcr_item_check_range(&it, cn->nelem, what, cn->name, e)) ||
 		    (r = gather_canon(g, c, it.start, it.len, e)) ||
 		    (r = dcr_item_decode(&it, unit, ch, e)))

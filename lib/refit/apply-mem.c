@@ -29,6 +29,7 @@
 
 #include "core/bytes.h"
 #include "core/digest.h"
+#include "core/item.h"
 #include "core/manifest.h"
 #include "core/payload.h"
 #include "core/pset.h"
@@ -368,17 +369,17 @@ static int cmp_mitem(const void *a, const void *b)
 }
 
 /* A tensor's items, before anything is sized by them: each within the
- * tensor and the item limits, and together no more than the tensor. */
+ * tensor (dcr_delta_parse_item held it to the item limits), and together
+ * no more than the tensor. */
 static int check_items(struct mctx *x, const struct mt *t, const struct mitem *v,
 		       struct dcr_err *e)
 {
 	uint64_t sum = 0;
 	for (size_t j = t->i0; j < t->i0 + t->ni; j++) {
 		const struct dcr_item *it = &v[j].it;
-		if (it->n > it->len || it->len > DCR_ITEM_MAX_ELEMS || it->start > t->units ||
-		    it->len > t->units - it->start)
-			return dcr_err_set(e, DCR_EFORMAT, "%s: item for '%s' runs past its end", x->what,
-					   t->t->name);
+		int r = dcr_item_check_range(it, t->units, x->what, t->t->name, e);
+		if (r)
+			return r;
 		sum += it->len;
 		if (sum > t->units)
 			return dcr_err_set(e, DCR_EFORMAT, "%s: overlapping items for '%s'", x->what,

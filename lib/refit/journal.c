@@ -480,15 +480,8 @@ static int jc_load(struct jcheck *jc, int fd, const struct jloc *loc, size_t n,
 		   struct dcr_buf *body, struct dcr_err *e)
 {
 	for (size_t k = 0; k < n; k++) {
-		body->len = 0;
-		if (dcr_buf_reserve(body, (size_t)loc[k].len + 1))
-			return dcr_err_sys(e, ENOMEM, "journal");
-		int q = dcr_pread_full(fd, body->p, (size_t)loc[k].len, loc[k].off);
-		if (q)
-			return dcr_err_sys(e, q == -EPIPE ? EIO : -q, "cannot read back the journal");
-		struct dcr_delta_rec rec = {DCR_REC_ITEM, 0, loc[k].len, body->p};
 		struct dcr_item it;
-		int r = dcr_delta_parse_item(&rec, &it, e);
+		int r = dcr_delta_item_at(fd, loc[k].off, loc[k].len, body, &it, "the journal", e);
 		if (r)
 			return r;
 		if (it.tensor != loc[k].t)
