@@ -2,7 +2,8 @@
 # dcr-apply on pack streams taken apart and put back wrong (tests/packtar.py):
 # a reordered stream and a duplicated payload end bit-identical; a corrupted,
 # truncated, missing or mislabelled payload, a manifest that is not last, a
-# stream cut mid-entry or without a manifest each end in exit 128 and one
+# stream cut mid-entry or without a manifest, a signed stream with two
+# signatures or one too large each end in exit 128 and one
 # line naming the entry and the cause, and the receiver's files hash as
 # before.
 . "$DCR_SRC/tests/lib-xfer.sh"
@@ -77,6 +78,22 @@ for n in 700 40000 $((size - 3000)) $((size - 1024 - 512)); do
 	esac
 	untouched "$T/r" "$T/snap"
 done
+
+# a signed stream: the signature entry twice, or one too large to be a
+# signature, is refused even by a receiver that holds no key
+run_ok dcr-keygen -p "$T/k.pub" -s "$T/k.sec"
+run_ok dcr-pack --sign "$T/k.sec" --version 1 -s 32K "$T/d"
+mv "$T/out" "$T/s.tar"
+sig=$(tar tf "$T/s.tar" | grep -n '^manifest.dcrm.sig$' | cut -d: -f1) || true
+[ -n "$sig" ] || fail "the signed stream holds no manifest.dcrm.sig"
+sig=$((sig - 1))
+packtar "$T/s.tar" "$T/q.tar" dup "$sig"
+bad "two 'manifest.dcrm.sig' entries"
+packtar "$T/s.tar" "$T/q.tar" take "$sig" "$T/s.tar" 0
+packtar "$T/q.tar" "$T/q1.tar" rename "$sig" manifest.dcrm.sig
+mv "$T/q1.tar" "$T/q.tar"
+bad "'manifest.dcrm.sig' is"
+contains "$ERR" "bytes, not a signature"
 
 # and after all that the receiver still takes the good pack
 st apply dcr-apply -q "$T/r" <"$T/p.tar"
