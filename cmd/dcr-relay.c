@@ -40,6 +40,8 @@ static const char usage[] =
 	"                          whole pack once its manifest is asked for\n"
 	"      --threads N         server threads (default 4)\n"
 	"      --max-connections N connections at once (default 4096)\n"
+	"      --max-per-ip N      connections from one address at once (default a\n"
+	"                          quarter of --max-connections)\n"
 	"      --idle-timeout S    close connections idle this long (default 60)\n"
 	"      --timeout S         a parent that sends under 16 KiB/s this long has failed\n"
 	"                          (default 30)\n"
@@ -223,6 +225,7 @@ static void parse_options(int argc, char **argv, struct dcr_relay_opts *ro,
 		{"no-prefetch", no_argument, NULL, 'N'},
 		{"threads", required_argument, NULL, 'T'},
 		{"max-connections", required_argument, NULL, 'M'},
+		{"max-per-ip", required_argument, NULL, 'i'},
 		{"idle-timeout", required_argument, NULL, 'I'},
 		{"timeout", required_argument, NULL, 't'},
 		{"pack", required_argument, NULL, 'P'},
@@ -269,6 +272,11 @@ static void parse_options(int argc, char **argv, struct dcr_relay_opts *ro,
 				cmd_usage_error(usage, "--max-connections wants 1..1000000, not '%s'",
 						optarg);
 			ro->max_connections = (unsigned)v;
+			break;
+		case 'i':
+			if ((v = parse_count(optarg, 1, 1000000)) < 0)
+				cmd_usage_error(usage, "--max-per-ip wants 1..1000000, not '%s'", optarg);
+			ro->max_per_ip = (unsigned)v;
 			break;
 		case 'I':
 			if ((v = parse_count(optarg, 1, 86400)) < 0)

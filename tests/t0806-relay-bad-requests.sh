@@ -5,7 +5,8 @@
 # "..", plain or %-encoded (400), other methods (405), 1,000 idle
 # connections (a refit still goes through while
 # they are open, the relay's threads and memory stay small, and they are
-# closed after --idle-timeout), a child that hangs up mid-body, and a
+# closed after --idle-timeout), one address past --max-per-ip (closed
+# unanswered, others still served), a child that hangs up mid-body, and a
 # parent that dies mid-object: with
 # no other parent the child gets an error, with another the relay falls
 # over to it and the child's refit is exact.
@@ -79,6 +80,44 @@ until [ "$(status "$A" "d['connections']")" -lt 10 ]; do
 done
 touch "$T/idle.done"
 wait "$IDLE" || fail "the idle connections' helper failed"
+
+# one address holding its quota of connections (--max-per-ip): its next
+# is closed unanswered, another address is still served, and the first is
+# again once it lets go
+start_relay q --max-per-ip 8 "$S"
+QPID=$RPID
+pyrun '
+import http.client, json, socket, sys, time
+port = int(sys.argv[1])
+def get(src, path):
+    """(status, body) of GET path from address src; None if the relay closed unanswered"""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(src, 0))
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.status, r.read()
+    except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+        return None
+    finally:
+        c.close()
+held = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+deadline = time.time() + 30
+while json.loads(get("127.0.0.2", "/.dcr/status")[1])["connections"] < 9:
+    if time.time() > deadline:
+        sys.exit("the relay never held the 8 connections")
+    time.sleep(0.05)
+if get("127.0.0.1", "/v1/manifest.dcrm") is not None:
+    sys.exit("a ninth connection from one address was answered")
+if get("127.0.0.2", "/v1/manifest.dcrm")[0] != 200:
+    sys.exit("another address was not served")
+for s in held:
+    s.close()
+deadline = time.time() + 30
+while (get("127.0.0.1", "/v1/manifest.dcrm") or (0,))[0] != 200:
+    if time.time() > deadline:
+        sys.exit("the address was not served again once it let go")
+    time.sleep(0.05)' "${RURL##*:}"
+stop_relay "$QPID"
 
 # a child that hangs up mid-body (the relay still fetching what it reads)
 start_server hang http-store.js --rate 512K

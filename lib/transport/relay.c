@@ -2683,11 +2683,13 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 	if (v6)
 		flags |= MHD_USE_IPv6;
 	unsigned threads = o->threads > 0 ? (unsigned)o->threads : 4;
+	unsigned maxc = o->max_connections ? o->max_connections : 4096u;
+	unsigned per_ip = o->max_per_ip ? o->max_per_ip : (maxc + 3) / 4;
 	errno = 0;
 	r->d = mh.start_daemon(flags, 0, NULL, NULL, on_request, r, MHD_OPTION_SOCK_ADDR,
 				(struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
-				MHD_OPTION_CONNECTION_LIMIT,
-				o->max_connections ? o->max_connections : 4096u,
+				MHD_OPTION_CONNECTION_LIMIT, maxc,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
 				MHD_OPTION_CONNECTION_TIMEOUT,
 				o->idle_timeout_s ? o->idle_timeout_s : 60u,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, r,

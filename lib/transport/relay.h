@@ -72,6 +72,8 @@ struct dcr_relay_opts {
 					pieces; 0: one piece (1 MiB) */
 	int threads;                 /* server threads; 0: 4 */
 	unsigned max_connections;    /* 0: 4096 */
+	unsigned max_per_ip;         /* connections from one address at once;
+					0: a quarter of max_connections */
 	unsigned idle_timeout_s;     /* close a connection idle this long; 0: 60 */
 	int no_prefetch;             /* fetch payloads only when asked, not the
 					whole pack once its manifest is asked for */
