@@ -2,7 +2,10 @@
 # Every input fuzzing found (tests/fuzz/regress/: a DELTA-coded item whose
 # exponent field was shifted by 64, an HTTP answer resumed past its range,
 # ...) runs through the fuzz harness's parsers in this build without a
-# crash or, in a sanitized build, a sanitizer report.
+# crash or, in a sanitized build, a sanitizer report; and the packs
+# scripts/fuzz seeds its apply target with (a step from the harness's own
+# tensors, tests/fuzz/apply-base.py: default codec, plain, dense) apply
+# whole to what the harness holds, so that the fuzzer starts past every check.
 . "$DCR_SRC/tests/lib-dcr.sh"
 R="$DCR_BUILD/tests/fuzz-replay"
 [ -x "$R" ] || skip "tests/fuzz-replay is not built"
@@ -14,3 +17,35 @@ for f in "$DCR_SRC"/tests/fuzz/regress/*; do
 done
 [ $n -gt 0 ] || fail "no reproducer in tests/fuzz/regress"
 say "$n reproducers ran clean"
+
+for c in dcr-diff dcr-pack python3; do
+	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
+done
+run 0 python3 "$DCR_SRC/tests/fuzz/apply-base.py" "$T/a"
+! cmp -s "$T/a/v0/model.safetensors" "$T/a/v1/model.safetensors" || fail "apply-base.py wrote no step"
+run 0 dcr-diff --no-cache -o "$T/d" "$T/a/v0" "$T/a/v1"
+run 0 dcr-diff --no-cache --codec plain -o "$T/dp" "$T/a/v0" "$T/a/v1"
+run 0 dcr-diff --dense -o "$T/dd" "$T/a/v1"
+for d in d dp dd; do
+	run 0 dcr-pack -s 4K "$T/$d"
+	mv "$T/out" "$T/$d.tar"
+	{ printf '\013'; cat "$T/$d.tar"; } >"$T/$d.in"
+	DCR_FUZZ_APPLY_MUST=1 run 0 "$R" "$T/$d.in"
+done
+# a step from other bits (a byte of model.a's base changed) does not: the
+# check can fail
+run 0 python3 -c '
+import struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+b[8 + struct.unpack_from("<Q", b)[0] + 100] ^= 1
+open(p, "wb").write(b)' "$T/a/v0/model.safetensors"
+run 0 dcr-diff --no-cache -o "$T/dx" "$T/a/v0" "$T/a/v1"
+run 0 dcr-pack -s 4K "$T/dx"
+mv "$T/out" "$T/dx.tar"
+{ printf '\013'; cat "$T/dx.tar"; } >"$T/dx.in"
+rc=0
+DCR_FUZZ_APPLY_MUST=1 "$R" "$T/dx.in" >/dev/null 2>"$T/err" || rc=$?
+[ $rc -ne 0 ] || fail "a step from other bits applied to the harness's tensors"
+grep -q "fuzz: apply: .*model.a" "$T/err" || { cat "$T/err"; fail "the refusal does not name model.a"; }
+say "the apply target's seeds apply whole"

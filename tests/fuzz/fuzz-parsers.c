@@ -8,12 +8,14 @@
  * than announced, resumed and ranged requests, the cause of an error) and
  * S3 XML (a ListObjectsV2 page, an error body), and what AWS credential
  * sources answer (the shared config files' INI, a credential_process's or
- * an endpoint's JSON, STS's XML, ISO 8601 expiries). The first input byte
+ * an endpoint's JSON, STS's XML, ISO 8601 expiries), and the in-memory
+ * apply of a pack to a fixed set of tensors. The first input byte
  * picks the parser. Build and run with scripts/fuzz (clang, libFuzzer,
  * ASan, UBSan); scripts/fuzz TARGET runs one. */
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -321,6 +323,82 @@ static void aws(const uint8_t *p, size_t n)
 	}
 }
 
+/* The in-memory apply (dcr_apply_mem, the serving process's hook) of a
+ * pack tar stream to a fixed set of host tensors, one of each element
+ * width: every check before a write, the items held squeezed past 4 KiB,
+ * the decode; tests/fuzz/apply-base.py writes the same tensors as a
+ * checkpoint (byte j of tensor k is apply_byte(k, j)), so that packs
+ * dcr-diff and dcr-pack make from it are seeds that apply whole. With
+ * DCR_FUZZ_APPLY_MUST set, an input that does not apply aborts (how
+ * scripts/fuzz checks its seeds reach the end). */
+static const struct {
+	const char *name;
+	int dtype;
+	unsigned ndim;
+	uint64_t shape[2];
+} ftab[] = {
+	{"model.a", DCR_DT_BF16, 2, {64, 48}}, {"model.b", DCR_DT_F32, 1, {500}},
+	{"model.c", DCR_DT_F16, 2, {33, 17}},  {"model.d", DCR_DT_U8, 1, {1024}},
+	{"model.e", DCR_DT_F64, 1, {100}},     {"model.f", DCR_DT_F4, 2, {4, 64}},
+	{"model.g", DCR_DT_F8_E4M3, 1, {300}},
+};
+#define NFT (sizeof(ftab) / sizeof(ftab[0]))
+static uint8_t *fmem[NFT];
+static size_t fbytes[NFT];
+
+static uint8_t apply_byte(uint64_t k, uint64_t j)
+{
+	return (uint8_t)((j * 2654435761u + k * 40503u) >> 11);
+}
+
+static int flookup(void *ctx, const char *name, struct dcr_mem_tensor *t, struct dcr_err *e)
+{
+	(void)ctx, (void)e;
+	for (size_t k = 0; k < NFT; k++)
+		if (!strcmp(name, ftab[k].name)) {
+			t->data = fmem[k];
+			t->device = DCR_DEVICE_CPU;
+			t->dtype = ftab[k].dtype;
+			t->ndim = ftab[k].ndim;
+			memset(t->shape, 0, sizeof(t->shape));
+			memcpy(t->shape, ftab[k].shape, sizeof(ftab[k].shape));
+			return 0;
+		}
+	return DCR_ENOTFOUND;
+}
+
+static void apply(const uint8_t *p, size_t n)
+{
+	for (size_t k = 0; k < NFT; k++) {
+		if (!fmem[k]) {
+			uint64_t ne = ftab[k].shape[0] * (ftab[k].ndim > 1 ? ftab[k].shape[1] : 1);
+			fbytes[k] = (size_t)(ne * dcr_dtype_bits(ftab[k].dtype) / 8);
+			if (!(fmem[k] = malloc(fbytes[k])))
+				abort();
+		}
+		for (size_t j = 0; j < fbytes[k]; j++)
+			fmem[k][j] = apply_byte(k, j);
+	}
+	int fd = memfd_create("fuzz-apply", MFD_CLOEXEC);
+	if (fd < 0)
+		return;
+	struct dcr_err e = {0};
+	struct dcr_pack_in *in;
+	int r = -1;
+	if (dcr_write_full(fd, p, n) == 0 && lseek(fd, 0, SEEK_SET) == 0 &&
+	    !(r = dcr_pack_in_open_tar(fd, NULL, 0, &in, &e))) {
+		struct dcr_mem_apply_opts o = {.lookup = flookup, .held_plain = 4096, .what = "fuzz"};
+		struct dcr_mem_apply_result res;
+		r = dcr_apply_mem(in, &o, &res, &e);
+		dcr_pack_in_close(in);
+	}
+	close(fd);
+	if (r && getenv("DCR_FUZZ_APPLY_MUST")) {
+		fprintf(stderr, "fuzz: apply: %s\n", e.msg[0] ? e.msg : "cannot write the input");
+		abort();
+	}
+}
+
 /* DCR_FUZZ_ONLY=N (scripts/fuzz TARGET): parser N whatever the first
  * byte says, so that one parser is fuzzed alone; -1 or unset: the byte. */
 static int only = -1;
@@ -341,7 +419,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint8_t *p = data + 1;
 	size_t n = size - 1;
 	struct dcr_err e;
-	switch (only >= 0 ? only : data[0] % 11) {
+	switch (only >= 0 ? only : data[0] % 12) {
 	case 0: {
 		struct dcr_st *st;
 		if (!dcr_st_parse(p, n, &st, &e))
@@ -380,6 +458,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 8: http(p, n); break;
 	case 9: s3xml(p, n); break;
 	case 10: aws(p, n); break;
+	case 11: apply(p, n); break;
 	}
 	return 0;
 }
