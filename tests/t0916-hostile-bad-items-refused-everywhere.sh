@@ -18,6 +18,8 @@
 #               --layout --replica took it (it now checks every touched
 #               canonical tensor before any rank changes); one rank alone
 #               holds only part of the canonical data and cannot check.
+# And a step that changes a tensor's dtype or shape: dcr-apply takes it, the
+# layouts (whose map slices the old ones) refuse it.
 . "$DCR_SRC/tests/lib-dcr.sh"
 H="$DCR_BUILD/tests/hostile"
 M="$DCR_BUILD/tests/mem-apply"
@@ -104,4 +106,24 @@ for kind in pastend undeclared escape xor-new repeat misdigest; do
 	[ "$(snapshot "$T/s/rank-0")" = "$shards" ] || fail "$kind, --layout: the shards changed"
 	untouched "$kind, --layout"
 	say "ok: $kind refused everywhere, nothing written"
+done
+
+# a step that changes a tensor's dtype (a norm kept in F32) or shape (a
+# vocabulary grown by a row) is a step dcr-apply takes; a serving layout,
+# whose map slices the old dtype and shape, refuses it with one line,
+# nothing written
+for spec in model.norm.weight:F32:128 model.embed_tokens.weight:BF16:609x128; do
+	rm -rf "$T/rs"
+	cp -r "$T/g/v0" "$T/rs"
+	$MKST retype "$T/rs" "$spec" || fail "mkst retype $spec"
+	run 0 dcr-diff -o "$T/rs.delta" "$T/g/v0" "$T/rs"
+	fresh
+	run 0 dcr-apply "$T/r" "$T/rs.delta"
+	run 0 dcr-verify -q "$T/r" --against "$T/rs"
+	st=128
+	why="tensor '${spec%%:*}' has another dtype or shape than in the layout map"
+	refused "$why" dcr-apply --layout "$T/map" --rank 0 "$T/s/rank-0" "$T/rs.delta"
+	refused "$why" dcr-apply --layout "$T/map" --replica "$T/s" "$T/rs.delta"
+	[ "$(snapshot "$T/s/rank-0")" = "$shards" ] || fail "$spec, --layout: the shards changed"
+	say "ok: $spec taken by dcr-apply, refused by the layouts"
 done

@@ -354,6 +354,23 @@ struct pctx {
 	struct dcr_err derr;
 };
 
+/* What neither placement takes, refused as the record arrives (a replica
+ * before its resolved delta is kept, so that nothing of it stays behind). */
+static int refuse_remove(const char *what, struct dcr_err *e)
+{
+	return dcr_err_set(e, DCR_EFORMAT, "%s removes a tensor; placement through a layout map cannot",
+			   what);
+}
+
+static int check_xor_new(const struct dcr_item *it, uint32_t tflags, const char *what,
+			 const char *name, struct dcr_err *e)
+{
+	if (it->enc == DCR_ENC_XOR && (tflags & DCR_TENSOR_NEW))
+		return dcr_err_set(e, DCR_EFORMAT, "%s: XOR item for '%s', which is not in the base",
+				   what, name);
+	return 0;
+}
+
 static int place_item(struct pctx *x, const struct dcr_item *it, const char *what,
 		      struct dcr_err *e)
 {
@@ -365,11 +382,8 @@ static int place_item(struct pctx *x, const struct dcr_item *it, const char *wha
 	const struct dcr_layout_canon *cn = &L->canon[c];
 	unsigned unit = dcr_dtype_unit(cn->dtype);
 	int r = dcr_item_check_range(it, cn->nelem, what, cn->name, e);
-	if (r)
+	if (r || (r = check_xor_new(it, x->tflags[it->tensor], what, cn->name, e)))
 		return r;
-	if (it->enc == DCR_ENC_XOR && (x->tflags[it->tensor] & DCR_TENSOR_NEW))
-		return dcr_err_set(e, DCR_EFORMAT, "%s: XOR item for '%s', which is not in the base",
-				   what, cn->name);
 	if (dcr_item_needs_base(it)) {
 		/* against bits this receiver may already have changed (a rerun
 		 * after a crash): keep reading, and decide once the delta is
@@ -479,9 +493,7 @@ static int read_canonical(struct pctx *x, struct dcr_delta_reader *rd, struct dc
 			break;
 		}
 		case DCR_REC_REMOVE:
-			return dcr_err_set(e, DCR_EFORMAT,
-					   "%s removes a tensor; placement through a layout map cannot",
-					   rd->what);
+			return refuse_remove(rd->what, e);
 		default:
 			break; /* DONE: canonical digests; END: checked below; ancillary */
 		}
@@ -615,25 +627,25 @@ struct place {
 	struct placed pl;
 };
 
-/* The rank's stored tensors must all be in the receiver, as the map says. */
-static int check_rank(const struct place *pc, struct dcr_err *e)
+/* Rank `rank`'s stored tensors must all be in its checkpoint c (in dir),
+ * with the dtype and shape the map says. */
+static int check_rank(const struct dcr_layout *L, uint32_t rank, const struct dcr_ckpt *c,
+		      const char *dir, struct dcr_err *e)
 {
-	const struct dcr_layout *L = pc->x.L;
-	uint32_t rank = pc->x.rank;
 	int any = 0;
 	for (uint32_t t = 0; t < L->ntensors; t++) {
 		const struct dcr_layout_tensor *lt = &L->tensors[t];
 		if (lt->rank != rank)
 			continue;
 		any = 1;
-		const struct dcr_ckpt_tensor *ct = dcr_ckpt_find(pc->c, lt->name);
+		const struct dcr_ckpt_tensor *ct = dcr_ckpt_find(c, lt->name);
 		if (!ct)
 			return dcr_err_set(e, DCR_ENOTFOUND, "receiver '%s' has no tensor '%s' (rank %u of the map)",
-					   pc->rc->dir, lt->name, (unsigned)rank);
+					   dir, lt->name, (unsigned)rank);
 		if (!dcr_ckpt_tensor_is(ct, lt->dtype, lt->ndim, lt->shape))
 			return dcr_err_set(e, DCR_EFORMAT,
 					   "receiver '%s': tensor '%s' does not match the map (dtype or shape)",
-					   pc->rc->dir, lt->name);
+					   dir, lt->name);
 	}
 	if (!any)
 		return dcr_err_set(e, DCR_ENOTFOUND, "the layout map has no rank %u", (unsigned)rank);
@@ -741,7 +753,7 @@ static int place_one(struct dcr_receiver *rc, const struct dcr_layout *L, uint32
 		return r;
 	if ((r = dcr_ckpt_open(rc->dir, &pc.c, e)) ||
 	    (r = dcr_receiver_state(rc, pc.c, 1, &pc.cur, &pc.dg, NULL, e)) ||
-	    (r = check_rank(&pc, e)))
+	    (r = check_rank(L, rank, pc.c, rc->dir, e)))
 		goto out;
 	const char *what = o && o->what ? o->what : "delta";
 	struct dcr_ckpt *own[1] = {pc.c};
@@ -843,7 +855,7 @@ int dcr_place(struct dcr_receiver *rc, const struct dcr_layout *L, uint32_t rank
 struct resolve {
 	struct gather g;
 	const struct dcr_layout *L;
-	uint32_t *canon_of;
+	uint32_t *canon_of, *tflags;
 	uint8_t *seen; /* canon_once */
 	size_t nt, capt;
 	struct dcr_changes ch;
@@ -875,12 +887,16 @@ static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
 			if (!r && x->nt == x->capt) {
 				size_t cap = x->capt ? 2 * x->capt : 256;
 				uint32_t *a = realloc(x->canon_of, cap * sizeof(*a));
-				if (!a)
+				if (a)
+					x->canon_of = a;
+				uint32_t *b = a ? realloc(x->tflags, cap * sizeof(*b)) : NULL;
+				if (!b)
 					r = dcr_err_sys(e, ENOMEM, "placement");
 				else
-					x->canon_of = a, x->capt = cap;
+					x->tflags = b, x->capt = cap;
 			}
 			if (!r) {
+				x->tflags[x->nt] = t.flags;
 				x->canon_of[x->nt++] = c;
 				r = dcr_delta_write_tensor(w, &t, e);
 			}
@@ -894,16 +910,17 @@ static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
 			if (it.tensor >= x->nt)
 				return dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor %u",
 						   rd->what, it.tensor);
+			uint32_t c = x->canon_of[it.tensor];
+			const struct dcr_layout_canon *cn = &x->L->canon[c];
+			if ((r = dcr_item_check_range(&it, cn->nelem, rd->what, cn->name, e)) ||
+			    (r = check_xor_new(&it, x->tflags[it.tensor], rd->what, cn->name, e)))
+				return r;
 			if (!dcr_item_needs_base(&it)) {
 				r = dcr_delta_write_item(w, &it, e);
 				break;
 			}
-			uint32_t c = x->canon_of[it.tensor];
-			const struct dcr_layout_canon *cn = &x->L->canon[c];
 			struct dcr_err ie = {0};
-			int q = dcr_item_check_range(&it, cn->nelem, rd->what, cn->name, &ie);
-			if (!q)
-				q = resolve_canon(&x->g, c, &it, &x->ch, &ie);
+			int q = resolve_canon(&x->g, c, &it, &x->ch, &ie);
 			if (q) {
 				if (!x->deferred) {
 					x->deferred = q;
@@ -921,14 +938,8 @@ static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
 			r = dcr_delta_write_item(w, &o, e);
 			break;
 		}
-		case DCR_REC_REMOVE: {
-			char *name;
-			if ((r = dcr_delta_parse_name(&rec, &name, e)))
-				return r;
-			r = dcr_delta_write_remove(w, name, e);
-			free(name);
-			break;
-		}
+		case DCR_REC_REMOVE:
+			return refuse_remove(rd->what, e);
 		case DCR_REC_DONE: {
 			uint32_t ti;
 			dcr_digest d;
@@ -964,6 +975,19 @@ static int spool_src_read(const struct spool *sp, dcr_digest *canon, dcr_digest 
 	return ok ? 0 : -1;
 }
 
+/* rc's state id (*cur), its files hashed where its cache is stale. */
+static int rank_state(struct dcr_receiver *rc, dcr_digest *cur, struct dcr_err *e)
+{
+	struct dcr_ckpt *c;
+	dcr_digest *dg = NULL;
+	int r = dcr_ckpt_open(rc->dir, &c, e);
+	if (!r)
+		r = dcr_receiver_state(rc, c, 1, cur, &dg, NULL, e);
+	free(dg);
+	dcr_ckpt_close(c);
+	return r;
+}
+
 /* 1 when rc's record says it placed a delta resolved from source (or, with
  * source NULL, the delta `delta`) and rc is at the state that followed;
  * *cur: its state. */
@@ -975,16 +999,38 @@ static int rank_holds(struct dcr_receiver *rc, const dcr_digest *source, const d
 	    (source ? !was.have_source || memcmp(was.source.b, source->b, 32)
 		    : memcmp(was.delta.b, delta->b, 32)))
 		return 0;
-	struct dcr_ckpt *c;
-	dcr_digest *dg = NULL;
-	int r = dcr_ckpt_open(rc->dir, &c, e);
-	if (!r)
-		r = dcr_receiver_state(rc, c, 1, cur, &dg, NULL, e);
-	free(dg);
-	dcr_ckpt_close(c);
+	int r = rank_state(rc, cur, e);
 	if (r)
 		return r;
 	return !memcmp(cur->b, was.after.b, 32);
+}
+
+/* Before a full canonical delta's resolution is reported as not fitting:
+ * a rank whose record says it holds another canonical state than the
+ * delta's base (its files as that placement left them) is the cause,
+ * DCR_EBASE, as dcr_place_rank reports it. */
+static int replica_base(struct dcr_receiver *const *rcs, uint32_t nranks,
+			const dcr_digest *base, struct dcr_err *e)
+{
+	for (uint32_t k = 0; k < nranks; k++) {
+		struct placed was;
+		dcr_digest cur;
+		if (placed_read(rcs[k], &was) || dcr_digest_is_zero(&was.ctarget) ||
+		    !memcmp(was.ctarget.b, base->b, 32))
+			continue;
+		int r = rank_state(rcs[k], &cur, e);
+		if (r)
+			return r;
+		if (memcmp(cur.b, was.after.b, 32))
+			continue;
+		char a[65], b[65];
+		dcr_digest_hex(&was.ctarget, a);
+		dcr_digest_hex(base, b);
+		return dcr_err_set(e, DCR_EBASE,
+				   "replica '%s' holds canonical state %.12s, the delta's base is %.12s",
+				   rcs[k]->dir, a, b);
+	}
+	return 0;
 }
 
 /* A sink that hashes what it writes to a descriptor. */
@@ -1236,7 +1282,8 @@ static int replica_resolve(struct dcr_receiver *const *rcs, uint32_t nranks,
 		goto out;
 	}
 	for (uint32_t k = 0; k < nranks && !r; k++)
-		r = dcr_ckpt_open(rcs[k]->dir, &ck[k], e);
+		if (!(r = dcr_ckpt_open(rcs[k]->dir, &ck[k], e)))
+			r = check_rank(L, k, ck[k], rcs[k]->dir, e);
 	if (r)
 		goto out;
 	x.g = (struct gather){.L = L, .ck = ck, .nranks = nranks};
@@ -1286,6 +1333,8 @@ static int replica_resolve(struct dcr_receiver *const *rcs, uint32_t nranks,
 	/* another delta's spool: fine only if every rank placed it */
 	if (have_pending && (r = pending_placed(rcs, nranks, &pending, &presolved, e)))
 		goto out;
+	if (!(rd.flags & DCR_DELTA_PARTIAL) && (r = replica_base(rcs, nranks, &rd.base, e)))
+		goto out;
 	if (x.deferred) {
 		*e = x.derr;
 		r = x.deferred;
@@ -1320,6 +1369,7 @@ out:
 	free(ck);
 	gather_free(&x.g);
 	free(x.canon_of);
+	free(x.tflags);
 	free(x.seen);
 	dcr_changes_free(&x.ch);
 	dcr_buf_free(&x.enc);
