@@ -5,7 +5,8 @@
 #     rank the map lacks (128). A removing delta used to leave its
 #     resolution behind as an unfinished placement that no delta passed.
 #   - a rank whose files lack a tensor of the map, or hold one of another
-#     shape (128; the replica used to blame the delta's codec for it).
+#     shape (128; the replica used to blame the delta's codec for it), a
+#     replica without one of the map's ranks (128).
 #   - after a placement, a delta of another base (1, naming both states;
 #     the replica used to decode its items against the wrong bits and
 #     call the payload malformed).
@@ -74,6 +75,9 @@ $MKST retype "$T/s/rank-1" $t:BF16:128x175 || fail "mkst retype"
 refused 128 "receiver '[^']*rank-1': tensor '$t' does not match the map \(dtype or shape\)" \
 	--replica "$T/s" "$T/d01"
 refused 128 "receiver '[^']*rank-1': tensor '$t' does not match the map" --rank 1 "$T/s/rank-1" "$T/p01"
+fresh
+rm -rf "$T/s/rank-1"
+refused 128 "cannot open receiver '[^']*rank-1': No such file or directory" --replica "$T/s" "$T/d01"
 say "ok: ranks that do not match the map"
 
 fresh
