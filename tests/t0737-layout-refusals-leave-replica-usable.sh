@@ -33,7 +33,7 @@ run 0 dcr-diff -o "$T/drm" "$T/g/v0" "$T/rmv"
 { cat "$T/d01" && printf x; } >"$T/dtr"
 { cat "$T/p01" && printf x; } >"$T/ptr"
 
-shards() { snapshot "$1/rank-0" && snapshot "$1/rank-1"; }
+shards() { for _r in "$1"/rank-*; do snapshot "$_r"; done; }
 fresh() {
 	rm -rf "$T/s"
 	cp -r "$T/s0" "$T/s"
