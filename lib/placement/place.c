@@ -1005,10 +1005,11 @@ static int rank_holds(struct dcr_receiver *rc, const dcr_digest *source, const d
 	return !memcmp(cur->b, was.after.b, 32);
 }
 
-/* Before a full canonical delta's resolution is reported as not fitting:
- * a rank whose record says it holds another canonical state than the
- * delta's base (its files as that placement left them) is the cause,
- * DCR_EBASE, as dcr_place_rank reports it. */
+/* A full canonical delta, once read and before what its resolution gave
+ * is judged: a rank whose record says it holds another canonical state
+ * than the delta's base (its files as that placement left them) refuses
+ * it, DCR_EBASE, as dcr_place refuses it for one rank (items decoded
+ * against those bits would otherwise be reported as malformed). */
 static int replica_base(struct dcr_receiver *const *rcs, uint32_t nranks,
 			const dcr_digest *base, struct dcr_err *e)
 {
