@@ -94,6 +94,9 @@
  *                                and its manifest, with piece CVs; SIZE
  *                                picks where the 32-byte trailer falls
  *                                against 1 MiB pieces and a pull's parts
+ *   hostile endcount IN OUT      delta stream IN with its END's item count
+ *                                one more, its trailer made anew: every
+ *                                record well-formed, the counts a lie
  *
  * zstd frames are written by hand (raw and RLE blocks), so that gigabytes
  * of zeros cost 4 bytes per 128 KiB. Exit 0, or 128 with a message.
@@ -920,6 +923,27 @@ static int cmd_oddsize(uint64_t size, const char *out)
 	return 0;
 }
 
+static int cmd_endcount(const char *in, const char *out)
+{
+	struct dcr_err e = {0};
+	uint8_t *buf;
+	size_t len;
+	if (dcr_read_file(in, 1u << 30, &buf, &len, &e))
+		die(in, &e);
+	/* ... END record header[16] target[32] tensors items changes trailer[32] */
+	if (len < 64 + 16 + 56 + 32 || get_le32(buf + len - 32 - 56 - 16) != DCR_REC_END)
+		die("endcount: IN does not end in END and a trailer", NULL);
+	uint8_t *items = buf + len - 32 - 16;
+	put_le64(items, get_le64(items) + 1);
+	dcr_digest d;
+	dcr_blake3(buf, len - 32, &d);
+	memcpy(buf + len - 32, d.b, 32);
+	if (dcr_write_file_atomic(out, buf, len, &e))
+		die(out, &e);
+	free(buf);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && !strcmp(argv[1], "tamper"))
@@ -943,11 +967,13 @@ int main(int argc, char **argv)
 		return cmd_names(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "tensors"))
 		return cmd_tensors(strtoull(argv[2], NULL, 10), argv[3]);
+	if (argc == 4 && !strcmp(argv[1], "endcount"))
+		return cmd_endcount(argv[2], argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "oddsize"))
 		return cmd_oddsize(strtoull(argv[2], NULL, 10), argv[3]);
 	fputs("usage: hostile index N OUT | bomb OUT | again ITEMS OUT [spread|period] | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT\n"
 	      "       hostile overlap CKPT OUT [plain|dense|corrupt-dense|pastend|undeclared|escape|xor-new|repeat|misdigest]\n"
-	      "       hostile interleave IN OUT | tensors N OUT | names N OUT | oddsize SIZE OUT\n",
+	      "       hostile interleave IN OUT | tensors N OUT | names N OUT | oddsize SIZE OUT | endcount IN OUT\n",
 	      stderr);
 	return 129;
 }

@@ -20,6 +20,7 @@
 #               holds only part of the canonical data and cannot check.
 # And a step that changes a tensor's dtype or shape: dcr-apply takes it, the
 # layouts (whose map slices the old ones) refuse it.
+# And a delta whose END counts one item more than its records.
 . "$DCR_SRC/tests/lib-dcr.sh"
 H="$DCR_BUILD/tests/hostile"
 M="$DCR_BUILD/tests/mem-apply"
@@ -127,3 +128,25 @@ for spec in model.norm.weight:F32:128 model.embed_tokens.weight:BF16:609x128; do
 	[ "$(snapshot "$T/s/rank-0")" = "$shards" ] || fail "$spec, --layout: the shards changed"
 	say "ok: $spec taken by dcr-apply, refused by the layouts"
 done
+
+# END's counts one item more than the records (every record well-formed,
+# the trailer made anew): refused by every reader; the replica took it
+# (it wrote its own END) and dcr-pack and the squash packed it
+rm -rf "$T/st"
+cp -r "$T/g/v0" "$T/st"
+$MKST xor "$T/st" model.norm.weight 3=1 || fail "mkst xor"
+run 0 dcr-diff --codec plain -o "$T/st.delta" "$T/g/v0" "$T/st"
+"$H" endcount "$T/st.delta" "$T/endcount" || fail "hostile endcount exited $?"
+why="END counts do not match its records \(END: [0-9]+ tensors, 2 items, 1 changes; the records: [0-9]+, 1, 1\)"
+st=128
+fresh
+refused "$why" dcr-apply "$T/r" "$T/endcount"
+untouched "endcount, dcr-apply"
+refused "$why" dcr-pack -q -o "$T/p-endcount" "$T/endcount"
+[ ! -e "$T/p-endcount" ] || fail "endcount: a refused pack left its output"
+refused "$why" dcr-pack --squash -o "$T/sq" "$T/endcount"
+refused "$why" dcr-apply --layout "$T/map" --rank 0 "$T/s/rank-0" "$T/endcount"
+refused "$why" dcr-apply --layout "$T/map" --replica "$T/s" "$T/endcount"
+[ "$(snapshot "$T/s/rank-0")" = "$shards" ] || fail "endcount, --layout: the shards changed"
+untouched "endcount, --layout"
+say "ok: END counts that lie refused everywhere"

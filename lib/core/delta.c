@@ -577,6 +577,19 @@ int dcr_delta_parse_item(const struct dcr_delta_rec *rec, struct dcr_item *it,
 	return 0;
 }
 
+int dcr_delta_check_end(const struct dcr_delta_reader *r, uint64_t tensors, uint64_t items,
+			uint64_t changes, struct dcr_err *e)
+{
+	if (r->end_tensors != tensors || r->end_items != items || r->end_changes != changes)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s: END counts do not match its records (END: %llu tensors, %llu items, %llu changes; the records: %llu, %llu, %llu)",
+				   r->what, (unsigned long long)r->end_tensors,
+				   (unsigned long long)r->end_items, (unsigned long long)r->end_changes,
+				   (unsigned long long)tensors, (unsigned long long)items,
+				   (unsigned long long)changes);
+	return 0;
+}
+
 int dcr_delta_item_at(int fd, uint64_t off, uint64_t len, struct dcr_buf *body,
 		      struct dcr_item *it, const char *what, struct dcr_err *e)
 {

@@ -188,6 +188,11 @@ int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source sr
 int dcr_delta_sniff(int fd, uint8_t *head, size_t *got, const char *what, struct dcr_err *e);
 /* 1 and a record, 0 after END and a verified trailer, or an error. */
 int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct dcr_err *e);
+/* After dcr_delta_next returned 0: END's counts against the TENSOR and
+ * ITEM records the caller saw and the changes its items declared (their
+ * n); DCR_EFORMAT if they differ. */
+int dcr_delta_check_end(const struct dcr_delta_reader *r, uint64_t tensors, uint64_t items,
+			uint64_t changes, struct dcr_err *e);
 void dcr_delta_reader_release(struct dcr_delta_reader *r);
 
 /* Record body parsers (hostile-input safe). */

@@ -387,6 +387,8 @@ int dcr_pack(struct dcr_source src, const char *what, const struct dcr_pack_opts
 		if (!r && o && o->progress)
 			o->progress(o->progress_ctx, rd.offset, 0);
 	}
+	if (!r)
+		r = dcr_delta_check_end(&rd, k.m.ntensors, k.m.nitems, k.m.nchanges, e);
 	if (r)
 		goto out;
 	if (prod) {

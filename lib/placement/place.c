@@ -500,11 +500,7 @@ static int read_canonical(struct pctx *x, struct dcr_delta_reader *rd, struct dc
 	}
 	if (r < 0)
 		return r;
-	if (rd->end_tensors != x->nt || rd->end_items != x->items ||
-	    rd->end_changes != x->changes)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: END counts do not match its records",
-				   rd->what);
-	return 0;
+	return dcr_delta_check_end(rd, x->nt, x->items, x->changes, e);
 }
 
 /* ---- resolving one stored tensor ---- */
@@ -858,6 +854,7 @@ struct resolve {
 	uint32_t *canon_of, *tflags;
 	uint8_t *seen; /* canon_once */
 	size_t nt, capt;
+	uint64_t items, changes; /* as the canonical delta declared them */
 	struct dcr_changes ch;
 	struct dcr_buf enc;
 	int deferred;
@@ -915,6 +912,8 @@ static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
 			if ((r = dcr_item_check_range(&it, cn->nelem, rd->what, cn->name, e)) ||
 			    (r = check_xor_new(&it, x->tflags[it.tensor], rd->what, cn->name, e)))
 				return r;
+			x->items++;
+			x->changes += it.n;
 			if (!dcr_item_needs_base(&it)) {
 				r = dcr_delta_write_item(w, &it, e);
 				break;
@@ -953,7 +952,7 @@ static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
 		if (r)
 			return r;
 	}
-	return r < 0 ? r : 0;
+	return r < 0 ? r : dcr_delta_check_end(rd, x->nt, x->items, x->changes, e);
 }
 
 struct spool {

@@ -170,9 +170,9 @@ static int plan_finish(struct plan *p, struct dcr_delta_reader *rd, struct dcr_e
 		if (!p->t[i].has_done)
 			return dcr_err_set(e, DCR_EFORMAT, "%s: no target digest for tensor '%s'",
 					   rd->what, p->t[i].t.name);
-	if (rd->end_tensors != p->n || rd->end_items != p->nitems ||
-	    rd->end_changes != p->nchanges)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: END counts do not match its records", rd->what);
+	int r = dcr_delta_check_end(rd, p->n, p->nitems, p->nchanges, e);
+	if (r)
+		return r;
 	struct dcr_state_entry *ent = dcr_calloc(p->n, sizeof(*ent));
 	if (!ent)
 		return dcr_err_sys(e, ENOMEM, "%s", rd->what);

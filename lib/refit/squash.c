@@ -111,6 +111,7 @@ static int pass1(struct sq_in *in, uint64_t *maxlen, struct dcr_err *e)
 				      in->path, e);
 	struct dcr_delta_rec rec;
 	size_t cap = 0;
+	uint64_t items = 0, changes = 0;
 	while (!r && (r = dcr_delta_next(&rd, &rec, e)) == 1) {
 		r = 0;
 		if (rec.type == DCR_REC_TENSOR) {
@@ -132,6 +133,8 @@ static int pass1(struct sq_in *in, uint64_t *maxlen, struct dcr_err *e)
 			struct dcr_item it;
 			if ((r = dcr_delta_parse_item(&rec, &it, e)))
 				break;
+			items++;
+			changes += it.n;
 			if (it.tensor >= in->nt)
 				r = dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor", in->path);
 			else if (!in->raw && dcr_item_needs_base(&it))
@@ -160,6 +163,8 @@ static int pass1(struct sq_in *in, uint64_t *maxlen, struct dcr_err *e)
 			}
 		}
 	}
+	if (!r)
+		r = dcr_delta_check_end(&rd, in->nt, items, changes, e);
 	if (!r) {
 		in->base = rd.base;
 		in->target = rd.target;
