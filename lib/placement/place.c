@@ -321,30 +321,78 @@ static int canon_for(const struct dcr_layout *L, const struct dcr_delta_tensor *
 	return 0;
 }
 
-/* Canonical tensor c (named by a TENSOR record of the delta what) marked
- * in *seen, allocated for L's canonical tensors at its first use: each
- * may be declared once (two records of one tensor would each have their
- * own items and digest, and together make bits neither digest holds). */
-static int canon_once(uint8_t **seen, const struct dcr_layout *L, uint32_t c, const char *what,
-		      struct dcr_err *e)
+/* A canonical delta's TENSOR records as a placement reads them (a rank's,
+ * or a replica's resolution), and the checks its items get from them. */
+struct tdecl {
+	uint32_t *canon_of; /* per TENSOR record: map canonical index */
+	uint32_t *tflags;   /* per TENSOR record: its flags */
+	uint8_t *seen;      /* per canonical tensor: declared */
+	size_t n, cap;
+};
+
+/* TENSOR record t of the delta what, declared: its canonical tensor must
+ * be in the map (canon_for) and declared once (two records of one tensor
+ * would each have their own items and digest, and together make bits
+ * neither digest holds). */
+static int tdecl_add(struct tdecl *d, const struct dcr_layout *L,
+		     const struct dcr_delta_tensor *t, const char *what, struct dcr_err *e)
 {
-	if (!*seen && !(*seen = dcr_calloc(L->ncanon + 1, 1)))
+	uint32_t c = 0;
+	int r = canon_for(L, t, what, &c, e);
+	if (r)
+		return r;
+	if (!d->seen && !(d->seen = dcr_calloc(L->ncanon + 1, 1)))
 		return dcr_err_sys(e, ENOMEM, "placement");
-	if ((*seen)[c])
+	if (d->seen[c])
 		return dcr_err_set(e, DCR_EFORMAT, "%s: tensor '%s' is declared twice", what,
 				   L->canon[c].name);
-	(*seen)[c] = 1;
+	d->seen[c] = 1;
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? 2 * d->cap : 256;
+		uint32_t *a = realloc(d->canon_of, cap * sizeof(*a));
+		if (a)
+			d->canon_of = a;
+		uint32_t *b = a ? realloc(d->tflags, cap * sizeof(*b)) : NULL;
+		if (!b)
+			return dcr_err_sys(e, ENOMEM, "placement");
+		d->tflags = b;
+		d->cap = cap;
+	}
+	d->canon_of[d->n] = c;
+	d->tflags[d->n++] = t->flags;
 	return 0;
+}
+
+/* Item it of the delta what, checked against the records declared before
+ * it: its tensor declared (*c: its canonical index), its range within it,
+ * and no XOR item for a new tensor (it has no base bits). */
+static int tdecl_item(const struct tdecl *d, const struct dcr_layout *L,
+		      const struct dcr_item *it, const char *what, uint32_t *c, struct dcr_err *e)
+{
+	if (it->tensor >= d->n)
+		return dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor %u", what,
+				   it->tensor);
+	*c = d->canon_of[it->tensor];
+	const struct dcr_layout_canon *cn = &L->canon[*c];
+	int r = dcr_item_check_range(it, cn->nelem, what, cn->name, e);
+	if (!r && it->enc == DCR_ENC_XOR && (d->tflags[it->tensor] & DCR_TENSOR_NEW))
+		r = dcr_err_set(e, DCR_EFORMAT, "%s: XOR item for '%s', which is not in the base",
+				what, cn->name);
+	return r;
+}
+
+static void tdecl_free(struct tdecl *d)
+{
+	free(d->canon_of);
+	free(d->tflags);
+	free(d->seen);
 }
 
 struct pctx {
 	const struct dcr_layout *L;
 	uint32_t rank;
 	struct pvec *pt;        /* per map tensor */
-	uint32_t *canon_of;     /* per TENSOR record: map canonical index */
-	uint8_t *seen;          /* per canonical tensor: declared (canon_once) */
-	uint32_t *tflags;
-	size_t nt, capt;
+	struct tdecl td;
 	uint64_t items, changes, placed;
 	struct dcr_changes ch;
 	uint64_t *idx;
@@ -362,28 +410,16 @@ static int refuse_remove(const char *what, struct dcr_err *e)
 			   what);
 }
 
-static int check_xor_new(const struct dcr_item *it, uint32_t tflags, const char *what,
-			 const char *name, struct dcr_err *e)
-{
-	if (it->enc == DCR_ENC_XOR && (tflags & DCR_TENSOR_NEW))
-		return dcr_err_set(e, DCR_EFORMAT, "%s: XOR item for '%s', which is not in the base",
-				   what, name);
-	return 0;
-}
-
 static int place_item(struct pctx *x, const struct dcr_item *it, const char *what,
 		      struct dcr_err *e)
 {
 	const struct dcr_layout *L = x->L;
-	if (it->tensor >= x->nt)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor %u", what,
-				   it->tensor);
-	uint32_t c = x->canon_of[it->tensor];
+	uint32_t c;
+	int r = tdecl_item(&x->td, L, it, what, &c, e);
+	if (r)
+		return r;
 	const struct dcr_layout_canon *cn = &L->canon[c];
 	unsigned unit = dcr_dtype_unit(cn->dtype);
-	int r = dcr_item_check_range(it, cn->nelem, what, cn->name, e);
-	if (r || (r = check_xor_new(it, x->tflags[it->tensor], what, cn->name, e)))
-		return r;
 	if (dcr_item_needs_base(it)) {
 		/* against bits this receiver may already have changed (a rerun
 		 * after a crash): keep reading, and decide once the delta is
@@ -465,24 +501,10 @@ static int read_canonical(struct pctx *x, struct dcr_delta_reader *rd, struct dc
 			struct dcr_delta_tensor t;
 			if ((r = dcr_delta_parse_tensor(&rec, &t, e)))
 				return r;
-			uint32_t c, fl = t.flags;
-			r = canon_for(L, &t, rd->what, &c, e);
+			r = tdecl_add(&x->td, L, &t, rd->what, e);
 			dcr_delta_tensor_clear(&t);
-			if (r || (r = canon_once(&x->seen, L, c, rd->what, e)))
+			if (r)
 				return r;
-			if (x->nt == x->capt) {
-				size_t cap = x->capt ? 2 * x->capt : 256;
-				uint32_t *a = realloc(x->canon_of, cap * sizeof(*a));
-				if (a)
-					x->canon_of = a;
-				uint32_t *b = a ? realloc(x->tflags, cap * sizeof(*b)) : NULL;
-				if (!b)
-					return dcr_err_sys(e, ENOMEM, "placement");
-				x->tflags = b;
-				x->capt = cap;
-			}
-			x->canon_of[x->nt] = c;
-			x->tflags[x->nt++] = fl;
 			break;
 		}
 		case DCR_REC_ITEM: {
@@ -500,7 +522,7 @@ static int read_canonical(struct pctx *x, struct dcr_delta_reader *rd, struct dc
 	}
 	if (r < 0)
 		return r;
-	return dcr_delta_check_end(rd, x->nt, x->items, x->changes, e);
+	return dcr_delta_check_end(rd, x->td.n, x->items, x->changes, e);
 }
 
 /* ---- resolving one stored tensor ---- */
@@ -820,9 +842,7 @@ out:
 		for (size_t t = 0; t < L->ntensors; t++)
 			free(pc.x.pt[t].v);
 	free(pc.x.pt);
-	free(pc.x.canon_of);
-	free(pc.x.seen);
-	free(pc.x.tflags);
+	tdecl_free(&pc.x.td);
 	free(pc.x.idx);
 	dcr_changes_free(&pc.x.ch);
 	dcr_delta_writer_release(&pc.w);
@@ -851,9 +871,7 @@ int dcr_place(struct dcr_receiver *rc, const struct dcr_layout *L, uint32_t rank
 struct resolve {
 	struct gather g;
 	const struct dcr_layout *L;
-	uint32_t *canon_of, *tflags;
-	uint8_t *seen; /* canon_once */
-	size_t nt, capt;
+	struct tdecl td;
 	uint64_t items, changes; /* as the canonical delta declared them */
 	struct dcr_changes ch;
 	struct dcr_buf enc;
@@ -877,26 +895,9 @@ static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
 			struct dcr_delta_tensor t;
 			if ((r = dcr_delta_parse_tensor(&rec, &t, e)))
 				return r;
-			uint32_t c = 0;
-			r = canon_for(x->L, &t, rd->what, &c, e);
+			r = tdecl_add(&x->td, x->L, &t, rd->what, e);
 			if (!r)
-				r = canon_once(&x->seen, x->L, c, rd->what, e);
-			if (!r && x->nt == x->capt) {
-				size_t cap = x->capt ? 2 * x->capt : 256;
-				uint32_t *a = realloc(x->canon_of, cap * sizeof(*a));
-				if (a)
-					x->canon_of = a;
-				uint32_t *b = a ? realloc(x->tflags, cap * sizeof(*b)) : NULL;
-				if (!b)
-					r = dcr_err_sys(e, ENOMEM, "placement");
-				else
-					x->tflags = b, x->capt = cap;
-			}
-			if (!r) {
-				x->tflags[x->nt] = t.flags;
-				x->canon_of[x->nt++] = c;
 				r = dcr_delta_write_tensor(w, &t, e);
-			}
 			dcr_delta_tensor_clear(&t);
 			break;
 		}
@@ -904,14 +905,10 @@ static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
 			struct dcr_item it;
 			if ((r = dcr_delta_parse_item(&rec, &it, e)))
 				return r;
-			if (it.tensor >= x->nt)
-				return dcr_err_set(e, DCR_EFORMAT, "%s: item for undeclared tensor %u",
-						   rd->what, it.tensor);
-			uint32_t c = x->canon_of[it.tensor];
-			const struct dcr_layout_canon *cn = &x->L->canon[c];
-			if ((r = dcr_item_check_range(&it, cn->nelem, rd->what, cn->name, e)) ||
-			    (r = check_xor_new(&it, x->tflags[it.tensor], rd->what, cn->name, e)))
+			uint32_t c;
+			if ((r = tdecl_item(&x->td, x->L, &it, rd->what, &c, e)))
 				return r;
+			const struct dcr_layout_canon *cn = &x->L->canon[c];
 			x->items++;
 			x->changes += it.n;
 			if (!dcr_item_needs_base(&it)) {
@@ -952,7 +949,7 @@ static int resolve_records(struct resolve *x, struct dcr_delta_reader *rd,
 		if (r)
 			return r;
 	}
-	return r < 0 ? r : dcr_delta_check_end(rd, x->nt, x->items, x->changes, e);
+	return r < 0 ? r : dcr_delta_check_end(rd, x->td.n, x->items, x->changes, e);
 }
 
 struct spool {
@@ -1346,7 +1343,7 @@ static int replica_resolve(struct dcr_receiver *const *rcs, uint32_t nranks,
 	 * (a partial one's digests, where it has them, are of the whole
 	 * tensors its parts make together) */
 	if (!(rd.flags & DCR_DELTA_PARTIAL) &&
-	    (r = replica_verify(&x.g, a.tmp, x.canon_of, x.nt, what, e)))
+	    (r = replica_verify(&x.g, a.tmp, x.td.canon_of, x.td.n, what, e)))
 		goto out;
 	for (uint32_t k = 0; k < nranks; k++)
 		dcr_ckpt_close(ck[k]), ck[k] = NULL;
@@ -1368,9 +1365,7 @@ out:
 		dcr_ckpt_close(ck[k]);
 	free(ck);
 	gather_free(&x.g);
-	free(x.canon_of);
-	free(x.tflags);
-	free(x.seen);
+	tdecl_free(&x.td);
 	dcr_changes_free(&x.ch);
 	dcr_buf_free(&x.enc);
 	return r;
