@@ -123,6 +123,16 @@ static void die(const char *what, const struct dcr_err *e)
 	exit(128);
 }
 
+/* A malloc'd copy of p[0..n) (exits when memory runs out). */
+static uint8_t *copy_of(const void *p, size_t n)
+{
+	uint8_t *q = malloc(n ? n : 1);
+	if (!q)
+		die("out of memory", NULL);
+	memcpy(q, p, n);
+	return q;
+}
+
 static void add(struct dcr_buf *b, const void *p, size_t n)
 {
 	if (dcr_buf_add(b, p, n))
@@ -614,10 +624,7 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 	size_t nbytes = (size_t)dcr_tensor_bytes(ti);
 	if (nbytes < 12 * unit)
 		die("the first tensor has fewer than 12 elements", NULL);
-	uint8_t *bits = malloc(nbytes);
-	if (!bits)
-		die("out of memory", NULL);
-	memcpy(bits, c->tensors[0].data, nbytes);
+	uint8_t *bits = copy_of(c->tensors[0].data, nbytes);
 	int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
 		die(out, NULL);
@@ -666,10 +673,7 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 	} else if (repeat) {
 		/* one item for each record of the first tensor, apart, each
 		 * record's digest that of its own item (the target: below) */
-		uint8_t *one = malloc(nbytes);
-		if (!one)
-			die("out of memory", NULL);
-		memcpy(one, bits, nbytes);
+		uint8_t *one = copy_of(bits, nbytes);
 		fill_item(&w, 0, unit, ti->nelem, 0, 0x10, one, 0, 0);
 		struct dcr_ckpt_tensor ot = {.info = ti, .data = one, .fd = -1};
 		dcr_tensor_digest(&ot, &dg[c->ntensors]);
@@ -679,10 +683,7 @@ static int cmd_overlap(const char *dir, const char *out, const char *how)
 		free(one);
 	} else if (misdigest) {
 		/* [0, 8) to 0x10.., the digest and target of 0x20.. there */
-		uint8_t *other = malloc(nbytes);
-		if (!other)
-			die("out of memory", NULL);
-		memcpy(other, bits, nbytes);
+		uint8_t *other = copy_of(bits, nbytes);
 		fill_item(&w, 0, unit, ti->nelem, 0, 0x10, other, 0, 0);
 		free(other);
 		fill_bits(bits, unit, ti->nelem, 0, 0x20);
