@@ -131,7 +131,8 @@ done
 
 # END's counts one item more than the records (every record well-formed,
 # the trailer made anew): refused by every reader; the replica took it
-# (it wrote its own END) and dcr-pack and the squash packed it
+# (it wrote its own END), dcr-pack and the squash packed it and dcr-diff
+# --merge merged it
 rm -rf "$T/st"
 cp -r "$T/g/v0" "$T/st"
 $MKST xor "$T/st" model.norm.weight 3=1 || fail "mkst xor"
@@ -146,6 +147,13 @@ refused "$why" dcr-pack -q -o "$T/p-endcount" "$T/endcount"
 [ ! -e "$T/p-endcount" ] || fail "endcount: a refused pack left its output"
 refused "$why" dcr-pack --squash -o "$T/sq" "$T/endcount"
 refused "$why" dcr-apply --layout "$T/map" --rank 0 "$T/s/rank-0" "$T/endcount"
+# the trainer's merge of rank deltas (a full delta is one input it takes):
+# the honest one merges, the lying one is refused
+dcr-verify --tensors "$T/st" >"$T/st.digests" || fail "dcr-verify --tensors"
+id0=$(dcr-verify "$T/g/v0") || fail "dcr-verify v0"
+run 0 dcr-diff --merge --target-digests "$T/st.digests" --base-id "$id0" -o "$T/merged" "$T/st.delta"
+refused "$why" dcr-diff --merge --target-digests "$T/st.digests" --base-id "$id0" -o "$T/merged2" "$T/endcount"
+[ ! -e "$T/merged2" ] || fail "endcount: a refused merge left its output"
 refused "$why" dcr-apply --layout "$T/map" --replica "$T/s" "$T/endcount"
 [ "$(snapshot "$T/s/rank-0")" = "$shards" ] || fail "endcount, --layout: the shards changed"
 untouched "endcount, --layout"

@@ -25,6 +25,7 @@ struct min {
 	struct dcr_delta_rec rec; /* the next record, not yet consumed */
 	int at_end;               /* rec is past END */
 	uint32_t ntensors;        /* TENSOR records seen */
+	uint64_t nitems, nchanges; /* ITEM records read, their changes */
 	struct dcr_delta_tensor cur;
 	int have_parts;           /* a PARTS record for cur came */
 	int have_canon;           /* CANON: the layout's whole tensor set */
@@ -39,8 +40,10 @@ static int min_advance(struct min *m, struct dcr_err *e)
 		if (q < 0)
 			return q;
 		if (q == 0 || m->rec.type == DCR_REC_END) {
+			if (m->at_end)
+				return 0;
 			m->at_end = 1;
-			return 0;
+			return dcr_delta_check_end(&m->rd, m->ntensors, m->nitems, m->nchanges, e);
 		}
 		if (m->rec.type == DCR_REC_PARTS)
 			return 0;
@@ -302,6 +305,8 @@ static int read_items(struct merge *mg, size_t i, const char *name, struct dcr_e
 					   m->path, name);
 		if ((r = dcr_item_decode(&it, unit, &mg->ch, e)))
 			return r;
+		m->nitems++;
+		m->nchanges += it.n;
 		for (size_t k = 0; k < mg->ch.n; k++) {
 			struct lchg c = {.c = it.start + mg->ch.pos[k], .val = mg->ch.val[k],
 					 .key = (uint32_t)i, .enc = it.enc};
