@@ -10,7 +10,9 @@
 #               the pack's and the layouts' reported success.
 #   undeclared  an item for a tensor no record declares
 #   escape      a new tensor in "../escape.safetensors", outside the receiver
-#   xor-new     a new tensor's values in an XOR item (it has no base bits)
+#   xor-new     a new tensor's values in an XOR item (it has no base bits);
+#               also against a map that lists the tensor, where a rank took it
+#               with the check gone (it XORs the bits the rank holds)
 #   repeat      a tensor declared twice, an item for each, each record's
 #               digest that of its own item: together they make bits
 #               neither digest holds. --layout took it and wrote both.
@@ -108,6 +110,29 @@ for kind in pastend undeclared escape xor-new repeat misdigest; do
 	untouched "$kind, --layout"
 	say "ok: $kind refused everywhere, nothing written"
 done
+
+# xor-new once more, against a map that lists zzzz.extra (every rank holds
+# bits for it, so no "not in the layout map" refuses it first): the check
+# of the delta's own records refuses it
+cp -r "$T/g/v0" "$T/cx"
+$MKST add "$T/cx" zzzz.extra:F32:4 || fail "mkst add"
+python3 -S - "$T/map" "$T/mapx" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["canonical"].append({"name": "zzzz.extra", "dtype": "F32", "shape": [4]})
+m["stored"].append({"rank": 0, "name": "zzzz.extra", "dtype": "F32", "shape": [4],
+                    "pieces": [{"kind": "affine", "canon": "zzzz.extra", "coff": 0,
+                                "soff": 0, "dims": [[4, 1, 1]]}]})
+json.dump(m, open(sys.argv[2], "w"))
+EOF
+run 0 dcr-layout materialize --map "$T/mapx" --canonical "$T/cx" -o "$T/sx"
+xshards=$(snapshot "$T/sx/rank-0")
+why="XOR item for 'zzzz.extra', which is not in the base"
+st=128
+refused "$why" dcr-apply --layout "$T/mapx" --rank 0 "$T/sx/rank-0" "$T/xor-new"
+refused "$why" dcr-apply --layout "$T/mapx" --replica "$T/sx" "$T/xor-new"
+[ "$(snapshot "$T/sx/rank-0")" = "$xshards" ] || fail "xor-new, a map with the tensor: the shards changed"
+say "ok: xor-new refused by the layouts when the map lists the tensor"
 
 # a step that changes a tensor's dtype (a norm kept in F32) or shape (a
 # vocabulary grown by a row) is a step dcr-apply takes; a serving layout,
