@@ -5,7 +5,10 @@
 # crash or, in a sanitized build, a sanitizer report; and the packs
 # scripts/fuzz seeds its apply target with (a step from the harness's own
 # tensors, tests/fuzz/apply-base.py: default codec, plain, dense) apply
-# whole to what the harness holds, so that the fuzzer starts past every check.
+# whole to what the harness holds, and the deltas it seeds its place
+# target with place whole into the harness's serving ranks (every codec
+# over the replica, plain into one rank alone), so that the fuzzer starts
+# past every check.
 . "$DCR_SRC/tests/lib-dcr.sh"
 R="$DCR_BUILD/tests/fuzz-replay"
 [ -x "$R" ] || skip "tests/fuzz-replay is not built"
@@ -49,3 +52,36 @@ DCR_FUZZ_APPLY_MUST=1 "$R" "$T/dx.in" >/dev/null 2>"$T/err" || rc=$?
 [ $rc -ne 0 ] || fail "a step from other bits applied to the harness's tensors"
 grep -q "fuzz: apply: .*model.a" "$T/err" || { cat "$T/err"; fail "the refusal does not name model.a"; }
 say "the apply target's seeds apply whole"
+
+# place: the first byte after the target's picks rank 0, rank 1 or the
+# replica
+run 0 python3 "$DCR_SRC/tests/fuzz/apply-base.py" --place "$T/p"
+for c in auto delta classed plain; do
+	run 0 dcr-diff --no-cache --codec $c -o "$T/p-$c" "$T/p/v0" "$T/p/v1"
+	modes=2
+	[ $c != plain ] || modes="0 1 2"
+	for m in $modes; do
+		{ printf '\014'; printf "\\$(printf %o $m)"; cat "$T/p-$c"; } >"$T/p-$c-$m.in"
+		DCR_FUZZ_APPLY_MUST=1 run 0 "$R" "$T/p-$c-$m.in"
+	done
+done
+# a rank alone refuses what is coded against bits it holds only part of,
+# and the replica a step from other bits
+{ printf '\014\000'; cat "$T/p-delta"; } >"$T/px.in"
+rc=0
+DCR_FUZZ_APPLY_MUST=1 "$R" "$T/px.in" >/dev/null 2>"$T/err" || rc=$?
+[ $rc -ne 0 ] || fail "rank 0 alone placed items coded against bits it holds only part of"
+grep -q "fuzz: place: 'model.a' .*hold only part of it" "$T/err" || { cat "$T/err"; fail "the refusal does not name model.a"; }
+run 0 python3 -c '
+import struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+b[8 + struct.unpack_from("<Q", b)[0] + 100] ^= 1
+open(p, "wb").write(b)' "$T/p/v0/model.safetensors"
+run 0 dcr-diff --no-cache -o "$T/px" "$T/p/v0" "$T/p/v1"
+{ printf '\014\002'; cat "$T/px"; } >"$T/px.in"
+rc=0
+DCR_FUZZ_APPLY_MUST=1 "$R" "$T/px.in" >/dev/null 2>"$T/err" || rc=$?
+[ $rc -ne 0 ] || fail "a step from other bits placed into the harness's ranks"
+grep -q "fuzz: place: " "$T/err" || { cat "$T/err"; fail "no refusal from the place target"; }
+say "the place target's seeds place whole"

@@ -1310,7 +1310,6 @@ static int replica_resolve(struct dcr_receiver *const *rcs, uint32_t nranks,
 		goto out;
 	}
 	dcr_sha_final(hs.sha, &d);
-	hs.sha = NULL;
 	*canon = d;
 	if (have_pending && !memcmp(pending.b, d.b, 32)) {
 		/* an interrupted run of this delta: its resolution stands,
@@ -1348,7 +1347,6 @@ static int replica_resolve(struct dcr_receiver *const *rcs, uint32_t nranks,
 	for (uint32_t k = 0; k < nranks; k++)
 		dcr_ckpt_close(ck[k]), ck[k] = NULL;
 	dcr_sha_final(hk.sha, &rdg);
-	hk.sha = NULL;
 	if ((r = dcr_atomic_commit(&a, e)))
 		goto out;
 	r = spool_src_write(sp, &d, &rdg, e);

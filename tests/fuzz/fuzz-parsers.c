@@ -8,8 +8,9 @@
  * than announced, resumed and ranged requests, the cause of an error) and
  * S3 XML (a ListObjectsV2 page, an error body), and what AWS credential
  * sources answer (the shared config files' INI, a credential_process's or
- * an endpoint's JSON, STS's XML, ISO 8601 expiries), and the in-memory
- * apply of a pack to a fixed set of tensors. The first input byte
+ * an endpoint's JSON, STS's XML, ISO 8601 expiries), the in-memory
+ * apply of a pack to a fixed set of tensors, and the placement of a delta
+ * into the ranks of a fixed serving layout. The first input byte
  * picks the parser. Build and run with scripts/fuzz (clang, libFuzzer,
  * ASan, UBSan); scripts/fuzz TARGET runs one. */
 #include "config.h"
@@ -19,7 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fcntl.h>
+#include <ftw.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dcr.h"
@@ -399,6 +403,207 @@ static void apply(const uint8_t *p, size_t n)
 	}
 }
 
+/* The placement of a canonical delta into a serving layout: dcr_place of
+ * rank 0 or rank 1, or dcr_place_replica of both (the input's first byte
+ * picks), over the rank files that pmap makes of the canonical tensors
+ * ptab (byte j of tensor k is apply_byte(k, j); tests/fuzz/apply-base.py
+ * --place writes them, and a step, as a checkpoint). Every check of the
+ * delta's records and items against the map, the resolution of items
+ * coded against the receiver's bits, the rank's journaled apply. A refused
+ * placement must leave every rank file as it was (else the harness
+ * aborts); a placed one is undone before the next input. */
+static const struct {
+	const char *name, *dtype;
+	uint64_t nbytes;
+	const char *shape;
+} ptab[] = {
+	{"model.a", "BF16", 6144, "64,48"}, {"model.b", "F32", 2000, "500"},
+	{"model.c", "F16", 1122, "33,17"},  {"model.d", "U8", 1024, "1024"},
+	{"model.e", "F64", 800, "100"},     {"model.g", "F8_E4M3", 300, "300"},
+	{"model.h", "BF16", 512, "256"},
+};
+#define NPT (sizeof(ptab) / sizeof(ptab[0]))
+#define AFF(c, co, d) "{\"kind\": \"affine\", \"canon\": \"" c "\", \"coff\": " co ", \"soff\": 0, \"dims\": " d "}"
+#define STORED(r, n, dt, sh, pieces) \
+	"{\"rank\": " r ", \"name\": \"" n "\", \"dtype\": \"" dt "\", \"shape\": [" sh "], \"pieces\": [" pieces "]}"
+/* model.a split by rows, model.c by columns (rank 1's slice padded to
+ * rank 0's width), model.b replicated, model.d and model.e on rank 0 only,
+ * model.g on rank 1 only, model.h stored as F32 on rank 0 (a residual
+ * cast) and as itself on rank 1 */
+static const char pmap[] =
+	"{\"dcr_layout\": 1, \"tp\": 2, \"world\": 2, \"complete\": true, \"canonical\": ["
+	"{\"name\": \"model.a\", \"dtype\": \"BF16\", \"shape\": [64, 48]},"
+	"{\"name\": \"model.b\", \"dtype\": \"F32\", \"shape\": [500]},"
+	"{\"name\": \"model.c\", \"dtype\": \"F16\", \"shape\": [33, 17]},"
+	"{\"name\": \"model.d\", \"dtype\": \"U8\", \"shape\": [1024]},"
+	"{\"name\": \"model.e\", \"dtype\": \"F64\", \"shape\": [100]},"
+	"{\"name\": \"model.g\", \"dtype\": \"F8_E4M3\", \"shape\": [300]},"
+	"{\"name\": \"model.h\", \"dtype\": \"BF16\", \"shape\": [256]}], \"stored\": ["
+	STORED("0", "model.a", "BF16", "32, 48", AFF("model.a", "0", "[[1536, 1, 1]]")) ","
+	STORED("0", "model.b", "F32", "500", AFF("model.b", "0", "[[500, 1, 1]]")) ","
+	STORED("0", "model.c", "F16", "33, 9", AFF("model.c", "0", "[[33, 9, 17], [9, 1, 1]]")) ","
+	STORED("0", "model.d", "U8", "1024", AFF("model.d", "0", "[[1024, 1, 1]]")) ","
+	STORED("0", "model.e", "F64", "100", AFF("model.e", "0", "[[100, 1, 1]]")) ","
+	STORED("0", "model.h", "F32", "256",
+	       "{\"kind\": \"residual\", \"transform\": \"cast\", \"canon\": \"model.h\", \"coff\": 0, "
+	       "\"soff\": 0, \"dims\": [[256, 1, 1]]}") ","
+	STORED("1", "model.a", "BF16", "32, 48", AFF("model.a", "1536", "[[1536, 1, 1]]")) ","
+	STORED("1", "model.b", "F32", "500", AFF("model.b", "0", "[[500, 1, 1]]")) ","
+	STORED("1", "model.c", "F16", "33, 9",
+	       AFF("model.c", "9", "[[33, 9, 17], [8, 1, 1]]")
+	       ", {\"kind\": \"padding\", \"soff\": 8, \"dims\": [[33, 9]]}") ","
+	STORED("1", "model.g", "F8_E4M3", "300", AFF("model.g", "0", "[[300, 1, 1]]")) ","
+	STORED("1", "model.h", "BF16", "256", AFF("model.h", "0", "[[256, 1, 1]]")) "]}";
+
+static char *pdir;               /* the harness's directory */
+static struct dcr_layout *pL;
+static uint8_t *prank[2];        /* each rank's model.safetensors as made */
+static size_t prank_len[2];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st, (void)flag, (void)f;
+	return remove(path);
+}
+
+static void place_cleanup(void)
+{
+	if (pdir)
+		nftw(pdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void place_die(const char *what, const struct dcr_err *e)
+{
+	fprintf(stderr, "fuzz: place: %s%s%s\n", what, e ? ": " : "", e ? e->msg : "");
+	place_cleanup();
+	abort();
+}
+
+/* the canonical checkpoint, the map and its rank files, once */
+static void place_setup(void)
+{
+	struct dcr_err e = {0};
+	const char *tmp = access("/dev/shm", W_OK) ? getenv("TMPDIR") : "/dev/shm";
+	char *t = dcr_asprintf("%s/dcr-fuzz-place.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!t || !(pdir = mkdtemp(t)))
+		place_die("cannot make a directory", NULL);
+	atexit(place_cleanup);
+	char h[1024];
+	size_t hl = 0;
+	uint64_t off = 0;
+	struct dcr_buf d = {0};
+	hl += (size_t)snprintf(h, sizeof(h), "{");
+	for (size_t k = 0; k < NPT; k++) {
+		hl += (size_t)snprintf(h + hl, sizeof(h) - hl,
+				       "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%llu,%llu]}",
+				       k ? "," : "", ptab[k].name, ptab[k].dtype, ptab[k].shape,
+				       (unsigned long long)off, (unsigned long long)(off + ptab[k].nbytes));
+		off += ptab[k].nbytes;
+		for (uint64_t j = 0; j < ptab[k].nbytes; j++)
+			if (dcr_buf_add_u8(&d, apply_byte(k, j)))
+				place_die("out of memory", NULL);
+	}
+	hl += (size_t)snprintf(h + hl, sizeof(h) - hl, "}");
+	while (hl % 8 && hl < sizeof(h) - 1)
+		h[hl++] = ' ';
+	if (hl >= sizeof(h) - 1)
+		place_die("the header outgrew its buffer", NULL);
+	char *cdir = dcr_asprintf("%s/canon", pdir), *cf = dcr_asprintf("%s/canon/model.safetensors", pdir);
+	uint8_t len8[8];
+	put_le64(len8, hl);
+	int fd = cdir && cf && !mkdir(cdir, 0755) ? open(cf, O_WRONLY | O_CREAT | O_EXCL, 0644) : -1;
+	if (fd < 0 || dcr_write_full(fd, len8, 8) || dcr_write_full(fd, h, hl) ||
+	    dcr_write_full(fd, d.p, d.len) || close(fd))
+		place_die("cannot write the canonical checkpoint", NULL);
+	dcr_buf_free(&d);
+	struct dcr_ckpt *c;
+	char *made = dcr_asprintf("%s/made", pdir);
+	if (dcr_layout_parse(pmap, sizeof(pmap) - 1, &pL, &e) || dcr_ckpt_open(cdir, &c, &e) ||
+	    dcr_layout_materialize(pL, c, made, &e))
+		place_die("cannot make the ranks", &e);
+	dcr_ckpt_close(c);
+	for (int r = 0; r < 2; r++) {
+		char *f = dcr_asprintf("%s/rank-%d/model.safetensors", made, r);
+		if (!f || dcr_read_file(f, 1 << 20, &prank[r], &prank_len[r], &e))
+			place_die("cannot read a rank back", &e);
+		free(f);
+	}
+	free(made);
+	free(cdir);
+	free(cf);
+}
+
+/* rank r's directory (run/rank-R) as made, nothing in its .dcr */
+static char *place_fresh(int r)
+{
+	char *dir = dcr_asprintf("%s/run/rank-%d", pdir, r);
+	char *f = dcr_asprintf("%s/model.safetensors", dir);
+	if (!dir || !f)
+		place_die("out of memory", NULL);
+	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	struct dcr_err e;
+	if (dcr_mkdir_p(dir, &e) < 0)
+		place_die("cannot make a rank's directory", &e);
+	int fd = open(f, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || dcr_write_full(fd, prank[r], prank_len[r]) || close(fd))
+		place_die("cannot write a rank", NULL);
+	free(f);
+	return dir;
+}
+
+static int place_same(int r)
+{
+	char *f = dcr_asprintf("%s/run/rank-%d/model.safetensors", pdir, r);
+	uint8_t *b = NULL;
+	size_t n = 0;
+	struct dcr_err e;
+	int same = f && !dcr_read_file(f, 1 << 20, &b, &n, &e) && n == prank_len[r] &&
+		   !memcmp(b, prank[r], n);
+	free(b);
+	free(f);
+	return same;
+}
+
+static void place(const uint8_t *p, size_t n)
+{
+	if (!n)
+		return;
+	if (!pdir)
+		place_setup();
+	int mode = p[0] % 3; /* rank 0, rank 1, the replica */
+	struct mem m = {p + 1, n - 1, 0};
+	struct dcr_source src = {mem_read, &m};
+	struct dcr_receiver *rcs[2] = {NULL, NULL};
+	struct dcr_place_result res[2];
+	struct dcr_apply_opts o = {.what = "fuzz"};
+	struct dcr_err e = {0};
+	int r = 0;
+	for (int k = 0; k < 2 && !r; k++) {
+		char *dir = place_fresh(k);
+		if ((mode == 2 || mode == k) && dcr_receiver_open(dir, DCR_RECEIVER_LOCK, &rcs[k], &e))
+			place_die("cannot open a rank", &e);
+		free(dir);
+	}
+	if (mode == 2)
+		r = dcr_place_replica(rcs, 2, pL, src, NULL, 0, &o, res, &e);
+	else
+		r = dcr_place(rcs[mode], pL, (uint32_t)mode, src, NULL, 0, &o, res, &e);
+	for (int k = 0; k < 2; k++)
+		if (rcs[k])
+			dcr_receiver_close(rcs[k]);
+	if (r && getenv("DCR_FUZZ_APPLY_MUST")) {
+		fprintf(stderr, "fuzz: place: %s\n", e.msg);
+		place_cleanup();
+		abort();
+	}
+	for (int k = 0; k < 2 && r; k++)
+		if (!place_same(k)) {
+			fprintf(stderr, "fuzz: place: refused (%s), yet rank %d changed\n", e.msg, k);
+			place_cleanup();
+			abort();
+		}
+}
+
 /* DCR_FUZZ_ONLY=N (scripts/fuzz TARGET): parser N whatever the first
  * byte says, so that one parser is fuzzed alone; -1 or unset: the byte. */
 static int only = -1;
@@ -419,7 +624,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint8_t *p = data + 1;
 	size_t n = size - 1;
 	struct dcr_err e;
-	switch (only >= 0 ? only : data[0] % 12) {
+	switch (only >= 0 ? only : data[0] % 13) {
 	case 0: {
 		struct dcr_st *st;
 		if (!dcr_st_parse(p, n, &st, &e))
@@ -459,6 +664,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 9: s3xml(p, n); break;
 	case 10: aws(p, n); break;
 	case 11: apply(p, n); break;
+	case 12: place(p, n); break;
 	}
 	return 0;
 }
