@@ -323,6 +323,9 @@ int dcr_delta_reader_init_with(struct dcr_delta_reader *r, struct dcr_source src
 	return dcr_delta_reader_init_flags(r, src, head, head_len, 0, what, e);
 }
 
+static int reader_header(struct dcr_delta_reader *r, const uint8_t *head, size_t head_len,
+			 uint32_t accept, struct dcr_err *e);
+
 int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source src,
 				const uint8_t *head, size_t head_len, uint32_t accept,
 				const char *what, struct dcr_err *e)
@@ -334,6 +337,15 @@ int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source sr
 	if (!r->sum)
 		return dcr_err_sys(e, ENOMEM, "%s", r->what);
 	dcr_blake3_init(r->sum);
+	int s = reader_header(r, head, head_len, accept, e);
+	if (s)
+		dcr_delta_reader_release(r); /* a reader that failed holds nothing */
+	return s;
+}
+
+static int reader_header(struct dcr_delta_reader *r, const uint8_t *head, size_t head_len,
+			 uint32_t accept, struct dcr_err *e)
+{
 	uint8_t h[DCR_DELTA_HDR_LEN];
 	if (head_len > sizeof(h))
 		return dcr_err_set(e, DCR_EFORMAT, "%s: bad header", r->what);

@@ -167,6 +167,9 @@ struct dcr_delta_reader {
 	int journal;       /* accept journal-only records */
 	uint64_t nnames;   /* TENSOR and REMOVE records so far */
 };
+/* Read a delta's header from src. A reader that failed to start holds
+ * nothing (releasing it too is harmless); one that started is released
+ * with dcr_delta_reader_release. */
 int dcr_delta_reader_init(struct dcr_delta_reader *r, struct dcr_source src,
 			  const char *what, struct dcr_err *e);
 /* Initialise from a header already read (its 16 magic+version+flags bytes

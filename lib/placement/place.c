@@ -226,7 +226,7 @@ static int gather_canon(struct gather *g, uint32_t c, uint64_t start, uint64_t l
 		if (!g->ct || !g->looked)
 			return dcr_err_sys(e, ENOMEM, "placement");
 	}
-	if (nb + len > g->cap) {
+	if (!g->buf || nb + len > g->cap) { /* (an empty range too gets buffers) */
 		free(g->buf);
 		free(g->cov);
 		g->buf = malloc(nb + 1);
