@@ -165,7 +165,7 @@ struct gather {
 	const struct dcr_ckpt_tensor **ct; /* per map tensor, found lazily */
 	uint8_t *looked;
 	uint8_t *buf, *cov;		/* one range's bits, and which are known */
-	size_t cap;
+	size_t cap, ccap;		/* their room: bytes, elements */
 	/* dcr_layout_piece_runs' callback state */
 	const struct dcr_layout_piece *p;
 	const struct dcr_ckpt_tensor *t;
@@ -226,18 +226,29 @@ static int gather_canon(struct gather *g, uint32_t c, uint64_t start, uint64_t l
 		if (!g->ct || !g->looked)
 			return dcr_err_sys(e, ENOMEM, "placement");
 	}
-	if (!g->buf || nb + len > g->cap) { /* (an empty range too gets buffers) */
+	/* (each buffer sized on its own: a range of a narrower dtype needs
+	 * fewer bytes but more elements than a wider one of as many bytes;
+	 * an empty range too gets buffers) */
+	if (!g->buf || nb > g->cap) {
 		free(g->buf);
-		free(g->cov);
-		g->buf = malloc(nb + 1);
-		g->cov = malloc(len + 1);
-		g->cap = g->buf && g->cov ? nb + len : 0;
-		if (!g->cap)
+		if (!(g->buf = malloc(nb + 1))) {
+			g->cap = 0;
 			return dcr_err_sys(e, ENOMEM, "placement");
+		}
+		g->cap = nb;
+	}
+	if (!g->cov || len > g->ccap) {
+		free(g->cov);
+		if (!(g->cov = malloc((size_t)len + 1))) {
+			g->ccap = 0;
+			return dcr_err_sys(e, ENOMEM, "placement");
+		}
+		g->ccap = (size_t)len;
 	}
 	memset(g->cov, 0, (size_t)len);
 	*g = (struct gather){.L = g->L, .ck = g->ck, .nranks = g->nranks, .ct = g->ct,
 			     .looked = g->looked, .buf = g->buf, .cov = g->cov, .cap = g->cap,
+			     .ccap = g->ccap,
 			     .cdt = cn->dtype, .unit = unit, .start = start, .len = len,
 			     .name = cn->name};
 	for (size_t k = 0; k < cn->npieces && !g->bad; k++) {
