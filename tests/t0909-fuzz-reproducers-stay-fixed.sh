@@ -21,6 +21,26 @@ done
 [ $n -gt 0 ] || fail "no reproducer in tests/fuzz/regress"
 say "$n reproducers ran clean"
 
+# flip FILE: byte 100 of the safetensors file's data (its first tensor's)
+# changed
+flip() {
+	run 0 python3 -c '
+import struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+b[8 + struct.unpack_from("<Q", b)[0] + 100] ^= 1
+open(p, "wb").write(b)' "$1"
+}
+
+# refuses IN PATTERN WHAT: the harness, told that IN must go through,
+# aborts with a line that matches PATTERN
+refuses() {
+	rc=0
+	DCR_FUZZ_APPLY_MUST=1 "$R" "$1" >/dev/null 2>"$T/err" || rc=$?
+	[ $rc -ne 0 ] || fail "$3 went through"
+	grep -q "$2" "$T/err" || { cat "$T/err"; fail "$3: not refused for '$2'"; }
+}
+
 for c in dcr-diff dcr-pack python3; do
 	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
 done
@@ -37,20 +57,12 @@ for d in d dp dd; do
 done
 # a step from other bits (a byte of model.a's base changed) does not: the
 # check can fail
-run 0 python3 -c '
-import struct, sys
-p = sys.argv[1]
-b = bytearray(open(p, "rb").read())
-b[8 + struct.unpack_from("<Q", b)[0] + 100] ^= 1
-open(p, "wb").write(b)' "$T/a/v0/model.safetensors"
+flip "$T/a/v0/model.safetensors"
 run 0 dcr-diff --no-cache -o "$T/dx" "$T/a/v0" "$T/a/v1"
 run 0 dcr-pack -s 4K "$T/dx"
 mv "$T/out" "$T/dx.tar"
 { printf '\013'; cat "$T/dx.tar"; } >"$T/dx.in"
-rc=0
-DCR_FUZZ_APPLY_MUST=1 "$R" "$T/dx.in" >/dev/null 2>"$T/err" || rc=$?
-[ $rc -ne 0 ] || fail "a step from other bits applied to the harness's tensors"
-grep -q "fuzz: apply: .*model.a" "$T/err" || { cat "$T/err"; fail "the refusal does not name model.a"; }
+refuses "$T/dx.in" "fuzz: apply: .*model.a" "a step from other bits to the harness's tensors"
 say "the apply target's seeds apply whole"
 
 # place: the first byte after the target's picks rank 0, rank 1 or the
@@ -68,20 +80,10 @@ done
 # a rank alone refuses what is coded against bits it holds only part of,
 # and the replica a step from other bits
 { printf '\014\000'; cat "$T/p-delta"; } >"$T/px.in"
-rc=0
-DCR_FUZZ_APPLY_MUST=1 "$R" "$T/px.in" >/dev/null 2>"$T/err" || rc=$?
-[ $rc -ne 0 ] || fail "rank 0 alone placed items coded against bits it holds only part of"
-grep -q "fuzz: place: 'model.a' .*hold only part of it" "$T/err" || { cat "$T/err"; fail "the refusal does not name model.a"; }
-run 0 python3 -c '
-import struct, sys
-p = sys.argv[1]
-b = bytearray(open(p, "rb").read())
-b[8 + struct.unpack_from("<Q", b)[0] + 100] ^= 1
-open(p, "wb").write(b)' "$T/p/v0/model.safetensors"
+refuses "$T/px.in" "fuzz: place: 'model.a' .*hold only part of it" \
+	"rank 0 alone, items coded against bits it holds only part of"
+flip "$T/p/v0/model.safetensors"
 run 0 dcr-diff --no-cache -o "$T/px" "$T/p/v0" "$T/p/v1"
 { printf '\014\002'; cat "$T/px"; } >"$T/px.in"
-rc=0
-DCR_FUZZ_APPLY_MUST=1 "$R" "$T/px.in" >/dev/null 2>"$T/err" || rc=$?
-[ $rc -ne 0 ] || fail "a step from other bits placed into the harness's ranks"
-grep -q "fuzz: place: " "$T/err" || { cat "$T/err"; fail "no refusal from the place target"; }
+refuses "$T/px.in" "fuzz: place: " "a step from other bits to the harness's ranks"
 say "the place target's seeds place whole"
