@@ -10,8 +10,8 @@ usage: apply-base.py [--place] DIR
   DIR/v1/model.safetensors  about 3% of each tensor's elements changed
                             (10% of model.d, model.g whole; model.h's new
                             values finite, which its residual piece keeps)
-The tables below must match ftab[] and ptab[] in fuzz-parsers.c, in their
-order.
+The tables below must match, in their order, ftab[] in fuzz-parsers.c and
+the canonical tensors of its place target's map (pmap).
 """
 import json
 import os

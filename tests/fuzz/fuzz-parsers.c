@@ -405,24 +405,13 @@ static void apply(const uint8_t *p, size_t n)
 
 /* The placement of a canonical delta into a serving layout: dcr_place of
  * rank 0 or rank 1, or dcr_place_replica of both (the input's first byte
- * picks), over the rank files that pmap makes of the canonical tensors
- * ptab (byte j of tensor k is apply_byte(k, j); tests/fuzz/apply-base.py
+ * picks), over the rank files that pmap makes of its canonical tensors
+ * (byte j of tensor k is apply_byte(k, j); tests/fuzz/apply-base.py
  * --place writes them, and a step, as a checkpoint). Every check of the
  * delta's records and items against the map, the resolution of items
  * coded against the receiver's bits, the rank's journaled apply. A refused
  * placement must leave every rank file as it was (else the harness
  * aborts); a placed one is undone before the next input. */
-static const struct {
-	const char *name, *dtype;
-	uint64_t nbytes;
-	const char *shape;
-} ptab[] = {
-	{"model.a", "BF16", 6144, "64,48"}, {"model.b", "F32", 2000, "500"},
-	{"model.c", "F16", 1122, "33,17"},  {"model.d", "U8", 1024, "1024"},
-	{"model.e", "F64", 800, "100"},     {"model.g", "F8_E4M3", 300, "300"},
-	{"model.h", "BF16", 512, "256"},
-};
-#define NPT (sizeof(ptab) / sizeof(ptab[0]))
 #define AFF(c, co, d) "{\"kind\": \"affine\", \"canon\": \"" c "\", \"coff\": " co ", \"soff\": 0, \"dims\": " d "}"
 #define STORED(r, n, dt, sh, pieces) \
 	"{\"rank\": " r ", \"name\": \"" n "\", \"dtype\": \"" dt "\", \"shape\": [" sh "], \"pieces\": [" pieces "]}"
@@ -488,38 +477,41 @@ static void place_setup(void)
 	if (!t || !(pdir = mkdtemp(t)))
 		place_die("cannot make a directory", NULL);
 	atexit(place_cleanup);
-	char h[1024];
-	size_t hl = 0;
-	uint64_t off = 0;
-	struct dcr_buf d = {0};
-	hl += (size_t)snprintf(h, sizeof(h), "{");
-	for (size_t k = 0; k < NPT; k++) {
-		hl += (size_t)snprintf(h + hl, sizeof(h) - hl,
-				       "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%llu,%llu]}",
-				       k ? "," : "", ptab[k].name, ptab[k].dtype, ptab[k].shape,
-				       (unsigned long long)off, (unsigned long long)(off + ptab[k].nbytes));
-		off += ptab[k].nbytes;
-		for (uint64_t j = 0; j < ptab[k].nbytes; j++)
-			if (dcr_buf_add_u8(&d, apply_byte(k, j)))
-				place_die("out of memory", NULL);
+	if (dcr_layout_parse(pmap, sizeof(pmap) - 1, &pL, &e))
+		place_die("cannot read the map", &e);
+	/* the canonical checkpoint: the map's canonical tensors, in its order */
+	struct dcr_tensor_info ti[16];
+	size_t n = pL->ncanon;
+	if (n > sizeof(ti) / sizeof(ti[0]))
+		place_die("the map has too many canonical tensors", NULL);
+	for (size_t k = 0; k < n; k++) {
+		const struct dcr_layout_canon *cn = &pL->canon[k];
+		ti[k] = (struct dcr_tensor_info){.name = cn->name, .dtype = cn->dtype,
+						 .ndim = cn->ndim, .nelem = cn->nelem};
+		memcpy(ti[k].shape, cn->shape, sizeof(cn->shape));
 	}
-	hl += (size_t)snprintf(h + hl, sizeof(h) - hl, "}");
-	while (hl % 8 && hl < sizeof(h) - 1)
-		h[hl++] = ' ';
-	if (hl >= sizeof(h) - 1)
-		place_die("the header outgrew its buffer", NULL);
 	char *cdir = dcr_asprintf("%s/canon", pdir), *cf = dcr_asprintf("%s/canon/model.safetensors", pdir);
-	uint8_t len8[8];
-	put_le64(len8, hl);
-	int fd = cdir && cf && !mkdir(cdir, 0755) ? open(cf, O_WRONLY | O_CREAT | O_EXCL, 0644) : -1;
-	if (fd < 0 || dcr_write_full(fd, len8, 8) || dcr_write_full(fd, h, hl) ||
-	    dcr_write_full(fd, d.p, d.len) || close(fd))
-		place_die("cannot write the canonical checkpoint", NULL);
-	dcr_buf_free(&d);
+	struct dcr_st_writer *w = NULL;
+	if (!cdir || !cf || dcr_mkdir_p(cdir, &e) < 0 || dcr_st_layout(ti, n, &e) < 0 ||
+	    dcr_st_writer_new(cf, ti, n, NULL, 0, &w, &e) < 0)
+		place_die("cannot write the canonical checkpoint", &e);
+	for (size_t k = 0; k < n; k++) {
+		size_t nb = (size_t)(ti[k].end - ti[k].begin);
+		uint8_t *b = malloc(nb + 1);
+		if (!b)
+			place_die("out of memory", NULL);
+		for (size_t j = 0; j < nb; j++)
+			b[j] = apply_byte(k, j);
+		if (dcr_st_writer_write(w, b, nb, &e) < 0)
+			place_die("cannot write the canonical checkpoint", &e);
+		free(b);
+	}
+	if (dcr_st_writer_commit(w, &e) < 0)
+		place_die("cannot write the canonical checkpoint", &e);
+	dcr_st_writer_free(w);
 	struct dcr_ckpt *c;
 	char *made = dcr_asprintf("%s/made", pdir);
-	if (dcr_layout_parse(pmap, sizeof(pmap) - 1, &pL, &e) || dcr_ckpt_open(cdir, &c, &e) ||
-	    dcr_layout_materialize(pL, c, made, &e))
+	if (dcr_ckpt_open(cdir, &c, &e) || dcr_layout_materialize(pL, c, made, &e))
 		place_die("cannot make the ranks", &e);
 	dcr_ckpt_close(c);
 	for (int r = 0; r < 2; r++) {
