@@ -164,8 +164,7 @@ struct gather {
 	uint32_t nranks;
 	const struct dcr_ckpt_tensor **ct; /* per map tensor, found lazily */
 	uint8_t *looked;
-	uint8_t *buf, *cov;		/* one range's bits, and which are known */
-	size_t cap, ccap;		/* their room: bytes, elements */
+	struct dcr_buf bits, known;	/* one range's bits, and which are known */
 	/* dcr_layout_piece_runs' callback state */
 	const struct dcr_layout_piece *p;
 	const struct dcr_ckpt_tensor *t;
@@ -186,12 +185,12 @@ static int gather_run(void *arg, uint64_t sflat, uint64_t cflat, uint64_t len)
 	if (lo >= hi)
 		return 0;
 	if (g->p->kind == DCR_PIECE_AFFINE && g->sdt == g->cdt &&
-	    !memchr(g->cov + (lo - g->start), 1, (size_t)(hi - lo))) {
+	    !memchr(g->known.p + (lo - g->start), 1, (size_t)(hi - lo))) {
 		/* stored bits are the canonical ones, and none known yet (no
 		 * replica to compare with): copied as they are */
-		memcpy(g->buf + (lo - g->start) * g->unit, g->t->data + (sflat + (lo - cflat)) * su,
+		memcpy(g->bits.p + (lo - g->start) * g->unit, g->t->data + (sflat + (lo - cflat)) * su,
 		       (size_t)((hi - lo) * su));
-		memset(g->cov + (lo - g->start), 1, (size_t)(hi - lo));
+		memset(g->known.p + (lo - g->start), 1, (size_t)(hi - lo));
 		return 0;
 	}
 	for (uint64_t cf = lo; cf < hi; cf++) {
@@ -199,19 +198,19 @@ static int gather_run(void *arg, uint64_t sflat, uint64_t cflat, uint64_t len)
 		uint64_t v = g->p->kind == DCR_PIECE_AFFINE
 				     ? sb : dcr_xform_forward(g->p->xform, g->sdt, g->cdt, sb);
 		size_t k = (size_t)(cf - g->start);
-		if (g->cov[k] && load_unit(g->buf + k * g->unit, g->unit) != v) {
+		if (g->known.p[k] && load_unit(g->bits.p + k * g->unit, g->unit) != v) {
 			g->bad = 2;
 			g->bad_at = cf;
 			return 1;
 		}
-		store_unit(g->buf + k * g->unit, g->unit, v);
-		g->cov[k] = 1;
+		store_unit(g->bits.p + k * g->unit, g->unit, v);
+		g->known.p[k] = 1;
 	}
 	return 0;
 }
 
 /* The old bits of canonical tensor c's elements [start, start + len), in
- * g->buf; DCR_ENOTFOUND (message set) when the ranks held do not hold all
+ * g->bits; DCR_ENOTFOUND (message set) when the ranks held do not hold all
  * of them, DCR_EFORMAT when two replicas disagree. */
 static int gather_canon(struct gather *g, uint32_t c, uint64_t start, uint64_t len,
 			struct dcr_err *e)
@@ -226,29 +225,14 @@ static int gather_canon(struct gather *g, uint32_t c, uint64_t start, uint64_t l
 		if (!g->ct || !g->looked)
 			return dcr_err_sys(e, ENOMEM, "placement");
 	}
-	/* (each buffer sized on its own: a range of a narrower dtype needs
-	 * fewer bytes but more elements than a wider one of as many bytes;
-	 * an empty range too gets buffers) */
-	if (!g->buf || nb > g->cap) {
-		free(g->buf);
-		if (!(g->buf = malloc(nb + 1))) {
-			g->cap = 0;
-			return dcr_err_sys(e, ENOMEM, "placement");
-		}
-		g->cap = nb;
-	}
-	if (!g->cov || len > g->ccap) {
-		free(g->cov);
-		if (!(g->cov = malloc((size_t)len + 1))) {
-			g->ccap = 0;
-			return dcr_err_sys(e, ENOMEM, "placement");
-		}
-		g->ccap = (size_t)len;
-	}
-	memset(g->cov, 0, (size_t)len);
+	/* each buffer sized on its own (a range of a narrower dtype needs
+	 * fewer bytes but more elements than a wider one of as many bytes);
+	 * an empty range too gets buffers */
+	if (dcr_buf_reserve(&g->bits, nb + 1) || dcr_buf_reserve(&g->known, (size_t)len + 1))
+		return dcr_err_sys(e, ENOMEM, "placement");
+	memset(g->known.p, 0, (size_t)len);
 	*g = (struct gather){.L = g->L, .ck = g->ck, .nranks = g->nranks, .ct = g->ct,
-			     .looked = g->looked, .buf = g->buf, .cov = g->cov, .cap = g->cap,
-			     .ccap = g->ccap,
+			     .looked = g->looked, .bits = g->bits, .known = g->known,
 			     .cdt = cn->dtype, .unit = unit, .start = start, .len = len,
 			     .name = cn->name};
 	for (size_t k = 0; k < cn->npieces && !g->bad; k++) {
@@ -275,7 +259,7 @@ static int gather_canon(struct gather *g, uint32_t c, uint64_t start, uint64_t l
 				   "replicas of element %llu of '%s' differ between the ranks' files",
 				   (unsigned long long)g->bad_at, cn->name);
 	for (uint64_t k = 0; k < len; k++)
-		if (!g->cov[k])
+		if (!g->known.p[k])
 			return dcr_err_set(e, DCR_ENOTFOUND,
 					   "element %llu of '%s' is held by no rank given",
 					   (unsigned long long)(start + k), cn->name);
@@ -295,10 +279,10 @@ static int resolve_canon(struct gather *g, uint32_t c, const struct dcr_item *it
 				   "'%s' [%llu, %llu) is coded against the receiver's bits (codec %s), and these files hold only part of it: apply the delta over every rank of the replica (dcr-apply --layout MAP --replica DIR) or make it with dcr-diff --codec plain",
 				   cn->name, (unsigned long long)it->start,
 				   (unsigned long long)(it->start + it->len), dcr_codec_name(it->codec));
-	if (r || (r = dcr_item_resolve(it, unit, g->buf, ch, e)))
+	if (r || (r = dcr_item_resolve(it, unit, g->bits.p, ch, e)))
 		return r;
 	for (size_t k = 0; k < ch->n; k++)
-		ch->val[k] ^= load_unit(g->buf + ch->pos[k] * unit, unit);
+		ch->val[k] ^= load_unit(g->bits.p + ch->pos[k] * unit, unit);
 	return 0;
 }
 
@@ -306,8 +290,8 @@ static void gather_free(struct gather *g)
 {
 	free(g->ct);
 	free(g->looked);
-	free(g->buf);
-	free(g->cov);
+	dcr_buf_free(&g->bits);
+	dcr_buf_free(&g->known);
 }
 
 /* ---- reading the canonical delta into per-tensor placements ---- */
@@ -1138,7 +1122,7 @@ static int vhash_old(struct gather *g, uint32_t c, uint64_t a, uint64_t b,
 		int r = gather_canon(g, c, at, n, e);
 		if (r)
 			return r;
-		dcr_tdigest_update(td, g->buf, (size_t)(n * unit));
+		dcr_tdigest_update(td, g->bits.p, (size_t)(n * unit));
 	}
 	return 0;
 }
@@ -1172,8 +1156,8 @@ static int vtensor(struct gather *g, int fd, uint32_t c, const struct vitem *v, 
 		    (r = gather_canon(g, c, it.start, it.len, e)) ||
 		    (r = dcr_item_decode(&it, unit, ch, e)))
 			break;
-		dcr_scatter(g->buf, unit, ch->pos, ch->val, ch->n, it.enc == DCR_ENC_XOR);
-		dcr_tdigest_update(td, g->buf, (size_t)(it.len * unit));
+		dcr_scatter(g->bits.p, unit, ch->pos, ch->val, ch->n, it.enc == DCR_ENC_XOR);
+		dcr_tdigest_update(td, g->bits.p, (size_t)(it.len * unit));
 		at = it.start + it.len;
 	}
 	if (!r)
