@@ -40,8 +40,6 @@ static int min_advance(struct min *m, struct dcr_err *e)
 		if (q < 0)
 			return q;
 		if (q == 0 || m->rec.type == DCR_REC_END) {
-			if (m->at_end)
-				return 0;
 			m->at_end = 1;
 			return dcr_delta_check_end(&m->rd, m->ntensors, m->nitems, m->nchanges, e);
 		}
