@@ -323,26 +323,7 @@ int dcr_delta_reader_init_with(struct dcr_delta_reader *r, struct dcr_source src
 	return dcr_delta_reader_init_flags(r, src, head, head_len, 0, what, e);
 }
 
-static int reader_header(struct dcr_delta_reader *r, const uint8_t *head, size_t head_len,
-			 uint32_t accept, struct dcr_err *e);
-
-int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source src,
-				const uint8_t *head, size_t head_len, uint32_t accept,
-				const char *what, struct dcr_err *e)
-{
-	memset(r, 0, sizeof(*r));
-	r->src = src;
-	r->what = what ? what : "delta";
-	r->sum = malloc(sizeof(*r->sum));
-	if (!r->sum)
-		return dcr_err_sys(e, ENOMEM, "%s", r->what);
-	dcr_blake3_init(r->sum);
-	int s = reader_header(r, head, head_len, accept, e);
-	if (s)
-		dcr_delta_reader_release(r); /* a reader that failed holds nothing */
-	return s;
-}
-
+/* The header of r (head[0..head_len) of it already read), checked. */
 static int reader_header(struct dcr_delta_reader *r, const uint8_t *head, size_t head_len,
 			 uint32_t accept, struct dcr_err *e)
 {
@@ -379,6 +360,23 @@ static int reader_header(struct dcr_delta_reader *r, const uint8_t *head, size_t
 	memcpy(r->base.b, h + 16, 32);
 	memcpy(r->attempt, h + 48, 16);
 	return 0;
+}
+
+int dcr_delta_reader_init_flags(struct dcr_delta_reader *r, struct dcr_source src,
+				const uint8_t *head, size_t head_len, uint32_t accept,
+				const char *what, struct dcr_err *e)
+{
+	memset(r, 0, sizeof(*r));
+	r->src = src;
+	r->what = what ? what : "delta";
+	r->sum = malloc(sizeof(*r->sum));
+	if (!r->sum)
+		return dcr_err_sys(e, ENOMEM, "%s", r->what);
+	dcr_blake3_init(r->sum);
+	int s = reader_header(r, head, head_len, accept, e);
+	if (s)
+		dcr_delta_reader_release(r); /* a reader that failed holds nothing */
+	return s;
 }
 
 int dcr_delta_reader_init(struct dcr_delta_reader *r, struct dcr_source src,
