@@ -2,9 +2,11 @@
 # dcr-pull from a store holding bad objects, through the directory store and
 # HTTP: a corrupted, truncated, missing or swapped payload (another
 # payload's bytes, or the same index of another delta), a corrupted
-# manifest. Each ends in exit 128 and one line naming the object by its
-# store URL and the cause; dcr-pull | dcr-apply leaves the receiver's files
-# as they were; restoring the object makes the same pull succeed.
+# manifest, a FIFO in place of a payload in a directory store (pulled, or
+# applied as a pack directory). Each ends in exit 128 and one line naming
+# the object by its store URL and the cause; dcr-pull | dcr-apply leaves
+# the receiver's files as they were; restoring the object makes the same
+# pull succeed.
 . "$DCR_SRC/tests/lib-xfer.sh"
 need_node
 gen 8M 1
@@ -65,6 +67,22 @@ for S in "$T/store" "$H"; do
 	*) broken "$S" $P1 "no such object" ;;
 	esac
 	restore "$S" $P1
+	case $S in
+	http*) ;;
+	*)	# a FIFO where an object was: refused, not waited on for a
+		# writer (timeout only catches the hang)
+		rm "$S/v1/$P1" && mkfifo "$S/v1/$P1" || fail "mkfifo"
+		expect_fail 128 timeout 60 dcr-pull -q "$S/v1"
+		contains "$ERR" "$S/v1/$P1"
+		contains "$ERR" "not a regular file"
+		# the same directory applied as a pack directory
+		expect_fail 128 timeout 60 dcr-apply -q "$T/r" "$S/v1"
+		contains "$ERR" "$S/v1/$P1"
+		contains "$ERR" "not a regular file"
+		untouched "$T/r" "$T/snap"
+		rm "$S/v1/$P1"
+		restore "$S" $P1 ;;
+	esac
 	python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[60] ^= 1; open(sys.argv[2], "wb").write(b)' \
 		"$T/p/manifest.dcrm" "$T/bad" || fail "python3"
 	put_obj "$S" v1/manifest.dcrm "$T/bad"

@@ -556,7 +556,8 @@ int dcr_blob_map_fd(struct dcr_blob *b, int fd, const char *path, size_t max,
 int dcr_blob_map(struct dcr_blob *b, const char *path, size_t max, struct dcr_err *e)
 {
 	memset(b, 0, sizeof(*b));
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO is refused (not a regular file), not waited on */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return dcr_err_sys(e, errno, "cannot open '%s'", path);
 	int r = dcr_blob_map_fd(b, fd, path, max, e);

@@ -196,7 +196,9 @@ static int dir_open_obj(struct dcr_store *s, const char *name, char **pathp,
 	char *path = dir_path(s, name, e);
 	if (!path)
 		return -ENOMEM;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO put in the store must be refused below, not
+	 * wait for a writer in open(2); regular files ignore the flag */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	struct stat st;
 	if (fd < 0) {
 		int r = errno == ENOENT || errno == ENOTDIR
