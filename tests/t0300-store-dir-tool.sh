@@ -1,7 +1,8 @@
 #!/bin/sh
 # The directory store through store-tool: put/get/stat/list/delete, a missing
 # object is exit 2 naming it, put-if-absent refuses an existing name (exit 3)
-# and keeps the first content, parallel puts and gets round-trip.
+# and keeps the first content, parallel puts and gets round-trip, a listing
+# ends through loops and fans of symbolic links.
 . "$DCR_SRC/tests/lib-store.sh"
 S="$T/store"
 mkdata "$T/a" 100000
@@ -25,6 +26,32 @@ run_ok "$TOOL" --parallel 4 "$S" put-many v2/p- 40 5000
 run_ok "$TOOL" --parallel 4 "$S" get-many v2/p- 40 5000
 run_ok "$TOOL" "$S" list v2/
 [ "$(wc -l <"$T/out")" = 40 ] || fail "list v2/: $(cat "$T/out")"
+# symbolic links in a store somebody else writes: a loop (c1/up is v3)
+# and links that fan out (each c$i holds two links to c$((i+1)): 2^40
+# paths) cannot make a listing endless (timeout only catches the hang);
+# every object is listed under its own name
+mkdir "$S/v3"
+i=1
+while [ $i -le 40 ]; do
+	mkdir "$S/v3/c$i"
+	printf x >"$S/v3/c$i/o"
+	ln -s "../c$((i + 1))" "$S/v3/c$i/x"
+	ln -s "../c$((i + 1))" "$S/v3/c$i/y"
+	i=$((i + 1))
+done
+ln -s .. "$S/v3/c1/up"
+for p in v3/ "" v3/c1; do
+	run_ok timeout 60 "$TOOL" "$S" list $p
+	i=1
+	while [ $i -le 40 ]; do
+		case v3/c$i/o in
+		"$p"*) grep -qx "v3/c$i/o" "$T/out" || fail "list '$p' lacks v3/c$i/o" ;;
+		esac
+		i=$((i + 1))
+	done
+	[ "$(wc -l <"$T/out")" -lt 500 ] || fail "list '$p': $(wc -l <"$T/out") names"
+done
+rm -rf "$S/v3"
 run_ok "$TOOL" "$S" delete v1/payload-000000
 expect_fail 2 "$TOOL" "$S" delete v1/payload-000000
 expect_fail 128 "$TOOL" "$S" put ../escape "$T/a"

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sendfile.h>
@@ -15,6 +16,7 @@
 
 #include "core/digest.h"
 #include "core/file.h"
+#include "core/ntab.h"
 #include "core/util.h"
 #include "transport/store-dir.h"
 
@@ -364,11 +366,51 @@ static int is_temp(const char *base)
 	return base[0] == '.' && strstr(base, ".tmp-");
 }
 
-/* Walk dir (root/rel), adding regular files whose relative name starts with
- * prefix. */
-static int dir_walk(const char *root, struct dcr_buf *rel, const char *prefix,
-		    struct dcr_names *l, struct dcr_err *e)
+/* A listing's walk: the directories it has read, by device and inode. A
+ * directory reached through a symbolic link is read only if no name led
+ * to it before (one under its own name always is), so a loop of links, or
+ * links that fan out, in a store somebody else can write cannot make a
+ * listing endless: each link is followed at most once per directory it
+ * leads to. */
+struct walk {
+	const char *root, *prefix;
+	struct dcr_names *l;
+	struct dcr_ntab seen;
+};
+
+struct seen_dir {
+	char *name; /* = key (ntab's entries start with their name) */
+	char key[48];
+};
+
+/* 1 if d was read before in this walk, 0 if not (now recorded), <0. */
+static int walk_seen(struct walk *w, DIR *d)
 {
+	struct stat st;
+	if (fstat(dirfd(d), &st))
+		return -errno;
+	struct seen_dir *sd = malloc(sizeof(*sd));
+	if (!sd)
+		return -ENOMEM;
+	snprintf(sd->key, sizeof(sd->key), "%llx:%llx", (unsigned long long)st.st_dev,
+		 (unsigned long long)st.st_ino);
+	sd->name = sd->key;
+	if (dcr_ntab_get(&w->seen, sd->key)) {
+		free(sd);
+		return 1;
+	}
+	if (dcr_ntab_put(&w->seen, sd)) {
+		free(sd);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Walk dir (root/rel), adding regular files whose relative name starts with
+ * prefix; link: rel's last component is a symbolic link. */
+static int dir_walk(struct walk *w, struct dcr_buf *rel, int link, struct dcr_err *e)
+{
+	const char *root = w->root, *prefix = w->prefix;
 	char *path = rel->len ? dcr_asprintf("%s/%.*s", root, (int)rel->len, (char *)rel->p)
 			      : dcr_strdup(root);
 	if (!path)
@@ -380,7 +422,14 @@ static int dir_walk(const char *root, struct dcr_buf *rel, const char *prefix,
 		free(path);
 		return r;
 	}
-	int r = 0;
+	int r = walk_seen(w, d);
+	if (r < 0 || (r > 0 && link)) {
+		r = r > 0 ? 0 : dcr_err_sys(e, -r, "cannot list '%s'", path);
+		closedir(d);
+		free(path);
+		return r;
+	}
+	r = 0;
 	size_t plen = strlen(prefix), keep = rel->len;
 	struct dirent *de;
 	while (!r && (errno = 0, de = readdir(d))) {
@@ -395,19 +444,21 @@ static int dir_walk(const char *root, struct dcr_buf *rel, const char *prefix,
 		size_t cmp = rel->len < plen ? rel->len : plen;
 		if (memcmp(rel->p, prefix, cmp))
 			continue; /* cannot match below either */
-		int type = de->d_type;
+		int type = de->d_type, islink = type == DT_LNK;
 		if (type == DT_UNKNOWN || type == DT_LNK) {
 			struct stat st;
 			char *full = dcr_asprintf("%s/%s", path, b);
+			if (full && type == DT_UNKNOWN && !lstat(full, &st))
+				islink = S_ISLNK(st.st_mode);
 			type = full && !stat(full, &st)
 				? (S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN)
 				: DT_UNKNOWN;
 			free(full);
 		}
 		if (type == DT_DIR)
-			r = dir_walk(root, rel, prefix, l, e);
+			r = dir_walk(w, rel, islink, e);
 		else if (type == DT_REG && rel->len >= plen &&
-			 names_add(l, (char *)rel->p, rel->len))
+			 names_add(w->l, (char *)rel->p, rel->len))
 			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", path);
 	}
 	if (!r && errno)
@@ -422,14 +473,16 @@ static int dir_list(struct dcr_store *s, const char *prefix, struct dcr_names *l
 		    struct dcr_err *e)
 {
 	struct dcr_buf rel = {0};
+	struct walk w = {.root = dir_of(s)->root, .prefix = prefix, .l = l};
 	/* Start at the deepest directory the prefix names. */
 	const char *slash = strrchr(prefix, '/');
 	int r = 0;
 	if (slash && dcr_buf_add(&rel, prefix, (size_t)(slash - prefix)))
-		r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", dir_of(s)->root);
+		r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", w.root);
 	if (!r)
-		r = dir_walk(dir_of(s)->root, &rel, prefix, l, e);
+		r = dir_walk(&w, &rel, 0, e);
 	dcr_buf_free(&rel);
+	dcr_ntab_clear(&w.seen, free);
 	return r;
 }
 
