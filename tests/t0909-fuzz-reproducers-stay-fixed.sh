@@ -7,8 +7,9 @@
 # tensors, tests/fuzz/apply-base.py: default codec, plain, dense) apply
 # whole to what the harness holds, and the deltas it seeds its place
 # target with place whole into the harness's serving ranks (every codec
-# over the replica, plain into one rank alone), so that the fuzzer starts
-# past every check.
+# over the replica, plain into one rank alone), and the producers'
+# summaries it seeds its summary target with join, so that the fuzzer
+# starts past every check.
 . "$DCR_SRC/tests/lib-dcr.sh"
 R="$DCR_BUILD/tests/fuzz-replay"
 [ -x "$R" ] || skip "tests/fuzz-replay is not built"
@@ -87,3 +88,35 @@ run 0 dcr-diff --no-cache -o "$T/px" "$T/p/v0" "$T/p/v1"
 { printf '\014\002'; cat "$T/px"; } >"$T/px.in"
 refuses "$T/px.in" "fuzz: place: " "a step from other bits to the harness's ranks"
 say "the place target's seeds place whole"
+
+# summary: the two producers' summaries of one step of a pair of Megatron
+# tensor-parallel ranks build back to the same bytes and join; swapped,
+# they do not
+command -v dcr-layout >/dev/null 2>&1 || skip "dcr-layout is not on PATH"
+L="$DCR_SRC/tests/layout/llama-gqa.json"
+run 0 python3 -S "$DCR_SRC/tests/layout-slice.py" canon "$L" -o "$T/sc0" --seed 7
+run 0 python3 -S "$DCR_SRC/tests/layout-step.py" step "$T/sc0" -o "$T/sc1" --rate 0.05 --seed 8
+run 0 dcr-layout generate --config "$L" --framework megatron --tp 2 -o "$T/smap.json"
+for c in 0 1; do
+	run 0 python3 -S "$DCR_SRC/tests/layout-slice.py" slice "$L" "$T/sc$c" --framework megatron \
+		--tp 2 -o "$T/st$c"
+done
+base=$(state_id "$T/sc0")
+for r in 0 1; do
+	run 0 dcr-diff --layout "$T/smap.json" --rank $r --base-id "$base" -o "$T/sd$r" \
+		"$T/st0/rank-$r" "$T/st1/rank-$r"
+	run 0 dcr-pack --producer $r/2 -s 4K -o "$T/sp$r" "$T/sd$r"
+	{ printf '\015\000'; cat "$T/sp$r/summary-00000$r.dcrs"; } >"$T/s$r.in"
+	run 0 "$R" "$T/s$r.in"
+done
+# joined A B: the harness's input that joins summaries A and B
+joined() {
+	printf '\015\001'
+	python3 -c 'import os, struct, sys; sys.stdout.buffer.write(struct.pack("<I", os.path.getsize(sys.argv[1])))' "$1"
+	cat "$1" "$2"
+}
+joined "$T/sp0/summary-000000.dcrs" "$T/sp1/summary-000001.dcrs" >"$T/sj.in"
+DCR_FUZZ_APPLY_MUST=1 run 0 "$R" "$T/sj.in"
+joined "$T/sp1/summary-000001.dcrs" "$T/sp0/summary-000000.dcrs" >"$T/sx.in"
+refuses "$T/sx.in" "fuzz: summary: summary 0 is producer 1 of 2" "two summaries swapped"
+say "the summary target's seeds join"

@@ -9,8 +9,9 @@
  * S3 XML (a ListObjectsV2 page, an error body), and what AWS credential
  * sources answer (the shared config files' INI, a credential_process's or
  * an endpoint's JSON, STS's XML, ISO 8601 expiries), the in-memory
- * apply of a pack to a fixed set of tensors, and the placement of a delta
- * into the ranks of a fixed serving layout. The first input byte
+ * apply of a pack to a fixed set of tensors, the placement of a delta
+ * into the ranks of a fixed serving layout, and producers' summaries (each
+ * built back, two joined into a manifest). The first input byte
  * picks the parser. Build and run with scripts/fuzz (clang, libFuzzer,
  * ASan, UBSan); scripts/fuzz TARGET runs one. */
 #include "config.h"
@@ -596,6 +597,60 @@ static void place(const uint8_t *p, size_t n)
 		}
 }
 
+/* summary: with p[0] even, a producer's summary parsed, built back and
+ * parsed again, which must give the same bytes; odd, two summaries (the
+ * first's length in le32 after the byte) joined into a pack's manifest as
+ * producers 0 and 1 (the first alone when only it parses). The summaries
+ * come from the store, put there by each training rank. */
+static void summary(const uint8_t *p, size_t n)
+{
+	struct dcr_err e = {0};
+	struct dcr_summary v[2];
+	if (!n)
+		return;
+	int join = p[0] & 1;
+	p++, n--;
+	if (!join) {
+		if (dcr_summary_parse(p, n, "fuzz", &v[0], &e))
+			return;
+		struct dcr_buf b[2] = {{0}, {0}};
+		int r = dcr_summary_build(&v[0], &b[0], &e) ||
+			dcr_summary_parse(b[0].p, b[0].len, "fuzz", &v[1], &e);
+		if (r) {
+			fprintf(stderr, "fuzz: summary: a parsed summary does not build back: %s\n", e.msg);
+			abort();
+		}
+		if (dcr_summary_build(&v[1], &b[1], &e) || b[0].len != b[1].len ||
+		    memcmp(b[0].p, b[1].p, b[0].len)) {
+			fprintf(stderr, "fuzz: summary: built twice, two different summaries\n");
+			abort();
+		}
+		dcr_summary_release(&v[1]);
+		dcr_summary_release(&v[0]);
+		dcr_buf_free(&b[0]);
+		dcr_buf_free(&b[1]);
+		return;
+	}
+	if (n < 4)
+		return;
+	size_t len0 = get_le32(p);
+	p += 4, n -= 4;
+	if (len0 > n || dcr_summary_parse(p, len0, "fuzz", &v[0], &e))
+		return;
+	uint32_t k = dcr_summary_parse(p + len0, n - len0, "fuzz", &v[1], &e) ? 1 : 2;
+	const char *names[2] = {"summary 0", "summary 1"};
+	struct dcr_manifest m;
+	int r = dcr_summaries_join(v, names, k, &m, &e);
+	if (!r)
+		dcr_manifest_release(&m);
+	else if (getenv("DCR_FUZZ_APPLY_MUST")) {
+		fprintf(stderr, "fuzz: summary: %s\n", e.msg);
+		abort();
+	}
+	for (uint32_t i = 0; i < k; i++)
+		dcr_summary_release(&v[i]);
+}
+
 /* DCR_FUZZ_ONLY=N (scripts/fuzz TARGET): parser N whatever the first
  * byte says, so that one parser is fuzzed alone; -1 or unset: the byte. */
 static int only = -1;
@@ -616,7 +671,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint8_t *p = data + 1;
 	size_t n = size - 1;
 	struct dcr_err e;
-	switch (only >= 0 ? only : data[0] % 13) {
+	switch (only >= 0 ? only : data[0] % 14) {
 	case 0: {
 		struct dcr_st *st;
 		if (!dcr_st_parse(p, n, &st, &e))
@@ -657,6 +712,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 10: aws(p, n); break;
 	case 11: apply(p, n); break;
 	case 12: place(p, n); break;
+	case 13: summary(p, n); break;
 	}
 	return 0;
 }
