@@ -40,6 +40,16 @@ run 0 dcr-commit "$T/ra" --store "$S" --policy pol --receiver ra
 # an acknowledgement naming another state does not count
 printf 'dcr-ack 1\nversion 1\nstate %s\nreceiver rx\n' "$S3" >"$S/pol/acks/v1/rx"
 run 1 dcr-commit --store "$S" --policy pol --version 1 --expect 2
+# nor does one of the right state padded past 64 KiB: the trainer reads no
+# acknowledgement or ref larger than that (the store's holder could make
+# each a gigabyte)
+{
+	printf 'dcr-ack 1\nversion 1\nstate %s\nreceiver ry\n' "$S1"
+	head -c 70000 /dev/zero | tr '\0' ' '
+} >"$S/pol/acks/v1/ry"
+run 1 dcr-commit --store "$S" --policy pol --version 1 --expect 2
+grep -q "1 of 2" "$T/err" || fail "a padded acknowledgement counted: '$(cat "$T/err")'"
+rm "$S/pol/acks/v1/ry"
 run 0 dcr-commit "$T/rb" --store "$S" --policy pol --receiver rb
 [ -f "$S/pol/acks/v1/rb" ] || fail "rb did not acknowledge"
 # the local HEAD moved

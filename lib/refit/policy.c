@@ -35,6 +35,32 @@ static int check_receiver(const char *receiver, struct dcr_err *e)
 	return 0;
 }
 
+/* The most bytes an acknowledgement or a ref may hold (they are a few
+ * lines; a store that holds more is not read further). */
+#define RECORD_MAX (64u << 10)
+
+/* One acknowledgement or ref from the store into *buf, NUL-terminated:
+ * 0, DCR_ENOTFOUND (with a message), or an error. */
+static int get_record(struct dcr_store *s, const char *name, uint8_t **buf, size_t *len,
+		      struct dcr_err *e)
+{
+	int r = dcr_store_get_small(s, name, RECORD_MAX, "an acknowledgement or a ref", buf, len, e);
+	if (!r && !*buf)
+		return dcr_err_set(e, DCR_ENOTFOUND, "'%s/%s': no such object", dcr_store_url(s),
+				   name);
+	uint8_t *p = r ? NULL : realloc(*buf, *len + 1);
+	if (!r && !p)
+		r = dcr_err_sys(e, ENOMEM, "cannot read '%s'", name);
+	if (r) {
+		free(*buf);
+		*buf = NULL;
+		return r;
+	}
+	p[*len] = 0;
+	*buf = p;
+	return 0;
+}
+
 int dcr_ack_put(struct dcr_store *s, const char *policy, uint64_t version, const char *receiver,
 		const dcr_digest *state, struct dcr_err *e)
 {
@@ -97,9 +123,9 @@ int dcr_acks_list(struct dcr_store *s, const char *policy, uint64_t version,
 			continue;
 		uint8_t *buf;
 		size_t len;
-		int q = dcr_store_get(s, names[i], &buf, &len, e);
-		if (q == DCR_ENOTFOUND)
-			continue;
+		int q = get_record(s, names[i], &buf, &len, e);
+		if (q == DCR_ENOTFOUND || q == DCR_EFORMAT)
+			continue; /* gone, or far too large: not counted */
 		if (q) {
 			r = q;
 			break;
@@ -144,7 +170,7 @@ int dcr_policy_ref(struct dcr_store *s, const char *policy, uint64_t version, dc
 	char *name = dcr_asprintf("%s/refs/v%llu", policy, (unsigned long long)version);
 	uint8_t *buf = NULL;
 	size_t len;
-	int r = name ? dcr_store_get(s, name, &buf, &len, e) : dcr_err_sys(e, ENOMEM, "ref");
+	int r = name ? get_record(s, name, &buf, &len, e) : dcr_err_sys(e, ENOMEM, "ref");
 	if (!r && parse_ref(buf, len, version, state))
 		r = dcr_err_set(e, DCR_EFORMAT, "'%s' is not a dcr ref", name);
 	free(buf);
