@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "dcr.h"
+#include "core/bytes.h"
 
 struct shape {
 	int dtype;
@@ -535,6 +536,17 @@ Test(state, overlaps_gaps_and_strangers_refused)
 	cr_assert_eq(dcr_blake3_part_decode(b.p, b.len - 1, NULL, &back, &e), DCR_EFORMAT);
 	cr_assert_eq(dcr_blake3_part_decode(b.p, b.len, NULL, &back, &e), 0, "%s", e.msg);
 	dcr_blake3_part_free(&back);
+	/* a part that claims more bytes than follow it, of a stream whose
+	 * length is near 2^64: its chunk count once wrapped to 0, which made
+	 * its last 4 GiB one "head" of bytes, allocated before the check */
+	cr_assert_eq(dcr_blake3_nchunks(UINT64_MAX), (UINT64_MAX >> 10) + 1);
+	cr_assert_eq(dcr_blake3_nchunks(UINT64_MAX - 1023), UINT64_MAX >> 10);
+	uint8_t huge[24 + 16] = {0};
+	put_le64(huge, UINT64_MAX - ((uint64_t)1 << 32));
+	put_le64(huge + 8, UINT64_MAX);
+	put_le64(huge + 16, UINT64_MAX);
+	cr_assert_eq(dcr_blake3_part_decode(huge, sizeof(huge), NULL, &back, &e), DCR_EFORMAT);
+	cr_assert(strstr(e.msg, "truncated"), "%s", e.msg);
 	/* a run past its stream, and rows outside the tensor */
 	cr_assert_neq(dcr_blake3_part_of(t, 10, 5, 100, &back), 0);
 	cr_assert_neq(dcr_stripes_parts(&st, t, 0, 301, 0, 1000, &more, &e), 0);

@@ -515,7 +515,7 @@ void dcr_blake3(const void *p, size_t n, dcr_digest *out)
 
 uint64_t dcr_blake3_nchunks(uint64_t n)
 {
-	return n ? (n + CHUNK_LEN - 1) / CHUNK_LEN : 1;
+	return n ? n / CHUNK_LEN + (n % CHUNK_LEN != 0) : 1; /* (n + 1023 could wrap) */
 }
 
 /* chunks in the left child of a node of m >= 2 chunks */
@@ -1082,6 +1082,12 @@ int dcr_blake3_part_decode(const uint8_t *buf, size_t len, size_t *used,
 		return dcr_err_set(e, DCR_EFORMAT, "digest part names bytes [%llu, %llu) of %llu",
 				   (unsigned long long)a, (unsigned long long)b,
 				   (unsigned long long)n);
+	/* the bytes it claims are there before any room is made for them */
+	uint64_t ca, cb;
+	size_t hl, tl;
+	part_shape(a, b, n, &ca, &cb, &hl, &tl);
+	if (hl > len - 24 || tl > len - 24 - hl)
+		return dcr_err_set(e, DCR_EFORMAT, "digest part is truncated");
 	int r = part_alloc(p, a, b, n);
 	if (r)
 		return dcr_err_sys(e, -r, "digest part");
