@@ -105,7 +105,10 @@ static int fetch_summary(struct dcr_store *s, const char *name, uint32_t p, uint
 	if (r)
 		return r;
 	st->summary_bytes += g->len;
-	if ((r = dcr_summary_parse(g->buf, g->len, g->what, &g->s, e)))
+	r = dcr_summary_parse(g->buf, g->len, g->what, &g->s, e);
+	free(g->buf); /* the parsed summary holds copies of what it needs */
+	g->buf = NULL;
+	if (r)
 		goto drop;
 	if (g->s.producer != p) {
 		r = dcr_err_set(e, DCR_EFORMAT, "%s holds producer %u's summary (a duplicated summary)",
