@@ -2621,6 +2621,11 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 		rc = dcr_err_sys(e, ENOMEM, "relay");
 		goto fail;
 	}
+	/* a directory parent is read only under its root: what the relay
+	 * reads, it serves, and a symbolic link somebody put in the store
+	 * must not lead a child to the relay's own files */
+	struct dcr_store_opts so = o->store ? *o->store : (struct dcr_store_opts){0};
+	so.beneath = 1;
 	for (size_t i = 0; i < o->nparents; i++) {
 		const char *u = o->parents[i];
 		size_t n = strlen(u);
@@ -2630,7 +2635,7 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 			rc = dcr_err_sys(e, ENOMEM, "relay");
 			goto fail;
 		}
-		if ((rc = dcr_store_open(r->parents[i].url, o->store, &r->parents[i].s, e)))
+		if ((rc = dcr_store_open(r->parents[i].url, &so, &r->parents[i].s, e)))
 			goto fail;
 		r->np++;
 		/* from here on the URL is for messages, the log and the status

@@ -12,7 +12,13 @@
 #include <string.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#if defined(__has_include)
+#if __has_include(<linux/openat2.h>)
+#include <linux/openat2.h>
+#endif
+#endif
 
 #include "core/digest.h"
 #include "core/file.h"
@@ -22,6 +28,7 @@
 
 struct dir {
 	char *root;
+	int beneath; /* the opts' beneath */
 };
 
 static struct dir *dir_of(struct dcr_store *s) { return s->impl; }
@@ -39,8 +46,57 @@ static int dir_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 		free(d);
 		return dcr_err_sys(e, ENOMEM, "cannot open store '%s'", url);
 	}
+	d->beneath = s->o.beneath;
 	s->impl = d;
 	return 0;
+}
+
+/* root/name opened with flags, or -errno; with beneath, a path that leads
+ * out of the root (through a symbolic link) is -EXDEV: openat2(2)'s
+ * RESOLVE_BENEATH where the kernel has it (5.6), else the opened file's
+ * own path (/proc/self/fd) checked against the root's. */
+static int open_obj(const struct dir *d, const char *name, int flags)
+{
+	if (!d->beneath) {
+		char *path = dcr_path_join(d->root, name);
+		int fd = path ? open(path, flags) : -1, err = path ? errno : ENOMEM;
+		free(path);
+		return fd >= 0 ? fd : -err;
+	}
+	int rfd = open(d->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rfd < 0)
+		return -errno;
+	int fd = -1, err = ENOSYS;
+#if defined(SYS_openat2) && defined(RESOLVE_BENEATH)
+	/* (DCR_TEST_NO_OPENAT2 takes the other way, for the tests) */
+	const char *no = getenv("DCR_TEST_NO_OPENAT2");
+	if (!no || !*no) {
+		struct open_how how = {.flags = (uint64_t)flags,
+				       .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+		fd = (int)syscall(SYS_openat2, rfd, name, &how, sizeof(how));
+		err = fd < 0 ? errno : 0;
+	}
+#endif
+	if (fd < 0 && err == ENOSYS) {
+		fd = openat(rfd, name, flags);
+		err = fd < 0 ? errno : 0;
+		char link[64], want[PATH_MAX], got[PATH_MAX];
+		ssize_t wn = -1, gn = -1;
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", rfd);
+		if (fd >= 0 && (wn = readlink(link, want, sizeof(want) - 1)) > 0) {
+			snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+			gn = readlink(link, got, sizeof(got) - 1);
+		}
+		int inside = wn == 1 || /* the root is "/" */
+			     (wn > 0 && gn > wn && !memcmp(got, want, (size_t)wn) && got[wn] == '/');
+		if (fd >= 0 && !inside) {
+			close(fd);
+			fd = -1;
+			err = EXDEV;
+		}
+	}
+	close(rfd);
+	return fd >= 0 ? fd : -(err == ELOOP ? EXDEV : err);
 }
 
 static void dir_close(struct dcr_store *s)
@@ -200,12 +256,16 @@ static int dir_open_obj(struct dcr_store *s, const char *name, char **pathp,
 		return -ENOMEM;
 	/* O_NONBLOCK: a FIFO put in the store must be refused below, not
 	 * wait for a writer in open(2); regular files ignore the flag */
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	int fd = open_obj(dir_of(s), name, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	struct stat st;
 	if (fd < 0) {
-		int r = errno == ENOENT || errno == ENOTDIR
+		int r = fd == -ENOENT || fd == -ENOTDIR
 			? dcr_err_set(e, DCR_ENOTFOUND, "cannot open '%s': no such object", path)
-			: dcr_err_sys(e, errno, "cannot open '%s'", path);
+			: fd == -EXDEV
+			? dcr_err_set(e, DCR_ENOTFOUND,
+				      "cannot open '%s': no such object in the store (a symbolic link leads out of it)",
+				      path)
+			: dcr_err_sys(e, -fd, "cannot open '%s'", path);
 		free(path);
 		return r;
 	}
@@ -373,6 +433,7 @@ static int is_temp(const char *base)
  * listing endless: each link is followed at most once per directory it
  * leads to. */
 struct walk {
+	const struct dir *d;
 	const char *root, *prefix;
 	struct dcr_names *l;
 	struct dcr_ntab seen;
@@ -406,11 +467,28 @@ static int walk_seen(struct walk *w, DIR *d)
 	return 0;
 }
 
+/* With beneath, 1 if rel (relative to the root) lies under the root, 0 if
+ * it does not or is gone, <0 an error; without, 1. */
+static int walk_beneath(const struct walk *w, const struct dcr_buf *rel, int flags)
+{
+	if (!w->d->beneath || !rel->len)
+		return 1;
+	char *name = strndup((const char *)rel->p, rel->len);
+	int fd = name ? open_obj(w->d, name, flags | O_PATH | O_CLOEXEC) : -ENOMEM;
+	free(name);
+	if (fd >= 0)
+		close(fd);
+	return fd >= 0 ? 1 : fd == -EXDEV || fd == -ENOENT || fd == -ENOTDIR ? 0 : fd;
+}
+
 /* Walk dir (root/rel), adding regular files whose relative name starts with
  * prefix; link: rel's last component is a symbolic link. */
 static int dir_walk(struct walk *w, struct dcr_buf *rel, int link, struct dcr_err *e)
 {
 	const char *root = w->root, *prefix = w->prefix;
+	int in = walk_beneath(w, rel, O_DIRECTORY);
+	if (in <= 0)
+		return in ? dcr_err_sys(e, -in, "cannot list '%s'", root) : 0;
 	char *path = rel->len ? dcr_asprintf("%s/%.*s", root, (int)rel->len, (char *)rel->p)
 			      : dcr_strdup(root);
 	if (!path)
@@ -455,11 +533,15 @@ static int dir_walk(struct walk *w, struct dcr_buf *rel, int link, struct dcr_er
 				: DT_UNKNOWN;
 			free(full);
 		}
-		if (type == DT_DIR)
+		if (type == DT_DIR) {
 			r = dir_walk(w, rel, islink, e);
-		else if (type == DT_REG && rel->len >= plen &&
-			 names_add(w->l, (char *)rel->p, rel->len))
-			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", path);
+		} else if (type == DT_REG && rel->len >= plen) {
+			int in = islink ? walk_beneath(w, rel, 0) : 1;
+			if (in < 0)
+				r = dcr_err_sys(e, -in, "cannot list '%s'", path);
+			else if (in && names_add(w->l, (char *)rel->p, rel->len))
+				r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", path);
+		}
 	}
 	if (!r && errno)
 		r = dcr_err_sys(e, errno, "cannot list '%s'", path);
@@ -473,7 +555,7 @@ static int dir_list(struct dcr_store *s, const char *prefix, struct dcr_names *l
 		    struct dcr_err *e)
 {
 	struct dcr_buf rel = {0};
-	struct walk w = {.root = dir_of(s)->root, .prefix = prefix, .l = l};
+	struct walk w = {.d = dir_of(s), .root = dir_of(s)->root, .prefix = prefix, .l = l};
 	/* Start at the deepest directory the prefix names. */
 	const char *slash = strrchr(prefix, '/');
 	int r = 0;

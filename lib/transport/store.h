@@ -69,6 +69,11 @@ struct dcr_store_opts {
 	int backoff_ms;        /* first retry delay, doubled each time (capped
 				  at 10 s, jittered); 0: 200 */
 	int list_page;         /* s3 max-keys per ListObjectsV2 page; 0: 1000 */
+	int beneath;           /* a directory: read and list only what lies
+				  under it: an object reached through a
+				  symbolic link that leads out of it is no
+				  such object (a relay sets this: what it
+				  reads, it serves to the network) */
 	uint64_t multipart_threshold; /* s3: objects larger than this go up as
 				  multipart uploads, parts in parallel; 0:
 				  128 MiB (a 64 MiB payload is one PUT: push
