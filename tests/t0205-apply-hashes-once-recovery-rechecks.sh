@@ -5,7 +5,9 @@
 # and verifies the same tensors. A recovery (a journal committed by a run
 # that was killed) always hashes after the write: a byte of a touched
 # tensor changed behind the journal's back (one no overwrite restores) is
-# found there, and the receiver is not declared at the target.
+# found there, and the receiver is not declared at the target; that
+# failure, and a journal corrupted on disk, name the way out (move the
+# journal aside, apply a dense copy), which ends at the target.
 . "$DCR_SRC/tests/lib-dcr.sh"
 command -v gen-checkpoint >/dev/null 2>&1 || skip "gen-checkpoint is not built"
 
@@ -64,6 +66,7 @@ same "$T/b" "$T/g/v1"
 # killed after the commit point: the first fault that leaves a journal
 crash_committed "$T/g/v0" "$T/d" "$T/c"
 cp -r "$T/c" "$T/c2"
+cp -r "$T/c" "$T/c3"
 # a byte the step leaves alone, inside a tensor it touches, flipped
 python3 - "$T/g/v0/model.safetensors" "$T/g/v1/model.safetensors" "$T/c/model.safetensors" <<'EOF'
 import json, struct, sys
@@ -88,6 +91,31 @@ run 128 dcr-apply --recover "$T/c"
 one_line_error dcr-apply
 grep -q "does not match its target digest after apply" "$T/err" || { cat "$T/err" >&2; fail "the recovery did not hash after the write"; }
 [ -e "$T/c/.dcr/journal" ] || fail "the journal is gone after a failed recovery"
+# every apply would stop there again: the message names the way out, and
+# following it ends at the target
+way_out() {
+	grep -q "move '$1/.dcr/journal' aside, then restore them from a dense copy" "$T/err" ||
+		{ cat "$T/err" >&2; fail "no way out named"; }
+	mv "$1/.dcr/journal" "$T/journal.bad"
+	run 0 dcr-diff --dense -o "$T/dense" "$T/g/v1"
+	run 0 dcr-apply "$1" "$T/dense"
+	same "$1" "$T/g/v1"
+}
+way_out "$T/c"
+# a journal corrupt in its middle (a disk's bit rot): refused before
+# anything is written, with the same way out
+python3 -c 'import os, sys
+p = sys.argv[1]
+with open(p, "r+b") as f:
+    f.seek(os.path.getsize(p) // 2)
+    b = f.read(1)
+    f.seek(-1, 1)
+    f.write(bytes([b[0] ^ 0x10]))' "$T/c3/.dcr/journal"
+before=$(snapshot "$T/c3")
+run 128 dcr-apply --recover "$T/c3"
+one_line_error dcr-apply
+[ "$(snapshot "$T/c3")" = "$before" ] || fail "a corrupt journal was replayed"
+way_out "$T/c3"
 # the same crash without the flipped byte recovers to the target
 run 0 dcr-apply --recover "$T/c2"
 same "$T/c2" "$T/g/v1"

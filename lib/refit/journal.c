@@ -1304,6 +1304,20 @@ int ap_recover(struct dcr_receiver *rc, const struct dcr_apply_opts *o,
 		return 0;
 	struct ctx x = {.rc = rc, .o = o};
 	int r = ap_replay(&x, NULL, NULL, e);
+	if (r == DCR_EFORMAT || r == DCR_EDIGEST) {
+		/* a journal that cannot be read, or files that did not come out
+		 * as it says: every apply would stop here again, so name the
+		 * way out */
+		char why[512];
+		size_t n = strnlen(e->msg, sizeof(why) - 1);
+		memcpy(why, e->msg, n);
+		why[n] = 0;
+		char *j = dcr_receiver_path(rc, "journal");
+		r = dcr_err_set(e, r,
+				"receiver '%s': cannot finish the apply a crash interrupted (%s); its files may hold part of it: move '%s' aside, then restore them from a dense copy (dcr-pull --dense STORE/NAME | dcr-apply '%s')",
+				rc->dir, why, j ? j : ".dcr/journal", rc->dir);
+		free(j);
+	}
 	if (r)
 		return r;
 	dcr_receiver_log(rc, "recovered an interrupted apply");
