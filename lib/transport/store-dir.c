@@ -51,18 +51,13 @@ static int dir_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	return 0;
 }
 
-/* root/name opened with flags, or -errno; with beneath, a path that leads
- * out of the root (through a symbolic link) is -EXDEV: openat2(2)'s
- * RESOLVE_BENEATH where the kernel has it (5.6), else the opened file's
- * own path (/proc/self/fd) checked against the root's. */
-static int open_obj(const struct dir *d, const char *name, int flags)
+/* root/name opened with flags, or -errno; a path that leads out of the
+ * root (through a symbolic link) is -EXDEV: openat2(2)'s RESOLVE_BENEATH
+ * where the kernel has it (5.6), else the opened file's own path
+ * (/proc/self/fd) checked against the root's. For a store opened with
+ * beneath. */
+static int open_beneath(const struct dir *d, const char *name, int flags)
 {
-	if (!d->beneath) {
-		char *path = dcr_path_join(d->root, name);
-		int fd = path ? open(path, flags) : -1, err = path ? errno : ENOMEM;
-		free(path);
-		return fd >= 0 ? fd : -err;
-	}
 	int rfd = open(d->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (rfd < 0)
 		return -errno;
@@ -256,7 +251,10 @@ static int dir_open_obj(struct dcr_store *s, const char *name, char **pathp,
 		return -ENOMEM;
 	/* O_NONBLOCK: a FIFO put in the store must be refused below, not
 	 * wait for a writer in open(2); regular files ignore the flag */
-	int fd = open_obj(dir_of(s), name, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	const int flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC;
+	int fd = dir_of(s)->beneath ? open_beneath(dir_of(s), name, flags) : open(path, flags);
+	if (fd < 0 && !dir_of(s)->beneath)
+		fd = -errno;
 	struct stat st;
 	if (fd < 0) {
 		int r = fd == -ENOENT || fd == -ENOTDIR
@@ -448,18 +446,18 @@ struct seen_dir {
 static int walk_seen(struct walk *w, DIR *d)
 {
 	struct stat st;
+	char key[sizeof(((struct seen_dir *)0)->key)];
 	if (fstat(dirfd(d), &st))
 		return -errno;
+	snprintf(key, sizeof(key), "%llx:%llx", (unsigned long long)st.st_dev,
+		 (unsigned long long)st.st_ino);
+	if (dcr_ntab_get(&w->seen, key))
+		return 1;
 	struct seen_dir *sd = malloc(sizeof(*sd));
 	if (!sd)
 		return -ENOMEM;
-	snprintf(sd->key, sizeof(sd->key), "%llx:%llx", (unsigned long long)st.st_dev,
-		 (unsigned long long)st.st_ino);
+	memcpy(sd->key, key, sizeof(key));
 	sd->name = sd->key;
-	if (dcr_ntab_get(&w->seen, sd->key)) {
-		free(sd);
-		return 1;
-	}
 	if (dcr_ntab_put(&w->seen, sd)) {
 		free(sd);
 		return -ENOMEM;
@@ -474,7 +472,7 @@ static int walk_beneath(const struct walk *w, const struct dcr_buf *rel, int fla
 	if (!w->d->beneath || !rel->len)
 		return 1;
 	char *name = strndup((const char *)rel->p, rel->len);
-	int fd = name ? open_obj(w->d, name, flags | O_PATH | O_CLOEXEC) : -ENOMEM;
+	int fd = name ? open_beneath(w->d, name, flags | O_PATH | O_CLOEXEC) : -ENOMEM;
 	free(name);
 	if (fd >= 0)
 		close(fd);
@@ -482,11 +480,13 @@ static int walk_beneath(const struct walk *w, const struct dcr_buf *rel, int fla
 }
 
 /* Walk dir (root/rel), adding regular files whose relative name starts with
- * prefix; link: rel's last component is a symbolic link. */
+ * prefix; link: rel may lead through a symbolic link (its last component is
+ * one, or it is where the walk starts), so it is read only if it lies
+ * beneath the root (with beneath) and was not read before. */
 static int dir_walk(struct walk *w, struct dcr_buf *rel, int link, struct dcr_err *e)
 {
 	const char *root = w->root, *prefix = w->prefix;
-	int in = walk_beneath(w, rel, O_DIRECTORY);
+	int in = link ? walk_beneath(w, rel, O_DIRECTORY) : 1;
 	if (in <= 0)
 		return in ? dcr_err_sys(e, -in, "cannot list '%s'", root) : 0;
 	char *path = rel->len ? dcr_asprintf("%s/%.*s", root, (int)rel->len, (char *)rel->p)
@@ -562,7 +562,7 @@ static int dir_list(struct dcr_store *s, const char *prefix, struct dcr_names *l
 	if (slash && dcr_buf_add(&rel, prefix, (size_t)(slash - prefix)))
 		r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", w.root);
 	if (!r)
-		r = dir_walk(&w, &rel, 0, e);
+		r = dir_walk(&w, &rel, 1, e); /* (nothing read before it) */
 	dcr_buf_free(&rel);
 	dcr_ntab_clear(&w.seen, free);
 	return r;
