@@ -46,19 +46,8 @@ static int get_record(struct dcr_store *s, const char *name, uint8_t **buf, size
 {
 	int r = dcr_store_get_small(s, name, RECORD_MAX, "an acknowledgement or a ref", buf, len, e);
 	if (!r && !*buf)
-		return dcr_err_set(e, DCR_ENOTFOUND, "'%s/%s': no such object", dcr_store_url(s),
-				   name);
-	uint8_t *p = r ? NULL : realloc(*buf, *len + 1);
-	if (!r && !p)
-		r = dcr_err_sys(e, ENOMEM, "cannot read '%s'", name);
-	if (r) {
-		free(*buf);
-		*buf = NULL;
-		return r;
-	}
-	p[*len] = 0;
-	*buf = p;
-	return 0;
+		r = dcr_err_set(e, DCR_ENOTFOUND, "'%s/%s': no such object", dcr_store_url(s), name);
+	return r;
 }
 
 int dcr_ack_put(struct dcr_store *s, const char *policy, uint64_t version, const char *receiver,

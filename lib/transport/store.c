@@ -209,10 +209,11 @@ int dcr_store_get_small(struct dcr_store *s, const char *name, size_t max, const
 	if (!r && (size > max || b.len > max))
 		r = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %llu bytes, not %s", s->url, name,
 				(unsigned long long)(size > max ? size : b.len), what);
-	if (!r && !(*buf = malloc(b.len ? b.len : 1)))
+	if (!r && !(*buf = malloc(b.len + 1)))
 		r = dcr_err_sys(e, ENOMEM, "cannot GET '%s'", name);
 	if (!r) {
 		memcpy(*buf, b.p, b.len);
+		(*buf)[b.len] = 0;
 		*len = b.len;
 	}
 	dcr_blob_free(&b);

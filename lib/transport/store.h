@@ -135,8 +135,9 @@ struct dcr_blob;
 struct dcr_hasher;
 int dcr_store_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
 		       struct dcr_err *e);
-/* A small object whole into malloc'd memory (*buf, free() it; NULL and 0
- * when absent, which is no error), no more than max bytes of it taken: a
+/* A small object whole into malloc'd memory (*buf, free() it, with a NUL
+ * after it; NULL and 0 when absent, which is no error), no more than max
+ * bytes of it taken: a
  * server's answer is cut off there, a directory's file is measured before
  * it is mapped. One larger is DCR_EFORMAT, "'URL/NAME' is N bytes, not
  * <what>". */
