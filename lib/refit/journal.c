@@ -1295,13 +1295,14 @@ int ap_recover(struct dcr_receiver *rc, const struct dcr_apply_opts *o,
 	}
 	char *jp = dcr_receiver_path(rc, "journal");
 	int have = jp && access(jp, F_OK) == 0;
-	free(jp);
 	char *tmp = dcr_receiver_path(rc, "journal.tmp");
 	if (tmp)
 		unlink(tmp); /* an uncommitted journal: nothing was written */
 	free(tmp);
-	if (!have)
+	if (!have) {
+		free(jp);
 		return 0;
+	}
 	struct ctx x = {.rc = rc, .o = o};
 	int r = ap_replay(&x, NULL, NULL, e);
 	if (r == DCR_EFORMAT || r == DCR_EDIGEST) {
@@ -1312,12 +1313,11 @@ int ap_recover(struct dcr_receiver *rc, const struct dcr_apply_opts *o,
 		size_t n = strnlen(e->msg, sizeof(why) - 1);
 		memcpy(why, e->msg, n);
 		why[n] = 0;
-		char *j = dcr_receiver_path(rc, "journal");
 		r = dcr_err_set(e, r,
 				"receiver '%s': cannot finish the apply a crash interrupted (%s); its files may hold part of it: move '%s' aside, then restore them from a dense copy (dcr-pull --dense STORE/NAME | dcr-apply '%s')",
-				rc->dir, why, j ? j : ".dcr/journal", rc->dir);
-		free(j);
+				rc->dir, why, jp, rc->dir);
 	}
+	free(jp);
 	if (r)
 		return r;
 	dcr_receiver_log(rc, "recovered an interrupted apply");

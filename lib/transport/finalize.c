@@ -17,8 +17,6 @@
 #include "transport/names.h"
 
 struct got {
-	uint8_t *buf;
-	size_t len;
 	struct dcr_summary s;
 	int ok;
 	char *what;	  /* its name in the store, for messages */
@@ -86,6 +84,8 @@ static int fetch_summary(struct dcr_store *s, const char *name, uint32_t p, uint
 {
 	char *sn = dcr_summary_name(p);
 	char *on = sn ? dcr_asprintf("%s/%s", name, sn) : NULL;
+	uint8_t *buf;
+	size_t len;
 	int r;
 	free(sn);
 	if (!on)
@@ -96,7 +96,7 @@ static int fetch_summary(struct dcr_store *s, const char *name, uint32_t p, uint
 		free(on);
 		return dcr_err_sys(e, ENOMEM, "finalize");
 	}
-	r = dcr_store_get(s, on, &g->buf, &g->len, e);
+	r = dcr_store_get(s, on, &buf, &len, e);
 	free(on);
 	if (r == DCR_ENOTFOUND) {
 		snprintf(g->why, sizeof(g->why), "no summary");
@@ -104,10 +104,9 @@ static int fetch_summary(struct dcr_store *s, const char *name, uint32_t p, uint
 	}
 	if (r)
 		return r;
-	st->summary_bytes += g->len;
-	r = dcr_summary_parse(g->buf, g->len, g->what, &g->s, e);
-	free(g->buf); /* the parsed summary holds copies of what it needs */
-	g->buf = NULL;
+	st->summary_bytes += len;
+	r = dcr_summary_parse(buf, len, g->what, &g->s, e);
+	free(buf); /* the parsed summary holds copies of what it needs */
 	if (r)
 		goto drop;
 	if (g->s.producer != p) {
@@ -126,8 +125,6 @@ static int fetch_summary(struct dcr_store *s, const char *name, uint32_t p, uint
 	}
 drop:
 	dcr_summary_release(&g->s);
-	free(g->buf);
-	g->buf = NULL;
 	return r;
 }
 
@@ -291,7 +288,6 @@ int dcr_finalize(struct dcr_store *s, const char *name, const struct dcr_finaliz
 out:
 	for (uint32_t p = 0; g && p < n; p++) {
 		dcr_summary_release(&g[p].s);
-		free(g[p].buf);
 		free(g[p].what);
 	}
 	free(g);
