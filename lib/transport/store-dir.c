@@ -51,11 +51,32 @@ static int dir_open(struct dcr_store *s, const char *url, struct dcr_err *e)
 	return 0;
 }
 
+/* 1 if the file fd has open lies under the directory rfd has open (by
+ * their paths in /proc/self/fd), else 0. */
+static int fd_inside(int rfd, int fd)
+{
+	char link[64], want[PATH_MAX], got[PATH_MAX];
+	ssize_t wn, gn;
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", rfd);
+	if ((wn = readlink(link, want, sizeof(want) - 1)) <= 0)
+		return 0;
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	if ((gn = readlink(link, got, sizeof(got) - 1)) <= 0)
+		return 0;
+	return wn == 1 || /* the root is "/" */
+	       (gn > wn && !memcmp(got, want, (size_t)wn) && got[wn] == '/');
+}
+
 /* root/name opened with flags, or -errno; a path that leads out of the
- * root (through a symbolic link) is -EXDEV: openat2(2)'s RESOLVE_BENEATH
- * where the kernel has it (5.6), else the opened file's own path
- * (/proc/self/fd) checked against the root's. For a store opened with
- * beneath. */
+ * root (through a symbolic link) is -EXDEV. openat2(2)'s RESOLVE_BENEATH
+ * where the kernel has it (5.6) and lets us call it (a container's
+ * seccomp filter may answer EPERM); where it refuses (no such call, or a
+ * link that is absolute or climbs out and back in), the file is opened
+ * with O_PATH, which reads nothing and runs no device's or FIFO's open,
+ * its own path (/proc/self/fd) is checked against the root's, and only
+ * then is it opened with flags, through that path. So a link is followed
+ * where it lands inside, whichever way it is written, and nothing
+ * outside is ever opened. For a store opened with beneath. */
 static int open_beneath(const struct dir *d, const char *name, int flags)
 {
 	int rfd = open(d->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -72,23 +93,22 @@ static int open_beneath(const struct dir *d, const char *name, int flags)
 		err = fd < 0 ? errno : 0;
 	}
 #endif
-	if (fd < 0 && err == ENOSYS) {
-		fd = openat(rfd, name, flags);
-		err = fd < 0 ? errno : 0;
-		char link[64], want[PATH_MAX], got[PATH_MAX];
-		ssize_t wn = -1, gn = -1;
-		snprintf(link, sizeof(link), "/proc/self/fd/%d", rfd);
-		if (fd >= 0 && (wn = readlink(link, want, sizeof(want) - 1)) > 0) {
-			snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-			gn = readlink(link, got, sizeof(got) - 1);
-		}
-		int inside = wn == 1 || /* the root is "/" */
-			     (wn > 0 && gn > wn && !memcmp(got, want, (size_t)wn) && got[wn] == '/');
-		if (fd >= 0 && !inside) {
-			close(fd);
-			fd = -1;
+	if (fd < 0 && (err == ENOSYS || err == EPERM || err == EXDEV || err == ELOOP)) {
+		int pfd = openat(rfd, name, O_PATH | O_CLOEXEC | (flags & (O_DIRECTORY | O_NOFOLLOW)));
+		err = pfd < 0 ? errno : 0;
+		if (pfd >= 0 && !fd_inside(rfd, pfd)) {
 			err = EXDEV;
+		} else if (pfd >= 0 && (flags & O_PATH)) {
+			fd = pfd;
+			pfd = -1;
+		} else if (pfd >= 0) {
+			char link[64];
+			snprintf(link, sizeof(link), "/proc/self/fd/%d", pfd);
+			fd = open(link, flags);
+			err = fd < 0 ? errno : 0;
 		}
+		if (pfd >= 0)
+			close(pfd);
 	}
 	close(rfd);
 	return fd >= 0 ? fd : -(err == ELOOP ? EXDEV : err);
