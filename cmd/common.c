@@ -47,9 +47,48 @@ static void remove_temporaries_on_signals(void)
 	}
 }
 
+const char *cmd_sigbus_hint;
+
+static void write_str(const char *s)
+{
+	size_t n = strlen(s);
+	while (n) {
+		ssize_t w = write(2, s, n);
+		if (w <= 0)
+			break;
+		s += w;
+		n -= (size_t)w;
+	}
+}
+
+/* A file read or written through a mapping that ends under the reader
+ * (another process truncated it: a trainer saving its next checkpoint
+ * over the one dcr-diff reads, with O_TRUNC), or whose page the kernel
+ * cannot read (an I/O error) or allocate (a full copy-on-write or thin
+ * filesystem), raises SIGBUS in the thread that touched it. Said as an
+ * error, temporaries removed, exit 128, not "Bus error". */
+static void on_sigbus(int sig)
+{
+	(void)sig;
+	dcr_atomic_remove_all();
+	write_str(cmd_name);
+	write_str(": error: a file mapped for reading or writing failed under it "
+		  "(cut short by another process, an I/O error, or no room on a "
+		  "filesystem that allocates on write); stopped");
+	if (cmd_sigbus_hint) {
+		write_str("; ");
+		write_str(cmd_sigbus_hint);
+	}
+	write_str("\n");
+	_exit(EXIT_FATAL);
+}
+
 void cmd_init(const char *name, int argc, char **argv)
 {
 	remove_temporaries_on_signals();
+	struct sigaction sa = {.sa_handler = on_sigbus, .sa_flags = SA_RESETHAND};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, NULL);
 	cmd_argc = argc;
 	cmd_argv = argv;
 	opterr = 0;

@@ -15,6 +15,11 @@ extern const char *cmd_name;
 /* Fault points of this run, armed from $DCR_FAULT_AT by cmd_init. */
 extern struct dcr_fault cmd_fault;
 
+/* What a SIGBUS (a mapped file that failed under the command, see
+ * common.c) adds to its message, or NULL: set by a command that can say
+ * what to do next. */
+extern const char *cmd_sigbus_hint;
+
 /* Name the command, arm the fault points, and quiet getopt (opterr = 0):
  * its complaints go through cmd_bad_option, as usage errors. */
 void cmd_init(const char *name, int argc, char **argv);

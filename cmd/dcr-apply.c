@@ -58,6 +58,8 @@ static void progress(void *ctx, uint64_t done, uint64_t total)
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-apply", argc, argv);
+	cmd_sigbus_hint = "rerun dcr-apply once the cause is mended: it finishes an apply "
+			  "whose journal was committed, and one that had not committed wrote nothing";
 	static const char *const layout_opts[] = {"--layout", NULL};
 	if (cmd_layout_wanted(argc, argv, layout_opts))
 		return cmd_layout_apply(argc, argv);
