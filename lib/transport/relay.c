@@ -32,6 +32,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -184,6 +185,7 @@ struct dcr_relay {
 
 	/* totals */
 	uint64_t requests, errors, cut, bytes_served, fetched;
+	uint64_t disk_drops; /* objects dropped because the disk was full */
 };
 
 /* libmicrohttpd, loaded when the first relay starts (core/dynlib.h): with
@@ -592,14 +594,73 @@ static int cache_full(const struct dcr_relay *r, uint64_t need)
 	return r->cache_bytes + need > r->cache_size || r->tab_n > OBJ_MAX;
 }
 
+/* The spool's filesystem keeps this share of its size free (1/50, at
+ * most SPOOL_KEEP_MAX) for whoever else writes there: a cache size
+ * larger than the disk holds must not fill it. */
+#define SPOOL_KEEP_MAX ((uint64_t)4 << 30)
+
+/* 1 if the spool's filesystem has less than need bytes free beyond what
+ * it keeps free; 0 if it has them or cannot tell. */
+static int disk_short(const struct dcr_relay *r, uint64_t need)
+{
+	struct statvfs vs;
+	if (statvfs(r->spool, &vs) || !vs.f_frsize)
+		return 0;
+	uint64_t size = (uint64_t)vs.f_blocks * vs.f_frsize, room = (uint64_t)vs.f_bavail * vs.f_frsize;
+	if (size / vs.f_frsize != vs.f_blocks || room / vs.f_frsize != vs.f_bavail)
+		return 0;
+	uint64_t keep = size / 50 < SPOOL_KEEP_MAX ? size / 50 : SPOOL_KEEP_MAX;
+	return room < keep || room - keep < need;
+}
+
 /* Under mu: drop finished, unused objects, oldest packs first, until need
- * more bytes fit and the table is within OBJ_MAX (or nothing more can
- * go). */
+ * more bytes fit, in the cache size and on the spool's filesystem, and
+ * the table is within OBJ_MAX (or nothing more can go). */
 static void make_room(struct dcr_relay *r, uint64_t need)
 {
 	struct robj *o;
 	while (cache_full(r, need) && (o = victim(r)))
 		obj_drop(r, o);
+	while (disk_short(r, need) && (o = victim(r))) {
+		obj_drop(r, o);
+		r->disk_drops++;
+	}
+}
+
+/* Write n bytes at off into o's spool file. Where the filesystem is full
+ * all the same (objects fetched at once, each counted before its bytes
+ * come; another writer), drop finished, unused objects, oldest packs
+ * first, and write again, until it fits or nothing is left to drop.
+ * 0, or an errno value. */
+static int spool_write(struct dcr_relay *r, struct robj *o, const void *p, size_t n,
+		       uint64_t off)
+{
+	for (;;) {
+		if (!dcr_pwrite_full(o->fd, p, n, off))
+			return 0;
+		int err = errno;
+		if (err != ENOSPC && err != EDQUOT)
+			return err;
+		pthread_mutex_lock(&r->mu);
+		struct robj *v = victim(r);
+		if (v) {
+			obj_drop(r, v);
+			r->disk_drops++;
+		}
+		pthread_mutex_unlock(&r->mu);
+		if (!v)
+			return err;
+	}
+}
+
+/* The error of a spool write that failed with err. */
+static int spool_err(const struct robj *o, int err, struct dcr_err *e)
+{
+	if (err == ENOSPC || err == EDQUOT)
+		return dcr_err_sys(e, err,
+				   "cannot write '%s' (the cache's filesystem is full, and nothing finished and unused is left in it to drop)",
+				   o->tmp);
+	return dcr_err_sys(e, err, "cannot write '%s'", o->tmp);
 }
 
 /* Under mu: count o's bytes in the cache (once its size is known). */
@@ -847,9 +908,10 @@ static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e
 						&pe)))
 			dcr_manifest_release(&m);
 		free(url);
+		int werr;
 		if (!rc && (rc = spool_open(r, o, &pe)) == 0 &&
-		    dcr_pwrite_full(o->fd, buf, len, 0))
-			rc = dcr_err_sys(&pe, errno, "cannot write '%s'", o->tmp);
+		    (werr = spool_write(r, o, buf, len, 0)))
+			rc = spool_err(o, werr, &pe);
 		if (rc) {
 			free(buf);
 			free(sig);
@@ -994,8 +1056,9 @@ static void pcheck_update(void *ctx, const void *p, size_t n)
 			break;
 		}
 		uint64_t ps = (uint64_t)k << m->piece_log2, stop = c->pc.pos;
-		if (dcr_pwrite_full(c->o->fd, c->buf + (ps - c->woff), (size_t)(stop - ps), ps)) {
-			c->werr = dcr_err_sys(c->e, errno, "cannot write '%s'", c->o->tmp);
+		int werr = spool_write(c->r, c->o, c->buf + (ps - c->woff), (size_t)(stop - ps), ps);
+		if (werr) {
+			c->werr = spool_err(c->o, werr, c->e);
 			c->bad = k;
 			break;
 		}
@@ -1053,12 +1116,13 @@ static int fetch_pieces(struct dcr_relay *r, struct robj *o, const struct dcr_ma
 						 pa->url, o->name, (unsigned long long)pos);
 			if (!rc && pos + len == size) {
 				const uint8_t *tr = buf + (end - pos);
+				int werr;
 				if (DCR_CHECKSUM_DIFFERS(m->pdigest[mpos(m, o->idx)].b, tr))
 					rc = dcr_err_set(e, DCR_EDIGEST,
 							 "'%s/%s' is corrupt: checksum mismatch", pa->url,
 							 o->name);
-				else if (dcr_pwrite_full(o->fd, tr, 32, end))
-					return dcr_err_sys(e, errno, "cannot write '%s'", o->tmp);
+				else if ((werr = spool_write(r, o, tr, 32, end)))
+					return spool_err(o, werr, e);
 				else
 					publish(r, o, size, 0);
 			}
@@ -1189,11 +1253,12 @@ static int fetch_whole(struct dcr_relay *r, struct robj *o, uint8_t *buf, struct
 			struct dcr_hasher h = {wcheck_update, &c};
 			rc = dcr_store_get_range_hashed(pa->s, o->name, pos, (size_t)len, buf, &h, e);
 			uint64_t keep = rc ? c.fed : len; /* what was hashed, in order */
-			if (keep && dcr_pwrite_full(o->fd, buf, (size_t)keep, pos)) {
+			int werr = keep ? spool_write(r, o, buf, (size_t)keep, pos) : 0;
+			if (werr) {
 				free(url);
 				dcr_digest d;
 				dcr_payload_hash_final(&c.ph, &d);
-				return dcr_err_sys(e, errno, "cannot write '%s'", o->tmp);
+				return spool_err(o, werr, e);
 			}
 			pos += keep;
 			if (!rc) {
@@ -2128,9 +2193,10 @@ char *dcr_relay_status_for(struct dcr_relay *r, const char *prefix)
 						(json_int_t)r->parents[i].failures));
 	json_object_set_new(doc, "parents", parents);
 	json_object_set_new(doc, "cache",
-			    json_pack("{s:s, s:b, s:I, s:I}", "dir", r->spool, "temporary",
+			    json_pack("{s:s, s:b, s:I, s:I, s:I}", "dir", r->spool, "temporary",
 				      r->spool_temp, "bytes", (json_int_t)r->cache_bytes, "limit",
-				      (json_int_t)r->cache_size));
+				      (json_int_t)r->cache_size, "dropped_disk_full",
+				      (json_int_t)r->disk_drops));
 	json_object_set_new(doc, "requests", json_integer((json_int_t)r->requests));
 	json_object_set_new(doc, "errors", json_integer((json_int_t)r->errors));
 	json_object_set_new(doc, "cut", json_integer((json_int_t)r->cut));
