@@ -113,6 +113,7 @@ struct robj {
 	uint64_t seq;
 	int src; /* parent it came from, -1: the cache */
 	unsigned failovers;
+	int was_lost; /* fetched again: its cached file had gone */
 	double t_fetch0, t_fetched;
 	/* children */
 	unsigned active, children, wave_children;
@@ -186,6 +187,7 @@ struct dcr_relay {
 	/* totals */
 	uint64_t requests, errors, cut, bytes_served, fetched;
 	uint64_t disk_drops; /* objects dropped because the disk was full */
+	uint64_t lost; /* finished objects whose spool file had gone */
 };
 
 /* libmicrohttpd, loaded when the first relay starts (core/dynlib.h): with
@@ -516,11 +518,27 @@ static long mpos(const struct dcr_manifest *m, long idx)
 	return idx < 0 || idx > (long)UINT32_MAX ? -1 : (long)dcr_manifest_find(m, (uint32_t)idx);
 }
 
+/* Under mu: 1 if o is finished but its spool file is gone or not its
+ * size (removed under the relay: a cleaner of /tmp, an operator freeing
+ * the disk), so that it must be fetched again. */
+static int obj_lost(const struct robj *o)
+{
+	const char *path = o->tmp ? o->tmp : o->path;
+	struct stat st;
+	return o->state == O_DONE && path &&
+	       (stat(path, &st) || (o->have_size && (uint64_t)st.st_size != o->size));
+}
+
 static struct robj *obj_get(struct dcr_relay *r, const char *name, int *code)
 {
 	struct robj *o = tab_find(r, name);
-	if (o)
+	int lost = o && obj_lost(o);
+	if (o && !lost)
 		return o;
+	if (lost) {
+		obj_drop(r, o); /* (readers that have it keep their reference) */
+		r->lost++;
+	}
 	size_t plen;
 	long idx;
 	if (!pack_member(name, &plen, &idx)) {
@@ -557,6 +575,7 @@ static struct robj *obj_get(struct dcr_relay *r, const char *name, int *code)
 		o->have_size = 1;
 	}
 	o->refs = 1; /* the table's */
+	o->was_lost = lost;
 	tab_insert(r, o);
 	return o;
 }
@@ -714,7 +733,9 @@ static int wave_line(struct dcr_relay *r, struct robj *o, char *line, size_t n)
 	snprintf(line, n, "served '%s': %llu bytes to %u %s (%llu bytes sent) in %.2f s, from '%s'%s",
 		 o->name, (unsigned long long)o->size, o->wave_children,
 		 o->wave_children == 1 ? "child" : "children", (unsigned long long)o->wave_bytes,
-		 dcr_now_s() - o->wave_t0, from, o->failovers ? " after a failover" : "");
+		 dcr_now_s() - o->wave_t0, from,
+		 o->failovers ? " after a failover"
+		 : o->was_lost && o->src >= 0 ? " again (its file in the cache had gone)" : "");
 	o->wave_children = 0;
 	o->wave_bytes = 0;
 	return 1;
@@ -2193,10 +2214,10 @@ char *dcr_relay_status_for(struct dcr_relay *r, const char *prefix)
 						(json_int_t)r->parents[i].failures));
 	json_object_set_new(doc, "parents", parents);
 	json_object_set_new(doc, "cache",
-			    json_pack("{s:s, s:b, s:I, s:I, s:I}", "dir", r->spool, "temporary",
+			    json_pack("{s:s, s:b, s:I, s:I, s:I, s:I}", "dir", r->spool, "temporary",
 				      r->spool_temp, "bytes", (json_int_t)r->cache_bytes, "limit",
 				      (json_int_t)r->cache_size, "dropped_disk_full",
-				      (json_int_t)r->disk_drops));
+				      (json_int_t)r->disk_drops, "lost", (json_int_t)r->lost));
 	json_object_set_new(doc, "requests", json_integer((json_int_t)r->requests));
 	json_object_set_new(doc, "errors", json_integer((json_int_t)r->errors));
 	json_object_set_new(doc, "cut", json_integer((json_int_t)r->cut));
