@@ -30,6 +30,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -161,6 +162,7 @@ struct dcr_relay {
 	size_t good; /* the parent that served last: fetches start there */
 	char *spool; /* cache directory or our temporary one */
 	int spool_temp;
+	int lock_fd; /* --cache: DIR/.lock, flock(2)ed while the relay runs */
 	uint64_t cache_size, cache_bytes, window;
 	struct MHD_Daemon *d;
 	unsigned port;
@@ -2618,6 +2620,28 @@ static void reload_dir(struct dcr_relay *r, const char *rel)
 }
 
 /* Remove our temporary spool directory and everything under it. */
+/* A cache directory is one relay's: two that share it would remove each
+ * other's objects in flight (a start removes every temporary file) and
+ * count the same bytes twice. Held until the relay stops. */
+static int lock_cache(struct dcr_relay *r, struct dcr_err *e)
+{
+	char *lp = dcr_path_join(r->spool, ".lock");
+	if (!lp)
+		return dcr_err_sys(e, ENOMEM, "relay");
+	int rc = 0;
+	r->lock_fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (r->lock_fd < 0)
+		rc = dcr_err_sys(e, errno, "cannot open '%s'", lp);
+	else if (flock(r->lock_fd, LOCK_EX | LOCK_NB))
+		rc = errno == EWOULDBLOCK
+			? dcr_err_set(e, DCR_ELOCKED,
+				      "cache '%s' is in use: another dcr-relay holds its lock (each relay needs a --cache of its own)",
+				      r->spool)
+			: dcr_err_sys(e, errno, "cannot lock '%s'", lp);
+	free(lp);
+	return rc;
+}
+
 static void remove_tree(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -2690,6 +2714,7 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 	if (!r)
 		return dcr_err_sys(e, ENOMEM, "relay");
 	r->o = *o;
+	r->lock_fd = -1;
 	r->cache_size = o->cache_size ? o->cache_size : 16ull << 30;
 	/* one piece per GET by default: the store feeds a ranged GET's
 	 * hasher as bytes arrive only in some cases (see dcr-relay(1)), and a
@@ -2752,6 +2777,8 @@ int dcr_relay_start(const struct dcr_relay_opts *o, struct dcr_relay **out, stru
 		rc = dcr_err_sys(e, ENOMEM, "relay");
 		goto fail;
 	}
+	if (!r->spool_temp && (rc = lock_cache(r, e)))
+		goto fail;
 	if (!r->spool_temp)
 		reload_dir(r, "");
 	int par = o->parallel > 0 ? o->parallel : 4;
@@ -2878,6 +2905,8 @@ void dcr_relay_stop(struct dcr_relay *r)
 	free(r->workers);
 	free(r->tab);
 	free(r->spool);
+	if (r->lock_fd >= 0)
+		close(r->lock_fd);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
 	pthread_cond_destroy(&r->fcv);
