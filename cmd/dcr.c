@@ -23,7 +23,7 @@ static const char usage[] =
 	"  relay    serve a store over HTTP to children, each object fetched once\n"
 	"  keygen   make a key pair that signs packs (dcr-pack --sign)\n"
 	"\n"
-	"See dcr(7) for the concepts.\n"
+	"'dcr help COMMAND' shows COMMAND's options; see dcr(7) for the concepts.\n"
 	"\n"
 	"Exit status: the command's; 129 usage error (no such command).\n";
 
@@ -33,7 +33,11 @@ int main(int argc, char **argv)
 		fputs(usage, stderr);
 		return 129;
 	}
-	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+	/* `dcr help CMD` is `dcr CMD --help`, as git's is its page */
+	char *help_argv[] = {argv[0], argv[argc > 2 ? 2 : 1], "--help", NULL};
+	if (!strcmp(argv[1], "help") && argc == 3) {
+		argv = help_argv;
+	} else if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
 		fputs(usage, stdout);
 		return 0;
 	}

@@ -68,6 +68,9 @@ for c in diff pack push pull apply commit verify layout relay keygen; do
 	command -v dcr-$c >/dev/null 2>&1 || continue
 	grep -q "^  $c  " "$T/out" || fail "dcr --help does not list $c"
 done
+run 0 dcr help apply
+grep -q "^usage: dcr-apply " "$T/out" || fail "dcr help apply does not show dcr-apply's help: $(head -3 "$T/out")"
+run 129 dcr help nosuch
 run 129 dcr nosuch
 grep -q "^dcr: error: 'nosuch' is not a dcr command (no dcr-nosuch here or on PATH; 'dcr --help' lists them)$" \
 	"$T/err" || fail "dcr nosuch: $(cat "$T/err")"
