@@ -9,12 +9,8 @@
 # serves three steps in turn to a receiver, each refit must be exact, and
 # the relay must say it dropped objects for the disk.
 . "$DCR_SRC/tests/lib-relay.sh"
-command -v unshare >/dev/null 2>&1 || skip "unshare(1) is missing"
-ns=
-for o in -m -rm; do
-	unshare $o sh -c "mount -t tmpfs -o size=1m tmpfs '$T'" 2>/dev/null && { ns=$o; break; }
-done
-[ -n "$ns" ] || skip "no mount namespace of our own to mount a small filesystem in"
+. "$DCR_SRC/tests/lib-ns.sh"
+mount_namespace
 
 gen 64M 3 --change 0.05
 S="$T/store"
@@ -36,7 +32,7 @@ echo "packs of $p1, $p2 and $p3 KiB through a cache on $fs KiB"
 # the relay in a mount namespace of its own, its cache on the small tmpfs
 mkdir "$T/small"
 rm -f "$T/a.port"
-unshare $ns sh -c "mount -t tmpfs -o size=${fs}k tmpfs '$T/small' &&
+unshare $NS sh -c "mount -t tmpfs -o size=${fs}k tmpfs '$T/small' &&
 	exec dcr-relay --listen 127.0.0.1:0 --port-file '$T/a.port' --cache '$T/small/c' '$S'" \
 	2>"$T/a.log" &
 A_PID=$!

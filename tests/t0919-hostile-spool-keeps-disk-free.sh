@@ -20,12 +20,8 @@
 # must see as far back as a payload's frame may).
 . "$DCR_SRC/tests/lib-dcr.sh"
 H="$DCR_BUILD/tests/hostile"
-command -v unshare >/dev/null 2>&1 || skip "unshare(1) is missing"
-ns=
-for o in -m -rm; do
-	unshare $o sh -c "mount -t tmpfs -o size=1m tmpfs '$T'" 2>/dev/null && { ns=$o; break; }
-done
-[ -n "$ns" ] || skip "no mount namespace of our own to mount a small filesystem in"
+. "$DCR_SRC/tests/lib-ns.sh"
+mount_namespace
 "$H" again 40 "$T/again.tar" 2>/dev/null || fail "hostile exited $?"
 "$H" again 40 "$T/spread.tar" spread 2>/dev/null || fail "hostile exited $?"
 "$H" again 20 "$T/period.tar" period 2>/dev/null || fail "hostile exited $?"
@@ -50,7 +46,7 @@ kill \$s
 find "$T/small/r" -type f | sort >"$T/files"
 df -B1 --output=avail "$T/small" | tail -n 1 >"$T/free1"
 IN
-unshare $ns sh "$T/inner" || fail "the applies in their own filesystem failed to run"
+unshare $NS sh "$T/inner" || fail "the applies in their own filesystem failed to run"
 [ "$(cat "$T/rc0")" = 128 ] || { cat "$T/err0"; fail "apply of one tensor's items again and again exited $(cat "$T/rc0")"; }
 cp "$T/err0" "$T/err"
 one_line_error dcr-apply
