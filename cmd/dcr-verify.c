@@ -119,7 +119,8 @@ int main(int argc, char **argv)
 		dcr_digest id, *dg = dcr_calloc(have->ntensors, sizeof(dcr_digest));
 		if (!dg)
 			cmd_die("out of memory");
-		if (dcr_ckpt_state_id_threads(have, threads, &id, dg, &e))
+		if (dcr_ckpt_state_id_threads(have, threads, &id, dg, &e) ||
+		    dcr_ckpt_unchanged(have, &e))
 			cmd_die_err(&e, EXIT_FATAL);
 		char hex[65];
 		int found = !only;

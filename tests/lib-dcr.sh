@@ -79,6 +79,18 @@ one_line_error() {
 	grep -q "^$1: " "$T/err" || { cat "$T/err" >&2; fail "stderr does not start with '$1: '"; }
 }
 
+# mmap_shim: build tests/mmap-shim.c (an LD_PRELOAD shim that changes a
+# file right after a command maps it) into SHIM, or skip the test.
+mmap_shim() {
+	SHIM="$T/mmap-shim.so"
+	"${DCR_CC:-cc}" -shared -fPIC -O1 -o "$SHIM" "$DCR_SRC/tests/mmap-shim.c" -ldl \
+		2>"$T/cc.err" || skip "cannot build the LD_PRELOAD shim: $(head -1 "$T/cc.err")"
+	# (an ASan build wants its runtime first among the libraries; the
+	# shim only forwards mmap to it)
+	ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
+	export ASAN_OPTIONS
+}
+
 # snapshot DIR: sha256 of every file of the checkpoint outside .dcr/.
 snapshot() {
 	(cd "$1" && find . -path ./.dcr -prune -o -type f -print | LC_ALL=C sort |

@@ -3,18 +3,11 @@
 # (a trainer saving its next step over the file dcr-diff reads, with
 # O_TRUNC) raises SIGBUS. Each command says so in one line, removes its
 # temporaries and exits 128, not "Bus error" (status 135); dcr-apply's line
-# says what to do next. The cut is made by tests/shrink-mapped.c, loaded
+# says what to do next. The cut is made by tests/mmap-shim.c, loaded
 # with LD_PRELOAD: it truncates the named file right after its first mmap.
 . "$DCR_SRC/tests/lib-dcr.sh"
 
-CC=${DCR_CC:-cc}
-shim="$T/shrink-mapped.so"
-"$CC" -shared -fPIC -O1 -o "$shim" "$DCR_SRC/tests/shrink-mapped.c" -ldl 2>"$T/cc.err" ||
-	skip "cannot build the LD_PRELOAD shim: $(head -1 "$T/cc.err")"
-# (an ASan build wants its runtime first among the libraries; the shim
-# only forwards mmap to it)
-ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
-export ASAN_OPTIONS
+mmap_shim
 
 $MKST new --files 2 "$T/a" w:BF16:256x256 n:F32:4096
 cp -r "$T/a" "$T/b"
@@ -27,7 +20,7 @@ run 0 dcr-diff -o "$T/d" "$T/a" "$T/b"
 cut_short() {
 	_f=$(realpath "$1")
 	shift
-	run 128 env LD_PRELOAD="$shim" DCR_TEST_SHRINK="$_f" "$@"
+	run 128 env LD_PRELOAD="$SHIM" DCR_TEST_SHRINK="$_f" "$@"
 	one_line_error "$(basename "$1")"
 	grep -q 'mapped for reading or writing failed' "$T/err" || fail "no word of the mapped file: $(cat "$T/err")"
 	[ ! -s "$_f" ] || fail "the shim did not cut '$_f' (the command never mapped it?)"

@@ -261,6 +261,26 @@ fail:
 	return r;
 }
 
+int dcr_ckpt_unchanged(const struct dcr_ckpt *c, struct dcr_err *e)
+{
+	for (size_t i = 0; c && i < c->nfiles; i++) {
+		const struct dcr_st *st = c->files[i];
+		struct stat sb;
+		if (!st || st->fd < 0)
+			continue;
+		if (fstat(st->fd, &sb))
+			return dcr_err_sys(e, errno, "cannot stat '%s'", st->path);
+		if ((uint64_t)sb.st_size != st->size || (int64_t)sb.st_mtim.tv_sec != st->mtime_s ||
+		    (int64_t)sb.st_mtim.tv_nsec != st->mtime_ns)
+			return dcr_err_set(e, DCR_EFORMAT,
+					   "'%s' changed while it was read (%s; a save still writing it?): what was read may be neither its old bytes nor its new ones; run again once it is complete",
+					   st->path,
+					   (uint64_t)sb.st_size != st->size ? "its size changed"
+									    : "it was written");
+	}
+	return 0;
+}
+
 const struct dcr_ckpt_tensor *dcr_ckpt_find(const struct dcr_ckpt *c, const char *name)
 {
 	size_t lo = 0, hi = c->ntensors;

@@ -43,6 +43,13 @@ uint64_t dcr_tensor_bytes(const struct dcr_tensor_info *t);
 int dcr_ckpt_tensor_read(const struct dcr_ckpt_tensor *ct, uint64_t off, size_t n,
 			 struct dcr_buf *buf, const uint8_t **out, struct dcr_err *e);
 
+/* 0 if every file of c has the size and modification time it had when
+ * opened; else DCR_EFORMAT naming the first that changed: something
+ * wrote it while it was read (a save still in progress, an asynchronous
+ * checkpoint), so what was read may be neither its old bytes nor its
+ * new ones. */
+int dcr_ckpt_unchanged(const struct dcr_ckpt *c, struct dcr_err *e);
+
 /* A plain file name: no '/', no control characters, not "." or "..". */
 int dcr_safe_file_name(const char *s);
 #endif

@@ -659,6 +659,8 @@ int dcr_st_open(const char *path, struct dcr_st **out, struct dcr_err *e)
 		goto fail;
 	}
 	st->size = (uint64_t)sb.st_size;
+	st->mtime_s = (int64_t)sb.st_mtim.tv_sec;
+	st->mtime_ns = (int64_t)sb.st_mtim.tv_nsec;
 	if (st->size) {
 		void *m = mmap(NULL, st->size, PROT_READ, MAP_SHARED, st->fd, 0);
 		if (m == MAP_FAILED) {

@@ -28,6 +28,7 @@ struct dcr_st {
 	int fd;
 	const uint8_t *map;     /* whole file, read-only */
 	uint64_t size;          /* file size */
+	int64_t mtime_s, mtime_ns; /* modification time when opened (fd >= 0) */
 	uint64_t data_off;      /* 8 + header length */
 	size_t ntensors;
 	struct dcr_tensor_info *tensors; /* in header order */

@@ -440,10 +440,16 @@ int dcr_diff_tensor_record(const struct dcr_ckpt *a, const struct dcr_ckpt *b, s
 	return same;
 }
 
-int dcr_diff_write_targets(struct dcr_delta_writer *w, const struct dcr_ckpt *b,
-			   const dcr_digest *dg, dcr_digest *target, struct dcr_err *e)
+int dcr_diff_write_targets(struct dcr_delta_writer *w, const struct dcr_ckpt *a,
+			   const struct dcr_ckpt *b, const dcr_digest *dg, dcr_digest *target,
+			   struct dcr_err *e)
 {
-	int r;
+	/* before the end that makes the delta whole: base and target as
+	 * they were when opened, or no delta (a receiver refuses one that
+	 * has no end) */
+	int r = dcr_ckpt_unchanged(a, e);
+	if (r || (r = dcr_ckpt_unchanged(b, e)))
+		return r;
 	for (size_t i = 0; i < b->ntensors; i++)
 		if ((r = dcr_delta_write_done(w, (uint32_t)i, &dg[i], e)))
 			return r;
@@ -612,7 +618,7 @@ int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_dif
 	dcr_digest target;
 	if ((r = start_workers(&d, ws, threads, th, &nth, e)) ||
 	    (r = write_tensors(&d, &w, dg, &changed, &total_bytes, e)) ||
-	    (r = dcr_diff_write_targets(&w, b, dg, &target, e)))
+	    (r = dcr_diff_write_targets(&w, a, b, dg, &target, e)))
 		goto out;
 	if (!o->no_cache)
 		save_target_state(b, &target, dg);

@@ -38,10 +38,14 @@ size_t dcr_scan_changes(const uint8_t *a, const uint8_t *b, size_t nbytes, unsig
 int dcr_diff_tensor_record(const struct dcr_ckpt *a, const struct dcr_ckpt *b, size_t i,
 			   struct dcr_delta_tensor *dt);
 
-/* The end of a delta whose target is the checkpoint b: a DONE record per
- * tensor (digests dg, in b's order), then END with the state id. */
-int dcr_diff_write_targets(struct dcr_delta_writer *w, const struct dcr_ckpt *b,
-			   const dcr_digest *dg, dcr_digest *target, struct dcr_err *e);
+/* The end of a delta from the checkpoint a (may be NULL) whose target is
+ * the checkpoint b: a DONE record per tensor (digests dg, in b's order),
+ * then END with the state id; nothing, and the error of
+ * dcr_ckpt_unchanged, where a file of a or b was written while it was
+ * read. */
+int dcr_diff_write_targets(struct dcr_delta_writer *w, const struct dcr_ckpt *a,
+			   const struct dcr_ckpt *b, const dcr_digest *dg, dcr_digest *target,
+			   struct dcr_err *e);
 
 int dcr_diff(const struct dcr_diff_opts *o, struct dcr_sink sink, struct dcr_diff_stats *st,
 	     struct dcr_err *e);

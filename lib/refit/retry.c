@@ -171,7 +171,7 @@ int dcr_diff_retry(const struct dcr_retry_opts *o, struct dcr_sink sink,
 		if ((r = retry_tensor(&rt, i, &changed, &dg[i], e)))
 			goto out;
 	dcr_digest target;
-	if ((r = dcr_diff_write_targets(&rt.w, b, dg, &target, e)))
+	if ((r = dcr_diff_write_targets(&rt.w, a, b, dg, &target, e)))
 		goto out;
 	if (st) {
 		st->base = base_id;

@@ -49,7 +49,6 @@ int dcr_verify_against(const struct dcr_ckpt *have, const struct dcr_ckpt *want,
 {
 	size_t i = 0, j = 0;
 	int bad = 0;
-	(void)e;
 	while (i < have->ntensors || j < want->ntensors) {
 		const struct dcr_ckpt_tensor *h = i < have->ntensors ? &have->tensors[i] : NULL;
 		const struct dcr_ckpt_tensor *w = j < want->ntensors ? &want->tensors[j] : NULL;
@@ -77,5 +76,8 @@ int dcr_verify_against(const struct dcr_ckpt *have, const struct dcr_ckpt *want,
 		if (cb)
 			cb(ctx, &it);
 	}
-	return bad;
+	int r = dcr_ckpt_unchanged(have, e);
+	if (!r)
+		r = dcr_ckpt_unchanged(want, e);
+	return r ? r : bad;
 }

@@ -21,7 +21,9 @@ struct dcr_verify_item {
 };
 
 /* Calls cb once per tensor name (sorted); returns the number of tensors
- * that are not DCR_V_OK, or a negative error. Only `only` when non-NULL. */
+ * that are not DCR_V_OK, or a negative error (one of DCR_EFORMAT where a
+ * file of either was written while it was compared: dcr_ckpt_unchanged).
+ * Only `only` when non-NULL. */
 int dcr_verify_against(const struct dcr_ckpt *have, const struct dcr_ckpt *want,
 		       const char *only,
 		       void (*cb)(void *ctx, const struct dcr_verify_item *it), void *ctx,
