@@ -63,3 +63,18 @@ run 0 dcr-commit -q "$T/z"
 [ ! -s "$T/err" ] || fail "-q printed: $(cat "$T/err")"
 head_is "$T/z" 1 "$(state_id "$G/v2")"
 say "ok: a bare commit is HEAD + 1; named versions win"
+
+# a damaged HEAD (a disk's bit rot, a hand's edit) stops dcr-apply and
+# dcr-commit in one line that names the way out, which works: moved
+# aside, the next apply and a commit with its version go on
+printf 'dcr-head 2\nversion seven\n' >"$T/z/.dcr/HEAD"
+run 128 sh -c 'dcr-diff "$1" "$2" | dcr-apply -q "$3"' sh "$G/v2" "$G/v3" "$T/z"
+grep -q "HEAD' is damaged (not a dcr-head 2 record): move it aside" "$T/err" ||
+	fail "no way out named: $(cat "$T/err")"
+run 128 dcr-commit --status "$T/z"
+one_line_error dcr-commit
+mv "$T/z/.dcr/HEAD" "$T/HEAD.damaged"
+bare "$G/v2" "$G/v3" "$T/z"
+run 0 dcr-commit --version 3 "$T/z"
+head_is "$T/z" 3 "$(state_id "$G/v3")"
+say "ok: a damaged HEAD names its way out, which works"

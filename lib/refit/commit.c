@@ -41,16 +41,22 @@ int dcr_head_read(struct dcr_receiver *rc, struct dcr_head *h, struct dcr_err *e
 	memset(h, 0, sizeof(*h));
 	char *p = dcr_receiver_path(rc, "HEAD"), *buf = NULL;
 	int r = p ? kv_read(p, "dcr-head 2", &buf, e) : dcr_err_sys(e, ENOMEM, "HEAD");
+	char *old = NULL;
+	struct dcr_err ignore;
+	int damaged = r == DCR_EFORMAT && kv_read(p, "dcr-head 1", &old, &ignore);
+	free(old);
 	if (p)
 		r = old_record(rc, p, "dcr-head 1", r, e);
 	if (r == 1)
 		r = 0;
-	else if (!r) {
-		if (kv_u64(buf, "version", &h->version) || kv_digest(buf, "state", &h->state))
-			r = dcr_err_set(e, DCR_EFORMAT, "'%s' is malformed", p);
-		else
-			h->have = 1;
-	}
+	else if (!r && (kv_u64(buf, "version", &h->version) || kv_digest(buf, "state", &h->state)))
+		damaged = 1;
+	else if (!r)
+		h->have = 1;
+	if (damaged)
+		r = dcr_err_set(e, DCR_EFORMAT,
+				"'%s' is damaged (not a dcr-head 2 record): move it aside; the receiver then counts as never committed, and its next dcr-apply and dcr-commit go on as before (each delta is checked against the files, not against HEAD; give dcr-commit --version V the version they reach)",
+				p);
 	free(buf);
 	free(p);
 	return r;
