@@ -78,3 +78,20 @@ bare "$G/v2" "$G/v3" "$T/z"
 run 0 dcr-commit --version 3 "$T/z"
 head_is "$T/z" 3 "$(state_id "$G/v3")"
 say "ok: a damaged HEAD names its way out, which works"
+
+# a damaged record of the last apply: the same, its way out applying the
+# last delta again (the files already hold its target: recorded, not
+# applied twice)
+sh -c 'dcr-diff "$1" "$2" >"$3"' sh "$G/v3" "$G/v4" "$T/d34"
+run 0 dcr-apply -q "$T/z" "$T/d34"
+printf 'junk\n' >"$T/z/.dcr/applied"
+run 128 dcr-commit "$T/z"
+one_line_error dcr-commit
+grep -q "applied' is damaged (not a dcr-applied 2 record): move it aside; then apply the last delta again" "$T/err" ||
+	fail "no way out named: $(cat "$T/err")"
+mv "$T/z/.dcr/applied" "$T/applied.damaged"
+run 0 dcr-apply "$T/z" "$T/d34"
+grep -q "already at the target" "$T/err" || fail "the delta was applied twice: $(cat "$T/err")"
+run 0 dcr-commit --version 4 "$T/z"
+head_is "$T/z" 4 "$(state_id "$G/v4")"
+say "ok: a damaged record of the last apply names its way out, which works"

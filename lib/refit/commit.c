@@ -36,17 +36,35 @@ static int old_record(struct dcr_receiver *rc, const char *path, const char *mag
 			   path, rc->dir, rc->dir);
 }
 
+/* .dcr/NAME at p read: 1 absent, 0 *buf holds it, or an error (an older
+ * dcr's record, old_magic, refused with what to do); *damaged when it is
+ * there but is neither a record of magic nor an older one. */
+static int record_read(struct dcr_receiver *rc, const char *p, const char *magic,
+		       const char *old_magic, char **buf, int *damaged, struct dcr_err *e)
+{
+	int r = kv_read(p, magic, buf, e);
+	char *old = NULL;
+	struct dcr_err ignore;
+	*damaged = r == DCR_EFORMAT && (!old_magic || kv_read(p, old_magic, &old, &ignore));
+	free(old);
+	return old_magic ? old_record(rc, p, old_magic, r, e) : r;
+}
+
+/* The error of a damaged record (a disk's damage, an edit by hand), with
+ * the way out. */
+static int damaged_record(const char *p, const char *magic, const char *way, struct dcr_err *e)
+{
+	return dcr_err_set(e, DCR_EFORMAT, "'%s' is damaged (not a %s record): move it aside; %s", p,
+			   magic, way);
+}
+
 int dcr_head_read(struct dcr_receiver *rc, struct dcr_head *h, struct dcr_err *e)
 {
 	memset(h, 0, sizeof(*h));
 	char *p = dcr_receiver_path(rc, "HEAD"), *buf = NULL;
-	int r = p ? kv_read(p, "dcr-head 2", &buf, e) : dcr_err_sys(e, ENOMEM, "HEAD");
-	char *old = NULL;
-	struct dcr_err ignore;
-	int damaged = r == DCR_EFORMAT && kv_read(p, "dcr-head 1", &old, &ignore);
-	free(old);
-	if (p)
-		r = old_record(rc, p, "dcr-head 1", r, e);
+	int damaged = 0;
+	int r = p ? record_read(rc, p, "dcr-head 2", "dcr-head 1", &buf, &damaged, e)
+		  : dcr_err_sys(e, ENOMEM, "HEAD");
 	if (r == 1)
 		r = 0;
 	else if (!r && (kv_u64(buf, "version", &h->version) || kv_digest(buf, "state", &h->state)))
@@ -54,9 +72,9 @@ int dcr_head_read(struct dcr_receiver *rc, struct dcr_head *h, struct dcr_err *e
 	else if (!r)
 		h->have = 1;
 	if (damaged)
-		r = dcr_err_set(e, DCR_EFORMAT,
-				"'%s' is damaged (not a dcr-head 2 record): move it aside; the receiver then counts as never committed, and its next dcr-apply and dcr-commit go on as before (each delta is checked against the files, not against HEAD; give dcr-commit --version V the version they reach)",
-				p);
+		r = damaged_record(p, "dcr-head 2",
+				   "the receiver then counts as never committed, and its next dcr-apply and dcr-commit go on as before (each delta is checked against the files, not against HEAD; give dcr-commit --version V the version they reach)",
+				   e);
 	free(buf);
 	free(p);
 	return r;
@@ -65,12 +83,18 @@ int dcr_head_read(struct dcr_receiver *rc, struct dcr_head *h, struct dcr_err *e
 int dcr_policy_read(struct dcr_receiver *rc, char *out, size_t n, struct dcr_err *e)
 {
 	char *p = dcr_receiver_path(rc, "policy"), *buf = NULL;
-	int r = p ? kv_read(p, "dcr-policy 1", &buf, e) : dcr_err_sys(e, ENOMEM, "policy");
+	int damaged = 0;
+	int r = p ? record_read(rc, p, "dcr-policy 1", NULL, &buf, &damaged, e)
+		  : dcr_err_sys(e, ENOMEM, "policy");
 	*out = '\0';
 	if (r == 1)
 		r = 0;
 	else if (!r && (kv_get(buf, "policy", out, n) || !*out))
-		r = dcr_err_set(e, DCR_EFORMAT, "'%s' is malformed", p);
+		damaged = 1;
+	if (damaged)
+		r = damaged_record(p, "dcr-policy 1",
+				   "the receiver then follows the policy its next signed pack names, or --policy",
+				   e);
 	free(buf);
 	free(p);
 	return r;
@@ -90,26 +114,27 @@ int dcr_applied_read(struct dcr_receiver *rc, struct dcr_applied *a, struct dcr_
 {
 	memset(a, 0, sizeof(*a));
 	char *p = dcr_receiver_path(rc, "applied"), *buf = NULL;
-	int r = p ? kv_read(p, "dcr-applied 2", &buf, e) : dcr_err_sys(e, ENOMEM, "applied");
-	if (p)
-		r = old_record(rc, p, "dcr-applied 1", r, e);
+	int damaged = 0;
+	int r = p ? record_read(rc, p, "dcr-applied 2", "dcr-applied 1", &buf, &damaged, e)
+		  : dcr_err_sys(e, ENOMEM, "applied");
 	if (r == 1)
 		r = 0;
 	else if (!r) {
 		char at[40], ver[32];
 		if (kv_digest(buf, "base", &a->base) || kv_digest(buf, "target", &a->target) ||
 		    kv_get(buf, "attempt", at, sizeof(at)) || kv_attempt(at, a->attempt) ||
-		    kv_get(buf, "version", ver, sizeof(ver)))
-			r = dcr_err_set(e, DCR_EFORMAT, "'%s' is malformed", p);
+		    kv_get(buf, "version", ver, sizeof(ver)) ||
+		    (strcmp(ver, "-") && kv_u64(buf, "version", &a->version)))
+			damaged = 1;
 		else {
 			a->have = 1;
-			if (strcmp(ver, "-")) {
-				if (kv_u64(buf, "version", &a->version))
-					r = dcr_err_set(e, DCR_EFORMAT, "'%s' is malformed", p);
-				a->have_version = 1;
-			}
+			a->have_version = strcmp(ver, "-") != 0;
 		}
 	}
+	if (damaged)
+		r = damaged_record(p, "dcr-applied 2",
+				   "then apply the last delta again (one whose target the files hold already is recorded, not applied twice) and commit",
+				   e);
 	free(buf);
 	free(p);
 	return r;
