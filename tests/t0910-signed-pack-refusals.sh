@@ -115,6 +115,10 @@ grep -q -- "--policy needs a key" "$T/err" || { cat "$T/err"; fail "--policy wit
 run 128 dcr-pull $K --policy rl -o "$T/pulled" "$T/pother"
 grep -q "signed for policy 'other', not 'rl'" "$T/err" || { cat "$T/err"; fail "dcr-pull took another policy's pack"; }
 [ ! -e "$T/pulled" ] || fail "a refused pull left '$T/pulled'"
+# a damaged .dcr/policy is refused, naming the way out, which works
+printf 'junk\n' >"$T/r/.dcr/policy"
+refused "policy' is damaged (not a dcr-policy 1 record): move it aside; the receiver then follows" $K "$T/r" "$T/pother"
+mv "$T/r/.dcr/policy" "$T/policy.damaged"
 run 0 dcr-apply $K --policy other "$T/r" "$T/pother"
 grep -q "^policy other$" "$T/r/.dcr/policy" || fail ".dcr/policy does not name the policy --policy moved it to"
 run 0 dcr-commit "$T/r"
