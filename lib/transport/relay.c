@@ -2619,7 +2619,6 @@ static void reload_dir(struct dcr_relay *r, const char *rel)
 	free(dir);
 }
 
-/* Remove our temporary spool directory and everything under it. */
 /* A cache directory is one relay's: two that share it would remove each
  * other's objects in flight (a start removes every temporary file) and
  * count the same bytes twice. Held until the relay stops. */
@@ -2642,6 +2641,7 @@ static int lock_cache(struct dcr_relay *r, struct dcr_err *e)
 	return rc;
 }
 
+/* Remove our temporary spool directory and everything under it. */
 static void remove_tree(const char *dir)
 {
 	DIR *d = opendir(dir);
