@@ -3,7 +3,7 @@
 # HTTP: a corrupted, truncated, missing or swapped payload (another
 # payload's bytes, or the same index of another delta), a corrupted
 # manifest, a FIFO in place of a payload in a directory store (pulled, or
-# applied as a pack directory). Each ends in exit 128 and one line naming
+# applied as a pack directory: refused without being opened). Each ends in exit 128 and one line naming
 # the object by its store URL and the cause; dcr-pull | dcr-apply leaves
 # the receiver's files as they were; restoring the object makes the same
 # pull succeed.
@@ -71,7 +71,12 @@ for S in "$T/store" "$H"; do
 	http*) ;;
 	*)	# a FIFO where an object was: refused, not waited on for a
 		# writer (timeout only catches the hang)
+		# writer, nor opened at all: a writer waiting on it still
+		# waits (an open for reading would have let it go)
 		rm "$S/v1/$P1" && mkfifo "$S/v1/$P1" || fail "mkfifo"
+		rm -f "$T/fifo-opened"
+		(exec 3>"$S/v1/$P1" && echo opened >"$T/fifo-opened") &
+		fifo_writer=$!
 		expect_fail 128 timeout 60 dcr-pull -q "$S/v1"
 		contains "$ERR" "$S/v1/$P1"
 		contains "$ERR" "not a regular file"
@@ -80,6 +85,11 @@ for S in "$T/store" "$H"; do
 		contains "$ERR" "$S/v1/$P1"
 		contains "$ERR" "not a regular file"
 		untouched "$T/r" "$T/snap"
+		sleep 0.2
+		[ ! -e "$T/fifo-opened" ] || fail "the FIFO in the store was opened"
+		exec 4<>"$S/v1/$P1" # (lets the writer go)
+		wait "$fifo_writer" 2>/dev/null || :
+		exec 4>&-
 		rm "$S/v1/$P1"
 		restore "$S" $P1 ;;
 	esac

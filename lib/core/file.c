@@ -527,6 +527,38 @@ void dcr_prefault(void *p, size_t n)
 	(void)madvise((void *)a, z - a, MADV_POPULATE_WRITE);
 }
 
+int dcr_reopen_regular(int pfd, const char *path, int flags)
+{
+	struct stat st, again;
+	if (fstat(pfd, &st))
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
+	char link[64];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", pfd);
+	int fd = open(link, flags & ~O_NOFOLLOW);
+	if (fd >= 0 || errno != ENOENT || !path)
+		return fd >= 0 ? fd : -errno;
+	/* no /proc: the path again, which must still be that file */
+	if ((fd = open(path, flags | O_NONBLOCK)) < 0)
+		return -errno;
+	if (fstat(fd, &again) || again.st_dev != st.st_dev || again.st_ino != st.st_ino) {
+		close(fd);
+		return -EAGAIN;
+	}
+	return fd;
+}
+
+int dcr_open_regular(const char *path, int flags)
+{
+	int pfd = open(path, O_PATH | O_CLOEXEC | (flags & O_NOFOLLOW));
+	if (pfd < 0)
+		return -errno;
+	int fd = dcr_reopen_regular(pfd, path, flags);
+	close(pfd);
+	return fd;
+}
+
 int dcr_blob_map_fd(struct dcr_blob *b, int fd, const char *path, size_t max,
 		    struct dcr_err *e)
 {
@@ -556,10 +588,12 @@ int dcr_blob_map_fd(struct dcr_blob *b, int fd, const char *path, size_t max,
 int dcr_blob_map(struct dcr_blob *b, const char *path, size_t max, struct dcr_err *e)
 {
 	memset(b, 0, sizeof(*b));
-	/* O_NONBLOCK: a FIFO is refused (not a regular file), not waited on */
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	/* a FIFO or a device is refused, never opened (not waited on) */
+	int fd = dcr_open_regular(path, O_RDONLY | O_CLOEXEC);
+	if (fd == -EINVAL)
+		return dcr_err_set(e, DCR_EFORMAT, "'%s' is not a regular file", path);
 	if (fd < 0)
-		return dcr_err_sys(e, errno, "cannot open '%s'", path);
+		return dcr_err_sys(e, -fd, "cannot open '%s'", path);
 	int r = dcr_blob_map_fd(b, fd, path, max, e);
 	close(fd);
 	return r;

@@ -99,6 +99,18 @@ int dcr_spool_fd(int fd, const char *what, int *out, uint64_t *len, struct dcr_e
  * supported; small ranges are left alone. */
 void dcr_prefault(void *p, size_t n);
 
+/* The object pfd (an O_PATH descriptor) opened with flags, if it is a
+ * regular file: a new descriptor (pfd stays the caller's), or -errno.
+ * Anything else is never opened (a FIFO's open waits for a writer or
+ * wakes one, a device's open may act: a tape rewinds, a watchdog arms):
+ * -EINVAL, for the caller's "not a regular file". Through
+ * /proc/self/fd/PFD; without /proc, path is opened again (with
+ * O_NONBLOCK) and must be the same file (-EAGAIN if it was replaced). */
+int dcr_reopen_regular(int pfd, const char *path, int flags);
+/* path opened with flags if it is a regular file (after symbolic links,
+ * unless flags has O_NOFOLLOW), as dcr_reopen_regular; or -errno. */
+int dcr_open_regular(const char *path, int flags);
+
 /* Bytes that travel with their owner: a read-only mapping of a file, or a
  * heap buffer (map == NULL). dcr_blob_free releases either and zeroes b. */
 struct dcr_blob {

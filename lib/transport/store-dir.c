@@ -67,16 +67,17 @@ static int fd_inside(int rfd, int fd)
 	       (gn > wn && !memcmp(got, want, (size_t)wn) && got[wn] == '/');
 }
 
-/* root/name opened with flags, or -errno; a path that leads out of the
- * root (through a symbolic link) is -EXDEV. openat2(2)'s RESOLVE_BENEATH
- * where the kernel has it (5.6) and lets us call it (a container's
- * seccomp filter may answer EPERM); where it refuses (no such call, or a
- * link that is absolute or climbs out and back in), the file is opened
- * with O_PATH, which reads nothing and runs no device's or FIFO's open,
- * its own path (/proc/self/fd) is checked against the root's, and only
- * then is it opened with flags, through that path. So a link is followed
- * where it lands inside, whichever way it is written, and nothing
- * outside is ever opened. For a store opened with beneath. */
+/* root/name opened with O_PATH (flags: O_PATH, O_CLOEXEC, and O_DIRECTORY
+ * or O_NOFOLLOW if wanted), or -errno; a path that leads out of the root
+ * (through a symbolic link) is -EXDEV. openat2(2)'s RESOLVE_BENEATH where
+ * the kernel has it (5.6) and lets us call it (a container's seccomp
+ * filter may answer EPERM); where it refuses (no such call, or a link
+ * that is absolute or climbs out and back in), the file's own path
+ * (/proc/self/fd) is checked against the root's. So a link is followed
+ * where it lands inside, whichever way it is written; O_PATH opens
+ * nothing (no FIFO's or device's open runs), and the caller opens the
+ * file for reading only once it is known to be inside and regular
+ * (dcr_reopen_regular). For a store opened with beneath. */
 static int open_beneath(const struct dir *d, const char *name, int flags)
 {
 	int rfd = open(d->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -98,17 +99,10 @@ static int open_beneath(const struct dir *d, const char *name, int flags)
 		err = pfd < 0 ? errno : 0;
 		if (pfd >= 0 && !fd_inside(rfd, pfd)) {
 			err = EXDEV;
-		} else if (pfd >= 0 && (flags & O_PATH)) {
-			fd = pfd;
-			pfd = -1;
-		} else if (pfd >= 0) {
-			char link[64];
-			snprintf(link, sizeof(link), "/proc/self/fd/%d", pfd);
-			fd = open(link, flags);
-			err = fd < 0 ? errno : 0;
-		}
-		if (pfd >= 0)
 			close(pfd);
+		} else {
+			fd = pfd;
+		}
 	}
 	close(rfd);
 	return fd >= 0 ? fd : -(err == ELOOP ? EXDEV : err);
@@ -269,9 +263,10 @@ static int dir_open_obj(struct dcr_store *s, const char *name, char **pathp,
 	char *path = dir_path(s, name, e);
 	if (!path)
 		return -ENOMEM;
-	/* O_NONBLOCK: a FIFO put in the store must be refused below, not
-	 * wait for a writer in open(2); regular files ignore the flag */
-	const int flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC;
+	/* first with O_PATH, which opens nothing: a FIFO put in the store
+	 * must be refused below, not wait for (or wake) a writer in open(2),
+	 * and a device must not see an open at all */
+	const int flags = O_PATH | O_CLOEXEC;
 	int fd = dir_of(s)->beneath ? open_beneath(dir_of(s), name, flags) : open(path, flags);
 	if (fd < 0 && !dir_of(s)->beneath)
 		fd = -errno;
@@ -294,8 +289,12 @@ static int dir_open_obj(struct dcr_store *s, const char *name, char **pathp,
 		r = dcr_err_set(e, DCR_ENOTFOUND, "cannot open '%s': no such object (a directory)", path);
 	else if (!S_ISREG(st.st_mode))
 		r = dcr_err_set(e, DCR_EFORMAT, "cannot open '%s': not a regular file", path);
+	int pfd = fd;
+	if (!r && (fd = dcr_reopen_regular(pfd, path, O_RDONLY | O_CLOEXEC)) < 0)
+		r = fd == -EINVAL ? dcr_err_set(e, DCR_EFORMAT, "cannot open '%s': not a regular file", path)
+				  : dcr_err_sys(e, -fd, "cannot open '%s'", path);
+	close(pfd);
 	if (r) {
-		close(fd);
 		free(path);
 		return r;
 	}
