@@ -21,33 +21,26 @@
 
 #define LOG_MAX (256u << 20)
 
-/* A receiver record of an older dcr, whose state ids were SHA-256 (see
- * dcr(7), UPGRADING): refused with what to do. */
-static int old_record(struct dcr_receiver *rc, const char *path, const char *magic, int r,
-		      struct dcr_err *e)
-{
-	char *buf = NULL;
-	struct dcr_err ignore;
-	if (r != DCR_EFORMAT || kv_read(path, magic, &buf, &ignore))
-		return r;
-	free(buf);
-	return dcr_err_set(e, DCR_EFORMAT,
-			   "'%s' was written by an older dcr (version 1 state ids): remove '%s/.dcr/HEAD' and '%s/.dcr/applied'; the next delta is checked against the files as always (dcr(7), UPGRADING)",
-			   path, rc->dir, rc->dir);
-}
-
-/* .dcr/NAME at p read: 1 absent, 0 *buf holds it, or an error (an older
- * dcr's record, old_magic, refused with what to do); *damaged when it is
- * there but is neither a record of magic nor an older one. */
+/* .dcr/NAME at p read: 1 absent, 0 *buf holds it, or an error; a record
+ * of an older dcr (old_magic, may be NULL), whose state ids were SHA-256
+ * (see dcr(7), UPGRADING), is refused with what to do; *damaged when it
+ * is there but is neither a record of magic nor an older one. */
 static int record_read(struct dcr_receiver *rc, const char *p, const char *magic,
 		       const char *old_magic, char **buf, int *damaged, struct dcr_err *e)
 {
 	int r = kv_read(p, magic, buf, e);
+	*damaged = 0;
+	if (r != DCR_EFORMAT)
+		return r;
 	char *old = NULL;
 	struct dcr_err ignore;
-	*damaged = r == DCR_EFORMAT && (!old_magic || kv_read(p, old_magic, &old, &ignore));
+	*damaged = !old_magic || kv_read(p, old_magic, &old, &ignore);
 	free(old);
-	return old_magic ? old_record(rc, p, old_magic, r, e) : r;
+	if (*damaged)
+		return r;
+	return dcr_err_set(e, DCR_EFORMAT,
+			   "'%s' was written by an older dcr (version 1 state ids): remove '%s/.dcr/HEAD' and '%s/.dcr/applied'; the next delta is checked against the files as always (dcr(7), UPGRADING)",
+			   p, rc->dir, rc->dir);
 }
 
 /* The error of a damaged record (a disk's damage, an edit by hand), with
