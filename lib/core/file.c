@@ -12,8 +12,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "core/bytes.h"
 #include "core/file.h"
 #include "core/util.h"
 
@@ -525,6 +527,22 @@ void dcr_prefault(void *p, size_t n)
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; EINVAL before */
 #endif
 	(void)madvise((void *)a, z - a, MADV_POPULATE_WRITE);
+}
+
+int dcr_fs_room(int fd, const char *path, uint64_t keep_min, uint64_t *room, uint64_t *keep)
+{
+	const uint64_t keep_max = (uint64_t)4 << 30;
+	struct statvfs vs;
+	uint64_t size;
+	if ((fd >= 0 ? fstatvfs(fd, &vs) : statvfs(path, &vs)) ||
+	    mul_ovf(vs.f_bavail, vs.f_frsize, room) || mul_ovf(vs.f_blocks, vs.f_frsize, &size))
+		return -1;
+	if (keep) {
+		*keep = size / 50 < keep_min ? keep_min : size / 50;
+		if (*keep > keep_max)
+			*keep = keep_max;
+	}
+	return 0;
 }
 
 int dcr_reopen_regular(int pfd, const char *path, int flags)

@@ -99,6 +99,12 @@ int dcr_spool_fd(int fd, const char *what, int *out, uint64_t *len, struct dcr_e
  * supported; small ranges are left alone. */
 void dcr_prefault(void *p, size_t n);
 
+/* The filesystem holding fd (or path, when fd < 0): *room, the bytes a
+ * writer may still use there, and *keep (may be NULL), what a writer that
+ * must not fill it leaves free: 1/50 of its size, at least keep_min, at
+ * most 4 GiB. 0, or -1 where it cannot tell (the writes will). */
+int dcr_fs_room(int fd, const char *path, uint64_t keep_min, uint64_t *room, uint64_t *keep);
+
 /* The object pfd (an O_PATH descriptor) opened with flags, if it is a
  * regular file: a new descriptor (pfd stays the caller's), or -errno.
  * Anything else is never opened (a FIFO's open waits for a writer or

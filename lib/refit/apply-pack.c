@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "core/bytes.h"
@@ -52,26 +51,21 @@ struct spool {
 };
 
 /* The spool leaves its filesystem 2% of it free (at least SPOOL_KEEP_MIN,
- * at most SPOOL_KEEP_MAX), looked at before a write that makes
+ * at most 4 GiB: dcr_fs_room), looked at before a write that makes
  * SPOOL_ROOM_EVERY bytes since the last look: a payload's items may decode
  * to far more than its compressed bytes (a dense item of zeros), and a
  * stream that is refused only at its end (no manifest; no signature where
  * a key is required) must not fill the receiver's disk first. */
 #define SPOOL_KEEP_MIN ((uint64_t)64 << 20)
-#define SPOOL_KEEP_MAX ((uint64_t)4 << 30)
 #define SPOOL_ROOM_EVERY ((uint64_t)16 << 20)
 #define SPOOL_BATCH ((size_t)1 << 20)
 
 static int spool_room(struct spool *s, uint64_t len, struct dcr_err *e)
 {
-	struct statvfs vs;
-	uint64_t room, size;
+	uint64_t room, keep;
 	s->unchecked = 0;
-	if (fstatvfs(s->fd, &vs) || mul_ovf(vs.f_bavail, vs.f_frsize, &room) ||
-	    mul_ovf(vs.f_blocks, vs.f_frsize, &size))
+	if (dcr_fs_room(s->fd, NULL, SPOOL_KEEP_MIN, &room, &keep))
 		return 0; /* unknown: the writes will tell */
-	uint64_t keep = size / 50;
-	keep = keep < SPOOL_KEEP_MIN ? SPOOL_KEEP_MIN : keep > SPOOL_KEEP_MAX ? SPOOL_KEEP_MAX : keep;
 	if (room >= len && room - len >= keep)
 		return 0;
 	return dcr_err_sys(e, ENOSPC,

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "core/bytes.h"
@@ -305,12 +304,11 @@ static int stage_room(struct ctx *x, const struct plan *p, const struct dcr_ckpt
 				return dcr_err_set(e, DCR_EFORMAT, "apply: the target's files are too large");
 		}
 	}
-	struct statvfs vs;
 	char *sd = dcr_receiver_path(x->rc, "stage");
-	int ok = sd && !statvfs(sd, &vs);
-	free(sd);
 	uint64_t room;
-	if (!ok || mul_ovf(vs.f_bavail, vs.f_frsize, &room))
+	int ok = sd && !dcr_fs_room(-1, sd, 0, &room, NULL);
+	free(sd);
+	if (!ok)
 		return 0; /* unknown: the writes will tell */
 	if (need > room)
 		return dcr_err_sys(e, ENOSPC,

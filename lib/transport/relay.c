@@ -33,7 +33,6 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -615,22 +614,15 @@ static int cache_full(const struct dcr_relay *r, uint64_t need)
 	return r->cache_bytes + need > r->cache_size || r->tab_n > OBJ_MAX;
 }
 
-/* The spool's filesystem keeps this share of its size free (1/50, at
- * most SPOOL_KEEP_MAX) for whoever else writes there: a cache size
- * larger than the disk holds must not fill it. */
-#define SPOOL_KEEP_MAX ((uint64_t)4 << 30)
-
-/* 1 if the spool's filesystem has less than need bytes free beyond what
- * it keeps free; 0 if it has them or cannot tell. */
+/* 1 if the spool's filesystem has less than need bytes free beyond the
+ * share it keeps free for whoever else writes there (1/50 of it, at most
+ * 4 GiB: dcr_fs_room), so that a cache size larger than the disk holds
+ * does not fill it; 0 if it has them or cannot tell. */
 static int disk_short(const struct dcr_relay *r, uint64_t need)
 {
-	struct statvfs vs;
-	if (statvfs(r->spool, &vs) || !vs.f_frsize)
+	uint64_t room, keep;
+	if (dcr_fs_room(-1, r->spool, 0, &room, &keep))
 		return 0;
-	uint64_t size = (uint64_t)vs.f_blocks * vs.f_frsize, room = (uint64_t)vs.f_bavail * vs.f_frsize;
-	if (size / vs.f_frsize != vs.f_blocks || room / vs.f_frsize != vs.f_bavail)
-		return 0;
-	uint64_t keep = size / 50 < SPOOL_KEEP_MAX ? size / 50 : SPOOL_KEEP_MAX;
 	return room < keep || room - keep < need;
 }
 
