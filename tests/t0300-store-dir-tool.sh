@@ -2,7 +2,8 @@
 # The directory store through store-tool: put/get/stat/list/delete, a missing
 # object is exit 2 naming it, put-if-absent refuses an existing name (exit 3)
 # and keeps the first content, parallel puts and gets round-trip, a listing
-# ends through loops and fans of symbolic links.
+# ends through loops and fans of symbolic links, and refuses names no
+# store could hold.
 . "$DCR_SRC/tests/lib-store.sh"
 S="$T/store"
 mkdata "$T/a" 100000
@@ -52,6 +53,25 @@ for p in v3/ "" v3/c1; do
 	[ "$(wc -l <"$T/out")" -lt 500 ] || fail "list '$p': $(wc -l <"$T/out") names"
 done
 rm -rf "$S/v3"
+# names somebody else put in the store that no store could hold: as from
+# a server, an error naming them, not names to act on (a listing that
+# walked a directory nested past the longest name would only go deeper)
+mkdir "$S/v4"
+printf x >"$S/v4/ok"
+printf x >"$S/v4/bad$(printf '\001')name"
+expect_fail 128 "$TOOL" "$S" list v4/
+contains "$ERR" "bad name"
+contains "$ERR" "control character 0x01"
+rm "$S/v4/bad"*
+run_ok "$TOOL" "$S" list v4/
+[ "$(cat "$T/out")" = v4/ok ] || fail "list v4/: $(cat "$T/out")"
+c=dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd
+d="$S/v4/$c/$c/$c/$c/$c/$c/$c/$c/$c/$c/$c"
+mkdir -p "$d"
+printf x >"$d/o"
+expect_fail 128 "$TOOL" "$S" list v4/
+contains "$ERR" "longer than any object's name"
+rm -rf "$S/v4"
 run_ok "$TOOL" "$S" delete v1/payload-000000
 expect_fail 2 "$TOOL" "$S" delete v1/payload-000000
 expect_fail 128 "$TOOL" "$S" put ../escape "$T/a"

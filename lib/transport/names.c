@@ -17,9 +17,9 @@ static int check_path(const char *what, const char *name, int allow_partial,
 	if (!name)
 		return dcr_err_set(e, DCR_EFORMAT, "invalid %s: none given", what);
 	size_t n = strlen(name);
-	if (n > 1024)
-		return dcr_err_set(e, DCR_EFORMAT, "invalid %s '%.64s...': longer than 1024 bytes",
-				   what, name);
+	if (n > DCR_NAME_MAX)
+		return dcr_err_set(e, DCR_EFORMAT, "invalid %s '%.64s...': longer than %d bytes",
+				   what, name, DCR_NAME_MAX);
 	if (!allow_partial && !n)
 		return dcr_err_set(e, DCR_EFORMAT, "invalid %s: empty", what);
 	for (size_t i = 0; i < n; i++) {

@@ -11,6 +11,8 @@
 
 #include "core/error.h"
 
+#define DCR_NAME_MAX 1024 /* the longest object name, in bytes */
+
 /* 0 if name is an acceptable object name, else DCR_EFORMAT with a message. */
 int dcr_store_check_name(const char *name, struct dcr_err *e);
 /* The same for a listing's prefix, whose last component may be partial

@@ -498,6 +498,26 @@ static int walk_beneath(const struct walk *w, const struct dcr_buf *rel, int fla
 	return fd >= 0 ? 1 : fd == -EXDEV || fd == -ENOENT || fd == -ENOTDIR ? 0 : fd;
 }
 
+/* Add rel, a regular file's name, to the listing: a name no store could
+ * hold (rel is NUL-terminated here) and a listing past
+ * DCR_STORE_LIST_MAX names are errors, as they are from a server. */
+static int walk_add(struct walk *w, struct dcr_buf *rel, struct dcr_err *e)
+{
+	struct dcr_err ne;
+	if (dcr_buf_add(rel, "", 1))
+		return dcr_err_sys(e, ENOMEM, "cannot list '%s'", w->root);
+	rel->len--;
+	if (dcr_store_check_name((const char *)rel->p, &ne))
+		return dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': the store holds a bad name: %s",
+				   w->root, ne.msg);
+	if (w->l->n >= DCR_STORE_LIST_MAX)
+		return dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': more than %u names",
+				   w->root, DCR_STORE_LIST_MAX);
+	if (names_add(w->l, (char *)rel->p, rel->len))
+		return dcr_err_sys(e, ENOMEM, "cannot list '%s'", w->root);
+	return 0;
+}
+
 /* Walk dir (root/rel), adding regular files whose relative name starts with
  * prefix; link: rel may lead through a symbolic link (its last component is
  * one, or it is where the walk starts), so it is read only if it lies
@@ -553,13 +573,21 @@ static int dir_walk(struct walk *w, struct dcr_buf *rel, int link, struct dcr_er
 			free(full);
 		}
 		if (type == DT_DIR) {
-			r = dir_walk(w, rel, islink, e);
+			/* nothing beneath could be an object's name: as a
+			 * server's listing of such a name is, an error (this
+			 * also bounds the walk's depth) */
+			if (rel->len >= DCR_NAME_MAX)
+				r = dcr_err_set(e, DCR_EFORMAT,
+						"cannot list '%s': the store holds a directory '%.64s...' longer than any object's name",
+						root, (char *)rel->p);
+			else
+				r = dir_walk(w, rel, islink, e);
 		} else if (type == DT_REG && rel->len >= plen) {
 			int in = islink ? walk_beneath(w, rel, 0) : 1;
 			if (in < 0)
 				r = dcr_err_sys(e, -in, "cannot list '%s'", path);
-			else if (in && names_add(w->l, (char *)rel->p, rel->len))
-				r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", path);
+			else if (in)
+				r = walk_add(w, rel, e);
 		}
 	}
 	if (!r && errno)
