@@ -26,6 +26,9 @@ usage: lie-server.py --port-file FILE MODE [DIR]
            and then 512 MiB of zeros, cut off there (no last chunk: a
            reader bounded by nothing but memory has to take it all); HEAD
            of one: 200, Content-Length 1 TiB; anything else (a manifest) 404
+  badname  GET /?prefix=PFX (a plain listing) or ?list-type=2&prefix=PFX
+           (S3's): a good name under PFX's directory and one that climbs
+           out of it (DIR/../../escape)
   long206  GET of a file under DIR with "Range: bytes=A-B": 206 with the
            right Content-Range, chunked, bytes A..B and then "x" without end
 Each request is logged to stderr as "METHOD PATH AUTHORIZATION".
@@ -69,6 +72,8 @@ class Handler(socketserver.BaseRequestHandler):
         path = target.split("?")[0]
         if MODE in ("pad", "flood", "trickle", "sigflood", "long206"):
             self.files(out, path)
+        elif MODE == "badname":
+            self.badname(out, target)
         elif MODE in ("list", "ahead"):
             self.listed(out, line.split(" ")[0], target)
         elif MODE == "huge":
@@ -97,6 +102,20 @@ class Handler(socketserver.BaseRequestHandler):
         except OSError:
             pass
 
+
+    def badname(self, out, target):
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query)
+        pack = query.get("prefix", ["v1/"])[0].rsplit("/", 1)[0]
+        names = [pack + "/payload-000000.dcrp", pack + "/../../escape"]
+        if "list-type" in query:
+            body = ('<?xml version="1.0" encoding="UTF-8"?><ListBucketResult>'
+                    '<Name>b</Name><KeyCount>2</KeyCount><IsTruncated>false</IsTruncated>'
+                    + "".join("<Contents><Key>%s</Key><Size>1</Size></Contents>" % n
+                              for n in names) + "</ListBucketResult>").encode()
+        else:
+            body = "".join(n + "\n" for n in names).encode()
+        out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
+                    b"Connection: close\r\n\r\n" % len(body) + body)
 
     def listed(self, out, method, target):
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query)

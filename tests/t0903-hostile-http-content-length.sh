@@ -3,7 +3,9 @@
 # dcr-pull reserve (and prefault) 2.9 GB. A memory sink now sets aside at
 # most 1 MiB ahead of the bytes that arrived: dcr-pull stays under 100 MiB
 # and fails with one line saying how few bytes came; a body shorter than
-# announced is an error too, never a short manifest.
+# announced is an error too, never a short manifest. A listing from either
+# kind of server that names an object no store could hold (one climbing
+# out of the prefix) is an error, not a name to act on.
 . "$DCR_SRC/tests/lib-xfer.sh"
 TIME=/usr/bin/time
 [ -x "$TIME" ] && "$TIME" -f %M true >/dev/null 2>&1 || skip "GNU time(1) is missing"
@@ -33,3 +35,12 @@ export AWS_ACCESS_KEY_ID=k AWS_SECRET_ACCESS_KEY=s AWS_REGION=us-east-1
 expect_fail 128 timeout 60 "$TOOL" --endpoint "http://127.0.0.1:$PORT" --retries 1 s3://b/p list v1/
 contains "$ERR" "8 truncated pages in a row named nothing (a listing without end)"
 [ "$(grep -c '^GET ' "$T/lie.log")" = 8 ] || fail "not 8 pages asked for: $(grep -c '^GET ' "$T/lie.log")"
+
+# names no store could hold, from a plain HTTP server's listing and from
+# an S3 server's: one line naming the bad name, nothing listed
+kill $PIDS 2>/dev/null || :
+lies badname
+expect_fail 128 "$TOOL" --retries 1 "http://127.0.0.1:$PORT/s" list v1/
+contains "$ERR" "it lists a bad name (invalid object name 'v1/../../escape'"
+expect_fail 128 "$TOOL" --endpoint "http://127.0.0.1:$PORT" --retries 1 s3://b/p list v1/
+contains "$ERR" "it lists a bad name (invalid object name 'v1/../../escape'"

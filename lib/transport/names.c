@@ -8,6 +8,7 @@
 
 #include "core/buf.h"
 #include "transport/names.h"
+#include "transport/store.h"
 
 /* ---- names ---------------------------------------------------------- */
 
@@ -82,6 +83,26 @@ int dcr_names_add(struct dcr_names *l, char *str)
 	}
 	l->v[l->n++] = str;
 	return 0;
+}
+
+int dcr_names_add_listed(struct dcr_names *l, char *name, const char *what, int code,
+			 struct dcr_err *e)
+{
+	struct dcr_err ne;
+	int r = 0;
+	if (!name)
+		return dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
+	if (dcr_store_check_name(name, &ne))
+		r = dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': it lists a bad name (%s)", what,
+				ne.msg);
+	else if (l->n >= DCR_STORE_LIST_MAX)
+		r = dcr_err_set(e, code, "cannot list '%s': more than %u names", what,
+				DCR_STORE_LIST_MAX);
+	else if (dcr_names_add(l, name))
+		r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
+	if (r)
+		free(name);
+	return r;
 }
 
 static int cmp_str(const void *a, const void *b)

@@ -28,6 +28,12 @@ struct dcr_names {
 	size_t n, cap;
 };
 int dcr_names_add(struct dcr_names *l, char *str);
+/* Add name, as a store's listing (what, in messages) names it; takes name
+ * on every path. A name no store could hold (dcr_store_check_name) and a
+ * listing past DCR_STORE_LIST_MAX names are errors (DCR_EFORMAT, code),
+ * as every store's listing is bounded (transport/store.h). */
+int dcr_names_add_listed(struct dcr_names *l, char *name, const char *what, int code,
+			 struct dcr_err *e);
 void dcr_names_sort(struct dcr_names *l); /* by strcmp */
 
 /* A URL as messages may show it (malloc'd, NULL when memory ran out): the

@@ -428,16 +428,6 @@ static int dir_delete(struct dcr_store *s, const char *name, struct dcr_err *e)
 	return r;
 }
 
-static int names_add(struct dcr_names *l, const char *s, size_t len)
-{
-	char *c = strndup(s, len);
-	if (!c || dcr_names_add(l, c)) {
-		free(c);
-		return -ENOMEM;
-	}
-	return 0;
-}
-
 static int is_temp(const char *base)
 {
 	return base[0] == '.' && strstr(base, ".tmp-");
@@ -498,24 +488,12 @@ static int walk_beneath(const struct walk *w, const struct dcr_buf *rel, int fla
 	return fd >= 0 ? 1 : fd == -EXDEV || fd == -ENOENT || fd == -ENOTDIR ? 0 : fd;
 }
 
-/* Add rel, a regular file's name, to the listing: a name no store could
- * hold (rel is NUL-terminated here) and a listing past
- * DCR_STORE_LIST_MAX names are errors, as they are from a server. */
-static int walk_add(struct walk *w, struct dcr_buf *rel, struct dcr_err *e)
+/* Add rel, a regular file's name, to the listing (as every store's
+ * listing is bounded, transport/names.h). */
+static int walk_add(struct walk *w, const struct dcr_buf *rel, struct dcr_err *e)
 {
-	struct dcr_err ne;
-	if (dcr_buf_add(rel, "", 1))
-		return dcr_err_sys(e, ENOMEM, "cannot list '%s'", w->root);
-	rel->len--;
-	if (dcr_store_check_name((const char *)rel->p, &ne))
-		return dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': the store holds a bad name: %s",
-				   w->root, ne.msg);
-	if (w->l->n >= DCR_STORE_LIST_MAX)
-		return dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': more than %u names",
-				   w->root, DCR_STORE_LIST_MAX);
-	if (names_add(w->l, (char *)rel->p, rel->len))
-		return dcr_err_sys(e, ENOMEM, "cannot list '%s'", w->root);
-	return 0;
+	return dcr_names_add_listed(w->l, strndup((const char *)rel->p, rel->len), w->root,
+				    DCR_EFORMAT, e);
 }
 
 /* Walk dir (root/rel), adding regular files whose relative name starts with

@@ -116,36 +116,23 @@ static int http_list(struct dcr_store *s, const char *prefix, struct dcr_names *
 		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
 		if (n && p[n - 1] == '\r')
 			n--;
-		char *name = n ? strndup(p, n) : NULL;
+		const char *name = p;
 		p = nl ? nl + 1 : end;
-		if (!n)
+		/* names outside the prefix are not ours to check or keep */
+		if (!n || n < strlen(prefix) || strncmp(name, prefix, strlen(prefix)))
 			continue;
-		if (!name) {
-			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
+		if (memchr(name, 0, n)) {
+			r = dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': it lists a name holding a NUL byte",
+					what);
 			goto out;
 		}
-		struct dcr_err ne;
-		if (dcr_store_check_name(name, &ne)) {
-			r = dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': the server listed a bad name: %s",
-					what, ne.msg);
-			free(name);
-			goto out;
-		}
-		if (strncmp(name, prefix, strlen(prefix)) || net_is_probe(name)) {
-			free(name);
+		char *c = strndup(name, n);
+		if (c && net_is_probe(c)) {
+			free(c);
 			continue;
 		}
-		if (l->n >= DCR_STORE_LIST_MAX) {
-			free(name);
-			r = dcr_err_set(e, DCR_EREMOTE, "cannot list '%s': more than %u names", what,
-					DCR_STORE_LIST_MAX);
+		if ((r = dcr_names_add_listed(l, c, what, DCR_EREMOTE, e)))
 			goto out;
-		}
-		if (dcr_names_add(l, name)) {
-			free(name);
-			r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
-			goto out;
-		}
 	}
 out:
 	net_req_free(&q);

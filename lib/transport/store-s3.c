@@ -657,18 +657,11 @@ int s3_list_page(const char *xml, size_t n, const char *full, size_t strip, cons
 		}
 		/* as for any store's listing: names it could not have stored
 		 * are an error, not names to act on */
-		struct dcr_err ne;
-		if (dcr_store_check_name(k + strip, &ne)) {
-			free(k);
-			return dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': the server listed a bad name: %s",
-					   what, ne.msg);
-		}
 		char *rel = dcr_strdup(k + strip);
 		free(k);
-		if (!rel || dcr_names_add(l, rel)) {
-			free(rel);
-			return dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
-		}
+		int r = dcr_names_add_listed(l, rel, what, DCR_EREMOTE, e);
+		if (r)
+			return r;
 	}
 	char *trunc = net_xml_text(xml, n, "IsTruncated", NULL);
 	*more = trunc && !strcmp(trunc, "true");
@@ -738,12 +731,6 @@ static int s3_list(struct dcr_store *s, const char *prefix, struct dcr_names *l,
 		if (!more)
 			break;
 		empty = l->n == had ? empty + 1 : 0;
-		if (l->n > DCR_STORE_LIST_MAX) {
-			r = dcr_err_set(e, DCR_EREMOTE,
-					"cannot list '%s': more than %u names, and the server pages on",
-					what, DCR_STORE_LIST_MAX);
-			goto out;
-		}
 		if (empty >= DCR_STORE_LIST_EMPTY) {
 			r = dcr_err_set(e, DCR_EREMOTE,
 					"cannot list '%s': %d truncated pages in a row named nothing (a listing without end)",
