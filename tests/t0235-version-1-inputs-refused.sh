@@ -86,6 +86,38 @@ cmp -s "$T/d1" "$T/r/.dcr/journal" || fail "the older journal was not left as it
 rm "$T/r/.dcr/journal"
 say "ok: version 1 inputs and records refused, nothing written"
 
+# a newer dcr's delta, payload, manifest (its checksum of a kind this dcr
+# may not know) and records: one line saying so and what to upgrade
+cp "$T/d" "$T/d9"
+set_le32 "$T/d9" 8 9
+cp -r "$T/p" "$T/p9"
+set_le32 "$(ls "$T/p9"/payload-*.dcrp | head -n 1)" 8 9
+cp -r "$T/p" "$T/m9"
+set_le32 "$T/m9/manifest.dcrm" 8 9
+for x in "d9 delta" "p9 payload" "m9 manifest"; do
+	set -- $x
+	run 128 dcr-apply "$T/r" "$T/$1"
+	one_line_error dcr-apply
+	grep -q "version 9 $2, made by a newer dcr (this one reads version 2): upgrade dcr here" "$T/err" ||
+		fail "$1: $(cat "$T/err")"
+	untouched "$T/r" "a newer $2"
+done
+run 128 dcr-pack -o "$T/p9x" "$T/d9"
+grep -q "made by a newer dcr" "$T/err" || fail "dcr-pack: $(cat "$T/err")"
+printf 'dcr-head 9\nversion 3\nstate %s\n' "$id" >"$T/r/.dcr/HEAD"
+run 128 dcr-apply "$T/r" "$T/d"
+one_line_error dcr-apply
+grep -q "newer dcr" "$T/err" || fail "newer HEAD: $(cat "$T/err")"
+untouched "$T/r" "a newer HEAD"
+rm "$T/r/.dcr/HEAD"
+cp "$T/d9" "$T/r/.dcr/journal"
+run 128 dcr-apply --recover "$T/r"
+one_line_error dcr-apply
+grep -q "newer dcr" "$T/err" || fail "newer journal: $(cat "$T/err")"
+cmp -s "$T/d9" "$T/r/.dcr/journal" || fail "the newer journal was not left as it was"
+rm "$T/r/.dcr/journal"
+say "ok: a newer dcr's inputs and records refused, nothing written"
+
 # an older state cache that still names the files: recomputed, not trusted
 run 0 dcr-apply "$T/r" "$T/d"
 same "$T/r" "$T/g/v1"

@@ -76,7 +76,11 @@ expect 128 "unknown kind 'sideways'" kind
 map xf false '{"kind": "residual", "transform": "sqrt", "canon": "A", "dims": [[24, 1, 1]]}'
 expect 128 "known transform" xf
 printf '{"dcr_layout": 2, "canonical": [], "stored": []}' >"$tmp/v2.json"
-expect 128 "unsupported layout map version" v2
+expect 128 "version 2 layout map, made by a newer dcr (this one reads version 1): upgrade dcr here" v2
+printf '{"dcr_layout": 0, "canonical": [], "stored": []}' >"$tmp/v0.json"
+expect 128 "unsupported layout map version 0" v0
+printf '{"dcr_layout": "1", "canonical": [], "stored": []}' >"$tmp/vs.json"
+expect 128 "is not a version number" vs
 printf '{"dcr_layout": 1, "canonical": [{"name": "A", "dtype": "BF16", "shape": [9223372036854775807, 9223372036854775807]}], "stored": []}' >"$tmp/big.json"
 expect 128 "shape overflows" big
 printf '{"dcr_layout": 1, "canonical": [' >"$tmp/trunc.json"

@@ -346,8 +346,7 @@ static int reader_header(struct dcr_delta_reader *r, const uint8_t *head, size_t
 				   "%s is a version 1 delta, made by an older dcr (SHA-256 tensor digests): make it again with this dcr-diff",
 				   r->what);
 	if (r->version != DCR_DELTA_VERSION)
-		return dcr_err_set(e, DCR_EFORMAT, "%s has unsupported version %u", r->what,
-				   r->version);
+		return dcr_err_version(e, r->what, "delta", r->version, DCR_DELTA_VERSION);
 	if (r->flags & ~(uint32_t)(DCR_DELTA_PARTIAL | DCR_DELTA_DENSE))
 		return dcr_err_set(e, DCR_EFORMAT, "%s uses unknown flags 0x%x", r->what, r->flags);
 	if ((r->flags & DCR_DELTA_DENSE) && !(accept & DCR_DELTA_DENSE))

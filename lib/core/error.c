@@ -19,6 +19,17 @@ int dcr_err_set(struct dcr_err *e, int code, const char *fmt, ...)
 	return code;
 }
 
+int dcr_err_version(struct dcr_err *e, const char *what, const char *kind, unsigned got,
+		    unsigned have)
+{
+	if (got > have)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s is a version %u %s, made by a newer dcr (this one reads version %u): upgrade dcr here",
+				   what, got, kind, have);
+	return dcr_err_set(e, DCR_EFORMAT, "%s has unsupported %s version %u (this dcr reads version %u)",
+			   what, kind, got, have);
+}
+
 int dcr_err_sys(struct dcr_err *e, int errnum, const char *fmt, ...)
 {
 	if (errnum < 0)

@@ -30,4 +30,12 @@ int dcr_err_set(struct dcr_err *e, int code, const char *fmt, ...)
 int dcr_err_sys(struct dcr_err *e, int errnum, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* A format's version this dcr does not read: DCR_EFORMAT, saying "made by
+ * a newer dcr" (and what to upgrade) when got is past the version this
+ * dcr writes (have), so that an operator who upgraded the trainer but not
+ * the receivers reads the way out, not a bare number. what names the
+ * file, kind the format ("delta", "manifest"). */
+int dcr_err_version(struct dcr_err *e, const char *what, const char *kind, unsigned got,
+		    unsigned have);
+
 #endif

@@ -315,6 +315,9 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	memset(m, 0, sizeof(*m));
 	if (len < 8 + 8 + 32 + 32 + 16 + 32 || memcmp(buf, DCR_MANIFEST_MAGIC, 8))
 		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr manifest", what);
+	/* a newer dcr's manifest is told as one, whatever its checksum is */
+	if (get_le32(buf + 8) > DCR_PACK_VERSION)
+		return dcr_err_version(e, what, "manifest", get_le32(buf + 8), DCR_PACK_VERSION);
 	dcr_digest d;
 	dcr_sha256(buf, len - 32, &d);
 	if (DCR_CHECKSUM_DIFFERS(d.b, buf + len - 32))
@@ -327,7 +330,7 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 				   "%s is a version 1 manifest, packed by an older dcr (SHA-256 tensor digests): make the delta again with this dcr-diff and dcr-pack",
 				   what);
 	if (version != DCR_PACK_VERSION)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: unsupported manifest version %u", what, version);
+		return dcr_err_version(e, what, "manifest", version, DCR_PACK_VERSION);
 	if (flags & ~(uint32_t)(DCR_MANIFEST_BASES | DCR_MANIFEST_DENSE | DCR_MANIFEST_PIECES |
 				DCR_MANIFEST_VERSION | DCR_MANIFEST_INDEX))
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown manifest flags 0x%x", what, flags);

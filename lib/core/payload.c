@@ -163,8 +163,7 @@ static int check_fields(const uint8_t *buf, size_t avail, uint64_t len, const ch
 				   "%s is a version 1 payload, packed by an older dcr (SHA-256 tensor digests): make the delta again with this dcr-diff and dcr-pack",
 				   what);
 	if (p->version != DCR_PACK_VERSION)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: unsupported payload version %u", what,
-				   p->version);
+		return dcr_err_version(e, what, "payload", p->version, DCR_PACK_VERSION);
 	if (p->flags & ~DCR_PAYLOAD_BLAKE3)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown payload flags 0x%x", what,
 				   p->flags & ~DCR_PAYLOAD_BLAKE3);

@@ -143,6 +143,8 @@ static int parse_summary(const uint8_t *buf, size_t len, const char *what,
 	if (len > DCR_SUMMARY_MAX)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: %zu bytes, more than a summary may hold",
 				   what, len);
+	if (get_le32(buf + 8) > DCR_SUMMARY_VERSION)
+		return dcr_err_version(e, what, "summary", get_le32(buf + 8), DCR_SUMMARY_VERSION);
 	dcr_digest d;
 	dcr_blake3(buf, len - 32, &d);
 	if (DCR_CHECKSUM_DIFFERS(d.b, buf + len - 32))
@@ -151,8 +153,7 @@ static int parse_summary(const uint8_t *buf, size_t len, const char *what,
 	dcr_rd_init(&rd, buf + 8, len - 8 - 32);
 	uint32_t version = dcr_rd_le32(&rd), flags = dcr_rd_le32(&rd);
 	if (version != DCR_SUMMARY_VERSION)
-		return dcr_err_set(e, DCR_EFORMAT, "%s: unsupported summary version %u", what,
-				   version);
+		return dcr_err_version(e, what, "summary", version, DCR_SUMMARY_VERSION);
 	if (flags)
 		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown summary flags 0x%x", what, flags);
 	memcpy(s->base.b, dcr_rd_bytes(&rd, 32), 32);

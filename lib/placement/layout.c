@@ -1152,10 +1152,10 @@ static int parse_info(json_t *root, struct dcr_layout *L, struct dcr_err *e)
 	json_t *ver = json_object_get(root, "dcr_layout");
 	if (!ver)
 		return dcr_err_set(e, DCR_EFORMAT, "not a layout map (no \"dcr_layout\" field)");
-	if (js_u64(ver, &v) < 0 || v != DCR_LAYOUT_VERSION)
-		return dcr_err_set(e, DCR_EFORMAT,
-				   "unsupported layout map version (this dcr reads version %d)",
-				   DCR_LAYOUT_VERSION);
+	if (js_u64(ver, &v) < 0 || v > UINT32_MAX)
+		return dcr_err_set(e, DCR_EFORMAT, "\"dcr_layout\" is not a version number");
+	if (v != DCR_LAYOUT_VERSION)
+		return dcr_err_version(e, "this", "layout map", (unsigned)v, DCR_LAYOUT_VERSION);
 	json_t *fw = json_object_get(root, "framework");
 	json_t *mt = json_object_get(root, "model_type");
 	if ((fw && !json_is_string(fw)) || (mt && !json_is_string(mt)))
