@@ -5,7 +5,9 @@
 # no body, forever ("transfer closed with N bytes remaining"): the tree
 # could not refit that pack again. A finished object whose file has gone,
 # or is not its size, is now fetched again from the parents; the relay
-# says so in its log and counts it in its status. And two relays given
+# says so in its log and counts it in its status; so is one whose file was
+# damaged in place, found so when a child whose check it failed asks
+# again with Cache-Control: no-cache. And two relays given
 # the same --cache removed each other's objects in flight (a start removes
 # every temporary file it finds): a second relay on a cache in use is now
 # refused in one line, and the first serves on.
@@ -35,6 +37,40 @@ refit r3 "$A/v1"
 status "$A" 'd["cache"]["lost"]' >"$T/lost"
 [ "$(cat "$T/lost")" -ge $((before + 2)) ] || fail "the files cut short were not fetched again: $(cat "$T/status.json")"
 echo "ok: files cut short are fetched again"
+
+# a payload's file damaged in place, its size kept (a disk's damage, a
+# hand under the relay): its bytes fail every child's check, and each
+# child asks once more with Cache-Control: no-cache, on which the relay
+# hashes its file again, finds it bad and fetches the payload again
+f=$(ls "$T/cache/v1"/payload-*.dcrp | head -1)
+python3 -c 'import sys
+f = open(sys.argv[1], "r+b"); f.seek(200); b = f.read(1); f.seek(200); f.write(bytes([b[0] ^ 0x40]))' "$f"
+refit r5 "$A/v1"
+status "$A" 'd["cache"]["damaged"]' >"$T/damaged"
+[ "$(cat "$T/damaged")" = 1 ] || fail "no object counted damaged: $(cat "$T/status.json")"
+grep -q "again (its file in the cache was damaged)" "$T/a.log" || { cat "$T/a.log"; fail "no word of the damage in the log"; }
+cmp -s "$f" "$S/v1/$(basename "$f")" || fail "the damaged file was not replaced"
+echo "ok: a payload damaged in the cache is checked again on a fresh request and fetched again"
+# one level down: relay b under a, a's copy damaged again; b's fetch
+# fails the check and asks a again, fresh; then b's own copy damaged, and
+# a whole-payload pull (-o DIR) from b asks b again, fresh
+start_relay b --cache "$T/cache-b" "$A"
+B=$RURL B_PID=$RPID
+python3 -c 'import sys
+f = open(sys.argv[1], "r+b"); f.seek(300); b = f.read(1); f.seek(300); f.write(bytes([b[0] ^ 0x40]))' "$f"
+refit r6 "$B/v1"
+status "$A" 'd["cache"]["damaged"]' >"$T/damaged"
+[ "$(cat "$T/damaged")" = 2 ] || fail "a did not count the second damage: $(cat "$T/status.json")"
+fb="$T/cache-b/v1/$(basename "$f")"
+[ -f "$fb" ] || fail "b did not cache $fb"
+python3 -c 'import sys
+f = open(sys.argv[1], "r+b"); f.seek(100); b = f.read(1); f.seek(100); f.write(bytes([b[0] ^ 0x40]))' "$fb"
+dcr-pull -q -o "$T/pd" "$B/v1" 2>"$T/pd.err" || fail "dcr-pull -o from b exited $?: $(cat "$T/pd.err")"
+cmp -s "$T/pd/$(basename "$f")" "$S/v1/$(basename "$f")" || fail "the pull -o got other bytes"
+status "$B" 'd["cache"]["damaged"]' >"$T/damaged"
+[ "$(cat "$T/damaged")" = 1 ] || fail "b did not count its damage: $(cat "$T/status.json")"
+stop_relay "$B_PID"
+echo "ok: and through a relay under it, and for a whole-payload pull"
 # a second relay on the same cache
 set +e
 dcr-relay --listen 127.0.0.1:0 --cache "$T/cache" "$S" 2>"$T/b.err" &

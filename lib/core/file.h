@@ -126,6 +126,9 @@ struct dcr_blob {
 	size_t map_len;
 	size_t cap;	/* heap: bytes allocated at p, for reuse */
 	uint64_t max;	/* set by the caller: the most a store may bring here (0: its own bound) */
+	int fresh;	/* set by the caller: caches on the way (a relay) are to
+			 * check their copy again before they answer (HTTP's
+			 * Cache-Control: no-cache); a store ignores it */
 };
 /* Map PATH (a regular file of at most MAX bytes) into b, pages populated:
  * no copy, no page faults one by one. An empty file gets a heap byte. */

@@ -1117,8 +1117,10 @@ int net_put_if_absent(struct dcr_store *s, const char *name, const void *buf,
 
 /* ---- downloads ------------------------------------------------------- */
 
+/* fresh: a cache between (a relay) is asked to check its copy again
+ * before it answers (Cache-Control: no-cache, RFC 9111 5.2.1.4) */
 static int get_stream(struct dcr_store *s, const char *name, int ranged,
-		      uint64_t off, uint64_t len, uint64_t max, sink_fn sink, void *arg,
+		      uint64_t off, uint64_t len, uint64_t max, int fresh, sink_fn sink, void *arg,
 		      uint64_t *got, uint64_t *total, struct dcr_err *e)
 {
 	struct net_req q;
@@ -1126,6 +1128,8 @@ static int get_stream(struct dcr_store *s, const char *name, int ranged,
 	int r = net_obj_req(s, name, &q, &what, e);
 	if (r)
 		return r;
+	if (fresh)
+		q.xh[q.nxh++] = (struct dcr_sigv4_header){"Cache-Control", "no-cache"};
 	q.method = "GET";
 	q.sink = sink;
 	q.sink_arg = arg;
@@ -1201,13 +1205,13 @@ static int sink_mem_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, ui
 
 /* Into b, at most max bytes */
 static int get_mem(struct dcr_store *s, const char *name, struct dcr_buf *b, size_t tail,
-		   const struct dcr_hasher *h, uint64_t max, struct dcr_err *e)
+		   const struct dcr_hasher *h, uint64_t max, int fresh, struct dcr_err *e)
 {
 	b->len = 0;
 	if (!h)
-		return get_stream(s, name, 0, 0, 0, max, sink_mem, b, NULL, NULL, e);
+		return get_stream(s, name, 0, 0, 0, max, fresh, sink_mem, b, NULL, NULL, e);
 	struct sink_hash sh = {.b = b, .h = h, .tail = tail};
-	int r = get_stream(s, name, 0, 0, 0, max, sink_mem_hash, &sh, NULL, NULL, e);
+	int r = get_stream(s, name, 0, 0, 0, max, fresh, sink_mem_hash, &sh, NULL, NULL, e);
 	if (!r && b->len > tail)
 		feed_hasher(h, b->p, &sh.fed, b->len - tail, 1);
 	return r;
@@ -1216,7 +1220,7 @@ static int get_mem(struct dcr_store *s, const char *name, struct dcr_buf *b, siz
 int net_get(struct dcr_store *s, const char *name, struct dcr_buf *b,
 	    size_t tail, const struct dcr_hasher *h, struct dcr_err *e)
 {
-	return get_mem(s, name, b, tail, h, DCR_STORE_GET_MAX, e);
+	return get_mem(s, name, b, tail, h, DCR_STORE_GET_MAX, 0, e);
 }
 
 /* into the heap buffer b may bring, grown as needed: a recycled buffer
@@ -1227,7 +1231,8 @@ int net_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
 	if (b->map)
 		dcr_blob_free(b);
 	struct dcr_buf buf = {b->p, 0, b->cap};
-	int r = get_mem(s, name, &buf, tail, h, b->max ? b->max : DCR_PAYLOAD_MAX_FILE, e);
+	int r = get_mem(s, name, &buf, tail, h, b->max ? b->max : DCR_PAYLOAD_MAX_FILE, b->fresh,
+			e);
 	b->p = buf.p;
 	b->len = buf.len;
 	b->cap = buf.cap;
@@ -1260,15 +1265,15 @@ static int sink_range_hash(void *arg, uint64_t off, const uint8_t *p, size_t n, 
 }
 
 int net_get_range(struct dcr_store *s, const char *name, uint64_t off,
-		  size_t len, uint8_t *buf, const struct dcr_hasher *h,
+		  size_t len, uint8_t *buf, const struct dcr_hasher *h, int fresh,
 		  struct dcr_err *e)
 {
 	if (!len)
 		return 0;
 	if (!h)
-		return get_stream(s, name, 1, off, len, 0, sink_range, buf, NULL, NULL, e);
+		return get_stream(s, name, 1, off, len, 0, fresh, sink_range, buf, NULL, NULL, e);
 	struct sink_range_hash sh = {.buf = buf, .h = h};
-	int r = get_stream(s, name, 1, off, len, 0, sink_range_hash, &sh, NULL, NULL, e);
+	int r = get_stream(s, name, 1, off, len, 0, fresh, sink_range_hash, &sh, NULL, NULL, e);
 	if (!r)
 		feed_hasher(h, buf, &sh.fed, len, 1);
 	return r;
@@ -1287,7 +1292,7 @@ int net_get_to_fd(struct dcr_store *s, const char *name, int fd,
 		  uint64_t *size, struct dcr_err *e)
 {
 	uint64_t got = 0;
-	int r = get_stream(s, name, 0, 0, 0, DCR_PAYLOAD_MAX_FILE, sink_fd, &fd, &got, NULL, e);
+	int r = get_stream(s, name, 0, 0, 0, DCR_PAYLOAD_MAX_FILE, 0, sink_fd, &fd, &got, NULL, e);
 	if (!r && size)
 		*size = got;
 	return r;

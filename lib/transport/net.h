@@ -219,7 +219,7 @@ int net_get(struct dcr_store *s, const char *name, struct dcr_buf *b,
 int net_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
 		 size_t tail, const struct dcr_hasher *h, struct dcr_err *e);
 int net_get_range(struct dcr_store *s, const char *name, uint64_t off,
-		  size_t len, uint8_t *buf, const struct dcr_hasher *h,
+		  size_t len, uint8_t *buf, const struct dcr_hasher *h, int fresh,
 		  struct dcr_err *e);
 int net_get_to_fd(struct dcr_store *s, const char *name, int fd,
 		  uint64_t *size, struct dcr_err *e);

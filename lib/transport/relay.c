@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -113,7 +114,11 @@ struct robj {
 	uint64_t seq;
 	int src; /* parent it came from, -1: the cache */
 	unsigned failovers;
-	int was_lost; /* fetched again: its cached file had gone */
+	int was_lost; /* fetched again: its cached file had gone (1) or was
+		       * damaged (2) */
+	int damaged, rechecking; /* a child's fresh request found its file
+				    bad; one such check at a time */
+	double t_checked; /* when that check last ran */
 	double t_fetch0, t_fetched;
 	/* children */
 	unsigned active, children, wave_children;
@@ -134,6 +139,7 @@ struct rreq {
 	char *name;   /* object name, or the listed directory ("" or "a/b/") */
 	char *prefix; /* listing: the whole prefix asked for */
 	char *range, *if_match; /* the request's headers (or NULL) */
+	int fresh; /* Cache-Control or Pragma: no-cache */
 	struct robj *o;
 	int fd; /* o's spool file, opened for this response */
 	uint64_t start, len, sent;
@@ -189,6 +195,7 @@ struct dcr_relay {
 	uint64_t requests, errors, cut, bytes_served, fetched;
 	uint64_t disk_drops; /* objects dropped because the disk was full */
 	uint64_t lost; /* finished objects whose spool file had gone */
+	uint64_t damaged; /* finished objects a fresh request found damaged */
 };
 
 /* libmicrohttpd, loaded when the first relay starts (core/dynlib.h): with
@@ -527,7 +534,7 @@ static int obj_lost(const struct robj *o)
 	const char *path = o->tmp ? o->tmp : o->path;
 	struct stat st;
 	return o->state == O_DONE && path &&
-	       (stat(path, &st) || (o->have_size && (uint64_t)st.st_size != o->size));
+	       (o->damaged || stat(path, &st) || (o->have_size && (uint64_t)st.st_size != o->size));
 }
 
 static struct robj *obj_get(struct dcr_relay *r, const char *name, int *code)
@@ -537,8 +544,12 @@ static struct robj *obj_get(struct dcr_relay *r, const char *name, int *code)
 	if (o && !lost)
 		return o;
 	if (lost) {
+		lost += o->damaged;
 		obj_drop(r, o); /* (readers that have it keep their reference) */
-		r->lost++;
+		if (lost == 2)
+			r->damaged++;
+		else
+			r->lost++;
 	}
 	size_t plen;
 	long idx;
@@ -729,6 +740,7 @@ static int wave_line(struct dcr_relay *r, struct robj *o, char *line, size_t n)
 		 o->wave_children == 1 ? "child" : "children", (unsigned long long)o->wave_bytes,
 		 dcr_now_s() - o->wave_t0, from,
 		 o->failovers ? " after a failover"
+		 : o->was_lost == 2 && o->src >= 0 ? " again (its file in the cache was damaged)"
 		 : o->was_lost && o->src >= 0 ? " again (its file in the cache had gone)" : "");
 	o->wave_children = 0;
 	o->wave_bytes = 0;
@@ -1107,6 +1119,7 @@ static int fetch_pieces(struct dcr_relay *r, struct robj *o, const struct dcr_ma
 	uint64_t piece = (uint64_t)1 << m->piece_log2;
 	uint64_t w = r->window < piece ? piece : r->window / piece * piece;
 	size_t i = good(r), t = 0;
+	int fresh = 0; /* after bad bytes: a parent relay checks its copy again */
 	for (;;) {
 		struct parent *pa = &r->parents[i];
 		int rc = 0;
@@ -1119,7 +1132,8 @@ static int fetch_pieces(struct dcr_relay *r, struct robj *o, const struct dcr_ma
 			struct pcheck c = {.r = r, .o = o, .buf = buf, .woff = pos, .bad = -1, .e = e};
 			dcr_piece_check_init(&c.pc, m, (uint32_t)mpos(m, o->idx), pos);
 			struct dcr_hasher h = {pcheck_update, &c};
-			rc = dcr_store_get_range_hashed(pa->s, o->name, pos, (size_t)len, buf, &h, e);
+			rc = dcr_store_get_range_hashed(pa->s, o->name, pos, (size_t)len, buf, &h, fresh,
+							e);
 			if (c.werr)
 				return c.werr;
 			if (!rc && c.bad >= 0)
@@ -1152,6 +1166,7 @@ static int fetch_pieces(struct dcr_relay *r, struct robj *o, const struct dcr_ma
 			came_from(r, o, i);
 			return 0;
 		}
+		fresh |= rc == DCR_EDIGEST;
 		if (!failover(r, o, &i, &t, e))
 			return rc;
 	}
@@ -1249,6 +1264,7 @@ static int fetch_whole(struct dcr_relay *r, struct robj *o, uint8_t *buf, struct
 	struct wcheck c = {.end = o->size - 32};
 	dcr_payload_hash_init(&c.ph);
 	uint64_t pos = 0;
+	int fresh = 0; /* after bad bytes: a parent relay checks its copy again */
 	for (;;) {
 		struct parent *pa = &r->parents[i];
 		char *url = dcr_asprintf("%s/%s", pa->url, o->name);
@@ -1266,7 +1282,8 @@ static int fetch_whole(struct dcr_relay *r, struct robj *o, uint8_t *buf, struct
 			uint64_t len = o->size - pos < r->window ? o->size - pos : r->window;
 			c.fed = 0;
 			struct dcr_hasher h = {wcheck_update, &c};
-			rc = dcr_store_get_range_hashed(pa->s, o->name, pos, (size_t)len, buf, &h, e);
+			rc = dcr_store_get_range_hashed(pa->s, o->name, pos, (size_t)len, buf, &h, fresh,
+							e);
 			uint64_t keep = rc ? c.fed : len; /* what was hashed, in order */
 			int werr = keep ? spool_write(r, o, buf, (size_t)keep, pos) : 0;
 			if (werr) {
@@ -1300,6 +1317,7 @@ static int fetch_whole(struct dcr_relay *r, struct robj *o, uint8_t *buf, struct
 				return 0;
 			}
 			/* bad bytes somewhere: all of it again, from the next parent */
+			fresh = 1;
 			memset(&c, 0, sizeof(c));
 			c.end = o->size - 32;
 			dcr_payload_hash_init(&c.ph);
@@ -1985,6 +2003,53 @@ static int answer_sig(struct rreq *q, const char *name)
 	return 1;
 }
 
+/* A fresh request (Cache-Control: no-cache: a child whose copy did not
+ * check out asks again) for a payload the cache holds: its file is hashed
+ * again against the manifest's digest, outside the lock, at most one
+ * check at a time and one per RECHECK_S (a child cannot make the relay
+ * hash without end); a damaged file is marked so, and obj_get fetches
+ * the payload again. */
+#define RECHECK_S 5.0
+static void obj_recheck(struct dcr_relay *r, const char *name)
+{
+	pthread_mutex_lock(&r->mu);
+	struct robj *o = tab_find(r, name);
+	double now = dcr_now_s();
+	const struct dcr_manifest *m = o && o->pack->have_m ? &o->pack->m : NULL;
+	if (!o || o->idx < 0 || o->state != O_DONE || (!m && !o->have_digest) || !o->path ||
+	    o->tmp || o->damaged || o->rechecking || now - o->t_checked < RECHECK_S ||
+	    (m && mpos(m, o->idx) < 0)) {
+		pthread_mutex_unlock(&r->mu);
+		return;
+	}
+	char *path = dcr_strdup(o->path);
+	uint64_t size = o->size;
+	dcr_digest want = m ? m->pdigest[mpos(m, o->idx)] : o->digest;
+	o->refs++;
+	o->rechecking = 1;
+	pthread_mutex_unlock(&r->mu);
+	struct dcr_blob b = {0};
+	struct dcr_err e;
+	int bad = -1; /* not known */
+	if (path && !dcr_blob_map(&b, path, DCR_PAYLOAD_MAX_FILE, &e)) {
+		dcr_digest d;
+		bad = b.len != size || b.len <= 32;
+		if (!bad) {
+			dcr_payload_digest(b.p, b.len - 32, &d);
+			bad = memcmp(d.b, want.b, 32) || memcmp(b.p + b.len - 32, want.b, 32);
+		}
+	}
+	dcr_blob_free(&b);
+	free(path);
+	pthread_mutex_lock(&r->mu);
+	o->rechecking = 0;
+	o->t_checked = dcr_now_s();
+	if (bad == 1 && o->in_table && o->state == O_DONE)
+		o->damaged = 1;
+	obj_put(r, o);
+	pthread_mutex_unlock(&r->mu);
+}
+
 static enum MHD_Result start_req(struct rreq *q, const char *url)
 {
 	struct dcr_relay *r = q->r;
@@ -2017,6 +2082,8 @@ static enum MHD_Result start_req(struct rreq *q, const char *url)
 		return answer_text(q, MHD_HTTP_NOT_FOUND, "no '%s' here", name);
 	if (!(q->name = dcr_strdup(name)))
 		return answer_text(q, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+	if (q->fresh && !q->head)
+		obj_recheck(r, name);
 	pthread_mutex_lock(&r->mu);
 	if (r->stopping) {
 		pthread_mutex_unlock(&r->mu);
@@ -2060,6 +2127,20 @@ static enum MHD_Result start_req(struct rreq *q, const char *url)
 	return serve_obj(q);
 }
 
+/* 1 if a Cache-Control or Pragma header's value holds the no-cache
+ * directive (a token of a comma-separated list, any case). */
+static int no_cache(const char *v)
+{
+	while (v && *v) {
+		v += strspn(v, " \t,");
+		size_t n = strcspn(v, " \t,=");
+		if (n == 8 && !strncasecmp(v, "no-cache", 8) && v[n] != '=')
+			return 1;
+		v = strchr(v, ',');
+	}
+	return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version, const char *upload,
 				  size_t *upload_size, void **con_cls)
@@ -2083,6 +2164,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		h = mh.lookup_connection_value(conn, MHD_HEADER_KIND, "If-Match");
 		if (h && !(q->if_match = dcr_strdup(h)))
 			q->reject = 1;
+		q->fresh = no_cache(mh.lookup_connection_value(conn, MHD_HEADER_KIND,
+							       "Cache-Control")) ||
+			   no_cache(mh.lookup_connection_value(conn, MHD_HEADER_KIND, "Pragma"));
 		*con_cls = q;
 		pthread_mutex_lock(&r->mu);
 		r->requests++;
@@ -2208,10 +2292,11 @@ char *dcr_relay_status_for(struct dcr_relay *r, const char *prefix)
 						(json_int_t)r->parents[i].failures));
 	json_object_set_new(doc, "parents", parents);
 	json_object_set_new(doc, "cache",
-			    json_pack("{s:s, s:b, s:I, s:I, s:I, s:I}", "dir", r->spool, "temporary",
+			    json_pack("{s:s, s:b, s:I, s:I, s:I, s:I, s:I}", "dir", r->spool, "temporary",
 				      r->spool_temp, "bytes", (json_int_t)r->cache_bytes, "limit",
 				      (json_int_t)r->cache_size, "dropped_disk_full",
-				      (json_int_t)r->disk_drops, "lost", (json_int_t)r->lost));
+				      (json_int_t)r->disk_drops, "lost", (json_int_t)r->lost, "damaged",
+				      (json_int_t)r->damaged));
 	json_object_set_new(doc, "requests", json_integer((json_int_t)r->requests));
 	json_object_set_new(doc, "errors", json_integer((json_int_t)r->errors));
 	json_object_set_new(doc, "cut", json_integer((json_int_t)r->cut));

@@ -359,9 +359,10 @@ static int dir_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *
 }
 
 static int dir_get_range(struct dcr_store *s, const char *name, uint64_t off,
-			 size_t len, uint8_t *buf, const struct dcr_hasher *h,
+			 size_t len, uint8_t *buf, const struct dcr_hasher *h, int fresh,
 			 struct dcr_err *e)
 {
+	(void)fresh;
 	char *path;
 	uint64_t size;
 	int fd = dir_open_obj(s, name, &path, &size, e);

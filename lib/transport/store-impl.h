@@ -36,9 +36,10 @@ struct dcr_store_ops {
 	 * buffer b may bring. */
 	int (*get_blob)(struct dcr_store *s, const char *name, struct dcr_blob *b,
 			size_t tail, const struct dcr_hasher *h, struct dcr_err *e);
-	/* h (may be NULL) gets the len bytes in order. */
+	/* h (may be NULL) gets the len bytes in order; fresh: as in
+	 * dcr_store_get_range_hashed (a directory has no cache between). */
 	int (*get_range)(struct dcr_store *s, const char *name, uint64_t off,
-			 size_t len, uint8_t *buf, const struct dcr_hasher *h,
+			 size_t len, uint8_t *buf, const struct dcr_hasher *h, int fresh,
 			 struct dcr_err *e);
 	int (*get_to_fd)(struct dcr_store *s, const char *name, int fd,
 			 uint64_t *size, struct dcr_err *e);

@@ -234,17 +234,17 @@ int dcr_store_get_blob_hashed(struct dcr_store *s, const char *name, struct dcr_
 int dcr_store_get_range(struct dcr_store *s, const char *name, uint64_t off,
 			size_t len, uint8_t *buf, struct dcr_err *e)
 {
-	return dcr_store_get_range_hashed(s, name, off, len, buf, NULL, e);
+	return dcr_store_get_range_hashed(s, name, off, len, buf, NULL, 0, e);
 }
 
 int dcr_store_get_range_hashed(struct dcr_store *s, const char *name, uint64_t off,
-			       size_t len, uint8_t *buf, const struct dcr_hasher *h,
+			       size_t len, uint8_t *buf, const struct dcr_hasher *h, int fresh,
 			       struct dcr_err *e)
 {
 	int r = dcr_store_check_name(name, e);
 	if (r)
 		return r;
-	return s->ops->get_range(s, name, off, len, buf, h, e);
+	return s->ops->get_range(s, name, off, len, buf, h, fresh, e);
 }
 
 int dcr_store_get_to_fd(struct dcr_store *s, const char *name, int fd,

@@ -150,9 +150,11 @@ int dcr_store_get_blob_hashed(struct dcr_store *s, const char *name, struct dcr_
 /* Exactly len bytes at off into buf; DCR_EFORMAT if the object is shorter. */
 int dcr_store_get_range(struct dcr_store *s, const char *name, uint64_t off,
 			size_t len, uint8_t *buf, struct dcr_err *e);
-/* The same, feeding h the bytes in order as they arrive. */
+/* The same, feeding h the bytes in order as they arrive; with fresh, a
+ * cache on the way (a relay) is asked to check its copy again before it
+ * answers (as dcr_blob's fresh for a whole object). */
 int dcr_store_get_range_hashed(struct dcr_store *s, const char *name, uint64_t off,
-			       size_t len, uint8_t *buf, const struct dcr_hasher *h,
+			       size_t len, uint8_t *buf, const struct dcr_hasher *h, int fresh,
 			       struct dcr_err *e);
 /* Stream the whole object to fd (file, pipe or socket), written in order,
  * resuming after connection loss; *size (may be NULL) gets its length. On

@@ -621,13 +621,18 @@ static void fetch_one(void *ctx, uint64_t job, struct slot_res *sr)
 		sr->state = 3;
 		return;
 	}
-	/* from the current source; a failure tries the others, each once */
+	/* from the current source; a failure tries the others, each once; a
+	 * server's bytes that do not check out are asked for once more, fresh:
+	 * a relay between checks its cached copy again (a disk's damage under
+	 * it would otherwise fail every child it serves) */
 	int tries = 0;
 again:;
 	size_t first = src_cur(f->src);
 	for (size_t t = 0; t < f->src->n; t++) {
 		size_t i = (first + t) % f->src->n;
+		int fresh = 0, bad_bytes = 0;
 		struct pnames pn;
+	fetch_fresh:
 		pnames_get(f->src, i, idx, &pn);
 		struct dcr_payload_hash ph;
 		struct dcr_hasher h = {dcr_payload_hash_update, &ph};
@@ -636,15 +641,17 @@ again:;
 			dcr_blob_free(&sr->b);
 		/* a server sending more than the manifest lists is stopped there */
 		sr->b.max = f->m ? f->m->psize[pos] : DCR_PULL_AHEAD_MAX;
+		sr->b.fresh = fresh;
 		if (!pn.url)
 			sr->rc = dcr_err_sys(&sr->err, ENOMEM, "pull");
 		else if (!(sr->rc = dcr_store_get_blob_hashed(f->src->v[i].s, pn.on, &sr->b, 32, &h,
-							       &sr->err)))
+							       &sr->err))) {
 			sr->rc = dcr_payload_hash_final(&ph, &sum)
 					 ? dcr_err_sys(&sr->err, ENOMEM, "%s", pn.url)
 					 : check_payload(pn.url, sr->b.p, sr->b.len, idx, &sum, want,
 							 &sr->err);
-		else {
+			bad_bytes = sr->rc == DCR_EDIGEST || sr->rc == DCR_EFORMAT;
+		} else {
 			dcr_payload_hash_final(&ph, &sum); /* frees it */
 			if (held_back(f, f->src->v[i].s, pn.on, sr->rc)) {
 				sr->rc = 0;
@@ -663,6 +670,10 @@ again:;
 		pnames_free(&pn);
 		if (!sr->rc || out_rc || !pn.url)
 			return;
+		if (bad_bytes && !fresh && f->m && !dcr_store_is_local(f->src->v[i].s)) {
+			fresh = 1;
+			goto fetch_fresh;
+		}
 		src_failed(f->src, i);
 	}
 	if (fetch_again(f, sr->rc, &tries))
@@ -828,12 +839,15 @@ static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
 	}
 	sr->b.len = pt->len;
 	/* from the current source; when it fails, from the next, resuming
-	 * after the pieces that checked out */
+	 * after the pieces that checked out; bytes that do not check out are
+	 * asked for again from the same server once, fresh (as fetch_one) */
 	uint64_t at = pt->off;
 	size_t first = src_cur(f->src);
 	for (size_t t = 0; t < f->src->n; t++) {
 		size_t i = (first + t) % f->src->n;
+		int fresh = 0;
 		struct pnames pn;
+	part_fresh:
 		pnames_get(f->src, i, dcr_manifest_index(f->m, pt->idx), &pn);
 		const char *url = pn.url;
 		struct piece_check c = {.bad = -1};
@@ -847,7 +861,8 @@ static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
 			struct dcr_hasher h = {piece_check_update, &c};
 			sr->rc = dcr_store_get_range_hashed(f->src->v[i].s, pn.on, at,
 							    (size_t)(pt->off + pt->len - at),
-							    sr->b.p + (at - pt->off), &h, &sr->err);
+							    sr->b.p + (at - pt->off), &h, fresh,
+							    &sr->err);
 		} else {
 			sr->rc = 0;
 		}
@@ -860,8 +875,12 @@ static void fetch_part(void *ctx, uint64_t job, struct slot_res *sr)
 		pnames_free(&pn);
 		if (!sr->rc)
 			return;
-		src_failed(f->src, i);
 		at = part_resume(f->m, pt, &c);
+		if (sr->rc == DCR_EDIGEST && !fresh && !dcr_store_is_local(f->src->v[i].s)) {
+			fresh = 1;
+			goto part_fresh;
+		}
+		src_failed(f->src, i);
 	}
 }
 
