@@ -4,8 +4,10 @@
 # serves it to a relay B with parents A, then the store: B finds the piece
 # that does not match the manifest, refetches from the store from that
 # piece's first byte, and its receiver ends bit-identical; a receiver
-# pulling from A alone refuses the pack (one line naming the piece) and is
-# left untouched. A store that serves a corrupt piece once to a relay with
+# pulling from A alone has A check its file again (a fresh request, after
+# its check failed), and A fetches the payload again. A receiver pulling
+# from a store that serves a corrupt piece however often it is asked
+# refuses the pack (one line naming the piece) and is left untouched. A store that serves a corrupt piece once to a relay with
 # that one parent: the relay refetches it (its log says so, the store's
 # log shows the corrupt GET) and its receiver ends bit-identical.
 . "$DCR_SRC/tests/lib-relay.sh"
@@ -35,11 +37,25 @@ grep -q "^dcr-relay: warning: 'v1/payload-000000.dcrp' from '$A': '$A/v1/payload
 grep -q "^GET /store/v1/payload-000000.dcrp 206 range=bytes=1048576-" "$T/log" ||
 	fail "B did not resume at piece 1 at the store: $(grep payload-000000 "$T/log")"
 
-receiver ra
-snapshot "$T/ra" >"$T/snap"
-st pull dcr-pull -q "$A/v1" | st apply dcr-apply -q "$T/ra"
-refused pull dcr-pull "does not match the manifest's digest (piece 1)" "$T/ra"
+# a receiver pulling from A alone: its check fails, it asks A again with
+# Cache-Control: no-cache, and A hashes its file again, finds it damaged
+# and fetches the payload again from the store
+refit ra "$A/v1"
+grep -q "again (its file in the cache was damaged)" "$T/a.log" ||
+	fail "relay A did not find its damaged file: $(cat "$T/a.log")"
+
+# a source that serves a corrupt piece however it is asked: the receiver
+# refuses the pack (one line naming the piece) and is left untouched
+start_server worse http-store.js --log "$T/worse.log" --corrupt-first 1000 --match payload-000000
+SW="http://127.0.0.1:$PORT/store"
+run_ok dcr-push -q "$T/p" "$SW/v1"
+receiver rw
+snapshot "$T/rw" >"$T/snap"
+st pull dcr-pull -q "$SW/v1" | st apply dcr-apply -q "$T/rw"
+refused pull dcr-pull "does not match the manifest's digest (piece" "$T/rw"
 rc_is apply 128
+[ "$(grep -c "^GET /store/v1/payload-000000.dcrp .*CORRUPT" "$T/worse.log")" = 2 ] ||
+	fail "not asked exactly twice: $(cat "$T/worse.log")"
 
 # a parent that serves one corrupt piece
 start_server bad http-store.js --log "$T/bad.log" --corrupt-first 1 --match payload-000001

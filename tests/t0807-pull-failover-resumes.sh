@@ -2,8 +2,9 @@
 # dcr-pull URL1/NAME URL2/NAME...: several sources of one pack. A source
 # that refuses connections, lacks the pack, serves a corrupt piece, or
 # cuts a body short hands over to the next, and the refit is exact; after
-# a corrupt piece the next source is asked only from that piece on (its
-# log shows the range starting there), not from zero. A corrupt manifest
+# a corrupt piece the same source is asked once more, fresh, and then the
+# next only from the last corrupt piece on (its log shows the range
+# starting there), not from zero. A corrupt manifest
 # at the first source is passed over too. When every source fails,
 # dcr-pull gives up with one line and the receiver is untouched.
 . "$DCR_SRC/tests/lib-relay.sh"
@@ -22,16 +23,22 @@ refit r1 --retries 0 "http://127.0.0.1:1/store/v1" "$G/v1"
 start_server empty http-store.js
 refit r2 --retries 0 "http://127.0.0.1:$PORT/store/v1" "$G/v1"
 
-# a corrupt piece in the middle of payload 0
-start_server bad http-store.js --log "$T/bad.log" --corrupt-first 1 --match payload-000000
+# a corrupt piece in the middle of payload 0, twice: the source is asked
+# once more, fresh (Cache-Control: no-cache, for a relay's sake), from
+# that piece on, and serves another corrupt piece, in the middle of what
+# it was asked for; the next source is asked from that one on
+start_server bad http-store.js --log "$T/bad.log" --corrupt-first 2 --match payload-000000
 B="http://127.0.0.1:$PORT/store"
 run_ok dcr-push -q "$T/p" "$B/v1"
 : >"$T/good.log"
 refit r3 "$B/v1" "$G/v1"
-grep -q "^GET /store/v1/payload-000000.dcrp 206 .*CORRUPT" "$T/bad.log" ||
-	fail "the bad store corrupted nothing: $(cat "$T/bad.log")"
-grep -q "^GET /store/v1/payload-000000.dcrp 206 range=bytes=$half-" "$T/good.log" ||
-	fail "the pull did not resume at byte $half: $(cat "$T/good.log")"
+[ "$(grep -c "^GET /store/v1/payload-000000.dcrp 206 .*CORRUPT" "$T/bad.log")" = 2 ] ||
+	fail "the bad store did not corrupt two GETs: $(cat "$T/bad.log")"
+grep -q "^GET /store/v1/payload-000000.dcrp 206 range=bytes=$half-.*CORRUPT" "$T/bad.log" ||
+	fail "the source was not asked again from byte $half: $(cat "$T/bad.log")"
+second=$(((half + ((size - half) >> 1)) >> 20 << 20))
+grep -q "^GET /store/v1/payload-000000.dcrp 206 range=bytes=$second-" "$T/good.log" ||
+	fail "the pull did not resume at byte $second: $(cat "$T/good.log")"
 grep "^GET /store/v1/payload-000000.dcrp 206 range=bytes=0-" "$T/good.log" &&
 	fail "the pull fetched payload 0 from zero again"
 
