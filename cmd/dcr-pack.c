@@ -263,7 +263,12 @@ int main(int argc, char **argv)
 	struct dcr_err e = {0};
 	struct dcr_pack_out out;
 	struct dcr_tar_out *tar;
-	cmd_pack_output(output, &out, &tar);
+	/* a directory gets its payloads when the pack has come out whole: a
+	 * pack that fails leaves an older pack there as it was */
+	struct dcr_pack_dir_held held = {.dir = output};
+	int to_dir = cmd_pack_output(output, &out, &tar);
+	if (to_dir)
+		out = (struct dcr_pack_out){.entry = dcr_pack_dir_held_entry, .ctx = &held};
 	o.progress = progress;
 	o.progress_ctx = "pack";
 	struct dcr_pack_stats st = {0};
@@ -276,6 +281,10 @@ int main(int argc, char **argv)
 	int r = dcr_pack((struct dcr_source){dcr_source_fdbuf_read, &fb},
 			 strcmp(input, "-") ? input : "standard input", &o, out, &st, &e);
 	dcr_fdbuf_release(&fb);
+	if (to_dir) {
+		int f = dcr_pack_dir_held_finish(&held, !r, &e);
+		r = r ? r : f;
+	}
 	if (o.sign)
 		explicit_bzero(&sk, sizeof(sk));
 	free(pub_name);

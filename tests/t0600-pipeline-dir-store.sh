@@ -74,6 +74,23 @@ for how in pack pull; do
 	same "$T/r4" "$T/g/v1"
 done
 
+# a pack that fails (its delta cut short) into a directory holding an
+# older pack leaves that pack as it was: its payloads were overwritten one
+# by one as the new pack went, and the directory applied neither pack
+rm -rf "$T/pd"
+dcr-pack -q -s 64K -o "$T/pd" "$T/d1" 2>"$T/err" || fail "pack: $(cat "$T/err")"
+[ "$(ls "$T/pd" | grep -c '^payload-')" -gt 2 ] || fail "too few payloads: $(ls "$T/pd")"
+dcr-diff --codec plain "$T/g/v1" "$T/g/v0" -o "$T/dback" 2>"$T/err" || fail "diff: $(cat "$T/err")"
+head -c $(($(wc -c <"$T/dback") * 3 / 4)) "$T/dback" >"$T/dcut"
+(cd "$T/pd" && ls -A | sort && sha256sum *) >"$T/pd.before"
+dcr-pack -q -s 16K -o "$T/pd" "$T/dcut" 2>"$T/err" && fail "a pack of a delta cut short passed"
+grep -q "truncated" "$T/err" || fail "not refused as cut short: $(cat "$T/err")"
+(cd "$T/pd" && ls -A | sort && sha256sum *) >"$T/pd.after"
+cmp -s "$T/pd.before" "$T/pd.after" || fail "the failed pack changed the directory: $(diff "$T/pd.before" "$T/pd.after")"
+receiver r4f
+dcr-apply -q "$T/r4f" "$T/pd" 2>"$T/err" || fail "the older pack no longer applies: $(cat "$T/err")"
+same "$T/r4f" "$T/g/v1"
+
 # a signed pack's directory packed again without a version (so unsigned):
 # the old signature goes too; it would be taken for this pack's, changed
 dcr-keygen -p "$T/k.pub" -s "$T/k.sec" >/dev/null 2>&1 || fail "dcr-keygen exited $?"

@@ -157,6 +157,57 @@ void dcr_pack_dir_drop(void *ctx, void *tok)
 	free(tok);
 }
 
+/* Rename the staged payloads into place, in order; on an error the rest
+ * are dropped. */
+static int held_commit(struct dcr_pack_dir_held *h, struct dcr_err *e)
+{
+	int r = 0;
+	for (size_t i = 0; i < h->n; i++) {
+		if (!r)
+			r = dcr_pack_dir_commit((void *)h->dir, h->tok[i], e);
+		else
+			dcr_pack_dir_drop((void *)h->dir, h->tok[i]);
+	}
+	h->n = 0;
+	return r;
+}
+
+int dcr_pack_dir_held_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
+			    struct dcr_err *e)
+{
+	struct dcr_pack_dir_held *h = ctx;
+	uint32_t idx;
+	if (!dcr_payload_name_parse(name, &idx)) {
+		int r = held_commit(h, e);
+		return r ? r : dcr_pack_dir_entry((void *)h->dir, name, buf, len, e);
+	}
+	if (h->n == h->cap) {
+		size_t nc = h->cap ? 2 * h->cap : 64;
+		void **v = realloc(h->tok, nc * sizeof(*v));
+		if (!v)
+			return dcr_err_sys(e, ENOMEM, "%s", h->dir);
+		h->tok = v;
+		h->cap = nc;
+	}
+	int r = dcr_pack_dir_stage((void *)h->dir, name, buf, len, &h->tok[h->n], e);
+	if (!r)
+		h->n++;
+	return r;
+}
+
+int dcr_pack_dir_held_finish(struct dcr_pack_dir_held *h, int ok, struct dcr_err *e)
+{
+	int r = 0;
+	if (ok)
+		r = held_commit(h, e);
+	for (size_t i = 0; i < h->n; i++)
+		dcr_pack_dir_drop((void *)h->dir, h->tok[i]);
+	free(h->tok);
+	h->tok = NULL;
+	h->n = h->cap = 0;
+	return r;
+}
+
 struct dcr_tar_out {
 	struct archive *a;
 	int fd;

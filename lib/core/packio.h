@@ -20,6 +20,22 @@ int dcr_pack_dir_stage(void *ctx, const char *name, const uint8_t *buf, size_t l
 		       struct dcr_err *e);
 int dcr_pack_dir_commit(void *ctx, void *tok, struct dcr_err *e);
 void dcr_pack_dir_drop(void *ctx, void *tok);
+/* A pack directory that a failed pack leaves as it was (dcr-pack -o DIR
+ * over an older pack there): payload entries are staged (written and
+ * fsync'd under temporary names) and renamed into place when the pack's
+ * first other entry comes (its signature, manifest or summary, written
+ * as dcr_pack_dir_entry writes it) or at dcr_pack_dir_held_finish with
+ * ok; without ok the staged ones are removed. A process killed leaves
+ * temporary files, which the next manifest written there removes. Set
+ * dir, zero the rest; ctx of dcr_pack_dir_held_entry is the struct. */
+struct dcr_pack_dir_held {
+	const char *dir;
+	void **tok;
+	size_t n, cap;
+};
+int dcr_pack_dir_held_entry(void *ctx, const char *name, const uint8_t *buf, size_t len,
+			    struct dcr_err *e);
+int dcr_pack_dir_held_finish(struct dcr_pack_dir_held *h, int ok, struct dcr_err *e);
 /* For a resumed pull into a pack directory (ctx: const char *dir): 1 and
  * its digest if payload `index` is already there and checks out, else 0. */
 int dcr_pack_dir_have(void *ctx, uint32_t index, dcr_digest *digest);
