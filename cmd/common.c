@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "common.h"
@@ -89,6 +90,16 @@ void cmd_init(const char *name, int argc, char **argv)
 	struct sigaction sa = {.sa_handler = on_sigbus, .sa_flags = SA_RESETHAND};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGBUS, &sa, NULL);
+	/* Descriptors up to the hard limit, not the soft one (often 1024):
+	 * a checkpoint's files are each held open while it is read (a model
+	 * of thousands of shards), and a relay holds one per connection.
+	 * dcr waits with poll, never select, so descriptors past 1024 are
+	 * safe. */
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 	cmd_argc = argc;
 	cmd_argv = argv;
 	opterr = 0;

@@ -12,7 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <sys/resource.h>
 
 #include "common.h"
 #include "dcr.h"
@@ -319,15 +318,10 @@ static void parse_options(int argc, char **argv, struct dcr_relay_opts *ro,
 	ro->store = so;
 }
 
-/* The process's setup: file descriptors, and signals for main alone. */
+/* The process's setup: signals for main alone (descriptors up to the
+ * hard limit come with cmd_init). */
 static void setup_process(sigset_t *sigs)
 {
-	/* Room for every connection's socket (and the spool's files). */
-	struct rlimit rl;
-	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
 	/* Signals go to main's sigwait alone; every thread inherits the mask. */
 	sigemptyset(sigs);
 	sigaddset(sigs, SIGINT);

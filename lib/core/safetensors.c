@@ -646,7 +646,10 @@ int dcr_st_open(const char *path, struct dcr_st **out, struct dcr_err *e)
 	st->fd = open(path, O_RDONLY | O_CLOEXEC);
 	int r = 0;
 	if (st->fd < 0) {
-		r = dcr_err_sys(e, errno, "cannot open '%s'", path);
+		/* each file of a checkpoint is held open while it is read */
+		r = errno == EMFILE
+			? dcr_err_sys(e, errno, "cannot open '%s' (a checkpoint's files are each held open while it is read: raise the limit, ulimit -n)", path)
+			: dcr_err_sys(e, errno, "cannot open '%s'", path);
 		goto fail;
 	}
 	struct stat sb;
