@@ -69,8 +69,16 @@ dcr-pull -q -o "$T/pd" "$B/v1" 2>"$T/pd.err" || fail "dcr-pull -o from b exited 
 cmp -s "$T/pd/$(basename "$f")" "$S/v1/$(basename "$f")" || fail "the pull -o got other bytes"
 status "$B" 'd["cache"]["damaged"]' >"$T/damaged"
 [ "$(cat "$T/damaged")" = 1 ] || fail "b did not count its damage: $(cat "$T/status.json")"
+# b's manifest damaged: the child's check of it fails, it asks b again,
+# fresh, and b finds its manifest's file damaged and fetches it again
+python3 -c 'import sys
+f = open(sys.argv[1], "r+b"); f.seek(60); b = f.read(1); f.seek(60); f.write(bytes([b[0] ^ 0x40]))' "$T/cache-b/v1/manifest.dcrm"
+refit r7 "$B/v1"
+status "$B" 'd["cache"]["damaged"]' >"$T/damaged"
+[ "$(cat "$T/damaged")" = 2 ] || fail "b did not count its damaged manifest: $(cat "$T/status.json")"
+cmp -s "$T/cache-b/v1/manifest.dcrm" "$S/v1/manifest.dcrm" || fail "b's manifest was not fetched again"
 stop_relay "$B_PID"
-echo "ok: and through a relay under it, and for a whole-payload pull"
+echo "ok: and through a relay under it, for a whole-payload pull and for a manifest"
 # a second relay on the same cache
 set +e
 dcr-relay --listen 127.0.0.1:0 --cache "$T/cache" "$S" 2>"$T/b.err" &

@@ -913,6 +913,7 @@ static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e
 {
 	struct rpack *p = o->pack;
 	int notfound = 0, failed = 0, rc = 0;
+	int fresh = 0; /* after bad bytes: a parent relay checks its copy again */
 	for (size_t t = 0; t < r->np * ROUNDS; t++) {
 		if (t == r->np && !failed)
 			break; /* every parent said "absent" */
@@ -922,15 +923,18 @@ static int fetch_manifest(struct dcr_relay *r, struct robj *o, struct dcr_err *e
 		size_t len = 0, sig_len = 0;
 		struct dcr_err pe;
 		struct dcr_manifest m;
-		rc = dcr_store_get(pa->s, o->name, &buf, &len, &pe);
+		rc = fresh ? dcr_store_get_fresh(pa->s, o->name, &buf, &len, &pe)
+			   : dcr_store_get(pa->s, o->name, &buf, &len, &pe);
 		if (rc == DCR_ENOTFOUND) {
 			notfound++;
 			continue;
 		}
 		char *url = rc ? NULL : dcr_asprintf("%s/%s", pa->url, o->name);
-		if (!rc)
+		if (!rc) {
 			rc = url ? dcr_manifest_parse(buf, len, url, &m, &pe)
 				 : dcr_err_sys(&pe, ENOMEM, "relay");
+			fresh |= rc == DCR_EDIGEST || rc == DCR_EFORMAT;
+		}
 		if (!rc && (rc = trust_manifest(r, pa, p->name, buf, len, &m, url, &sig, &sig_len,
 						&pe)))
 			dcr_manifest_release(&m);
@@ -2004,8 +2008,9 @@ static int answer_sig(struct rreq *q, const char *name)
 }
 
 /* A fresh request (Cache-Control: no-cache: a child whose copy did not
- * check out asks again) for a payload the cache holds: its file is hashed
- * again against the manifest's digest, outside the lock, at most one
+ * check out asks again) for a payload or manifest the cache holds: its
+ * file is hashed again against the manifest's digest (a manifest's by its
+ * own checksum, and against the trailer of the one loaded), outside the lock, at most one
  * check at a time and one per RECHECK_S (a child cannot make the relay
  * hash without end); a damaged file is marked so, and obj_get fetches
  * the payload again. */
@@ -2016,15 +2021,21 @@ static void obj_recheck(struct dcr_relay *r, const char *name)
 	struct robj *o = tab_find(r, name);
 	double now = dcr_now_s();
 	const struct dcr_manifest *m = o && o->pack->have_m ? &o->pack->m : NULL;
-	if (!o || o->idx < 0 || o->state != O_DONE || (!m && !o->have_digest) || !o->path ||
-	    o->tmp || o->damaged || o->rechecking || now - o->t_checked < RECHECK_S ||
-	    (m && mpos(m, o->idx) < 0)) {
+	if (!o || o->state != O_DONE || !o->path || o->tmp || o->damaged || o->rechecking ||
+	    now - o->t_checked < RECHECK_S || (o->idx >= 0 && !m && !o->have_digest) ||
+	    (o->idx >= 0 && m && mpos(m, o->idx) < 0) || (o->idx < 0 && !m)) {
 		pthread_mutex_unlock(&r->mu);
 		return;
 	}
 	char *path = dcr_strdup(o->path);
 	uint64_t size = o->size;
-	dcr_digest want = m ? m->pdigest[mpos(m, o->idx)] : o->digest;
+	long idx = o->idx;
+	/* a payload's digest, or the trailer of the manifest loaded */
+	dcr_digest want;
+	if (idx < 0)
+		memcpy(want.b, o->pack->mtrailer, 32);
+	else
+		want = m ? m->pdigest[mpos(m, idx)] : o->digest;
 	o->refs++;
 	o->rechecking = 1;
 	pthread_mutex_unlock(&r->mu);
@@ -2033,10 +2044,15 @@ static void obj_recheck(struct dcr_relay *r, const char *name)
 	int bad = -1; /* not known */
 	if (path && !dcr_blob_map(&b, path, DCR_PAYLOAD_MAX_FILE, &e)) {
 		dcr_digest d;
-		bad = b.len != size || b.len <= 32;
-		if (!bad) {
+		struct dcr_manifest pm;
+		bad = b.len != size || b.len <= 32 || memcmp(b.p + b.len - 32, want.b, 32);
+		if (!bad && idx >= 0) {
 			dcr_payload_digest(b.p, b.len - 32, &d);
-			bad = memcmp(d.b, want.b, 32) || memcmp(b.p + b.len - 32, want.b, 32);
+			bad = memcmp(d.b, want.b, 32) != 0;
+		} else if (!bad) {
+			bad = dcr_manifest_parse(b.p, b.len, path, &pm, &e) != 0;
+			if (!bad)
+				dcr_manifest_release(&pm);
 		}
 	}
 	dcr_blob_free(&b);

@@ -190,6 +190,22 @@ int dcr_store_get(struct dcr_store *s, const char *name, uint8_t **buf,
 	return 0;
 }
 
+int dcr_store_get_fresh(struct dcr_store *s, const char *name, uint8_t **buf,
+			size_t *len, struct dcr_err *e)
+{
+	struct dcr_blob b = {.max = DCR_STORE_GET_MAX, .fresh = 1};
+	int r = dcr_store_get_blob(s, name, &b, e);
+	if (!r && !(*buf = malloc(b.len + 1)))
+		r = dcr_err_sys(e, ENOMEM, "cannot GET '%s'", name);
+	if (!r) {
+		memcpy(*buf, b.p, b.len);
+		(*buf)[b.len] = 0;
+		*len = b.len;
+	}
+	dcr_blob_free(&b);
+	return r;
+}
+
 int dcr_store_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
 		       struct dcr_err *e)
 {

@@ -127,6 +127,11 @@ int dcr_store_put_if_absent(struct dcr_store *s, const char *name,
 #define DCR_STORE_GET_MAX (1ull << 30)
 int dcr_store_get(struct dcr_store *s, const char *name, uint8_t **buf,
 		  size_t *len, struct dcr_err *e);
+/* The same, asking a cache on the way (a relay) to check its copy again
+ * before it answers (HTTP's Cache-Control: no-cache): for a second try
+ * after bytes that did not check out. */
+int dcr_store_get_fresh(struct dcr_store *s, const char *name, uint8_t **buf,
+			size_t *len, struct dcr_err *e);
 /* The same into a blob (util.h; dcr_blob_free it): a read-only mapping for
  * the directory store, no copy; no NUL after it. From a server, at most
  * b->max bytes when set (a payload's size in its manifest), else

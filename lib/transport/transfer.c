@@ -982,11 +982,18 @@ static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len, uint
 			free(mo);
 			return dcr_err_sys(e, ENOMEM, "pull");
 		}
+		/* a server's manifest that does not check out is asked for once
+		 * more, fresh: a relay between checks its cached copy again */
+		int fresh = 0, bad_bytes;
+	man_fresh:
+		bad_bytes = 0;
 		free(*man);
 		*man = NULL;
-		r = dcr_store_get(s, mo, man, man_len, e);
+		r = fresh ? dcr_store_get_fresh(s, mo, man, man_len, e)
+			  : dcr_store_get(s, mo, man, man_len, e);
 		if (!r) {
 			r = dcr_manifest_parse(*man, *man_len, url, m, e);
+			bad_bytes = r == DCR_EDIGEST || r == DCR_EFORMAT;
 			if (!r && o && o->dense && !m->dense) {
 				dcr_manifest_release(m);
 				r = dcr_err_set(e, DCR_EFORMAT,
@@ -1001,6 +1008,10 @@ static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len, uint
 				   (r = dcr_trust_check(o ? o->trust : NULL, *man, *man_len, m, *sig,
 							*sig_len, url, e))))
 				dcr_manifest_release(m);
+		}
+		if (bad_bytes && !fresh && !dcr_store_is_local(s)) {
+			fresh = 1;
+			goto man_fresh;
 		}
 		free(mo);
 		free(url);
