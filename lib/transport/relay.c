@@ -2009,11 +2009,11 @@ static int answer_sig(struct rreq *q, const char *name)
 
 /* A fresh request (Cache-Control: no-cache: a child whose copy did not
  * check out asks again) for a payload or manifest the cache holds: its
- * file is hashed again against the manifest's digest (a manifest's by its
- * own checksum, and against the trailer of the one loaded), outside the lock, at most one
- * check at a time and one per RECHECK_S (a child cannot make the relay
- * hash without end); a damaged file is marked so, and obj_get fetches
- * the payload again. */
+ * file is hashed again, outside the lock, a payload's against the
+ * manifest's digest, a manifest's by its own checksum and against the
+ * trailer of the one loaded; at most one check of an object at a time
+ * and one per RECHECK_S (a child cannot make the relay hash without end).
+ * A damaged file is marked so, and obj_get fetches the object again. */
 #define RECHECK_S 5.0
 static void obj_recheck(struct dcr_relay *r, const char *name)
 {
