@@ -50,6 +50,16 @@ status "$A" 'd["cache"]["damaged"]' >"$T/damaged"
 [ "$(cat "$T/damaged")" = 1 ] || fail "no object counted damaged: $(cat "$T/status.json")"
 grep -q "again (its file in the cache was damaged)" "$T/a.log" || { cat "$T/a.log"; fail "no word of the damage in the log"; }
 cmp -s "$f" "$S/v1/$(basename "$f")" || fail "the damaged file was not replaced"
+grep -q "its file in the cache is damaged (a child asked again, no-cache); fetching it again" "$T/a.log" ||
+	fail "no warning of the damage when found: $(cat "$T/a.log")"
+# a fresh request for a file that checks out: served, and said (what lies
+# between relay and child is then to blame)
+g=$(ls "$T/cache/v1"/payload-*.dcrp | tail -1)
+curl -sS -f -H "Cache-Control: max-age=0, no-cache" -o "$T/g.out" "$A/v1/$(basename "$g")" ||
+	fail "a fresh GET of an intact payload failed"
+cmp -s "$T/g.out" "$S/v1/$(basename "$g")" || fail "a fresh GET got other bytes"
+grep -q "'v1/$(basename "$g")': a child asked again (no-cache), and its file in the cache checks out" "$T/a.log" ||
+	fail "no word of the intact file: $(cat "$T/a.log")"
 echo "ok: a payload damaged in the cache is checked again on a fresh request and fetched again"
 # one level down: relay b under a, a's copy damaged again; b's fetch
 # fails the check and asks a again, fresh; then b's own copy damaged, and

@@ -2064,6 +2064,12 @@ static void obj_recheck(struct dcr_relay *r, const char *name)
 		o->damaged = 1;
 	obj_put(r, o);
 	pthread_mutex_unlock(&r->mu);
+	/* a file that checks out points at what lies between the relay and
+	 * the child (a proxy, the network): said, for whoever debugs it */
+	if (bad >= 0)
+		say(r, bad ? "warning: '%s': its file in the cache is damaged (a child asked again, no-cache); fetching it again"
+			   : "warning: '%s': a child asked again (no-cache), and its file in the cache checks out",
+		    name);
 }
 
 static enum MHD_Result start_req(struct rreq *q, const char *url)
