@@ -190,20 +190,27 @@ int dcr_store_get(struct dcr_store *s, const char *name, uint8_t **buf,
 	return 0;
 }
 
+/* After a get into b that returned r: unless r, b's bytes copied into
+ * malloc'd memory with a NUL after them; b freed either way. */
+static int blob_out(struct dcr_blob *b, int r, const char *name, uint8_t **buf, size_t *len,
+		    struct dcr_err *e)
+{
+	if (!r && !(*buf = malloc(b->len + 1)))
+		r = dcr_err_sys(e, ENOMEM, "cannot GET '%s'", name);
+	if (!r) {
+		memcpy(*buf, b->p, b->len);
+		(*buf)[b->len] = 0;
+		*len = b->len;
+	}
+	dcr_blob_free(b);
+	return r;
+}
+
 int dcr_store_get_fresh(struct dcr_store *s, const char *name, uint8_t **buf,
 			size_t *len, struct dcr_err *e)
 {
 	struct dcr_blob b = {.max = DCR_STORE_GET_MAX, .fresh = 1};
-	int r = dcr_store_get_blob(s, name, &b, e);
-	if (!r && !(*buf = malloc(b.len + 1)))
-		r = dcr_err_sys(e, ENOMEM, "cannot GET '%s'", name);
-	if (!r) {
-		memcpy(*buf, b.p, b.len);
-		(*buf)[b.len] = 0;
-		*len = b.len;
-	}
-	dcr_blob_free(&b);
-	return r;
+	return blob_out(&b, dcr_store_get_blob(s, name, &b, e), name, buf, len, e);
 }
 
 int dcr_store_get_blob(struct dcr_store *s, const char *name, struct dcr_blob *b,
@@ -225,14 +232,7 @@ int dcr_store_get_small(struct dcr_store *s, const char *name, size_t max, const
 	if (!r && (size > max || b.len > max))
 		r = dcr_err_set(e, DCR_EFORMAT, "'%s/%s' is %llu bytes, not %s", s->url, name,
 				(unsigned long long)(size > max ? size : b.len), what);
-	if (!r && !(*buf = malloc(b.len + 1)))
-		r = dcr_err_sys(e, ENOMEM, "cannot GET '%s'", name);
-	if (!r) {
-		memcpy(*buf, b.p, b.len);
-		(*buf)[b.len] = 0;
-		*len = b.len;
-	}
-	dcr_blob_free(&b);
+	r = blob_out(&b, r, name, buf, len, e);
 	return r == DCR_ENOTFOUND ? 0 : r;
 }
 
