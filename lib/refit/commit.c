@@ -21,55 +21,51 @@
 
 #define LOG_MAX (256u << 20)
 
-/* The version of the record at p when it is one of magic's kind ("dcr-head
- * 2": "dcr-head N") past magic's own, written by a newer dcr; else 0. */
-static unsigned record_newer(const char *p, const char *magic)
+/* The version of a record (buf) of magic's kind ("dcr-head 2": "dcr-head
+ * N") past magic's own, written by a newer dcr; else 0. */
+static unsigned record_newer(const char *buf, size_t len, const char *magic)
 {
 	const char *sp = strchr(magic, ' ');
-	uint8_t *b = NULL;
-	size_t len = 0, kl = sp ? (size_t)(sp - magic + 1) : 0;
+	size_t kl = sp ? (size_t)(sp - magic + 1) : 0;
 	unsigned long v = 0, have = sp ? strtoul(sp + 1, NULL, 10) : 0;
-	struct dcr_err ignore;
-	if (!sp || dcr_read_file(p, 4096, &b, &len, &ignore))
+	if (!sp || len <= kl || memcmp(buf, magic, kl))
 		return 0;
-	if (len > kl && !memcmp(b, magic, kl)) {
-		size_t i = kl;
-		while (i < len && i < kl + 9 && b[i] >= '0' && b[i] <= '9')
-			v = v * 10 + (unsigned long)(b[i++] - '0');
-		if (i == kl || i == len || b[i] != '\n')
-			v = 0;
-	}
-	free(b);
+	size_t i = kl;
+	while (i < len && i < kl + 9 && buf[i] >= '0' && buf[i] <= '9')
+		v = v * 10 + (unsigned long)(buf[i++] - '0');
+	if (i == kl || i == len || buf[i] != '\n')
+		return 0;
 	return v > have ? (unsigned)v : 0;
 }
 
-/* .dcr/NAME at p read: 1 absent, 0 *buf holds it, or an error; a record
- * of an older dcr (old_magic, may be NULL), whose state ids were SHA-256
- * (see dcr(7), UPGRADING), and one of a newer dcr, are refused with what
- * to do; *damaged when it is there but is none of these. */
+/* .dcr/NAME at p read, once: 1 absent, 0 *buf holds it, or an error; a
+ * record of an older dcr (old_magic, may be NULL), whose state ids were
+ * SHA-256 (see dcr(7), UPGRADING), and one of a newer dcr, are refused
+ * with what to do; *damaged when it is there but is none of these. */
 static int record_read(struct dcr_receiver *rc, const char *p, const char *magic,
 		       const char *old_magic, char **buf, int *damaged, struct dcr_err *e)
 {
-	int r = kv_read(p, magic, buf, e);
+	size_t len;
+	int r = kv_read_any(p, buf, &len, e);
+	unsigned v;
 	*damaged = 0;
-	if (r != DCR_EFORMAT)
+	if (r || kv_is(*buf, len, magic))
 		return r;
-	char *old = NULL;
-	struct dcr_err ignore;
-	*damaged = !old_magic || kv_read(p, old_magic, &old, &ignore);
-	free(old);
-	unsigned v = *damaged ? record_newer(p, magic) : 0;
-	if (v) {
-		*damaged = 0;
-		return dcr_err_set(e, DCR_EFORMAT,
-				   "'%s' was written by a newer dcr (a version %u record; this one reads %s): upgrade dcr here",
-				   p, v, magic);
+	if (old_magic && kv_is(*buf, len, old_magic))
+		r = dcr_err_set(e, DCR_EFORMAT,
+				"'%s' was written by an older dcr (version 1 state ids): remove '%s/.dcr/HEAD' and '%s/.dcr/applied'; the next delta is checked against the files as always (dcr(7), UPGRADING)",
+				p, rc->dir, rc->dir);
+	else if ((v = record_newer(*buf, len, magic)))
+		r = dcr_err_set(e, DCR_EFORMAT,
+				"'%s' was written by a newer dcr (a version %u record; this one reads %s): upgrade dcr here",
+				p, v, magic);
+	else {
+		*damaged = 1;
+		r = dcr_err_set(e, DCR_EFORMAT, "'%s' is not a %s file", p, magic);
 	}
-	if (*damaged)
-		return r;
-	return dcr_err_set(e, DCR_EFORMAT,
-			   "'%s' was written by an older dcr (version 1 state ids): remove '%s/.dcr/HEAD' and '%s/.dcr/applied'; the next delta is checked against the files as always (dcr(7), UPGRADING)",
-			   p, rc->dir, rc->dir);
+	free(*buf);
+	*buf = NULL;
+	return r;
 }
 
 /* The error of a damaged record (a disk's damage, an edit by hand), with

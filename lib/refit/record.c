@@ -77,11 +77,8 @@ out:
 	return r;
 }
 
-/* Read a small key-value file: "magic\nkey value\n...". Missing file: 1. */
-int kv_read(const char *path, const char *magic, char **buf, struct dcr_err *e)
+int kv_read_any(const char *path, char **buf, size_t *len, struct dcr_err *e)
 {
-	uint8_t *b;
-	size_t len;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		if (errno == ENOENT)
@@ -89,15 +86,27 @@ int kv_read(const char *path, const char *magic, char **buf, struct dcr_err *e)
 		return dcr_err_sys(e, errno, "cannot open '%s'", path);
 	}
 	close(fd);
-	int r = dcr_read_file(path, SMALL_MAX, &b, &len, e);
+	return dcr_read_file(path, SMALL_MAX, (uint8_t **)buf, len, e);
+}
+
+int kv_is(const char *buf, size_t len, const char *magic)
+{
+	size_t ml = strlen(magic);
+	return len >= ml + 1 && !memcmp(buf, magic, ml) && buf[ml] == '\n' && !memchr(buf, 0, len);
+}
+
+/* Read a small key-value file: "magic\nkey value\n...". Missing file: 1. */
+int kv_read(const char *path, const char *magic, char **buf, struct dcr_err *e)
+{
+	size_t len;
+	int r = kv_read_any(path, buf, &len, e);
 	if (r)
 		return r;
-	size_t ml = strlen(magic);
-	if (len < ml + 1 || memcmp(b, magic, ml) || b[ml] != '\n' || memchr(b, 0, len)) {
-		free(b);
+	if (!kv_is(*buf, len, magic)) {
+		free(*buf);
+		*buf = NULL;
 		return dcr_err_set(e, DCR_EFORMAT, "'%s' is not a %s file", path, magic);
 	}
-	*buf = (char *)b;
 	return 0;
 }
 

@@ -18,6 +18,10 @@ int kv_write(const char *path, const char *text, struct dcr_fault *f, struct dcr
 /* Read a small key-value file whose first line is magic into *buf
  * (malloc'd, NUL-terminated). 1 if the file does not exist. */
 int kv_read(const char *path, const char *magic, char **buf, struct dcr_err *e);
+/* The same without the first line checked: *len bytes (a NUL after). */
+int kv_read_any(const char *path, char **buf, size_t *len, struct dcr_err *e);
+/* 1 if buf's first line is magic (and it holds no NUL), else 0. */
+int kv_is(const char *buf, size_t len, const char *magic);
 /* The value of "key " in buf into out (at most n - 1 bytes); 0 or -1. */
 int kv_get(const char *buf, const char *key, char *out, size_t n);
 int kv_u64(const char *buf, const char *key, uint64_t *v);
