@@ -16,7 +16,7 @@ static const char usage[] =
 	"usage: dcr-push [options] PACK|- STORE/NAME\n"
 	"       dcr-push --finalize --producers N [--timeout S] [--sign KEY.sec --version V\n"
 	"                [--policy NAME]] STORE/NAME\n"
-	"       dcr-push --gc STORE --policy NAME [--keep N] [--dry-run]\n"
+	"       dcr-push --gc STORE --policy NAME [--keep N] [--max-behind N] [--dry-run]\n"
 	"\n"
 	"Upload a pack (a pack directory, a pack tar file, or a tar stream on standard\n"
 	"input) to STORE as NAME/payload-*.dcrp and NAME/manifest.dcrm. Each payload is\n"
@@ -37,9 +37,14 @@ static const char usage[] =
 	"      --policy NAME    with --finalize --version: the policy it is a version of\n"
 	"      --gc STORE       remove the packs NAME/vX/ of --policy NAME that no receiver\n"
 	"                       needs: X at most every receiver's latest acknowledged\n"
-	"                       version and at most the committed version minus --keep\n"
+	"                       version and at most the committed version minus --keep;\n"
+	"                       and dense copies NAME/vX.dense/ older than the newest\n"
+	"                       complete one of a committed version\n"
 	"      --keep N         with --gc: keep the last N committed versions' packs\n"
 	"                       (default 1)\n"
+	"      --max-behind N   with --gc: stop waiting for a receiver more than N versions\n"
+	"                       behind once a dense copy newer than its version is in\n"
+	"                       the store (it catches up by that copy; default: wait)\n"
 	"      --dry-run        with --gc: only list what would be removed\n"
 	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE    CA certificates for https\n"
@@ -109,10 +114,23 @@ static int finalize(int argc, char **argv, const struct dcr_store_opts *so,
 	return cmd_finish(EXIT_OK);
 }
 
-static void gc_report(void *ctx, uint64_t version, size_t objects)
+static void gc_report(void *ctx, const char *pack, size_t objects)
 {
 	(void)ctx;
-	printf("v%llu\t%zu\n", (unsigned long long)version, objects);
+	printf("%s\t%zu\n", pack, objects);
+}
+
+static void gc_behind(void *ctx, const char *receiver, uint64_t version, int let_go)
+{
+	const struct dcr_gc_opts *o = ctx;
+	if (let_go)
+		cmd_warn("receiver '%s' is at v%llu, more than %llu versions behind: not waited for; it catches up by the newest dense copy (dcr-pull --dense)",
+			 cmd_quote(receiver), (unsigned long long)version,
+			 (unsigned long long)o->max_behind);
+	else
+		cmd_warn("receiver '%s' is at v%llu, more than %llu versions behind, and still waited for: no dense copy newer than v%llu is in the store (push one: dcr-diff --dense NEW | dcr-pack | dcr-push - STORE/NAME/vV.dense)",
+			 cmd_quote(receiver), (unsigned long long)version,
+			 (unsigned long long)o->max_behind, (unsigned long long)version);
 }
 
 int main(int argc, char **argv)
@@ -123,6 +141,7 @@ int main(int argc, char **argv)
 		{"gc", required_argument, NULL, 'G'},
 		{"policy", required_argument, NULL, 'P'},
 		{"keep", required_argument, NULL, 'K'},
+		{"max-behind", required_argument, NULL, 'M'},
 		{"dry-run", no_argument, NULL, 'D'},
 		{"finalize", no_argument, NULL, 'F'},
 		{"producers", required_argument, NULL, 'N'},
@@ -140,13 +159,21 @@ int main(int argc, char **argv)
 	int c, dry = 0, fin = 0, have_timeout = 0;
 	const char *gc = NULL, *policy = NULL, *sign = NULL;
 	struct dcr_finalize_opts fo = {0};
-	uint64_t keep = 1;
+	uint64_t keep = 1, max_behind = UINT64_MAX;
+	int have_keep = 0;
 	while ((c = getopt_long(argc, argv, ":j:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'G': gc = optarg; break;
 		case 'P': policy = optarg; break;
 		case 'D': dry = 1; break;
-		case 'K': keep = cmd_parse_u64(usage, "--keep", optarg, 0, UINT64_MAX); break;
+		case 'K':
+			keep = cmd_parse_u64(usage, "--keep", optarg, 0, UINT64_MAX);
+			have_keep = 1;
+			break;
+		case 'M':
+			max_behind = cmd_parse_u64(usage, "--max-behind", optarg, 0, UINT64_MAX - 1);
+			have_keep = 1;
+			break;
 		case 'F': fin = 1; break;
 		case 'N':
 			fo.producers = (uint32_t)cmd_parse_u64(usage, "--producers", optarg, 1,
@@ -194,18 +221,35 @@ int main(int argc, char **argv)
 		if (dcr_policy_check_name(policy, &e))
 			cmd_usage_error(usage, "--policy wants one name component, not '%s'", policy);
 		struct dcr_store *s;
-		uint64_t removed;
+		struct dcr_gc_opts go = {keep, max_behind, dry, gc_report, gc_behind, NULL};
+		struct dcr_gc_result res;
+		go.ctx = &go;
 		if (dcr_store_open(gc, &so, &s, &e))
 			cmd_die_err(&e, EXIT_FATAL);
-		int r = dcr_policy_gc(s, policy, keep, dry, gc_report, NULL, &removed, &e);
+		int r = dcr_policy_gc(s, policy, &go, &res, &e);
 		dcr_store_close(s);
-		if (r)
+		if (r) {
+			dcr_gc_result_release(&res);
 			cmd_die_err(&e, EXIT_FATAL);
-		if (!cmd_quiet)
-			fprintf(stderr, "dcr-push: %s %llu versions of '%s'\n",
-				dry ? "would remove" : "removed", (unsigned long long)removed, policy);
+		}
+		if (!cmd_quiet) {
+			fprintf(stderr,
+				"dcr-push: %s the packs of %llu version%s and %llu dense cop%s of '%s'",
+				dry ? "would remove" : "removed", (unsigned long long)res.versions,
+				res.versions == 1 ? "" : "s", (unsigned long long)res.dense,
+				res.dense == 1 ? "y" : "ies", policy);
+			if (!res.have_head)
+				fprintf(stderr, " (no version is committed)");
+			else if (res.held_by)
+				fprintf(stderr, "; packs after v%llu stay for receiver '%s'",
+					(unsigned long long)res.held_at, cmd_quote(res.held_by));
+			fputc('\n', stderr);
+		}
+		dcr_gc_result_release(&res);
 		return cmd_finish(EXIT_OK);
 	}
+	if (have_keep)
+		cmd_usage_error(usage, "--keep and --max-behind go with --gc");
 	if (policy || dry)
 		cmd_usage_error(usage, "--policy and --dry-run go with --gc");
 	if (argc - optind != 2)

@@ -306,88 +306,200 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 	return r;
 }
 
+/* A receiver's latest acknowledged version. */
 struct latest {
-	char *receiver;
+	const char *receiver;
 	uint64_t version;
 };
 
-int dcr_policy_gc(struct dcr_store *s, const char *policy, uint64_t keep, int dry_run,
-		  void (*cb)(void *ctx, uint64_t version, size_t objects), void *ctx,
-		  uint64_t *removed, struct dcr_err *e)
+static int cmp_ack(const void *a, const void *b)
+{
+	const struct dcr_ack *x = a, *y = b;
+	int c = strcmp(x->receiver, y->receiver);
+	return c ? c : (x->version < y->version) - (x->version > y->version);
+}
+
+/* What an object under NAME/ is, from rest (the name after "NAME/"): a
+ * delta's pack (vV/...), a dense copy's (vV.dense/...; *manifest when it
+ * is the manifest, which a push writes last), an acknowledgement
+ * (acks/vV/ID) or something else (refs are kept). *len: the length of
+ * the pack's directory component. */
+enum gc_kind { GC_OTHER, GC_PACK, GC_DENSE, GC_ACK };
+
+static enum gc_kind gc_kind(const char *rest, uint64_t *v, size_t *len, int *manifest)
+{
+	const char *sl = strchr(rest, '/');
+	*manifest = 0;
+	if (!sl)
+		return GC_OTHER;
+	*len = (size_t)(sl - rest);
+	if (!dcr_version_parse(rest, *len, v))
+		return GC_PACK;
+	if (*len > 6 && !memcmp(sl - 6, ".dense", 6) && !dcr_version_parse(rest, *len - 6, v)) {
+		*manifest = !strcmp(sl + 1, DCR_MANIFEST_NAME);
+		return GC_DENSE;
+	}
+	const char *id;
+	if (*len == 4 && !memcmp(rest, "acks", 4) && (id = strchr(sl + 1, '/')) &&
+	    !dcr_version_parse(sl + 1, (size_t)(id - sl - 1), v))
+		return GC_ACK;
+	return GC_OTHER;
+}
+
+static int cmp_latest(const void *a, const void *b)
+{
+	return strcmp(((const struct latest *)a)->receiver, ((const struct latest *)b)->receiver);
+}
+
+/* Whom the packs are kept for: every receiver's latest acknowledgement
+ * (into lt, sorted by receiver: *nl), the oldest of those waited for
+ * (*oldest, UINT64_MAX for none), and whether one further behind than
+ * max_behind was let go (it catches up by the dense copy dense, when
+ * there is one: have_dense). */
+static int gc_receivers(struct dcr_ack *acks, size_t nacks, const struct dcr_gc_opts *o,
+			uint64_t head, int have_dense, uint64_t dense, struct latest *lt,
+			size_t *nl, uint64_t *oldest, int *let_go, struct dcr_gc_result *res)
+{
+	*oldest = UINT64_MAX;
+	*let_go = 0;
+	*nl = 0;
+	qsort(acks, nacks, sizeof(*acks), cmp_ack);
+	for (size_t i = 0; i < nacks; i++) {
+		if (i && !strcmp(acks[i].receiver, acks[i - 1].receiver))
+			continue; /* the first of a receiver's is its latest */
+		struct latest l = {acks[i].receiver, acks[i].version};
+		lt[(*nl)++] = l;
+		if (head > l.version && head - l.version > o->max_behind) {
+			int go = have_dense && dense > l.version;
+			if (o->behind)
+				o->behind(o->ctx, l.receiver, l.version, go);
+			if (go) {
+				*let_go = 1;
+				continue;
+			}
+		}
+		if (l.version < *oldest) {
+			*oldest = l.version;
+			free(res->held_by);
+			if (!(res->held_by = dcr_strdup(l.receiver)))
+				return -ENOMEM;
+			res->held_at = l.version;
+		}
+	}
+	return 0;
+}
+
+/* 1 if the acknowledgement rest ("acks/vV/ID") of version v is of no more
+ * use: its receiver has acknowledged a later version, and v is committed
+ * (a trainer may still be waiting for the acknowledgements of a version
+ * that is not). */
+static int ack_superseded(const struct latest *lt, size_t nl, const char *rest, uint64_t v,
+			  uint64_t head)
+{
+	const char *id = strchr(rest + 5, '/') + 1;
+	struct latest key = {id, 0};
+	const struct latest *l = nl ? bsearch(&key, lt, nl, sizeof(*lt), cmp_latest) : NULL;
+	return l && v < l->version && v <= head;
+}
+
+int dcr_policy_gc(struct dcr_store *s, const char *policy, const struct dcr_gc_opts *o,
+		  struct dcr_gc_result *res, struct dcr_err *e)
 {
 	struct dcr_head h;
 	struct dcr_ack *acks = NULL;
-	size_t nacks = 0;
+	size_t nacks = 0, n = 0;
 	char **names = NULL;
-	size_t n = 0;
-	char *pfx = NULL;
-	*removed = 0;
+	memset(res, 0, sizeof(*res));
 	int r = dcr_policy_head(s, policy, &h, e);
-	if (r || !h.have || h.version < keep)
-		return r;
-	if ((r = dcr_acks_list(s, policy, UINT64_MAX, &acks, &nacks, e)))
-		return r;
-	if (!nacks) {
-		dcr_acks_free(acks, nacks);
-		return 0; /* no receiver has said where it stands: keep everything */
-	}
-	/* the oldest of every receiver's latest acknowledgement */
+	if (r || !h.have)
+		return r; /* nothing committed: nothing superseded */
+	res->have_head = 1;
+	res->head = h.version;
+	char *pfx = dcr_asprintf("%s/", policy);
+	size_t pl = pfx ? strlen(pfx) : 0;
+	r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "gc");
+	/* the newest complete dense copy of a committed version: it serves
+	 * every receiver an older one would, with fewer deltas after it */
+	int have_dense = 0;
+	uint64_t dense = 0, v;
+	size_t len;
+	int man;
+	for (size_t i = 0; !r && i < n; i++)
+		if (gc_kind(names[i] + pl, &v, &len, &man) == GC_DENSE && man && v <= h.version &&
+		    (!have_dense || v > dense)) {
+			have_dense = 1;
+			dense = v;
+		}
+	if (!r)
+		r = dcr_acks_list(s, policy, UINT64_MAX, &acks, &nacks, e);
 	uint64_t oldest = UINT64_MAX;
-	for (size_t i = 0; i < nacks; i++) {
-		uint64_t latest = 0;
-		for (size_t k = 0; k < nacks; k++)
-			if (!strcmp(acks[k].receiver, acks[i].receiver) && acks[k].version > latest)
-				latest = acks[k].version;
-		if (latest < oldest)
-			oldest = latest;
-	}
-	dcr_acks_free(acks, nacks);
-	uint64_t limit = h.version - keep;
+	int let_go = 0;
+	size_t nl = 0;
+	struct latest *lt = r ? NULL : dcr_calloc(nacks + 1, sizeof(*lt));
+	if (!r && (!lt || gc_receivers(acks, nacks, o, h.version, have_dense, dense, lt, &nl,
+				       &oldest, &let_go, res)))
+		r = dcr_err_sys(e, ENOMEM, "gc");
+	/* packs at or below limit go: none while no receiver has said where
+	 * it stands; never the last keep committed versions'; none a
+	 * receiver waited for still needs; none after the dense copy a
+	 * receiver let go catches up by */
+	int any = nacks && h.version >= o->keep;
+	uint64_t limit = any ? h.version - o->keep : 0;
 	if (oldest < limit)
 		limit = oldest;
-	pfx = dcr_asprintf("%s/", policy);
-	r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "gc");
-	size_t pl = pfx ? strlen(pfx) : 0;
-	uint64_t cur = UINT64_MAX;
-	size_t count = 0;
+	if (let_go && dense < limit)
+		limit = dense;
+	if (res->held_by && (!any || res->held_at >= h.version - o->keep)) {
+		free(res->held_by); /* it held back nothing --keep let go */
+		res->held_by = NULL;
+	}
+	const char *cur = NULL; /* the pack being removed, and its objects */
+	size_t cur_len = 0, count = 0;
 	for (size_t i = 0; !r && i <= n; i++) {
-		uint64_t v = UINT64_MAX;
-		int is_pack = 0, is_ack = 0;
-		if (i < n) {
-			const char *rest = names[i] + pl, *sl = strchr(rest, '/');
-			if (sl && !dcr_version_parse(rest, (size_t)(sl - rest), &v))
-				is_pack = 1;
-			else if (!strncmp(rest, "acks/", 5) && (sl = strchr(rest + 5, '/')) &&
-				 !dcr_version_parse(rest + 5, (size_t)(sl - rest - 5), &v))
-				is_ack = 1;
-		}
-		if (is_pack && v != cur) {
-			if (cur != UINT64_MAX && count) {
-				(*removed)++;
-				if (cb)
-					cb(ctx, cur, count);
+		const char *rest = i < n ? names[i] + pl : NULL;
+		enum gc_kind k = rest ? gc_kind(rest, &v, &len, &man) : GC_OTHER;
+		int go = (k == GC_PACK && any && v <= limit) ||
+			 (k == GC_DENSE && have_dense && v < dense) ||
+			 (k == GC_ACK && ack_superseded(lt, nl, rest, v, h.version));
+		int pack = go && k != GC_ACK;
+		if (cur && (!pack || len != cur_len || memcmp(rest, cur, len))) {
+			char *name = strndup(cur, cur_len);
+			if (!name) {
+				r = dcr_err_sys(e, ENOMEM, "gc");
+				break;
 			}
-			cur = v;
+			if (o->removed)
+				o->removed(o->ctx, name, count);
+			if (strchr(name, '.'))
+				res->dense++;
+			else
+				res->versions++;
+			free(name);
+			cur = NULL;
+		}
+		if (!go)
+			continue;
+		if (pack && !cur) {
+			cur = rest;
+			cur_len = len;
 			count = 0;
 		}
-		if (i == n && cur != UINT64_MAX && count) {
-			(*removed)++;
-			if (cb)
-				cb(ctx, cur, count);
-		}
-		if (i == n)
-			break;
-		if ((is_pack && v <= limit) || (is_ack && v < oldest)) {
-			if (is_pack)
-				count++;
-			if (!dry_run) {
-				int q = dcr_store_delete(s, names[i], e);
-				if (q && q != DCR_ENOTFOUND)
-					r = q;
-			}
+		count += pack;
+		if (!o->dry_run) {
+			int q = dcr_store_delete(s, names[i], e);
+			if (q && q != DCR_ENOTFOUND)
+				r = q;
 		}
 	}
+	free(lt);
+	dcr_acks_free(acks, nacks);
 	dcr_store_names_free(names, n);
 	free(pfx);
 	return r;
+}
+
+void dcr_gc_result_release(struct dcr_gc_result *res)
+{
+	free(res->held_by);
+	res->held_by = NULL;
 }

@@ -9,7 +9,8 @@
  *   NAME/vV.dense/...      a dense copy of version V, beside its delta: pushed as
  *                          the pack STORE/NAME/vV.dense (dcr-diff --dense NEW |
  *                          dcr-pack | dcr-push - STORE/NAME/vV.dense), fetched by
- *                          dcr-pull --dense STORE/NAME/vV; dcr_policy_gc leaves it
+ *                          dcr-pull --dense STORE/NAME/vV; dcr_policy_gc removes it once a
+ *                          newer one of a committed version is complete
  */
 #ifndef DCR_REFIT_POLICY_H
 #define DCR_REFIT_POLICY_H
@@ -72,11 +73,45 @@ int dcr_commit_receiver(struct dcr_receiver *rc, struct dcr_store *s, const char
 			const char *receiver, const struct dcr_commit_opts *o,
 			struct dcr_commit_result *res, struct dcr_err *e);
 
-/* Remove packs NAME/vX/ with X <= every receiver's latest acknowledged
- * version and X <= head - keep, and acknowledgements older than those.
- * *removed gets the number of versions removed. */
-int dcr_policy_gc(struct dcr_store *s, const char *policy, uint64_t keep, int dry_run,
-		  void (*cb)(void *ctx, uint64_t version, size_t objects), void *ctx,
-		  uint64_t *removed, struct dcr_err *e);
+/* What dcr_policy_gc removes, whom it waits for, and what it tells. */
+struct dcr_gc_opts {
+	uint64_t keep;	     /* the last keep committed versions' packs stay */
+	uint64_t max_behind; /* a receiver further behind the head is let go once
+				a dense copy newer than its version is in the
+				store (UINT64_MAX: every receiver is waited for) */
+	int dry_run;	     /* remove nothing; report what would go */
+	/* each pack removed: "vX" or "vX.dense", and its objects */
+	void (*removed)(void *ctx, const char *pack, size_t objects);
+	/* each receiver further behind than max_behind, at version: let go
+	 * (1: it catches up by the dense copy) or still waited for (0: no
+	 * dense copy newer than its version) */
+	void (*behind)(void *ctx, const char *receiver, uint64_t version, int let_go);
+	void *ctx;
+};
+
+struct dcr_gc_result {
+	uint64_t versions; /* deltas' packs removed */
+	uint64_t dense;	   /* dense copies removed */
+	int have_head;	   /* a version is committed: head */
+	uint64_t head;
+	char *held_by;	   /* the receiver, waited for, whose acknowledgement kept
+			      packs --keep alone lets go (at version held_at), or
+			      NULL; dcr_gc_result_release frees it */
+	uint64_t held_at;
+};
+
+/* Remove what no receiver needs to reach the committed head:
+ *  - packs NAME/vX/ with X at most every waited-for receiver's latest
+ *    acknowledged version and at most head - keep, and none at all while
+ *    no receiver has acknowledged anything; where a receiver was let go
+ *    (o->max_behind), none after the dense copy it catches up by;
+ *  - dense copies NAME/vX.dense/ older than the newest complete one (its
+ *    manifest is in the store) of a committed version;
+ *  - a receiver's acknowledgements of committed versions before its
+ *    latest (only the latest says where it stands).
+ * Refs stay. res is filled even on error (release it). */
+int dcr_policy_gc(struct dcr_store *s, const char *policy, const struct dcr_gc_opts *o,
+		  struct dcr_gc_result *res, struct dcr_err *e);
+void dcr_gc_result_release(struct dcr_gc_result *res);
 
 #endif

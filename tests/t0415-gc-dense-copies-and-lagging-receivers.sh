@@ -1,0 +1,89 @@
+#!/bin/sh
+# dcr-push --gc bounds a store that runs for many steps: a dense copy
+# (every tensor whole: the size of the model) is removed once a newer
+# complete one of a committed version is in the store, not kept forever;
+# a dense copy still being pushed (no manifest yet) supersedes nothing. A
+# receiver that stopped acknowledging holds every later pack back, and GC
+# says which one does; --max-behind N lets such a receiver go once a dense
+# copy newer than its version is there (packs after that copy stay, so it
+# can still catch up: shown by doing it), and refuses to while none is. A
+# receiver's acknowledgements of committed versions before its latest go.
+. "$DCR_SRC/tests/lib-dcr.sh"
+for c in dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint; do
+	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
+done
+run 0 gen-checkpoint -q --size 1M --steps 5 "$T/g"
+G=$T/g S=$T/store
+run 0 dcr-commit --store "$S" --policy pol --version 0 --expect 0 --state "$(state_id "$G/v0")"
+cp -r "$G/v0" "$T/ra"
+cp -r "$G/v0" "$T/rb"
+for v in 1 2 3 4 5; do
+	run 0 dcr-diff "$G/v$((v - 1))" "$G/v$v" -o "$T/d$v"
+	run 0 dcr-pack -o "$T/p$v" "$T/d$v"
+	run 0 dcr-push -q "$T/p$v" "$S/pol/v$v"
+	run 0 dcr-apply -q --version $v "$T/ra" "$T/p$v"
+	run 0 dcr-commit -q "$T/ra" --store "$S" --policy pol --receiver ra
+	if [ $v = 1 ]; then # rb acknowledges v1, then stops
+		run 0 dcr-apply -q --version 1 "$T/rb" "$T/p1"
+		run 0 dcr-commit -q "$T/rb" --store "$S" --policy pol --receiver rb
+	fi
+	run 0 dcr-commit -q --store "$S" --policy pol --version $v --expect 1
+done
+
+# no dense copy yet: rb, 4 versions behind, is still waited for, and
+# said to be; only v1 can go
+run 0 dcr-push --gc "$S" --policy pol --max-behind 2 --dry-run
+grep -q "receiver 'rb' is at v1, more than 2 versions behind, and still waited for: no dense copy" "$T/err" ||
+	{ cat "$T/err"; fail "no word that rb is still waited for"; }
+grep -q "would remove the packs of 1 version and 0 dense copies of 'pol'; packs after v1 stay for receiver 'rb'" "$T/err" ||
+	{ cat "$T/err"; fail "unclear dry-run summary"; }
+[ "$(cut -f1 "$T/out")" = v1 ] || fail "dry run listed '$(cat "$T/out")'"
+[ -f "$S/pol/v1/manifest.dcrm" ] || fail "a dry run removed v1"
+
+# dense copies of v2 and v4, and one of v5 still being pushed (its
+# payloads there, its manifest not yet)
+for v in 2 4 5; do
+	run 0 dcr-diff --dense "$G/v$v" -o "$T/dd$v"
+	run 0 dcr-pack -o "$T/pd$v" "$T/dd$v"
+	run 0 dcr-push -q "$T/pd$v" "$S/pol/v$v.dense"
+done
+rm "$S/pol/v5.dense/manifest.dcrm"
+
+# without --max-behind: v1's pack and the v2 dense copy go (the v4 one
+# serves whoever v2's would); rb still holds v2..v5 back
+run 0 dcr-push --gc "$S" --policy pol
+[ "$(cut -f1 "$T/out" | tr '\n' ' ')" = "v1 v2.dense " ] || fail "gc removed '$(cat "$T/out")'"
+grep -q "removed the packs of 1 version and 1 dense copy of 'pol'; packs after v1 stay for receiver 'rb'" "$T/err" ||
+	{ cat "$T/err"; fail "unclear summary"; }
+[ -z "$(ls "$S/pol/v1" 2>/dev/null)" ] || fail "gc kept v1"
+[ -z "$(ls "$S/pol/v2.dense" 2>/dev/null)" ] || fail "gc kept the superseded dense copy"
+for p in v2 v3 v4 v5 v4.dense; do
+	[ -f "$S/pol/$p/manifest.dcrm" ] || fail "gc removed $p, which is needed"
+done
+[ -n "$(ls "$S/pol/v5.dense")" ] || fail "gc removed a dense copy still being pushed"
+# ra's acknowledgements of v1..v4 went, its v5 and rb's v1 stay
+[ "$(cd "$S/pol/acks" && ls */* | tr '\n' ' ')" = "v1/rb v5/ra " ] ||
+	fail "acknowledgements left: $(cd "$S/pol/acks" && ls */* | tr '\n' ' ')"
+
+# --max-behind 2: rb (at v1) is let go, since the v4 dense copy is newer;
+# the packs after that copy stay
+run 0 dcr-push --gc "$S" --policy pol --max-behind 2
+grep -q "receiver 'rb' is at v1, more than 2 versions behind: not waited for" "$T/err" ||
+	{ cat "$T/err"; fail "no word that rb was let go"; }
+[ "$(cut -f1 "$T/out" | tr '\n' ' ')" = "v2 v3 v4 " ] || fail "gc removed '$(cat "$T/out")'"
+[ -f "$S/pol/v5/manifest.dcrm" ] && [ -f "$S/pol/v4.dense/manifest.dcrm" ] ||
+	fail "gc removed what the let-go receiver catches up by"
+[ -f "$S/pol/refs/v5" ] && [ -f "$S/pol/refs/v1" ] || fail "gc removed a ref"
+
+# and rb catches up: the dense copy, then the pack after it
+run 0 dcr-pull -q --dense "$S/pol/v4" -o "$T/rb.d4"
+run 0 dcr-apply -q --version 4 "$T/rb" "$T/rb.d4"
+run 0 dcr-commit -q "$T/rb" --store "$S" --policy pol --receiver rb
+run 0 dcr-pull -q "$S/pol/v5" -o "$T/rb.p5"
+run 0 dcr-apply -q --version 5 "$T/rb" "$T/rb.p5"
+run 0 dcr-commit -q "$T/rb" --store "$S" --policy pol --receiver rb
+same "$T/rb" "$G/v5"
+say "ok: superseded dense copies go, a lagging receiver is named, let go, and catches up"
+
+run 129 dcr-push --keep 2 "$T/p1" "$S/pol/v9"
+run 129 dcr-push --gc "$S" --policy pol --max-behind x
