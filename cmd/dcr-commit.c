@@ -35,7 +35,8 @@ static const char usage[] =
 	"      --timeout S      wait at most S seconds for them (default 0: look once)\n"
 	"      --state HEX      the state V must have (default: the target of the\n"
 	"                       pack NAME/vV in the store)\n"
-	"      --status         show where a receiver (or the store's policy) stands\n"
+	"      --status         show where a receiver (or the store's policy: its head,\n"
+	"                       receivers, packs and dense copies) stands\n"
 	"      --log            list a receiver's commits, oldest first\n"
 	"      --porcelain      stable tab-separated output\n"
 	"  -z                   with --log --porcelain: end records with NUL\n"
@@ -205,26 +206,70 @@ static void parse_args(int argc, char **argv, struct args *a)
 		cmd_usage_error(usage, "need CKPT, or --store and --policy");
 }
 
-/* The store's committed head of the policy. */
+/* Print versions v[0..n) (ascending) as runs: "v2-v5, v7". */
+static void print_runs(const uint64_t *v, size_t n)
+{
+	if (!n)
+		fputs("none", stdout);
+	for (size_t i = 0; i < n;) {
+		size_t k = i;
+		while (k + 1 < n && v[k + 1] == v[k] + 1)
+			k++;
+		printf("%sv%llu", i ? ", " : "", (unsigned long long)v[i]);
+		if (k > i)
+			printf("-v%llu", (unsigned long long)v[k]);
+		i = k + 1;
+	}
+	putchar('\n');
+}
+
+/* Where the policy stands in the store: its committed head, each
+ * receiver's latest acknowledgement, the packs and dense copies there. */
 static int store_status(const struct args *a)
 {
 	struct dcr_err e = {0};
 	struct dcr_store *s = open_store(a->store, &a->so);
-	struct dcr_head h;
-	if (dcr_policy_head(s, a->policy, &h, &e))
+	struct dcr_policy_survey sv;
+	if (dcr_policy_survey(s, a->policy, &sv, &e))
 		cmd_die_err(&e, EXIT_FATAL);
+	const struct dcr_head *h = &sv.head;
 	char hs[65];
-	if (h.have)
-		dcr_digest_hex(&h.state, hs);
-	if (a->porcelain && h.have)
-		printf("head\t%llu\t%s\n", (unsigned long long)h.version, hs);
-	else if (a->porcelain)
-		printf("head\t-\t-\n");
-	else if (h.have)
-		printf("policy %s: version %llu, state %s\n", a->policy,
-		       (unsigned long long)h.version, hs);
-	else
-		printf("policy %s: nothing committed\n", a->policy);
+	if (h->have)
+		dcr_digest_hex(&h->state, hs);
+	if (a->porcelain) {
+		if (h->have)
+			printf("head\t%llu\t%s\n", (unsigned long long)h->version, hs);
+		else
+			printf("head\t-\t-\n");
+		for (size_t i = 0; i < sv.nlatest; i++) {
+			dcr_digest_hex(&sv.latest[i].state, hs);
+			printf("receiver\t%s\t%llu\t%s\n", cmd_quote(sv.latest[i].receiver),
+			       (unsigned long long)sv.latest[i].version, hs);
+		}
+		for (size_t i = 0; i < sv.npacks; i++)
+			printf("pack\t%llu\n", (unsigned long long)sv.packs[i]);
+		for (size_t i = 0; i < sv.ndense; i++)
+			printf("dense\t%llu\n", (unsigned long long)sv.dense[i]);
+	} else {
+		if (h->have)
+			printf("policy %s: version %llu, state %s\n", a->policy,
+			       (unsigned long long)h->version, hs);
+		else
+			printf("policy %s: nothing committed\n", a->policy);
+		for (size_t i = 0; i < sv.nlatest; i++) {
+			uint64_t v = sv.latest[i].version;
+			printf("receiver %s: v%llu", cmd_quote(sv.latest[i].receiver),
+			       (unsigned long long)v);
+			if (h->have && v < h->version)
+				printf(", %llu behind", (unsigned long long)(h->version - v));
+			putchar('\n');
+		}
+		fputs("packs: ", stdout);
+		print_runs(sv.packs, sv.npacks);
+		fputs("dense copies: ", stdout);
+		print_runs(sv.dense, sv.ndense);
+	}
+	dcr_policy_survey_release(&sv);
 	dcr_store_close(s);
 	return cmd_finish(EXIT_OK);
 }

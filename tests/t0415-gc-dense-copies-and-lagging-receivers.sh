@@ -8,6 +8,8 @@
 # copy newer than its version is there (packs after that copy stay, so it
 # can still catch up: shown by doing it), and refuses to while none is. A
 # receiver's acknowledgements of committed versions before its latest go.
+# dcr-commit --store --status shows all of it: each receiver's latest
+# acknowledgement, the packs and the dense copies.
 . "$DCR_SRC/tests/lib-dcr.sh"
 for c in dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint; do
 	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
@@ -64,6 +66,15 @@ done
 # ra's acknowledgements of v1..v4 went, its v5 and rb's v1 stay
 [ "$(cd "$S/pol/acks" && ls */* | tr '\n' ' ')" = "v1/rb v5/ra " ] ||
 	fail "acknowledgements left: $(cd "$S/pol/acks" && ls */* | tr '\n' ' ')"
+
+# where the policy stands, as an operator asks it before the next step
+run 0 dcr-commit --store "$S" --policy pol --status
+grep -q "^receiver rb: v1, 4 behind$" "$T/out" && grep -q "^receiver ra: v5$" "$T/out" &&
+	grep -q "^packs: v2-v5$" "$T/out" && grep -q "^dense copies: v4$" "$T/out" ||
+	{ cat "$T/out"; fail "status does not show the receivers, packs and dense copies"; }
+run 0 dcr-commit --store "$S" --policy pol --status --porcelain
+[ "$(grep -v '^head' "$T/out" | cut -f1-3 | tr '\t\n' ': ')" = "receiver:ra:5 receiver:rb:1 pack:2 pack:3 pack:4 pack:5 dense:4 " ] ||
+	{ cat "$T/out"; fail "porcelain status"; }
 
 # --max-behind 2: rb (at v1) is let go, since the v4 dense copy is newer;
 # the packs after that copy stay

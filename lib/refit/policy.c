@@ -306,12 +306,7 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 	return r;
 }
 
-/* A receiver's latest acknowledged version. */
-struct latest {
-	const char *receiver;
-	uint64_t version;
-};
-
+/* Receivers' names first, each receiver's latest acknowledgement first. */
 static int cmp_ack(const void *a, const void *b)
 {
 	const struct dcr_ack *x = a, *y = b;
@@ -319,11 +314,22 @@ static int cmp_ack(const void *a, const void *b)
 	return c ? c : (x->version < y->version) - (x->version > y->version);
 }
 
+static int cmp_receiver(const void *a, const void *b)
+{
+	return strcmp(((const struct dcr_ack *)a)->receiver, ((const struct dcr_ack *)b)->receiver);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
 /* What an object under NAME/ is, from rest (the name after "NAME/"): a
- * delta's pack (vV/...), a dense copy's (vV.dense/...; *manifest when it
- * is the manifest, which a push writes last), an acknowledgement
- * (acks/vV/ID) or something else (refs are kept). *len: the length of
- * the pack's directory component. */
+ * delta's pack (vV/...), a dense copy's (vV.dense/...), an
+ * acknowledgement (acks/vV/ID) or something else (refs). *manifest: it is
+ * a pack's manifest, which a push writes last. *len: the length of the
+ * pack's directory component. */
 enum gc_kind { GC_OTHER, GC_PACK, GC_DENSE, GC_ACK };
 
 static enum gc_kind gc_kind(const char *rest, uint64_t *v, size_t *len, int *manifest)
@@ -333,57 +339,137 @@ static enum gc_kind gc_kind(const char *rest, uint64_t *v, size_t *len, int *man
 	if (!sl)
 		return GC_OTHER;
 	*len = (size_t)(sl - rest);
+	*manifest = !strcmp(sl + 1, DCR_MANIFEST_NAME);
 	if (!dcr_version_parse(rest, *len, v))
 		return GC_PACK;
-	if (*len > 6 && !memcmp(sl - 6, ".dense", 6) && !dcr_version_parse(rest, *len - 6, v)) {
-		*manifest = !strcmp(sl + 1, DCR_MANIFEST_NAME);
+	if (*len > 6 && !memcmp(sl - 6, ".dense", 6) && !dcr_version_parse(rest, *len - 6, v))
 		return GC_DENSE;
-	}
 	const char *id;
+	*manifest = 0;
 	if (*len == 4 && !memcmp(rest, "acks", 4) && (id = strchr(sl + 1, '/')) &&
 	    !dcr_version_parse(sl + 1, (size_t)(id - sl - 1), v))
 		return GC_ACK;
 	return GC_OTHER;
 }
 
-static int cmp_latest(const void *a, const void *b)
+static int add_version(uint64_t **v, size_t *n, uint64_t x)
 {
-	return strcmp(((const struct latest *)a)->receiver, ((const struct latest *)b)->receiver);
+	uint64_t *nv = realloc(*v, (*n + 1) * sizeof(*nv));
+	if (!nv)
+		return -ENOMEM;
+	nv[(*n)++] = x;
+	*v = nv;
+	return 0;
 }
 
-/* Whom the packs are kept for: every receiver's latest acknowledgement
- * (into lt, sorted by receiver: *nl), the oldest of those waited for
- * (*oldest, UINT64_MAX for none), and whether one further behind than
- * max_behind was let go (it catches up by the dense copy dense, when
- * there is one: have_dense). */
-static int gc_receivers(struct dcr_ack *acks, size_t nacks, const struct dcr_gc_opts *o,
-			uint64_t head, int have_dense, uint64_t dense, struct latest *lt,
-			size_t *nl, uint64_t *oldest, int *let_go, struct dcr_gc_result *res)
+/* dcr_policy_survey, and with names the listing of NAME/ it was made from
+ * (*names, *n: the caller frees them). */
+static int survey(struct dcr_store *s, const char *policy, struct dcr_policy_survey *sv,
+		  char ***names, size_t *n, struct dcr_err *e)
 {
+	char **nm = NULL;
+	size_t nn = 0;
+	memset(sv, 0, sizeof(*sv));
+	int r = dcr_policy_head(s, policy, &sv->head, e);
+	char *pfx = r ? NULL : dcr_asprintf("%s/", policy);
+	size_t pl = pfx ? strlen(pfx) : 0;
+	if (!r)
+		r = pfx ? dcr_store_list(s, pfx, &nm, &nn, e) : dcr_err_sys(e, ENOMEM, "policy");
+	for (size_t i = 0; !r && i < nn; i++) {
+		uint64_t v;
+		size_t len;
+		int man;
+		enum gc_kind k = gc_kind(nm[i] + pl, &v, &len, &man);
+		if (man && (k == GC_PACK ? add_version(&sv->packs, &sv->npacks, v)
+					 : add_version(&sv->dense, &sv->ndense, v)))
+			r = dcr_err_sys(e, ENOMEM, "policy");
+	}
+	free(pfx);
+	if (!r)
+		r = dcr_acks_list(s, policy, UINT64_MAX, &sv->latest, &sv->nlatest, e);
+	if (r) {
+		dcr_store_names_free(nm, nn);
+		return r;
+	}
+	qsort(sv->packs, sv->npacks, sizeof(*sv->packs), cmp_u64);
+	qsort(sv->dense, sv->ndense, sizeof(*sv->dense), cmp_u64);
+	/* each receiver's latest acknowledgement alone */
+	qsort(sv->latest, sv->nlatest, sizeof(*sv->latest), cmp_ack);
+	size_t w = 0;
+	for (size_t i = 0; i < sv->nlatest; i++) {
+		if (w && !strcmp(sv->latest[i].receiver, sv->latest[w - 1].receiver))
+			free(sv->latest[i].receiver);
+		else
+			sv->latest[w++] = sv->latest[i];
+	}
+	sv->nlatest = w;
+	if (names) {
+		*names = nm;
+		*n = nn;
+	} else {
+		dcr_store_names_free(nm, nn);
+	}
+	return 0;
+}
+
+int dcr_policy_survey(struct dcr_store *s, const char *policy, struct dcr_policy_survey *sv,
+		      struct dcr_err *e)
+{
+	int r = survey(s, policy, sv, NULL, NULL, e);
+	if (r)
+		dcr_policy_survey_release(sv);
+	return r;
+}
+
+void dcr_policy_survey_release(struct dcr_policy_survey *sv)
+{
+	dcr_acks_free(sv->latest, sv->nlatest);
+	free(sv->packs);
+	free(sv->dense);
+	memset(sv, 0, sizeof(*sv));
+}
+
+/* The newest complete dense copy of a committed version: 0, or -1 when
+ * there is none. */
+static int newest_dense(const struct dcr_policy_survey *sv, uint64_t *dense)
+{
+	for (size_t i = sv->ndense; i-- > 0;)
+		if (sv->dense[i] <= sv->head.version) {
+			*dense = sv->dense[i];
+			return 0;
+		}
+	return -1;
+}
+
+/* Whom the packs are kept for, from every receiver's latest
+ * acknowledgement: the oldest of those waited for (*oldest, UINT64_MAX
+ * for none), and whether one further behind than max_behind was let go
+ * (it catches up by the dense copy dense, when there is one:
+ * have_dense). */
+static int gc_receivers(const struct dcr_policy_survey *sv, const struct dcr_gc_opts *o,
+			int have_dense, uint64_t dense, uint64_t *oldest, int *let_go,
+			struct dcr_gc_result *res)
+{
+	uint64_t head = sv->head.version;
 	*oldest = UINT64_MAX;
 	*let_go = 0;
-	*nl = 0;
-	qsort(acks, nacks, sizeof(*acks), cmp_ack);
-	for (size_t i = 0; i < nacks; i++) {
-		if (i && !strcmp(acks[i].receiver, acks[i - 1].receiver))
-			continue; /* the first of a receiver's is its latest */
-		struct latest l = {acks[i].receiver, acks[i].version};
-		lt[(*nl)++] = l;
-		if (head > l.version && head - l.version > o->max_behind) {
-			int go = have_dense && dense > l.version;
+	for (size_t i = 0; i < sv->nlatest; i++) {
+		const struct dcr_ack *l = &sv->latest[i];
+		if (head > l->version && head - l->version > o->max_behind) {
+			int go = have_dense && dense > l->version;
 			if (o->behind)
-				o->behind(o->ctx, l.receiver, l.version, go);
+				o->behind(o->ctx, l->receiver, l->version, go);
 			if (go) {
 				*let_go = 1;
 				continue;
 			}
 		}
-		if (l.version < *oldest) {
-			*oldest = l.version;
+		if (l->version < *oldest) {
+			*oldest = l->version;
 			free(res->held_by);
-			if (!(res->held_by = dcr_strdup(l.receiver)))
+			if (!(res->held_by = dcr_strdup(l->receiver)))
 				return -ENOMEM;
-			res->held_at = l.version;
+			res->held_at = l->version;
 		}
 	}
 	return 0;
@@ -393,74 +479,62 @@ static int gc_receivers(struct dcr_ack *acks, size_t nacks, const struct dcr_gc_
  * use: its receiver has acknowledged a later version, and v is committed
  * (a trainer may still be waiting for the acknowledgements of a version
  * that is not). */
-static int ack_superseded(const struct latest *lt, size_t nl, const char *rest, uint64_t v,
-			  uint64_t head)
+static int ack_superseded(const struct dcr_policy_survey *sv, const char *rest, uint64_t v)
 {
-	const char *id = strchr(rest + 5, '/') + 1;
-	struct latest key = {id, 0};
-	const struct latest *l = nl ? bsearch(&key, lt, nl, sizeof(*lt), cmp_latest) : NULL;
-	return l && v < l->version && v <= head;
+	struct dcr_ack key = {.receiver = strchr(rest + 5, '/') + 1};
+	const struct dcr_ack *l =
+		sv->nlatest ? bsearch(&key, sv->latest, sv->nlatest, sizeof(key), cmp_receiver) : NULL;
+	return l && v < l->version && v <= sv->head.version;
 }
 
 int dcr_policy_gc(struct dcr_store *s, const char *policy, const struct dcr_gc_opts *o,
 		  struct dcr_gc_result *res, struct dcr_err *e)
 {
-	struct dcr_head h;
-	struct dcr_ack *acks = NULL;
-	size_t nacks = 0, n = 0;
+	struct dcr_policy_survey sv;
 	char **names = NULL;
+	size_t n = 0;
 	memset(res, 0, sizeof(*res));
-	int r = dcr_policy_head(s, policy, &h, e);
-	if (r || !h.have)
+	int r = survey(s, policy, &sv, &names, &n, e);
+	if (r || !sv.head.have) {
+		dcr_policy_survey_release(&sv);
+		dcr_store_names_free(names, n);
 		return r; /* nothing committed: nothing superseded */
+	}
+	uint64_t head = sv.head.version;
 	res->have_head = 1;
-	res->head = h.version;
-	char *pfx = dcr_asprintf("%s/", policy);
-	size_t pl = pfx ? strlen(pfx) : 0;
-	r = pfx ? dcr_store_list(s, pfx, &names, &n, e) : dcr_err_sys(e, ENOMEM, "gc");
-	/* the newest complete dense copy of a committed version: it serves
-	 * every receiver an older one would, with fewer deltas after it */
-	int have_dense = 0;
-	uint64_t dense = 0, v;
-	size_t len;
-	int man;
-	for (size_t i = 0; !r && i < n; i++)
-		if (gc_kind(names[i] + pl, &v, &len, &man) == GC_DENSE && man && v <= h.version &&
-		    (!have_dense || v > dense)) {
-			have_dense = 1;
-			dense = v;
-		}
-	if (!r)
-		r = dcr_acks_list(s, policy, UINT64_MAX, &acks, &nacks, e);
-	uint64_t oldest = UINT64_MAX;
-	int let_go = 0;
-	size_t nl = 0;
-	struct latest *lt = r ? NULL : dcr_calloc(nacks + 1, sizeof(*lt));
-	if (!r && (!lt || gc_receivers(acks, nacks, o, h.version, have_dense, dense, lt, &nl,
-				       &oldest, &let_go, res)))
+	res->head = head;
+	/* the newest complete dense copy of a committed version serves every
+	 * receiver an older one would, with fewer deltas after it */
+	uint64_t dense = 0, oldest;
+	int have_dense = !newest_dense(&sv, &dense), let_go;
+	if (gc_receivers(&sv, o, have_dense, dense, &oldest, &let_go, res))
 		r = dcr_err_sys(e, ENOMEM, "gc");
 	/* packs at or below limit go: none while no receiver has said where
 	 * it stands; never the last keep committed versions'; none a
 	 * receiver waited for still needs; none after the dense copy a
 	 * receiver let go catches up by */
-	int any = nacks && h.version >= o->keep;
-	uint64_t limit = any ? h.version - o->keep : 0;
+	int any = sv.nlatest && head >= o->keep;
+	uint64_t limit = any ? head - o->keep : 0;
 	if (oldest < limit)
 		limit = oldest;
 	if (let_go && dense < limit)
 		limit = dense;
-	if (res->held_by && (!any || res->held_at >= h.version - o->keep)) {
+	if (res->held_by && (!any || res->held_at >= head - o->keep)) {
 		free(res->held_by); /* it held back nothing --keep let go */
 		res->held_by = NULL;
 	}
+	size_t pl = strlen(policy) + 1;
 	const char *cur = NULL; /* the pack being removed, and its objects */
 	size_t cur_len = 0, count = 0;
 	for (size_t i = 0; !r && i <= n; i++) {
 		const char *rest = i < n ? names[i] + pl : NULL;
+		uint64_t v = 0;
+		size_t len = 0;
+		int man;
 		enum gc_kind k = rest ? gc_kind(rest, &v, &len, &man) : GC_OTHER;
 		int go = (k == GC_PACK && any && v <= limit) ||
 			 (k == GC_DENSE && have_dense && v < dense) ||
-			 (k == GC_ACK && ack_superseded(lt, nl, rest, v, h.version));
+			 (k == GC_ACK && ack_superseded(&sv, rest, v));
 		int pack = go && k != GC_ACK;
 		if (cur && (!pack || len != cur_len || memcmp(rest, cur, len))) {
 			char *name = strndup(cur, cur_len);
@@ -491,10 +565,8 @@ int dcr_policy_gc(struct dcr_store *s, const char *policy, const struct dcr_gc_o
 				r = q;
 		}
 	}
-	free(lt);
-	dcr_acks_free(acks, nacks);
+	dcr_policy_survey_release(&sv);
 	dcr_store_names_free(names, n);
-	free(pfx);
 	return r;
 }
 

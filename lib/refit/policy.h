@@ -73,6 +73,20 @@ int dcr_commit_receiver(struct dcr_receiver *rc, struct dcr_store *s, const char
 			const char *receiver, const struct dcr_commit_opts *o,
 			struct dcr_commit_result *res, struct dcr_err *e);
 
+/* Where a policy stands in a store: what an operator asks before a GC or
+ * a catch-up. */
+struct dcr_policy_survey {
+	struct dcr_head head;	  /* the committed head (head.have) */
+	struct dcr_ack *latest;	  /* each receiver's latest acknowledgement, by name */
+	size_t nlatest;
+	uint64_t *packs, *dense;  /* versions whose pack, and whose dense copy, is
+				     complete (its manifest stored), ascending */
+	size_t npacks, ndense;
+};
+int dcr_policy_survey(struct dcr_store *s, const char *policy, struct dcr_policy_survey *sv,
+		      struct dcr_err *e);
+void dcr_policy_survey_release(struct dcr_policy_survey *sv);
+
 /* What dcr_policy_gc removes, whom it waits for, and what it tells. */
 struct dcr_gc_opts {
 	uint64_t keep;	     /* the last keep committed versions' packs stay */
