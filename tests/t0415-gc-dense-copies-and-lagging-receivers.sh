@@ -57,8 +57,12 @@ run 0 dcr-push --gc "$S" --policy pol
 [ "$(cut -f1 "$T/out" | tr '\n' ' ')" = "v1 v2.dense " ] || fail "gc removed '$(cat "$T/out")'"
 grep -q "removed the packs of 1 version and 1 dense copy of 'pol'; packs after v1 stay for receiver 'rb'" "$T/err" ||
 	{ cat "$T/err"; fail "unclear summary"; }
-[ -z "$(ls "$S/pol/v1" 2>/dev/null)" ] || fail "gc kept v1"
-[ -z "$(ls "$S/pol/v2.dense" 2>/dev/null)" ] || fail "gc kept the superseded dense copy"
+# (in a directory store, the directories emptied go too)
+[ ! -e "$S/pol/v1" ] || fail "gc kept v1: $(ls -a "$S/pol/v1")"
+[ ! -e "$S/pol/v2.dense" ] || fail "gc kept the superseded dense copy"
+for v in 1 2 3 4; do
+	[ ! -e "$S/pol/acks/v$v" ] || [ $v = 1 ] || fail "gc kept acks/v$v: $(ls -a "$S/pol/acks/v$v")"
+done
 for p in v2 v3 v4 v5 v4.dense; do
 	[ -f "$S/pol/$p/manifest.dcrm" ] || fail "gc removed $p, which is needed"
 done

@@ -597,6 +597,61 @@ Test(dir, delete)
 	cr_assert(strstr(e.msg, "a/b"), "%s", e.msg);
 }
 
+/* A delete that empties directories removes them, up to the root (a GC'd
+ * store keeps no empty directory per version), and leaves a directory
+ * that holds anything else. */
+Test(dir, delete_removes_emptied_directories)
+{
+	struct dcr_err e;
+	cr_assert_eq(dcr_store_put(st, "p/v1/x", "x", 1, &e), 0);
+	cr_assert_eq(dcr_store_put(st, "p/v2/y", "y", 1, &e), 0);
+	cr_assert_eq(dcr_store_delete(st, "p/v1/x", &e), 0, "%s", e.msg);
+	char *d = dcr_asprintf("%s/store/p/v1", tmpdir);
+	struct stat sb;
+	cr_assert_eq(stat(d, &sb), -1, "'%s' is left", d);
+	d[strlen(d) - 3] = '\0';
+	cr_assert_eq(stat(d, &sb), 0, "'%s', which holds v2, went", d);
+	cr_assert_eq(dcr_store_delete(st, "p/v2/y", &e), 0, "%s", e.msg);
+	cr_assert_eq(stat(d, &sb), -1, "'%s' is left", d);
+	free(d);
+	d = dcr_asprintf("%s/store", tmpdir);
+	cr_assert_eq(stat(d, &sb), 0, "the root went");
+	free(d);
+}
+
+/* A delete that empties a directory removes it, perhaps after a writer
+ * made it and before the writer's temporary file is there: every put
+ * still lands. Here a thread removes the directory as fast as it can
+ * while the other puts and deletes the only object in it. */
+struct churn {
+	const char *dir;
+	volatile int stop;
+};
+
+static void *remover(void *arg)
+{
+	struct churn *c = arg;
+	while (!c->stop)
+		(void)rmdir(c->dir);
+	return NULL;
+}
+
+Test(dir, puts_survive_deletes_removing_the_directory)
+{
+	struct dcr_err e;
+	char *d = dcr_asprintf("%s/store/d", tmpdir);
+	struct churn c = {d, 0};
+	pthread_t t;
+	pthread_create(&t, NULL, remover, &c);
+	int failed = 0;
+	for (int i = 0; i < 300 && !failed; i++)
+		failed = dcr_store_put(st, "d/a", "x", 1, &e) || dcr_store_delete(st, "d/a", &e);
+	c.stop = 1;
+	pthread_join(t, NULL);
+	cr_assert_eq(failed, 0, "%s", e.msg);
+	free(d);
+}
+
 Test(dir, put_file_and_get_to_fd)
 {
 	struct dcr_err e;

@@ -198,9 +198,16 @@ static int dir_write(struct dcr_store *s, const char *name, const void *buf,
 	if (!path)
 		return -ENOMEM;
 	struct dcr_atomic a;
-	int r = dir_parent(path, e);
-	if (!r)
-		r = dcr_atomic_open(&a, path, e);
+	int r = -ENOENT;
+	/* a delete that emptied the directory removes it (dir_delete): one
+	 * may do so between its making and the temporary file's; make it
+	 * again (once the file is there, the directory is not empty). Each
+	 * try loses only to an rmdir(2) in that window. */
+	for (int tries = 0; r == -ENOENT && tries < 1000; tries++) {
+		r = dir_parent(path, e);
+		if (!r)
+			r = dcr_atomic_open(&a, path, e);
+	}
 	if (r) {
 		free(path);
 		return r;
@@ -423,8 +430,21 @@ static int dir_delete(struct dcr_store *s, const char *name, struct dcr_err *e)
 		r = errno == ENOENT || errno == ENOTDIR
 			? dcr_err_set(e, DCR_ENOTFOUND, "cannot delete '%s': no such object", path)
 			: dcr_err_sys(e, errno, "cannot delete '%s'", path);
-	else
-		r = dcr_fsync_parent(path, e);
+	else if ((r = dcr_fsync_parent(path, e)) == -ENOENT)
+		r = 0; /* another delete removed the emptied directory: gone too */
+	/* the directories it leaves empty go too (a store that a GC keeps
+	 * small would else gather an empty directory per version, which
+	 * every listing of the policy walks), up to the root: rmdir(2)
+	 * removes only an empty one, and a writer makes its directory again
+	 * (dir_write) */
+	size_t root = strlen(dir_of(s)->root);
+	char *slash;
+	while (!r && (slash = strrchr(path, '/')) && (size_t)(slash - path) > root) {
+		*slash = '\0';
+		if (rmdir(path))
+			break;
+		(void)dcr_fsync_parent(path, NULL);
+	}
 	free(path);
 	return r;
 }
