@@ -391,10 +391,13 @@ static int survey(struct dcr_store *s, const char *policy, struct dcr_policy_sur
 		dcr_store_names_free(nm, nn);
 		return r;
 	}
-	qsort(sv->packs, sv->npacks, sizeof(*sv->packs), cmp_u64);
-	qsort(sv->dense, sv->ndense, sizeof(*sv->dense), cmp_u64);
+	if (sv->npacks)
+		qsort(sv->packs, sv->npacks, sizeof(*sv->packs), cmp_u64);
+	if (sv->ndense)
+		qsort(sv->dense, sv->ndense, sizeof(*sv->dense), cmp_u64);
 	/* each receiver's latest acknowledgement alone */
-	qsort(sv->latest, sv->nlatest, sizeof(*sv->latest), cmp_ack);
+	if (sv->nlatest)
+		qsort(sv->latest, sv->nlatest, sizeof(*sv->latest), cmp_ack);
 	size_t w = 0;
 	for (size_t i = 0; i < sv->nlatest; i++) {
 		if (w && !strcmp(sv->latest[i].receiver, sv->latest[w - 1].receiver))

@@ -296,6 +296,7 @@ size_t net_on_header(char *p, size_t sz, size_t nm, void *arg)
 		q->reason[0] = '\0';
 		q->location[0] = '\0';
 		q->bucket_region[0] = '\0';
+		q->date = 0;
 		const char *sp = memchr(p, ' ', l);
 		if (sp) {
 			q->status = strtol(sp + 1, NULL, 10);
@@ -337,6 +338,13 @@ size_t net_on_header(char *p, size_t sz, size_t nm, void *arg)
 		size_t ok = vl && vl < sizeof(q->bucket_region) ? strspn(val, "abcdefghijklmnopqrstuvwxyz0123456789-") : 0;
 		if (ok == vl)
 			memcpy(q->bucket_region, val, vl + 1);
+	} else if (kl == 4 && !strncasecmp(p, "date", 4)) {
+		struct tm tm;
+		memset(&tm, 0, sizeof(tm));
+		const char *end = strptime(val, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+		q->date = end && !*end ? timegm(&tm) : 0;
+		if (q->date < 0)
+			q->date = 0;
 	} else if (kl == 14 && !strncasecmp(p, "content-length", 14)) {
 		q->clen = strtoull(val, NULL, 10);
 		q->have_clen = 1;
@@ -651,7 +659,8 @@ static int net_callback_error(const struct net_req *q, struct dcr_err *e)
 }
 
 /* A status outside 2xx: 1 when it is worth another attempt (5xx, 408,
- * 429, S3's transient codes), else the error it means. cause receives the
+ * 429, S3's transient codes), 2 when it is to be signed again at once
+ * (the server's clock learnt), else the error it means. cause receives the
  * server's reason, with the kind's why (net_hooks) after it. */
 static int net_status_error(struct dcr_store *s, struct net_req *q, char *cause, size_t csz,
 			    struct dcr_err *e)
@@ -664,6 +673,20 @@ static int net_status_error(struct dcr_store *s, struct net_req *q, char *cause,
 		/* the kind's own knowledge of the failure, after the cause */
 		size_t l = strlen(cause);
 		net_of(s)->k->why(s, q, code, cause + l, csz - l);
+	}
+	/* a signed request refused for its time (S3's RequestTimeTooSkewed;
+	 * a HEAD's answer has no body to say so): once, sign it again at
+	 * once with the server's clock, from the answer's Date */
+	if (q->status == 403 && net_of(s)->k->sign && q->date && !q->resigned &&
+	    (code ? !strcmp(code, "RequestTimeTooSkewed") : !q->resp.len)) {
+		long d = (long)(q->date - time(NULL));
+		long old = __atomic_load_n(&net_of(s)->skew, __ATOMIC_RELAXED);
+		if (d - old > 60 || old - d > 60) {
+			__atomic_store_n(&net_of(s)->skew, d, __ATOMIC_RELAXED);
+			q->resigned = 1;
+			free(code);
+			return 2;
+		}
 	}
 	if (q->status >= 500 || q->status == 408 || q->status == 429 ||
 	    (code && (!strcmp(code, "RequestTimeout") || !strcmp(code, "SlowDown") ||
@@ -724,16 +747,19 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 			cu.easy_cleanup(c);
 		return dcr_err_sys(e, ENOMEM, "cannot %s '%s'", m, q->what);
 	}
+	int again = 0; /* signed again at once (net_status_error: 2) */
 	for (;; attempts++) {
-		if (attempts) {
+		if (attempts && !again) {
 			if (attempts > (q->no_retry ? 0 : s->o.retries)) {
 				r = dcr_err_set(e, -EIO, "cannot %s '%s': %s (gave up after %d attempt%s)",
 						m, q->what, cause, attempts, attempts == 1 ? "" : "s");
 				break;
 			}
 			net_backoff(s, attempts - 1);
-			cu.easy_reset(c);
 		}
+		if (attempts || again)
+			cu.easy_reset(c);
+		again = 0;
 		if (!q->ranged && q->have_total && q->got == q->total && q->got) {
 			r = 0; /* everything arrived before the connection broke */
 			break;
@@ -785,7 +811,12 @@ int net_perform(struct dcr_store *s, struct net_req *q, struct dcr_err *e)
 			r = 0;
 			break;
 		}
-		if ((r = net_status_error(s, q, cause, sizeof(cause), e)) != 1)
+		if ((r = net_status_error(s, q, cause, sizeof(cause), e)) == 2) {
+			again = 1; /* not a failed attempt */
+			attempts--;
+			continue;
+		}
+		if (r != 1)
 			break;
 	}
 	handle_put(s, c);

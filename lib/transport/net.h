@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 #include "core/buf.h"
 #include "transport/sigv4.h"
 #include "transport/store-impl.h"
@@ -55,6 +56,8 @@ struct net_req {
 	char etag[256];
 	char location[256];        /* a 3xx's Location, query cut, for messages */
 	char bucket_region[64];    /* S3's x-amz-bucket-region, for messages */
+	time_t date;               /* the answer's Date, or 0 */
+	int resigned;              /* signed again with the server's clock */
 	uint64_t clen, cr_start, cr_total;
 	int have_clen, have_cr;
 	int started, deliver;
@@ -117,6 +120,10 @@ struct net {
 	size_t nidle, cap_idle;
 	pthread_mutex_t cas_mu;
 	int cas_state;  /* 0 unknown, 1 honoured, -1 ignored */
+	long skew;      /* seconds a signing server's clock runs ahead of this
+			   machine's, learnt from the Date of a request it
+			   refused as too far off (atomic): a signer signs
+			   with time(NULL) + skew */
 	const char *region; /* S3: the region requests are signed for, else NULL */
 	char *bearer;   /* HTTP: "Bearer TOKEN", the Authorization of every
 			   request (a kind without a signer), else NULL */

@@ -118,6 +118,13 @@ static void s3_why(struct dcr_store *s, const struct net_req *q, const char *cod
 	if (!n)
 		return;
 	*out = '\0';
+	if (code && !strcmp(code, "RequestTimeTooSkewed")) {
+		snprintf(out, n,
+			 " (this machine's clock is more than S3's 15 minutes off the server's%s: set it right, with NTP)",
+			 q->date ? ", and signing again on the server's clock did not help"
+				 : ", and the answer had no Date to correct it by");
+		return;
+	}
 	if (!s3_keys_refused(q, code))
 		return;
 	pthread_mutex_lock(&s3->cred_mu);
@@ -146,7 +153,8 @@ static int s3_sign(struct dcr_store *s, struct net_req *q, struct dcr_sigv4_head
 		   size_t *nh, char **auth)
 {
 	struct s3 *s3 = s3_of(s);
-	time_t now = time(NULL);
+	/* on the server's clock, where it told us ours is off (net.c) */
+	time_t now = time(NULL) + __atomic_load_n(&s3->net.skew, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&s3->cred_mu);
 	s3_refresh(s3, now);
 	struct tm tm;

@@ -18,6 +18,12 @@
 //   --torn-puts            keep s3rver's own PUT, which shows an object while
 //                          it is being written (see below); by default PUT
 //                          is atomic, as S3's is
+//   --clock-offset S       the server's clock runs S seconds ahead of this
+//                          machine's (negative: behind): requests are checked
+//                          against it (S3 refuses those more than 15 minutes
+//                          off with 403 RequestTimeTooSkewed) and every
+//                          answer's Date header tells it, as S3's do
+//   --no-date              answers carry no Date header (a proxy that drops it)
 //   --moto-complete        answer CompleteMultipartUpload as moto 5.2 does,
 //                          its root element CompleteMultipartUploadResponse
 //                          (S3's is ...Result), after the white space S3
@@ -86,6 +92,14 @@ const o = parseArgs(process.argv.slice(2));
 const faults = new Faults(o);
 if (!o.tornPuts) FilesystemStore.prototype.putObject = atomicPut;
 const region = o.region || 'us-east-1';
+const clockOffset = o.clockOffset ? parseInt(o.clockOffset, 10) * 1000 : 0;
+const now = () => Date.now() + clockOffset;
+// the Date header, on this server's clock (none with --no-date)
+function dated(h) {
+  delete h.date;
+  if (!o.noDate) h.Date = new Date(now()).toUTCString();
+  return h;
+}
 let upstream = 0;
 
 function xmlError(code, message) {
@@ -97,7 +111,7 @@ function xmlError(code, message) {
 // S3 names the bucket's region in its error answers too (a request signed
 // for another region is told where the bucket is).
 function fail(res, req, status, code, message) {
-  send(res, req, faults, status, { 'Content-Type': 'application/xml', 'x-amz-bucket-region': region },
+  send(res, req, faults, status, dated({ 'Content-Type': 'application/xml', 'x-amz-bucket-region': region }),
     xmlError(code, message));
 }
 
@@ -119,7 +133,7 @@ function verify(req, body) {
     return [403, 'SignatureDoesNotMatch', 'x-amz-date does not match the credential scope date'];
   const t = Date.UTC(+amzDate.slice(0, 4), +amzDate.slice(4, 6) - 1, +amzDate.slice(6, 8),
     +amzDate.slice(9, 11), +amzDate.slice(11, 13), +amzDate.slice(13, 15));
-  if (!(Math.abs(Date.now() - t) < 15 * 60 * 1000))
+  if (!(Math.abs(now() - t) < 15 * 60 * 1000))
     return [403, 'RequestTimeTooSkewed', 'The difference between the request time and the current time is too large.'];
   const names = signed.split(';');
   for (const must of ['host', 'x-amz-date', 'x-amz-content-sha256'])
@@ -167,11 +181,15 @@ function forward(req, body, method, headers) {
 const locks = new Map(); // key -> promise: conditional PUTs one at a time
 
 async function handle(req, res) {
+  if (o.noDate) res.sendDate = false;
   const body = await readBody(req);
   if (faults.shouldFail(req)) return fail(res, req, 500, 'InternalError', 'We encountered an internal error. Please try again.');
   const bad = verify(req, body);
   if (bad) return fail(res, req, ...bad);
   const headers = { ...req.headers };
+  // s3rver checks the request's time against its own clock, the real one
+  if (clockOffset && headers['x-amz-date'])
+    headers['x-amz-date'] = new Date().toISOString().replace(/[-:]/g, '').replace(/\.\d+/, '');
   const conditional = req.method === 'PUT' && req.headers['if-none-match'] === '*' && o.cas;
   let release = null;
   if (conditional) {
@@ -196,6 +214,7 @@ async function handle(req, res) {
     const out = { ...r.headers };
     delete out['transfer-encoding'];
     delete out.connection;
+    dated(out);
     let rb = r.body;
     if (o.motoComplete && req.method === 'POST' && /[?&]uploadId=/.test(req.url) && r.status === 200) {
       rb = Buffer.from('  \n' + rb.toString().replace(/CompleteMultipartUploadResult/g,
