@@ -100,5 +100,24 @@ run 0 dcr-commit -q "$T/rb" --store "$S" --policy pol --receiver rb
 same "$T/rb" "$G/v5"
 say "ok: superseded dense copies go, a lagging receiver is named, let go, and catches up"
 
+# a fresh host joins (elastic join) as dcr(7) says: the newest dense copy
+# of a committed version, found through the status, into an empty
+# directory, then the chain to the head
+run 0 dcr-commit --store "$S" --policy pol --status --porcelain
+V=$(awk -F '\t' '$1 == "head" { h = $2 } $1 == "dense" && $2 <= h { v = $2 } END { print v }' "$T/out")
+H=$(awk -F '\t' '$1 == "head" { print $2 }' "$T/out")
+[ "$V" = 4 ] && [ "$H" = 5 ] || fail "status porcelain: $(cat "$T/out")"
+mkdir "$T/rc"
+run 0 sh -c "dcr-pull -q --dense '$S/pol/v$V' | dcr-apply -q --version $V '$T/rc'"
+run 0 dcr-commit -q "$T/rc" --store "$S" --policy pol --receiver rc
+v=$((V + 1))
+while [ $v -le "$H" ]; do
+	run 0 sh -c "dcr-pull -q '$S/pol/v$v' | dcr-apply -q --version $v '$T/rc'"
+	run 0 dcr-commit -q "$T/rc" --store "$S" --policy pol --receiver rc
+	v=$((v + 1))
+done
+same "$T/rc" "$G/v5"
+say "ok: a fresh host seeds from the newest dense copy and follows the chain"
+
 run 129 dcr-push --keep 2 "$T/p1" "$S/pol/v9"
 run 129 dcr-push --gc "$S" --policy pol --max-behind x
