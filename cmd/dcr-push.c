@@ -48,7 +48,7 @@ static const char usage[] =
 	"      --dry-run        with --gc: only list what would be removed\n"
 	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE    CA certificates for https\n"
-	"  -j, --parallel N     uploads in flight (default 4)\n"
+	"  -j, --parallel N     uploads (with --gc: deletions) in flight (default 4)\n"
 	"      --retries N      retries of a failed request (default 5)\n"
 	"      --progress       show progress on stderr\n"
 	"      --no-progress    do not show progress\n"
@@ -221,7 +221,8 @@ int main(int argc, char **argv)
 		if (dcr_policy_check_name(policy, &e))
 			cmd_usage_error(usage, "--policy wants one name component, not '%s'", policy);
 		struct dcr_store *s;
-		struct dcr_gc_opts go = {keep, max_behind, dry, gc_report, gc_behind, NULL};
+		struct dcr_gc_opts go = {keep, max_behind, dry, xo.parallel ? (unsigned)xo.parallel : 4,
+					 gc_report, gc_behind, NULL};
 		struct dcr_gc_result res;
 		go.ctx = &go;
 		if (dcr_store_open(gc, &so, &s, &e))

@@ -82,7 +82,7 @@ run 0 dcr-commit --store "$S" --policy pol --status --porcelain
 
 # --max-behind 2: rb (at v1) is let go, since the v4 dense copy is newer;
 # the packs after that copy stay
-run 0 dcr-push --gc "$S" --policy pol --max-behind 2
+run 0 dcr-push --gc "$S" --policy pol --max-behind 2 -j 3
 grep -q "receiver 'rb' is at v1, more than 2 versions behind: not waited for" "$T/err" ||
 	{ cat "$T/err"; fail "no word that rb was let go"; }
 [ "$(cut -f1 "$T/out" | tr '\n' ' ')" = "v2 v3 v4 " ] || fail "gc removed '$(cat "$T/out")'"

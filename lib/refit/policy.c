@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -490,6 +491,58 @@ static int ack_superseded(const struct dcr_policy_survey *sv, const char *rest, 
 	return l && v < l->version && v <= sv->head.version;
 }
 
+/* Deleting what a GC removes, on several threads: a pack is hundreds of
+ * payloads, and an object store answers each DELETE in tens of ms. */
+struct gc_del {
+	struct dcr_store *s;
+	char **names; /* the names to delete */
+	size_t n, next;
+	pthread_mutex_t mu;
+	int r;
+	struct dcr_err e;
+};
+
+static void *gc_deleter(void *arg)
+{
+	struct gc_del *d = arg;
+	for (;;) {
+		pthread_mutex_lock(&d->mu);
+		size_t i = d->r ? d->n : d->next++;
+		pthread_mutex_unlock(&d->mu);
+		if (i >= d->n)
+			return NULL;
+		struct dcr_err e = {0};
+		int q = dcr_store_delete(d->s, d->names[i], &e);
+		if (q && q != DCR_ENOTFOUND) {
+			pthread_mutex_lock(&d->mu);
+			if (!d->r) {
+				d->r = q;
+				d->e = e;
+			}
+			pthread_mutex_unlock(&d->mu);
+		}
+	}
+}
+
+/* Delete names[0..n) with up to parallel threads: 0, or the first error. */
+static int gc_delete(struct dcr_store *s, char **names, size_t n, unsigned parallel,
+		     struct dcr_err *e)
+{
+	struct gc_del d = {.s = s, .names = names, .n = n, .mu = PTHREAD_MUTEX_INITIALIZER};
+	pthread_t t[64];
+	unsigned k = 0;
+	if (parallel > 64)
+		parallel = 64;
+	while (k + 1 < parallel && k + 1 < n && !pthread_create(&t[k], NULL, gc_deleter, &d))
+		k++;
+	gc_deleter(&d);
+	for (unsigned i = 0; i < k; i++)
+		pthread_join(t[i], NULL);
+	if (d.r && e)
+		*e = d.e;
+	return d.r;
+}
+
 int dcr_policy_gc(struct dcr_store *s, const char *policy, const struct dcr_gc_opts *o,
 		  struct dcr_gc_result *res, struct dcr_err *e)
 {
@@ -529,11 +582,17 @@ int dcr_policy_gc(struct dcr_store *s, const char *policy, const struct dcr_gc_o
 	size_t pl = strlen(policy) + 1;
 	const char *cur = NULL; /* the pack being removed, and its objects */
 	size_t cur_len = 0, count = 0;
+	/* what goes: manifests first (del[0..nm)), so that a reader sees a
+	 * pack whole or not at all, then the rest (from the end of del) */
+	char **del = r ? NULL : dcr_calloc(n + 1, sizeof(*del));
+	size_t nm = 0, nrest = 0;
+	if (!r && !del)
+		r = dcr_err_sys(e, ENOMEM, "gc");
 	for (size_t i = 0; !r && i <= n; i++) {
 		const char *rest = i < n ? names[i] + pl : NULL;
 		uint64_t v = 0;
 		size_t len = 0;
-		int man;
+		int man = 0;
 		enum gc_kind k = rest ? gc_kind(rest, &v, &len, &man) : GC_OTHER;
 		int go = (k == GC_PACK && any && v <= limit) ||
 			 (k == GC_DENSE && have_dense && v < dense) ||
@@ -562,12 +621,16 @@ int dcr_policy_gc(struct dcr_store *s, const char *policy, const struct dcr_gc_o
 			count = 0;
 		}
 		count += pack;
-		if (!o->dry_run) {
-			int q = dcr_store_delete(s, names[i], e);
-			if (q && q != DCR_ENOTFOUND)
-				r = q;
-		}
+		if (man)
+			del[nm++] = names[i];
+		else
+			del[n - ++nrest] = names[i];
 	}
+	if (!r && !o->dry_run)
+		r = gc_delete(s, del, nm, o->parallel, e);
+	if (!r && !o->dry_run)
+		r = gc_delete(s, del + n - nrest, nrest, o->parallel, e);
+	free(del);
 	dcr_policy_survey_release(&sv);
 	dcr_store_names_free(names, n);
 	return r;
