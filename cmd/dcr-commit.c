@@ -15,6 +15,7 @@ static const char usage[] =
 	"       dcr-commit --store URL --policy NAME --version V --expect N [--timeout S]\n"
 	"                  [--state HEX]\n"
 	"       dcr-commit --store URL --policy NAME --status [--porcelain]\n"
+	"       dcr-commit --store URL --policy NAME --receiver ID --version V --failed TEXT\n"
 	"\n"
 	"On a receiver: advance CKPT's HEAD to the version and state the last\n"
 	"dcr-apply reached, only if CKPT's files hold exactly that state now; with\n"
@@ -22,7 +23,7 @@ static const char usage[] =
 	"On the trainer (no CKPT): wait until N receivers acknowledged version V with\n"
 	"its target state, then commit V in the store with compare-and-set (only if\n"
 	"V-1 is committed and V is not), and print the state id the next dcr-diff must\n"
-	"use as --base-id.\n"
+	"use as --base-id; a receiver's failure report (--failed) ends the wait at once.\n"
 	"\n"
 	"      --version V      the version (receiver: default what dcr-apply recorded,\n"
 	"                       else HEAD + 1)\n"
@@ -33,6 +34,10 @@ static const char usage[] =
 	"      --receiver ID    this receiver's name in acknowledgements\n"
 	"      --expect N       acknowledgements needed (trainer)\n"
 	"      --timeout S      wait at most S seconds for them (default 0: look once)\n"
+	"      --max-failed N   trainer: go on waiting while at most N receivers reported\n"
+	"                       failing V (default 0)\n"
+	"      --failed TEXT    a receiver that gave up on version V tells the trainer\n"
+	"                       why (in place of its acknowledgement)\n"
 	"      --state HEX      the state V must have (default: the target of the\n"
 	"                       pack NAME/vV in the store)\n"
 	"      --status         show where a receiver (or the store's policy: its head,\n"
@@ -47,7 +52,8 @@ static const char usage[] =
 	"\n"
 	"Exit status: 0 committed (or already committed); 1 refused: the files do not\n"
 	"hold the applied state, the version would not move forward, the store's\n"
-	"version was committed by someone else, or too few acknowledgements came;\n"
+	"version was committed by someone else, too few acknowledgements came, or a\n"
+	"receiver reported failing the version;\n"
 	"128 any other error; 129 usage error.\n";
 
 static int exit_for(int r)
@@ -135,8 +141,9 @@ static struct dcr_store *open_store(const char *url, const struct dcr_store_opts
 struct args {
 	struct dcr_commit_opts co;
 	struct dcr_store_opts so;
-	const char *store, *policy, *receiver, *ckpt;
+	const char *store, *policy, *receiver, *ckpt, *failed;
 	long long expect; /* -1: not given */
+	long long max_failed; /* -1: not given */
 	double timeout;
 	dcr_digest state;
 	int have_state, status, log, porcelain, threads;
@@ -155,6 +162,8 @@ static void parse_args(int argc, char **argv, struct args *a)
 		{"expect", required_argument, NULL, 'x'},
 		{"timeout", required_argument, NULL, 't'},
 		{"state", required_argument, NULL, 's'},
+		{"max-failed", required_argument, NULL, 'm'},
+		{"failed", required_argument, NULL, 'f'},
 		{"status", no_argument, NULL, 'T'},
 		{"log", no_argument, NULL, 'L'},
 		{"porcelain", no_argument, NULL, 'O'},
@@ -165,7 +174,7 @@ static void parse_args(int argc, char **argv, struct args *a)
 		{NULL, 0, NULL, 0},
 	};
 	int c;
-	*a = (struct args){.expect = -1, .eol = '\n'};
+	*a = (struct args){.expect = -1, .max_failed = -1, .eol = '\n'};
 	while ((c = getopt_long(argc, argv, ":zqh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'V':
@@ -184,6 +193,10 @@ static void parse_args(int argc, char **argv, struct args *a)
 				cmd_usage_error(usage, "--state wants 64 hex digits, not '%s'", optarg);
 			a->have_state = 1;
 			break;
+		case 'm':
+			a->max_failed = (long long)cmd_parse_u64(usage, "--max-failed", optarg, 0, 1000000);
+			break;
+		case 'f': a->failed = optarg; break;
 		case 'T': a->status = 1; break;
 		case 'L': a->log = 1; break;
 		case 'O': a->porcelain = 1; break;
@@ -246,6 +259,9 @@ static int store_status(const struct args *a)
 			printf("receiver\t%s\t%llu\t%s\n", cmd_quote(sv.latest[i].receiver),
 			       (unsigned long long)sv.latest[i].version, hs);
 		}
+		for (size_t i = 0; i < sv.nfailed; i++)
+			printf("failed\t%s\t%llu\t%s\n", cmd_quote(sv.failed[i].receiver),
+			       (unsigned long long)sv.failed[i].version, cmd_quote(sv.failed[i].error));
 		for (size_t i = 0; i < sv.npacks; i++)
 			printf("pack\t%llu\n", (unsigned long long)sv.packs[i]);
 		for (size_t i = 0; i < sv.ndense; i++)
@@ -264,6 +280,9 @@ static int store_status(const struct args *a)
 				printf(", %llu behind", (unsigned long long)(h->version - v));
 			putchar('\n');
 		}
+		for (size_t i = 0; i < sv.nfailed; i++)
+			printf("receiver %s: failed v%llu: %s\n", cmd_quote(sv.failed[i].receiver),
+			       (unsigned long long)sv.failed[i].version, cmd_quote(sv.failed[i].error));
 		fputs("packs: ", stdout);
 		print_runs(sv.packs, sv.npacks);
 		fputs("dense copies: ", stdout);
@@ -282,13 +301,14 @@ static int trainer_commit(struct args *a)
 	if (!a->co.have_version || a->expect < 0)
 		cmd_usage_error(usage, "the trainer side needs --version and --expect");
 	if (a->receiver || a->log || a->co.full || a->threads)
-		cmd_usage_error(usage, "--receiver, --log, --full and --threads need CKPT");
+		cmd_usage_error(usage, "--receiver, --log, --full and --threads need CKPT (or --failed)");
 	struct dcr_store *s = open_store(a->store, &a->so);
 	if (!a->have_state && dcr_policy_target(s, a->policy, a->co.version, &a->state, &e))
 		cmd_die_err(&e, EXIT_FATAL);
 	struct dcr_policy_commit_opts po = {.version = a->co.version, .state = a->state,
 					    .expect = (unsigned)a->expect,
-					    .timeout_s = a->timeout, .fault = &cmd_fault};
+					    .timeout_s = a->timeout, .fault = &cmd_fault,
+					    .max_failed = a->max_failed < 0 ? 0 : (unsigned)a->max_failed};
 	unsigned seen = 0;
 	int r = dcr_policy_commit(s, a->policy, &po, &seen, &e);
 	dcr_store_close(s);
@@ -338,11 +358,35 @@ static int receiver_commit(const struct args *a)
 	return cmd_finish(EXIT_OK);
 }
 
+/* A receiver that gave up on version V: its failure report, which ends
+ * the trainer's wait with the reason. */
+static int receiver_failed(const struct args *a)
+{
+	struct dcr_err e = {0};
+	if (!a->store || !a->receiver || !a->co.have_version)
+		cmd_usage_error(usage, "--failed needs --store, --policy, --receiver and --version");
+	if (a->ckpt || a->expect >= 0 || a->have_state || a->status || a->log || a->max_failed >= 0)
+		cmd_usage_error(usage, "--failed goes with --store, --policy, --receiver and --version alone");
+	struct dcr_store *s = open_store(a->store, &a->so);
+	int r = dcr_nack_put(s, a->policy, a->co.version, a->receiver, a->failed, &e);
+	dcr_store_close(s);
+	if (r)
+		cmd_die_err(&e, EXIT_FATAL);
+	if (!cmd_quiet)
+		fprintf(stderr, "dcr-commit: reported '%s' failing version %llu to policy %s\n",
+			cmd_quote(a->receiver), (unsigned long long)a->co.version, a->policy);
+	return cmd_finish(EXIT_OK);
+}
+
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-commit", argc, argv);
 	struct args a;
 	parse_args(argc, argv, &a);
+	if (a.failed)
+		return receiver_failed(&a);
+	if (a.max_failed >= 0 && (a.ckpt || a.status))
+		cmd_usage_error(usage, "--max-failed is for the trainer side");
 	if (!a.ckpt)
 		return a.status ? store_status(&a) : trainer_commit(&a);
 	if (a.status && a.log)

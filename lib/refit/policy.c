@@ -82,10 +82,35 @@ int dcr_commit_receiver(struct dcr_receiver *rc, struct dcr_store *s, const char
 	return dcr_ack_put(s, policy, res->version, receiver, &res->state, e);
 }
 
+int dcr_nack_put(struct dcr_store *s, const char *policy, uint64_t version, const char *receiver,
+		 const char *error, struct dcr_err *e)
+{
+	int r = check_receiver(receiver, e);
+	if (r)
+		return r;
+	char why[DCR_NACK_MAX + 1];
+	size_t n = 0;
+	for (; error && error[n] && n < DCR_NACK_MAX; n++)
+		why[n] = error[n] >= 0x20 && error[n] < 0x7f ? error[n] : '?';
+	why[n] = '\0';
+	char *name = dcr_asprintf("%s/acks/v%llu/%s", policy, (unsigned long long)version, receiver);
+	char *text = dcr_asprintf("dcr-nack 1\nversion %llu\nreceiver %s\nerror %s\n",
+				  (unsigned long long)version, receiver, n ? why : "(no reason given)");
+	r = !name || !text ? dcr_err_sys(e, ENOMEM, "failure report")
+			   : dcr_store_check_name(name, e);
+	if (!r)
+		r = dcr_store_put(s, name, text, strlen(text), e);
+	free(name);
+	free(text);
+	return r;
+}
+
 void dcr_acks_free(struct dcr_ack *v, size_t n)
 {
-	for (size_t i = 0; v && i < n; i++)
+	for (size_t i = 0; v && i < n; i++) {
 		free(v[i].receiver);
+		free(v[i].error);
+	}
 	free(v);
 }
 
@@ -122,17 +147,24 @@ int dcr_acks_list(struct dcr_store *s, const char *policy, uint64_t version,
 		}
 		uint64_t bv;
 		dcr_digest st;
-		int ok = len > 10 && !memcmp(buf, "dcr-ack 1\n", 10) &&
+		memset(&st, 0, sizeof(st));
+		char why[DCR_NACK_MAX + 1];
+		int nack = len > 11 && !memcmp(buf, "dcr-nack 1\n", 11);
+		int ok = (nack || (len > 10 && !memcmp(buf, "dcr-ack 1\n", 10))) &&
 			 !kv_u64((char *)buf, "version", &bv) && bv == ver &&
-			 !kv_digest((char *)buf, "state", &st);
+			 (nack || !kv_digest((char *)buf, "state", &st));
+		if (nack && kv_get((char *)buf, "error", why, sizeof(why)))
+			snprintf(why, sizeof(why), "(a report dcr cannot read)");
 		free(buf);
 		if (!ok)
-			continue; /* not an acknowledgement: ignored, never counted */
+			continue; /* neither: ignored, never counted */
 		v[k].receiver = dcr_strdup(slash + 1);
 		v[k].version = ver;
 		v[k].state = st;
-		if (!v[k++].receiver)
+		v[k].error = nack ? dcr_strdup(why) : NULL;
+		if (!v[k].receiver || (nack && !v[k].error))
 			r = dcr_err_sys(e, ENOMEM, "acks");
+		k++;
 	}
 	dcr_store_names_free(names, n);
 	free(pfx);
@@ -251,18 +283,41 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 		if ((r = dcr_acks_list(s, policy, o->version, &v, &n, e)))
 			return r;
 		good = 0;
-		for (size_t i = 0; i < n; i++)
-			good += !memcmp(v[i].state.b, o->state.b, 32);
-		dcr_acks_free(v, n);
+		unsigned failed = 0;
+		const struct dcr_ack *f = NULL; /* a failure report, to tell */
+		for (size_t i = 0; i < n; i++) {
+			if (v[i].error) {
+				failed++;
+				f = f ? f : &v[i];
+			} else {
+				good += !memcmp(v[i].state.b, o->state.b, 32);
+			}
+		}
 		if (acks_seen)
 			*acks_seen = good;
-		if (good >= o->expect)
+		if (good >= o->expect) {
+			dcr_acks_free(v, n);
 			break;
-		if (dcr_now_s() >= deadline)
-			return dcr_err_set(e, DCR_ENOTFOUND,
-					   "policy '%s': %u of %u receivers acknowledged version %llu (state %.12s) after %.0f s; nothing committed",
-					   policy, good, o->expect, (unsigned long long)o->version, hex,
-					   o->timeout_s);
+		}
+		if (failed > o->max_failed || dcr_now_s() >= deadline) {
+			char told[DCR_NACK_MAX + 200] = "";
+			if (f)
+				snprintf(told, sizeof(told), "; %u receiver%s failed it, '%s': %s", failed,
+					 failed == 1 ? "" : "s", f->receiver, f->error);
+			if (failed > o->max_failed)
+				r = dcr_err_set(e, DCR_ENOTFOUND,
+						"policy '%s': %u of %u receivers acknowledged version %llu (state %.12s); nothing committed%s",
+						policy, good, o->expect, (unsigned long long)o->version,
+						hex, told);
+			else
+				r = dcr_err_set(e, DCR_ENOTFOUND,
+						"policy '%s': %u of %u receivers acknowledged version %llu (state %.12s) after %.0f s; nothing committed%s",
+						policy, good, o->expect, (unsigned long long)o->version,
+						hex, o->timeout_s, told);
+			dcr_acks_free(v, n);
+			return r;
+		}
+		dcr_acks_free(v, n);
 		/* listed again after 25 ms, doubling to 100 ms while no new
 		 * acknowledgement comes: the receivers of one refit tend to
 		 * finish together, and the last one's wait is the refit's */
@@ -396,16 +451,49 @@ static int survey(struct dcr_store *s, const char *policy, struct dcr_policy_sur
 		qsort(sv->packs, sv->npacks, sizeof(*sv->packs), cmp_u64);
 	if (sv->ndense)
 		qsort(sv->dense, sv->ndense, sizeof(*sv->dense), cmp_u64);
-	/* each receiver's latest acknowledgement alone */
-	if (sv->nlatest)
-		qsort(sv->latest, sv->nlatest, sizeof(*sv->latest), cmp_ack);
-	size_t w = 0;
-	for (size_t i = 0; i < sv->nlatest; i++) {
-		if (w && !strcmp(sv->latest[i].receiver, sv->latest[w - 1].receiver))
-			free(sv->latest[i].receiver);
+	/* each receiver's latest acknowledgement, and its failure report
+	 * if that is newer (records of a receiver come newest first) */
+	struct dcr_ack *all = sv->latest;
+	size_t nall = sv->nlatest, w = 0;
+	sv->latest = NULL;
+	sv->nlatest = 0;
+	if (nall)
+		qsort(all, nall, sizeof(*all), cmp_ack);
+	sv->failed = dcr_calloc(nall + 1, sizeof(*sv->failed));
+	/* first which to keep, the names all still in place: a receiver's
+	 * first acknowledgement, and its first record if that is a report */
+	char *keep = sv->failed ? dcr_calloc(nall + 1, 1) : NULL;
+	for (size_t i = 0, from = 0, acked = 0; keep && i < nall; i++) {
+		if (i && strcmp(all[i].receiver, all[i - 1].receiver)) {
+			from = i; /* this receiver's records start here */
+			acked = 0;
+		}
+		if (all[i].error)
+			keep[i] = i == from ? 2 : 0;
 		else
-			sv->latest[w++] = sv->latest[i];
+			keep[i] = acked++ ? 0 : 1;
 	}
+	for (size_t i = 0; keep && i < nall; i++) {
+		if (keep[i] == 1) {
+			all[w++] = all[i];
+		} else if (keep[i] == 2) {
+			sv->failed[sv->nfailed++] = all[i];
+		} else {
+			free(all[i].receiver);
+			free(all[i].error);
+		}
+	}
+	if (!keep) {
+		free(sv->failed);
+		sv->failed = NULL;
+	}
+	free(keep);
+	if (!sv->failed) {
+		dcr_acks_free(all, nall);
+		dcr_store_names_free(nm, nn);
+		return dcr_err_sys(e, ENOMEM, "policy");
+	}
+	sv->latest = all;
 	sv->nlatest = w;
 	if (names) {
 		*names = nm;
@@ -428,6 +516,7 @@ int dcr_policy_survey(struct dcr_store *s, const char *policy, struct dcr_policy
 void dcr_policy_survey_release(struct dcr_policy_survey *sv)
 {
 	dcr_acks_free(sv->latest, sv->nlatest);
+	dcr_acks_free(sv->failed, sv->nfailed);
 	free(sv->packs);
 	free(sv->dense);
 	memset(sv, 0, sizeof(*sv));

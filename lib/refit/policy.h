@@ -31,8 +31,21 @@ struct dcr_ack {
 	char *receiver;
 	uint64_t version;
 	dcr_digest state;
+	char *error; /* a failure report (dcr_nack_put): why, as the store has
+			it (text from the store: quote it to show it); NULL for
+			an acknowledgement */
 };
-/* Acknowledgements of one version (version = UINT64_MAX: of all versions). */
+/* A receiver gave up on version V: tell the trainer why, in the place of
+ * its acknowledgement (NAME/acks/vV/ID: "dcr-nack 1\nversion V\nreceiver
+ * ID\nerror TEXT\n"), which a later acknowledgement replaces. error is
+ * cut to DCR_NACK_MAX bytes, a control character or a byte that is not
+ * printable ASCII becoming '?'. */
+#define DCR_NACK_MAX 1000
+int dcr_nack_put(struct dcr_store *s, const char *policy, uint64_t version, const char *receiver,
+		 const char *error, struct dcr_err *e);
+
+/* Acknowledgements and failure reports of one version (version =
+ * UINT64_MAX: of all versions). */
 int dcr_acks_list(struct dcr_store *s, const char *policy, uint64_t version,
 		  struct dcr_ack **v, size_t *n, struct dcr_err *e);
 void dcr_acks_free(struct dcr_ack *v, size_t n);
@@ -49,11 +62,15 @@ struct dcr_policy_commit_opts {
 	dcr_digest state;
 	unsigned expect;   /* acknowledgements naming state that must exist */
 	double timeout_s;  /* wait this long for them (0: look once) */
+	unsigned max_failed; /* failure reports of version tolerated: one more
+				and the wait ends at once */
 	struct dcr_fault *fault; /* fault points (core/fault.h) */
 };
 /* Wait for the acknowledgements, then create refs/vV with compare-and-set.
  * DCR_ECONFLICT when V is already committed (by anyone: e names its state)
- * or V-1 is not; DCR_ENOTFOUND when the acknowledgements did not come. */
+ * or V-1 is not; DCR_ENOTFOUND when the acknowledgements did not come, or
+ * more than max_failed receivers reported failing V (e names one and
+ * gives its reason). */
 int dcr_policy_commit(struct dcr_store *s, const char *policy,
 		      const struct dcr_policy_commit_opts *o, unsigned *acks_seen,
 		      struct dcr_err *e);
@@ -79,6 +96,9 @@ struct dcr_policy_survey {
 	struct dcr_head head;	  /* the committed head (head.have) */
 	struct dcr_ack *latest;	  /* each receiver's latest acknowledgement, by name */
 	size_t nlatest;
+	struct dcr_ack *failed;	  /* each receiver's failure report newer than its
+				     latest acknowledgement, by name */
+	size_t nfailed;
 	uint64_t *packs, *dense;  /* versions whose pack, and whose dense copy, is
 				     complete (its manifest stored), ascending */
 	size_t npacks, ndense;
