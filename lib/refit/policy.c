@@ -408,13 +408,16 @@ static enum gc_kind gc_kind(const char *rest, uint64_t *v, size_t *len, int *man
 	return GC_OTHER;
 }
 
+/* Append x to (*v)[0..*n), the array grown to 8, then doubled. */
 static int add_version(uint64_t **v, size_t *n, uint64_t x)
 {
-	uint64_t *nv = realloc(*v, (*n + 1) * sizeof(*nv));
-	if (!nv)
-		return -ENOMEM;
-	nv[(*n)++] = x;
-	*v = nv;
+	if (!*n || (*n >= 8 && !(*n & (*n - 1)))) {
+		uint64_t *nv = realloc(*v, (*n ? 2 * *n : 8) * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+	}
+	(*v)[(*n)++] = x;
 	return 0;
 }
 
