@@ -303,14 +303,21 @@ static int trainer_commit(struct args *a)
 	if (a->receiver || a->log || a->co.full || a->threads)
 		cmd_usage_error(usage, "--receiver, --log, --full and --threads need CKPT (or --failed)");
 	struct dcr_store *s = open_store(a->store, &a->so);
-	if (!a->have_state && dcr_policy_target(s, a->policy, a->co.version, &a->state, &e))
-		cmd_die_err(&e, EXIT_FATAL);
-	struct dcr_policy_commit_opts po = {.version = a->co.version, .state = a->state,
+	struct dcr_policy_commit_opts po = {.version = a->co.version,
 					    .expect = (unsigned)a->expect,
 					    .timeout_s = a->timeout, .fault = &cmd_fault,
 					    .max_failed = a->max_failed < 0 ? 0 : (unsigned)a->max_failed};
+	/* the pack's target and attempt (a receiver's report of another
+	 * attempt is stale); with --state the pack need not be there */
+	dcr_digest target;
+	int r = dcr_policy_pack(s, a->policy, a->co.version, &target, po.attempt, &e);
+	if (r && !a->have_state)
+		cmd_die_err(&e, EXIT_FATAL);
+	po.have_attempt = !r;
+	po.state = a->have_state ? a->state : target;
+	a->state = po.state;
 	unsigned seen = 0;
-	int r = dcr_policy_commit(s, a->policy, &po, &seen, &e);
+	r = dcr_policy_commit(s, a->policy, &po, &seen, &e);
 	dcr_store_close(s);
 	if (r)
 		cmd_die_err(&e, exit_for(r));
@@ -368,7 +375,13 @@ static int receiver_failed(const struct args *a)
 	if (a->ckpt || a->expect >= 0 || a->have_state || a->status || a->log || a->max_failed >= 0)
 		cmd_usage_error(usage, "--failed goes with --store, --policy, --receiver and --version alone");
 	struct dcr_store *s = open_store(a->store, &a->so);
-	int r = dcr_nack_put(s, a->policy, a->co.version, a->receiver, a->failed, &e);
+	/* the attempt that failed, where the store has its pack: a trainer
+	 * that publishes V again does not take this report for its own */
+	dcr_digest target;
+	uint8_t attempt[16];
+	int known = !dcr_policy_pack(s, a->policy, a->co.version, &target, attempt, NULL);
+	int r = dcr_nack_put(s, a->policy, a->co.version, a->receiver, known ? attempt : NULL,
+			     a->failed, &e);
 	dcr_store_close(s);
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);

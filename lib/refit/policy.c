@@ -83,7 +83,7 @@ int dcr_commit_receiver(struct dcr_receiver *rc, struct dcr_store *s, const char
 }
 
 int dcr_nack_put(struct dcr_store *s, const char *policy, uint64_t version, const char *receiver,
-		 const char *error, struct dcr_err *e)
+		 const uint8_t *attempt, const char *error, struct dcr_err *e)
 {
 	int r = check_receiver(receiver, e);
 	if (r)
@@ -94,8 +94,15 @@ int dcr_nack_put(struct dcr_store *s, const char *policy, uint64_t version, cons
 		why[n] = error[n] >= 0x20 && error[n] < 0x7f ? error[n] : '?';
 	why[n] = '\0';
 	char *name = dcr_asprintf("%s/acks/v%llu/%s", policy, (unsigned long long)version, receiver);
-	char *text = dcr_asprintf("dcr-nack 1\nversion %llu\nreceiver %s\nerror %s\n",
-				  (unsigned long long)version, receiver, n ? why : "(no reason given)");
+	char at[48] = "";
+	if (attempt) {
+		memcpy(at, "attempt ", 8);
+		dcr_hex(attempt, 16, at + 8);
+		strcat(at, "\n");
+	}
+	char *text = dcr_asprintf("dcr-nack 1\nversion %llu\nreceiver %s\n%serror %s\n",
+				  (unsigned long long)version, receiver, at,
+				  n ? why : "(no reason given)");
 	r = !name || !text ? dcr_err_sys(e, ENOMEM, "failure report")
 			   : dcr_store_check_name(name, e);
 	if (!r)
@@ -155,6 +162,10 @@ int dcr_acks_list(struct dcr_store *s, const char *policy, uint64_t version,
 			 (nack || !kv_digest((char *)buf, "state", &st));
 		if (nack && kv_get((char *)buf, "error", why, sizeof(why)))
 			snprintf(why, sizeof(why), "(a report dcr cannot read)");
+		char at[40];
+		uint8_t att[16] = {0};
+		int have_at = nack && !kv_get((char *)buf, "attempt", at, sizeof(at)) &&
+			      !kv_attempt(at, att);
 		free(buf);
 		if (!ok)
 			continue; /* neither: ignored, never counted */
@@ -162,6 +173,8 @@ int dcr_acks_list(struct dcr_store *s, const char *policy, uint64_t version,
 		v[k].version = ver;
 		v[k].state = st;
 		v[k].error = nack ? dcr_strdup(why) : NULL;
+		v[k].have_attempt = have_at;
+		memcpy(v[k].attempt, att, 16);
 		if (!v[k].receiver || (nack && !v[k].error))
 			r = dcr_err_sys(e, ENOMEM, "acks");
 		k++;
@@ -225,8 +238,8 @@ int dcr_policy_head(struct dcr_store *s, const char *policy, struct dcr_head *h,
 	return r;
 }
 
-int dcr_policy_target(struct dcr_store *s, const char *policy, uint64_t version,
-		      dcr_digest *state, struct dcr_err *e)
+int dcr_policy_pack(struct dcr_store *s, const char *policy, uint64_t version,
+		    dcr_digest *state, uint8_t attempt[16], struct dcr_err *e)
 {
 	char *name = dcr_asprintf("%s/v%llu/%s", policy, (unsigned long long)version,
 				  DCR_MANIFEST_NAME);
@@ -240,11 +253,35 @@ int dcr_policy_target(struct dcr_store *s, const char *policy, uint64_t version,
 				name, dcr_store_url(s));
 	else if (!r && !(r = dcr_manifest_parse(buf, len, name, &m, e))) {
 		*state = m.target;
+		memcpy(attempt, m.attempt, 16);
 		dcr_manifest_release(&m);
 	}
 	free(buf);
 	free(name);
 	return r;
+}
+
+int dcr_policy_target(struct dcr_store *s, const char *policy, uint64_t version,
+		      dcr_digest *state, struct dcr_err *e)
+{
+	uint8_t attempt[16];
+	return dcr_policy_pack(s, policy, version, state, attempt, e);
+}
+
+/* Whether the failure report a ends a trainer's wait (o): it names the
+ * attempt being committed, or either attempt is unknown and the report
+ * was not in the wait's first listing (old[0..nold)) as it is now. */
+static int report_counts(const struct dcr_policy_commit_opts *o, const struct dcr_ack *a,
+			 const struct dcr_ack *old, size_t nold)
+{
+	if (o->have_attempt && a->have_attempt)
+		return !memcmp(o->attempt, a->attempt, 16);
+	for (size_t i = 0; i < nold; i++)
+		if (old[i].error && !strcmp(old[i].receiver, a->receiver) &&
+		    !strcmp(old[i].error, a->error) && old[i].have_attempt == a->have_attempt &&
+		    !memcmp(old[i].attempt, a->attempt, 16))
+			return 0;
+	return 1;
 }
 
 int dcr_policy_commit(struct dcr_store *s, const char *policy,
@@ -268,27 +305,32 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 	}
 	double deadline = dcr_now_s() + o->timeout_s;
 	unsigned good = 0, had = 0, nap_ms = 25;
-	for (;;) {
+	struct dcr_ack *old = NULL; /* the first listing's records */
+	size_t nold = 0;
+	for (int first = 1;; first = 0) {
 		r = dcr_policy_ref(s, policy, o->version, &d, e);
 		if (!r) {
 			dcr_digest_hex(&d, other);
-			return dcr_err_set(e, DCR_ECONFLICT,
-					   "policy '%s': version %llu is already committed (state %s)",
-					   policy, (unsigned long long)o->version, other);
+			r = dcr_err_set(e, DCR_ECONFLICT,
+					"policy '%s': version %llu is already committed (state %s)",
+					policy, (unsigned long long)o->version, other);
+			break;
 		}
 		if (r != DCR_ENOTFOUND)
-			return r;
+			break;
 		struct dcr_ack *v;
 		size_t n;
 		if ((r = dcr_acks_list(s, policy, o->version, &v, &n, e)))
-			return r;
+			break;
 		good = 0;
 		unsigned failed = 0;
-		const struct dcr_ack *f = NULL; /* a failure report, to tell */
+		const struct dcr_ack *f = NULL, *stale = NULL; /* reports, to tell */
 		for (size_t i = 0; i < n; i++) {
-			if (v[i].error) {
+			if (v[i].error && report_counts(o, &v[i], first ? v : old, first ? n : nold)) {
 				failed++;
 				f = f ? f : &v[i];
+			} else if (v[i].error) {
+				stale = stale ? stale : &v[i];
 			} else {
 				good += !memcmp(v[i].state.b, o->state.b, 32);
 			}
@@ -304,6 +346,13 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 			if (f)
 				snprintf(told, sizeof(told), "; %u receiver%s failed it, '%s': %s", failed,
 					 failed == 1 ? "" : "s", f->receiver, f->error);
+			else if (stale)
+				snprintf(told, sizeof(told),
+					 "; receiver '%s' reported failing %s: %s", stale->receiver,
+					 stale->have_attempt && o->have_attempt
+						 ? "another attempt of it"
+						 : "it before this wait began",
+					 stale->error);
 			if (failed > o->max_failed)
 				r = dcr_err_set(e, DCR_ENOTFOUND,
 						"policy '%s': %u of %u receivers acknowledged version %llu (state %.12s); nothing committed%s",
@@ -315,9 +364,14 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 						policy, good, o->expect, (unsigned long long)o->version,
 						hex, o->timeout_s, told);
 			dcr_acks_free(v, n);
-			return r;
+			break;
 		}
-		dcr_acks_free(v, n);
+		if (first) {
+			old = v;
+			nold = n;
+		} else {
+			dcr_acks_free(v, n);
+		}
 		/* listed again after 25 ms, doubling to 100 ms while no new
 		 * acknowledgement comes: the receivers of one refit tend to
 		 * finish together, and the last one's wait is the refit's */
@@ -327,6 +381,9 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 		usleep(nap_ms * 1000);
 		nap_ms = nap_ms * 2 > 100 ? 100 : nap_ms * 2;
 	}
+	dcr_acks_free(old, nold);
+	if (r)
+		return r;
 	char *name = dcr_asprintf("%s/refs/v%llu", policy, (unsigned long long)o->version);
 	/* a nonce makes every committer's bytes unique: the store treats
 	 * finding exactly its own bytes as a retried create that succeeded */

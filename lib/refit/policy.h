@@ -34,15 +34,19 @@ struct dcr_ack {
 	char *error; /* a failure report (dcr_nack_put): why, as the store has
 			it (text from the store: quote it to show it); NULL for
 			an acknowledgement */
+	uint8_t attempt[16]; /* a report's: the attempt that failed */
+	int have_attempt;
 };
 /* A receiver gave up on version V: tell the trainer why, in the place of
  * its acknowledgement (NAME/acks/vV/ID: "dcr-nack 1\nversion V\nreceiver
- * ID\nerror TEXT\n"), which a later acknowledgement replaces. error is
+ * ID\n[attempt HEX\n]error TEXT\n"), which a later acknowledgement
+ * replaces. attempt: the attempt of V that failed (the pack's manifest
+ * names it), or NULL when the receiver never saw the manifest. error is
  * cut to DCR_NACK_MAX bytes, a control character or a byte that is not
  * printable ASCII becoming '?'. */
 #define DCR_NACK_MAX 1000
 int dcr_nack_put(struct dcr_store *s, const char *policy, uint64_t version, const char *receiver,
-		 const char *error, struct dcr_err *e);
+		 const uint8_t *attempt, const char *error, struct dcr_err *e);
 
 /* Acknowledgements and failure reports of one version (version =
  * UINT64_MAX: of all versions). */
@@ -64,13 +68,19 @@ struct dcr_policy_commit_opts {
 	double timeout_s;  /* wait this long for them (0: look once) */
 	unsigned max_failed; /* failure reports of version tolerated: one more
 				and the wait ends at once */
+	uint8_t attempt[16]; /* the attempt being committed (have_attempt): a
+				report of another is stale, not counted */
+	int have_attempt;
 	struct dcr_fault *fault; /* fault points (core/fault.h) */
 };
 /* Wait for the acknowledgements, then create refs/vV with compare-and-set.
  * DCR_ECONFLICT when V is already committed (by anyone: e names its state)
  * or V-1 is not; DCR_ENOTFOUND when the acknowledgements did not come, or
  * more than max_failed receivers reported failing V (e names one and
- * gives its reason). */
+ * gives its reason). A report counts when it names the attempt being
+ * committed, or names none and was not there, as it is, when the wait
+ * began (a report of an earlier attempt, which a trainer that restarted
+ * publishes again, does not end the wait). */
 int dcr_policy_commit(struct dcr_store *s, const char *policy,
 		      const struct dcr_policy_commit_opts *o, unsigned *acks_seen,
 		      struct dcr_err *e);
@@ -80,6 +90,9 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
  * no such pack. */
 int dcr_policy_target(struct dcr_store *s, const char *policy, uint64_t version,
 		      dcr_digest *state, struct dcr_err *e);
+/* Its target state and the attempt it is of: as dcr_policy_target. */
+int dcr_policy_pack(struct dcr_store *s, const char *policy, uint64_t version,
+		    dcr_digest *state, uint8_t attempt[16], struct dcr_err *e);
 
 /* A receiver's whole side of the commit: dcr_commit_local, then (a fault
  * point) the acknowledgement of the committed version and state in s as
