@@ -13,7 +13,7 @@ static const char usage[] =
 	"       dcr-commit --status [--porcelain] CKPT\n"
 	"       dcr-commit --log [--porcelain] [-z] CKPT\n"
 	"       dcr-commit --store URL --policy NAME --version V --expect N [--timeout S]\n"
-	"                  [--state HEX]\n"
+	"                  [--state HEX] [--max-failed N]\n"
 	"       dcr-commit --store URL --policy NAME --status [--porcelain]\n"
 	"       dcr-commit --store URL --policy NAME --receiver ID --version V --failed TEXT\n"
 	"\n"
