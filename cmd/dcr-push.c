@@ -160,7 +160,7 @@ int main(int argc, char **argv)
 	const char *gc = NULL, *policy = NULL, *sign = NULL;
 	struct dcr_finalize_opts fo = {0};
 	uint64_t keep = 1, max_behind = UINT64_MAX;
-	int have_keep = 0;
+	int gc_only = 0; /* an option that goes with --gc alone was given */
 	while ((c = getopt_long(argc, argv, ":j:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'G': gc = optarg; break;
@@ -168,11 +168,11 @@ int main(int argc, char **argv)
 		case 'D': dry = 1; break;
 		case 'K':
 			keep = cmd_parse_u64(usage, "--keep", optarg, 0, UINT64_MAX);
-			have_keep = 1;
+			gc_only = 1;
 			break;
 		case 'M':
 			max_behind = cmd_parse_u64(usage, "--max-behind", optarg, 0, UINT64_MAX - 1);
-			have_keep = 1;
+			gc_only = 1;
 			break;
 		case 'F': fin = 1; break;
 		case 'N':
@@ -221,8 +221,9 @@ int main(int argc, char **argv)
 		if (dcr_policy_check_name(policy, &e))
 			cmd_usage_error(usage, "--policy wants one name component, not '%s'", policy);
 		struct dcr_store *s;
-		struct dcr_gc_opts go = {keep, max_behind, dry, xo.parallel ? (unsigned)xo.parallel : 4,
-					 gc_report, gc_behind, NULL};
+		struct dcr_gc_opts go = {.keep = keep, .max_behind = max_behind, .dry_run = dry,
+					 .parallel = (unsigned)xo.parallel, .removed = gc_report,
+					 .behind = gc_behind};
 		struct dcr_gc_result res;
 		go.ctx = &go;
 		if (dcr_store_open(gc, &so, &s, &e))
@@ -249,7 +250,7 @@ int main(int argc, char **argv)
 		dcr_gc_result_release(&res);
 		return cmd_finish(EXIT_OK);
 	}
-	if (have_keep)
+	if (gc_only)
 		cmd_usage_error(usage, "--keep and --max-behind go with --gc");
 	if (policy || dry)
 		cmd_usage_error(usage, "--policy and --dry-run go with --gc");

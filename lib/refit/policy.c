@@ -51,6 +51,22 @@ static int get_record(struct dcr_store *s, const char *name, uint8_t **buf, size
 	return r;
 }
 
+/* Put text (malloc'd, freed here; NULL: out of memory) as receiver's
+ * record of version: NAME/acks/vV/ID, an acknowledgement or a failure
+ * report, the later replacing the earlier. */
+static int put_receiver_record(struct dcr_store *s, const char *policy, uint64_t version,
+			       const char *receiver, char *text, struct dcr_err *e)
+{
+	char *name = dcr_asprintf("%s/acks/v%llu/%s", policy, (unsigned long long)version, receiver);
+	int r = !name || !text ? dcr_err_sys(e, ENOMEM, "acknowledgement")
+			       : dcr_store_check_name(name, e);
+	if (!r)
+		r = dcr_store_put(s, name, text, strlen(text), e);
+	free(name);
+	free(text);
+	return r;
+}
+
 int dcr_ack_put(struct dcr_store *s, const char *policy, uint64_t version, const char *receiver,
 		const dcr_digest *state, struct dcr_err *e)
 {
@@ -59,15 +75,10 @@ int dcr_ack_put(struct dcr_store *s, const char *policy, uint64_t version, const
 		return r;
 	char hex[65];
 	dcr_digest_hex(state, hex);
-	char *name = dcr_asprintf("%s/acks/v%llu/%s", policy, (unsigned long long)version, receiver);
-	char *text = dcr_asprintf("dcr-ack 1\nversion %llu\nstate %s\nreceiver %s\n",
-				  (unsigned long long)version, hex, receiver);
-	r = !name || !text ? dcr_err_sys(e, ENOMEM, "ack") : dcr_store_check_name(name, e);
-	if (!r)
-		r = dcr_store_put(s, name, text, strlen(text), e);
-	free(name);
-	free(text);
-	return r;
+	return put_receiver_record(s, policy, version, receiver,
+				   dcr_asprintf("dcr-ack 1\nversion %llu\nstate %s\nreceiver %s\n",
+						(unsigned long long)version, hex, receiver),
+				   e);
 }
 
 int dcr_commit_receiver(struct dcr_receiver *rc, struct dcr_store *s, const char *policy,
@@ -93,23 +104,17 @@ int dcr_nack_put(struct dcr_store *s, const char *policy, uint64_t version, cons
 	for (; error && error[n] && n < DCR_NACK_MAX; n++)
 		why[n] = error[n] >= 0x20 && error[n] < 0x7f ? error[n] : '?';
 	why[n] = '\0';
-	char *name = dcr_asprintf("%s/acks/v%llu/%s", policy, (unsigned long long)version, receiver);
 	char at[48] = "";
 	if (attempt) {
 		memcpy(at, "attempt ", 8);
 		dcr_hex(attempt, 16, at + 8);
 		strcat(at, "\n");
 	}
-	char *text = dcr_asprintf("dcr-nack 1\nversion %llu\nreceiver %s\n%serror %s\n",
-				  (unsigned long long)version, receiver, at,
-				  n ? why : "(no reason given)");
-	r = !name || !text ? dcr_err_sys(e, ENOMEM, "failure report")
-			   : dcr_store_check_name(name, e);
-	if (!r)
-		r = dcr_store_put(s, name, text, strlen(text), e);
-	free(name);
-	free(text);
-	return r;
+	return put_receiver_record(s, policy, version, receiver,
+				   dcr_asprintf("dcr-nack 1\nversion %llu\nreceiver %s\n%serror %s\n",
+						(unsigned long long)version, receiver, at,
+						n ? why : "(no reason given)"),
+				   e);
 }
 
 void dcr_acks_free(struct dcr_ack *v, size_t n)
@@ -452,13 +457,16 @@ static enum gc_kind gc_kind(const char *rest, uint64_t *v, size_t *len, int *man
 	if (!sl)
 		return GC_OTHER;
 	*len = (size_t)(sl - rest);
-	*manifest = !strcmp(sl + 1, DCR_MANIFEST_NAME);
-	if (!dcr_version_parse(rest, *len, v))
-		return GC_PACK;
-	if (*len > 6 && !memcmp(sl - 6, ".dense", 6) && !dcr_version_parse(rest, *len - 6, v))
-		return GC_DENSE;
+	enum gc_kind k = !dcr_version_parse(rest, *len, v) ? GC_PACK
+			 : *len > 6 && !memcmp(sl - 6, ".dense", 6) &&
+					   !dcr_version_parse(rest, *len - 6, v)
+				 ? GC_DENSE
+				 : GC_OTHER;
+	if (k != GC_OTHER) {
+		*manifest = !strcmp(sl + 1, DCR_MANIFEST_NAME);
+		return k;
+	}
 	const char *id;
-	*manifest = 0;
 	if (*len == 4 && !memcmp(rest, "acks", 4) && (id = strchr(sl + 1, '/')) &&
 	    !dcr_version_parse(sl + 1, (size_t)(id - sl - 1), v))
 		return GC_ACK;
@@ -775,10 +783,11 @@ int dcr_policy_gc(struct dcr_store *s, const char *policy, const struct dcr_gc_o
 		else
 			del[n - ++nrest] = names[i];
 	}
+	unsigned par = o->parallel ? o->parallel : 4;
 	if (!r && !o->dry_run)
-		r = gc_delete(s, del, nm, o->parallel, e);
+		r = gc_delete(s, del, nm, par, e);
 	if (!r && !o->dry_run)
-		r = gc_delete(s, del + n - nrest, nrest, o->parallel, e);
+		r = gc_delete(s, del + n - nrest, nrest, par, e);
 	free(del);
 	dcr_policy_survey_release(&sv);
 	dcr_store_names_free(names, n);

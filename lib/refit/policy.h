@@ -127,7 +127,7 @@ struct dcr_gc_opts {
 				a dense copy newer than its version is in the
 				store (UINT64_MAX: every receiver is waited for) */
 	int dry_run;	     /* remove nothing; report what would go */
-	unsigned parallel;   /* deletions in flight (0 or 1: one at a time) */
+	unsigned parallel;   /* deletions in flight (0: 4) */
 	/* each pack removed: "vX" or "vX.dense", and its objects */
 	void (*removed)(void *ctx, const char *pack, size_t objects);
 	/* each receiver further behind than max_behind, at version: let go
