@@ -121,8 +121,9 @@ static void s3_why(struct dcr_store *s, const struct net_req *q, const char *cod
 	if (code && !strcmp(code, "RequestTimeTooSkewed")) {
 		snprintf(out, n,
 			 " (this machine's clock is more than S3's 15 minutes off the server's%s: set it right, with NTP)",
-			 q->date ? ", and signing again on the server's clock did not help"
-				 : ", and the answer had no Date to correct it by");
+			 q->resigned ? ", and signing again on the server's clock did not help"
+			 : q->date   ? ", though the answer's Date is within a minute of the clock dcr signs by"
+				     : ", and the answer had no Date to correct it by");
 		return;
 	}
 	if (!s3_keys_refused(q, code))
