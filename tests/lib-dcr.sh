@@ -15,10 +15,14 @@ trap 'exit 130' INT TERM
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 say() { echo "$*"; }
+# need CMD...: skip unless every CMD is on PATH.
+need() {
+	for c in "$@"; do
+		command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
+	done
+}
 
-for c in dcr-diff dcr-apply dcr-verify; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-diff dcr-apply dcr-verify
 command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 # (-S: the helpers need only the standard library, and a site-packages
 # full of .pth files costs a tenth of a second a start)

@@ -21,6 +21,12 @@ trap 'exit 130' INT TERM HUP
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
+# need CMD...: skip unless every CMD is on PATH.
+need() {
+	for c in "$@"; do
+		command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
+	done
+}
 
 # need_node MODULE...: skip unless node and these npm modules are there.
 need_node() {

@@ -4,9 +4,7 @@
 # stage's exit status is checked, and before/after snapshots of a receiver.
 . "$DCR_SRC/tests/lib-store.sh"
 
-for c in dcr-diff dcr-pack dcr-push dcr-pull dcr-apply dcr-verify gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-diff dcr-pack dcr-push dcr-pull dcr-apply dcr-verify gen-checkpoint
 command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 
 # gen SIZE STEPS [ARGS...]: synthetic checkpoints $T/g/v0 .. $T/g/vSTEPS.

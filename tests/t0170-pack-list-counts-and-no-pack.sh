@@ -8,9 +8,7 @@
 # tensors named; a delta cut short or corrupted is an error with nothing
 # on standard output.
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-pack gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack gen-checkpoint
 run 0 gen-checkpoint -q --size 1M --steps 1 "$T/g"
 run 0 dcr-diff --chunk 4096 "$T/g/v0" "$T/g/v1" -o "$T/d"
 run 0 dcr-pack --payload-size 4K -o "$T/p" "$T/d"

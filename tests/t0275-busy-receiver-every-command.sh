@@ -5,9 +5,7 @@
 # one "busy" error line, and nothing changes (HEAD, files, the store).
 . "$DCR_SRC/tests/lib-dcr.sh"
 command -v flock >/dev/null 2>&1 || skip "flock(1) (util-linux) is missing"
-for c in dcr-commit dcr-layout gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-commit dcr-layout gen-checkpoint
 
 run 0 gen-checkpoint -q --size 256K --steps 2 "$T/g"
 run 0 dcr-diff "$T/g/v0" "$T/g/v1" -o "$T/d1"

@@ -14,9 +14,7 @@ if [ -z "${BASH_VERSION:-}" ]; then
 	exec bash "$0" "$@"
 fi
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-pack dcr-push dcr-pull gen-checkpoint mkfifo; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack dcr-push dcr-pull gen-checkpoint mkfifo
 
 run 0 gen-checkpoint -q --size 1M --steps 2 "$T/g"
 run 0 dcr-diff -q "$T/g/v0" "$T/g/v1" -o "$T/d1"

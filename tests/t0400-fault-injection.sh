@@ -8,9 +8,7 @@
 # or refused with the receiver still bit-identical to its old version.
 . "$DCR_SRC/tests/lib-dcr.sh"
 
-for c in dcr-pack dcr-commit dcr-pull dcr-push gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack dcr-commit dcr-pull dcr-push gen-checkpoint
 
 INJ=0
 SURV=0

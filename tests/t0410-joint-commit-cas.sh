@@ -5,9 +5,7 @@
 # loses), and prints the base id for the next diff; a receiver refuses a delta
 # whose base is not its committed HEAD; GC removes only unneeded packs.
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint
 run 0 gen-checkpoint -q --size 1M --steps 3 "$T/g"
 G=$T/g S=$T/store
 S0=$(state_id "$G/v0"); S1=$(state_id "$G/v1"); S2=$(state_id "$G/v2"); S3=$(state_id "$G/v3")

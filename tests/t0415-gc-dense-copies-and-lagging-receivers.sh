@@ -11,9 +11,7 @@
 # dcr-commit --store --status shows all of it: each receiver's latest
 # acknowledgement, the packs and the dense copies.
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint
 run 0 gen-checkpoint -q --size 1M --steps 5 "$T/g"
 G=$T/g S=$T/store
 run 0 dcr-commit --store "$S" --policy pol --version 0 --expect 0 --state "$(state_id "$G/v0")"

@@ -9,9 +9,7 @@
 # hostile store (control characters, a reason far too long) is shown
 # quoted and bounded, never raw.
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint
 run 0 gen-checkpoint -q --size 1M --steps 2 "$T/g"
 G=$T/g S=$T/store
 run 0 dcr-commit -q --store "$S" --policy pol --version 0 --expect 0 --state "$(state_id "$G/v0")"

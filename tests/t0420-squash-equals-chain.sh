@@ -4,9 +4,7 @@
 # and is no larger than the sum of its parts; a chain with added, removed
 # and reshaped tensors squashes exactly too; a broken chain is refused.
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-pack gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack gen-checkpoint
 run 0 gen-checkpoint -q --size 2M --steps 10 --shards 2 "$T/g"
 G=$T/g
 chain=""

@@ -7,9 +7,7 @@
 # --base; a base that is not the chain's is refused; other chunkings,
 # backward steps and structural changes squash exactly too.
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-pack gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack gen-checkpoint
 run 0 gen-checkpoint -q --size 2M --steps 10 --shards 2 "$T/g"
 G=$T/g
 chain=""

@@ -11,9 +11,7 @@
 # bytes and its late items, which the journal does hold. A dense copy in
 # a regular file is read twice where it lies rather than copied.
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-pack dcr-push dcr-pull dcr-commit gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack dcr-push dcr-pull dcr-commit gen-checkpoint
 
 run 0 gen-checkpoint -q --size 2M --steps 3 --shards 2 "$T/g"
 store="$T/store"

@@ -5,9 +5,7 @@
 # named by the delta's file name or by --version still wins, and a first
 # commit may be version 0 when it is named.
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-commit gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-commit gen-checkpoint
 run 0 gen-checkpoint -q --size 256K --steps 5 "$T/g"
 G=$T/g
 

@@ -4,9 +4,7 @@
 # error, exit 129, with a message naming the option, never silently 0 or
 # the prefix atoi would take. Good numbers still pass the option parser.
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-pack dcr-push dcr-pull dcr-commit dcr-layout; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack dcr-push dcr-pull dcr-commit dcr-layout
 
 # bad OPTION CMD ARGS...: CMD exits 129 and stderr names OPTION in an error
 bad() {

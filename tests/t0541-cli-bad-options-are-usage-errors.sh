@@ -6,9 +6,7 @@
 # with the usage on stderr; and every usage text lists exit status 129.
 # dcr --help lists every command built, dcr-relay and dcr-keygen too.
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr dcr-pack dcr-push dcr-pull dcr-commit dcr-layout; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr dcr-pack dcr-push dcr-pull dcr-commit dcr-layout
 
 # usage_error CMDNAME MESSAGE CMD ARGS...: exit 129, the first line of stderr
 # is "CMDNAME: error: MESSAGE", a usage follows, nothing from getopt

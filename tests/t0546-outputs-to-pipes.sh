@@ -19,9 +19,7 @@ if [ -z "${BASH_VERSION:-}" ]; then
 	exec bash "$0" "$@"
 fi
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-pack dcr-push dcr-pull dcr-layout gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack dcr-push dcr-pull dcr-layout gen-checkpoint
 command -v mkfifo >/dev/null 2>&1 || skip "mkfifo is missing"
 
 run 0 gen-checkpoint -q --size 1M --steps 2 "$T/g"

@@ -7,9 +7,7 @@
 # itself and predicts the paper's sizes. A smoke test of the scripts, not a
 # measurement: the figures are not judged.
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-pack dcr-push dcr-pull dcr-commit gen-checkpoint bench-compare curl; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack dcr-push dcr-pull dcr-commit gen-checkpoint bench-compare curl
 stores=dir
 if command -v node >/dev/null 2>&1 && [ -d "${DCR_NODE_MODULES:-$DCR_SRC/tests/node/node_modules}/s3rver" ]; then
 	stores="$stores s3"

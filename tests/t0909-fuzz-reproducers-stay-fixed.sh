@@ -44,9 +44,7 @@ refuses() {
 	grep -q "$2" "$T/err" || { cat "$T/err"; fail "$3: not refused for '$2'"; }
 }
 
-for c in dcr-diff dcr-pack python3; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-diff dcr-pack python3
 run 0 python3 "$DCR_SRC/tests/fuzz/apply-base.py" "$T/a"
 ! cmp -s "$T/a/v0/model.safetensors" "$T/a/v1/model.safetensors" || fail "apply-base.py wrote no step"
 run 0 dcr-diff --no-cache -o "$T/d" "$T/a/v0" "$T/a/v1"

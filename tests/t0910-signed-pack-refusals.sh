@@ -9,9 +9,7 @@
 # policy signed by the same key. The keys come from
 # --verify-key (repeatable) or DCR_VERIFY_KEY (':'-separated).
 . "$DCR_SRC/tests/lib-dcr.sh"
-for c in dcr-pack dcr-commit dcr-keygen gen-checkpoint; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-pack dcr-commit dcr-keygen gen-checkpoint
 H="$DCR_BUILD/tests/hostile"
 run 0 gen-checkpoint -q --size 1M --steps 2 --shards 2 "$T/g"
 run 0 dcr-keygen -p "$T/k.pub" -s "$T/k.sec"

@@ -7,9 +7,7 @@
 # refuses an unsigned pack, another key's, a manifest changed in the store,
 # or a version below --min-version before it passes on a byte of the pack.
 . "$DCR_SRC/tests/lib-xfer.sh"
-for c in dcr-keygen dcr-commit; do
-	command -v "$c" >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+need dcr-keygen dcr-commit
 gen 2M 1
 run_ok dcr-keygen -p "$T/k.pub" -s "$T/k.sec"
 run_ok dcr-keygen -p "$T/o.pub" -s "$T/o.sec"
