@@ -427,23 +427,26 @@ struct dcr_pack_in *cmd_open_pack_input(const char *path, struct cmd_delta_input
 		return in;
 	}
 	int fd = cmd_open_input(path, delta ? "a pack or delta" : "a pack");
-	const uint8_t *head = NULL;
+	/* the first bytes, read to tell a delta from a tar stream, are handed
+	 * to the tar reader, which keeps pointing at them */
+	static struct cmd_delta_input own;
+	struct cmd_delta_input *h = delta ? delta : &own;
+	const char *what = strcmp(path, "-") ? path : "standard input";
 	size_t got = 0;
-	if (delta) {
-		const char *what = strcmp(path, "-") ? path : "standard input";
-		int d = dcr_delta_sniff(fd, delta->head, &got, what, &e);
-		if (d < 0)
-			cmd_die_err(&e, EXIT_FATAL);
-		if (!got)
-			cmd_die("%s is empty: no pack or delta to list", what);
-		delta->fd = fd;
-		delta->head_len = got;
-		if (d)
-			return NULL;
-		head = delta->head;
-	}
-	if (dcr_pack_in_open_tar(fd, head, got, &in, &e))
+	int d = dcr_delta_sniff(fd, h->head, &got, what, &e);
+	if (d < 0)
 		cmd_die_err(&e, EXIT_FATAL);
+	if (!got)
+		cmd_die("%s is empty: no %s", what, delta ? "pack or delta to list" : "pack");
+	h->fd = fd;
+	h->head_len = got;
+	if (d && delta)
+		return NULL;
+	if (d)
+		cmd_die("%s is a delta, not a pack: make it a pack first (dcr-pack DELTA | dcr-push - STORE/NAME)",
+			what);
+	if (dcr_pack_in_open_tar(fd, h->head, got, &in, &e))
+		cmd_die("%s is %s%s", what, delta ? "not a delta, and " : "", e.msg);
 	return in;
 }
 

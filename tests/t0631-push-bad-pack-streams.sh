@@ -2,8 +2,8 @@
 # dcr-push on pack streams put back wrong (tests/packtar.py): a reordered
 # stream and a duplicated payload are pushed and pull | apply ends
 # bit-identical; a corrupted, truncated, missing or mislabelled payload, a
-# manifest from another delta, a manifest that is not last and a stream
-# without one each end in exit 128, one line naming the entry and the cause,
+# manifest from another delta, a manifest that is not last, a stream
+# without one, a delta and bytes that are no tar each end in exit 128, one line naming the entry and the cause,
 # and no manifest in the store, so no receiver takes the pack as whole.
 . "$DCR_SRC/tests/lib-xfer.sh"
 gen 8M 1
@@ -68,3 +68,16 @@ packtar "$T/p.tar" "$T/q.tar" take "$man" "$T/other.tar" "$man"
 bad "payload 0 does not match the manifest"
 head -c 40000 "$T/p.tar" >"$T/q.tar"
 bad "runcated"
+
+# not a pack at all: a delta is named as one (the way out: dcr-pack),
+# other bytes as neither, from a file or standard input
+cp "$T/d" "$T/q.tar"
+bad "is a delta, not a pack: make it a pack first (dcr-pack"
+head -c 3000 "$T/p.tar" | tr '\0-\377' '\1-\377\0' >"$T/q.tar"
+bad "q.tar is not a pack stream"
+st push dcr-push -q - "$S/b-stdin" <"$T/d"
+rc_is push 128
+one_line push dcr-push
+contains "$ERR" "standard input is a delta, not a pack"
+expect_fail 128 dcr-apply "$T/g/v0" "$T/q.tar"
+contains "$ERR" "q.tar is not a delta, and not a pack stream"

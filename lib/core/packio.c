@@ -429,7 +429,7 @@ int dcr_pack_in_open_tar(int fd, const uint8_t *head, size_t head_len, struct dc
 	if (!in->a || archive_read_support_format_tar(in->a) != ARCHIVE_OK ||
 	    archive_read_support_filter_none(in->a) != ARCHIVE_OK ||
 	    archive_read_open(in->a, in, NULL, tar_read_cb, NULL) != ARCHIVE_OK) {
-		int r = dcr_err_set(e, DCR_EFORMAT, "input is neither a delta nor a pack stream%s%s",
+		int r = dcr_err_set(e, DCR_EFORMAT, "not a pack stream (a tar of payloads and a manifest)%s%s",
 				    in->a ? ": " : "", in->a ? archive_error_string(in->a) : "");
 		dcr_pack_in_close(in);
 		return r;

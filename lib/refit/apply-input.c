@@ -63,6 +63,10 @@ int dcr_apply_input(struct dcr_receiver *rc, const char *input, int fd,
 	} else if (!(r = dcr_pack_in_open_tar(fd, head, got, &in, e))) {
 		r = dcr_apply_pack(rc, in, &oo, res, e);
 		dcr_pack_in_close(in);
+	} else {
+		char why[sizeof e->msg];
+		memcpy(why, e->msg, sizeof why);
+		r = dcr_err_set(e, DCR_EFORMAT, "%s is not a delta, and %s", oo.what, why);
 	}
 out:
 	if (own)
