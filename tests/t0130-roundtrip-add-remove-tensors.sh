@@ -4,7 +4,9 @@
 # bit-identical, and a tensor removed and another added in one delta. A
 # touched tensor of a rebuilt file is written into the staged file by the
 # journal's check: its ranges that no item meets too, from the receiver's
-# bytes (a 4 MiB tensor changed in three elements, in items of 4096).
+# bytes (a 4 MiB tensor changed in three elements, in items of 4096). A
+# NEW that holds no tensors is refused: a delta to it would empty every
+# receiver.
 . "$DCR_SRC/tests/lib-dcr.sh"
 
 for files in 1 3; do
@@ -38,3 +40,16 @@ run 0 dcr-diff --chunk 4096 "$T/a" "$T/b" -o "$T/d"
 run 0 dcr-apply "$T/rt" "$T/d"
 same "$T/rt" "$T/b"
 say "ok: a rebuilt file's tensor changed in three places"
+
+# a NEW without tensors (a wrong path, a trainer that has not written
+# yet) is refused, delta or dense copy, and -o leaves no file; from an
+# empty BASE the empty delta is fine
+mkdir "$T/none"
+run 128 dcr-diff -o "$T/d0" "$T/a" "$T/none"
+grep -q "'$T/none' holds no tensors (no .safetensors files in it)" "$T/err" || fail "no reason: $(cat "$T/err")"
+[ ! -e "$T/d0" ] || fail "a delta was written to an empty NEW"
+run 128 dcr-diff --dense "$T/none"
+grep -q "holds no tensors" "$T/err" || fail "no reason: $(cat "$T/err")"
+mkdir "$T/none2"
+roundtrip "$T/none2" "$T/none"
+say "ok: a NEW without tensors refused"

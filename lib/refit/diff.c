@@ -471,7 +471,16 @@ static int open_ckpts(const struct dcr_diff_opts *o, struct dcr_ckpt **pa, struc
 	} else if ((r = dcr_ckpt_open(o->base, pa, e))) {
 		return r;
 	}
-	return dcr_ckpt_open(o->target, pb, e);
+	if ((r = dcr_ckpt_open(o->target, pb, e)))
+		return r;
+	/* a target without tensors is a wrong path or a trainer that has
+	 * not written yet far more often than a wish to empty every
+	 * receiver, which a delta to it would do */
+	if (!(*pb)->ntensors && (o->dense || (*pa)->ntensors))
+		return dcr_err_set(e, DCR_ENOTFOUND,
+				   "'%s' holds no tensors (%s): a delta to it would remove every tensor a receiver holds; name the checkpoint the trainer wrote",
+				   o->target, (*pb)->is_dir ? "no .safetensors files in it" : "an empty safetensors file");
+	return 0;
 }
 
 /* Each worker's buffers, then up to threads threads (*nth of them
