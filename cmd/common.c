@@ -265,7 +265,9 @@ int cmd_exit_code(int r)
 	return r == DCR_EBASE ? EXIT_NEGATIVE : EXIT_FATAL;
 }
 
-static int progress_shown;
+/* shown: a progress line stands on stderr; started: this phase has
+ * shown one (its start time and last line stand across a clear) */
+static int progress_shown, progress_started;
 static struct timespec progress_t0, progress_last;
 
 static double secs(const struct timespec *a, const struct timespec *b)
@@ -279,12 +281,13 @@ void cmd_progress_bytes(void *what, uint64_t done, uint64_t total)
 		return;
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	if (!progress_shown) {
+	if (!progress_started) {
 		progress_t0 = now;
 		progress_last.tv_sec = 0;
 	}
-	if (progress_shown && done < total && secs(&progress_last, &now) < 0.2)
+	if (progress_started && done < total && secs(&progress_last, &now) < 0.2)
 		return;
+	progress_started = 1;
 	progress_last = now;
 	double el = secs(&progress_t0, &now);
 	double rate = el > 0 ? (double)done / el / 1048576.0 : 0;
@@ -301,8 +304,9 @@ void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads)
 		return;
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	if (!progress_shown)
+	if (!progress_started)
 		progress_t0 = now;
+	progress_started = 1;
 	double el = secs(&progress_t0, &now);
 	fprintf(stderr, "\r%s: %s %llu MiB, %llu payloads, %.0f MiB/s   ", cmd_name,
 		what ? (const char *)what : "", (unsigned long long)(bytes >> 20),
@@ -312,10 +316,16 @@ void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads)
 
 void cmd_progress_end(void)
 {
-	if (progress_shown) {
+	if (progress_shown)
 		fputc('\n', stderr);
-		progress_shown = 0;
-	}
+	progress_shown = progress_started = 0;
+}
+
+void cmd_progress_clear(void)
+{
+	if (progress_shown)
+		fputs(isatty(2) ? "\r\033[K" : "\n", stderr);
+	progress_shown = 0;
 }
 
 /* Exit when fd, opened from path (NULL: standard input), is a terminal. */

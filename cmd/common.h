@@ -54,6 +54,9 @@ extern int cmd_progress_on;
 extern int cmd_quiet;
 void cmd_progress_bytes(void *what, uint64_t done, uint64_t total);
 void cmd_progress_end(void);
+/* Take the progress line off the terminal (a newline elsewhere) before a
+ * line of output; the next update draws it again. */
+void cmd_progress_clear(void);
 /* For transfers: bytes and payloads moved so far, and the rate. */
 void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads);
 

@@ -23,6 +23,8 @@ static const char usage[] =
 	"      --threads N      hash with N threads (default: one per core)\n"
 	"      --porcelain      one stable, tab-separated line per tensor\n"
 	"  -z                   end porcelain lines with NUL\n"
+	"      --progress       show progress on stderr (default: when it is a terminal)\n"
+	"      --no-progress    do not show progress\n"
 	"  -q, --quiet          print nothing; only the exit status tells\n"
 	"  -h, --help           show this help\n"
 	"\n"
@@ -33,13 +35,21 @@ static const char *vname[] = {"ok", "differ", "layout", "missing", "extra"};
 struct out {
 	int porcelain, quiet;
 	char eol;
+	const struct dcr_ckpt *want; /* for progress: the bytes compared */
+	uint64_t done, total;
 };
 
 static void report(void *ctx, const struct dcr_verify_item *it)
 {
 	struct out *o = ctx;
-	if (o->quiet)
+	const struct dcr_ckpt_tensor *w = dcr_ckpt_find(o->want, it->name);
+	if (w && it->v != DCR_V_MISSING) {
+		o->done += dcr_tensor_bytes(w->info);
+		cmd_progress_bytes("compared", o->done, o->total);
+	}
+	if (o->quiet || (!o->porcelain && it->v == DCR_V_OK))
 		return;
+	cmd_progress_clear();
 	/* a name from the checkpoint, quoted but with -z */
 	const char *name = o->eol ? cmd_quote(it->name) : it->name;
 	if (o->porcelain) {
@@ -64,6 +74,41 @@ static void report(void *ctx, const struct dcr_verify_item *it)
 	}
 }
 
+/* Hash one tensor (one) or every one into dg, marking them in sel; with
+ * progress on, in batches of at least 1 GiB (and 1% of the checkpoint),
+ * each on every thread, the bytes done shown after each. */
+static void hash_tensors(const struct dcr_ckpt *c, const struct dcr_ckpt_tensor *one,
+			 int threads, dcr_digest *dg, uint8_t *sel)
+{
+	uint64_t total = 0, done = 0, batch = 0;
+	for (size_t i = 0; i < c->ntensors; i++)
+		if (!one || &c->tensors[i] == one)
+			total += dcr_tensor_bytes(c->tensors[i].info);
+	uint64_t step = total / 100 > (1ull << 30) ? total / 100 : 1ull << 30;
+	uint8_t *bsel = dcr_calloc(c->ntensors + 1, 1); /* this batch's */
+	if (!bsel)
+		cmd_die("out of memory");
+	cmd_progress_bytes("hashed", 0, total);
+	for (size_t i = 0, from = 0; i < c->ntensors; i++) {
+		if (!one || &c->tensors[i] == one) {
+			sel[i] = bsel[i] = 1;
+			batch += dcr_tensor_bytes(c->tensors[i].info);
+		}
+		if (i + 1 < c->ntensors && (!cmd_progress_on || batch < step))
+			continue;
+		int r = dcr_ckpt_digests_sel(c, dg, bsel, threads);
+		if (r)
+			cmd_die("cannot hash '%s': %s", c->path, strerror(-r));
+		memset(bsel + from, 0, i + 1 - from);
+		from = i + 1;
+		done += batch;
+		batch = 0;
+		cmd_progress_bytes("hashed", done, total);
+	}
+	free(bsel);
+	cmd_progress_end();
+}
+
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-verify", argc, argv);
@@ -73,6 +118,8 @@ int main(int argc, char **argv)
 		{"tensors", no_argument, NULL, 'T'},
 		{"threads", required_argument, NULL, 'N'},
 		{"porcelain", no_argument, NULL, 'P'},
+		{"progress", no_argument, NULL, 'p'},
+		{"no-progress", no_argument, NULL, 'n'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -88,9 +135,8 @@ int main(int argc, char **argv)
 		case 'N': threads = (int)cmd_parse_u64(usage, "--threads", optarg, 1, 64); break;
 		case 'P': o.porcelain = 1; break;
 		case 'z': o.eol = '\0'; break;
-		case 'q': o.quiet = 1; break;
-		case 'h': fputs(usage, stdout); return cmd_finish(EXIT_OK);
-		default: cmd_bad_option(c, usage);
+		case 'q': o.quiet = 1; cmd_common_option(c, usage); break;
+		default: cmd_common_option(c, usage); break;
 		}
 	}
 	if (argc - optind != 1)
@@ -116,19 +162,21 @@ int main(int argc, char **argv)
 	if (dcr_ckpt_open(argv[optind], &have, &e))
 		cmd_die_err(&e, EXIT_FATAL);
 	if (!against) {
-		dcr_digest id, *dg = dcr_calloc(have->ntensors, sizeof(dcr_digest));
-		if (!dg)
+		dcr_digest id, *dg = dcr_calloc(have->ntensors + 1, sizeof(dcr_digest));
+		uint8_t *sel = dcr_calloc(have->ntensors + 1, 1);
+		if (!dg || !sel)
 			cmd_die("out of memory");
-		if (dcr_ckpt_state_id_threads(have, threads, &id, dg, &e) ||
-		    dcr_ckpt_unchanged(have, &e))
+		const struct dcr_ckpt_tensor *one = only ? dcr_ckpt_find(have, only) : NULL;
+		if (only && !one)
+			cmd_die("no tensor '%s' in '%s'", only, argv[optind]);
+		hash_tensors(have, one, threads, dg, sel);
+		if (dcr_ckpt_unchanged(have, &e))
 			cmd_die_err(&e, EXIT_FATAL);
 		char hex[65];
-		int found = !only;
 		if (tensors || only) {
 			for (size_t i = 0; i < have->ntensors; i++) {
-				if (only && strcmp(only, have->tensors[i].info->name))
+				if (!sel[i])
 					continue;
-				found = 1;
 				dcr_digest_hex(&dg[i], hex);
 				if (!o.quiet)
 					printf("%s\t%s%c", hex,
@@ -137,21 +185,27 @@ int main(int argc, char **argv)
 					       o.eol);
 			}
 		} else if (!o.quiet) {
+			dcr_ckpt_state_from(have, dg, &id);
 			dcr_digest_hex(&id, hex);
 			printf("%s%c", hex, o.eol);
 		}
 		free(dg);
+		free(sel);
 		dcr_ckpt_close(have);
 		dcr_receiver_close(rc);
-		if (!found)
-			cmd_die("no tensor '%s' in '%s'", only, argv[optind]);
 		return cmd_finish(EXIT_OK);
 	}
 	if (dcr_ckpt_open(against, &want, &e))
 		cmd_die_err(&e, EXIT_FATAL);
 	if (only && !dcr_ckpt_find(have, only) && !dcr_ckpt_find(want, only))
 		cmd_die("no tensor '%s' in '%s' or '%s'", only, argv[optind], against);
+	o.want = want;
+	for (size_t i = 0; i < want->ntensors; i++)
+		if (!only || !strcmp(only, want->tensors[i].info->name))
+			o.total += dcr_tensor_bytes(want->tensors[i].info);
+	cmd_progress_bytes("compared", 0, o.total);
 	int bad = dcr_verify_against(have, want, only, report, &o, &e);
+	cmd_progress_end();
 	if (bad < 0)
 		cmd_die_err(&e, EXIT_FATAL);
 	if (!o.quiet && !o.porcelain)

@@ -2,7 +2,8 @@
 # dcr-verify --against is a real oracle (the round-trip tests lean on it):
 # it reports one flipped low bit, +0 vs -0 and a NaN payload change with the
 # tensor and its first differing element, and a dtype change, a shape change,
-# a missing and an extra tensor; every time exit 1.
+# a missing and an extra tensor; every time exit 1. --progress shows the
+# bytes hashed or compared; --tensor hashes that tensor alone.
 . "$DCR_SRC/tests/lib-dcr.sh"
 
 $MKST new "$T/a" w:BF16:16x16 z:BF16:8:zero n:BF16:4:rep/c07f f:F32:5 e:U8:0x4:zero
@@ -38,3 +39,27 @@ grep -q "^extra	x$" "$T/out" || fail "extra tensor not reported"
 # and the state id moves with one bit
 rm -rf "$T/b" && cp -r "$T/a" "$T/b" && $MKST xor "$T/b" w 0=1
 [ "$(state_id "$T/b")" != "$(state_id "$T/a")" ] || fail "state id ignores a bit"
+
+# --progress: stdout as without it, the bytes on stderr (the whole
+# checkpoint hashed, one tensor's with --tensor, DENSE's compared); one
+# differing tensor's line stands apart from the progress
+$MKST new "$T/p" big:F32:1024x1024 small:F32:16
+run 0 dcr-verify "$T/p"
+id=$(cat "$T/out")
+run 0 dcr-verify --progress "$T/p"
+[ "$(cat "$T/out")" = "$id" ] || fail "--progress changed the state id"
+grep -q "dcr-verify: hashed 4/4 MiB (100%)" "$T/err" || fail "no progress: $(cat -v "$T/err")"
+run 0 dcr-verify --progress "$T/p" --tensor small
+grep -q "	small$" "$T/out" || fail "no digest of 'small'"
+grep -q "hashed 0/0 MiB (100%)" "$T/err" || fail "--tensor hashed more than its tensor: $(cat -v "$T/err")"
+run 0 dcr-verify --tensors "$T/p"
+grep "	small$" "$T/out" >"$T/one"
+run 0 dcr-verify --tensor small "$T/p"
+cmp -s "$T/out" "$T/one" || fail "--tensor and --tensors disagree on 'small'"
+cp -r "$T/p" "$T/q" && $MKST xor "$T/q" big 7=1
+run 1 dcr-verify --progress "$T/q" --against "$T/p"
+grep -q "compared 4/4 MiB (100%)" "$T/err" || fail "no compare progress: $(cat -v "$T/err")"
+grep -q "^differ: 'big'" "$T/out" || fail "no report of 'big'"
+run 0 dcr-verify -q --progress "$T/p"
+[ ! -s "$T/err" ] && [ ! -s "$T/out" ] || fail "-q printed: $(cat "$T/out" "$T/err")"
+say "ok: progress, and --tensor hashes its tensor alone"
