@@ -265,60 +265,71 @@ int cmd_exit_code(int r)
 	return r == DCR_EBASE ? EXIT_NEGATIVE : EXIT_FATAL;
 }
 
-/* shown: a progress line stands on stderr; started: this phase has
- * shown one (its start time and last line stand across a clear) */
-static int progress_shown, progress_started;
-static struct timespec progress_t0, progress_last;
+/* A phase's progress: started (its start time set), drawn (a line drawn
+ * since; its time in progress_last), shown (a line stands on stderr now:
+ * cmd_progress_clear takes it off and the phase goes on). */
+static int progress_started, progress_drawn, progress_shown, progress_forced;
+static struct timespec progress_t0, progress_last, progress_now;
 
 static double secs(const struct timespec *a, const struct timespec *b)
 {
 	return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) / 1e9;
 }
 
-void cmd_progress_bytes(void *what, uint64_t done, uint64_t total)
+/* Whether to draw a line now (progress_now), the last one (final) always
+ * once drawing began: lines at most five a second, and without
+ * --progress none in a phase's first second, so that quick work at a
+ * terminal leaves no line behind. */
+static int progress_due(int final)
 {
 	if (!cmd_progress_on || cmd_quiet)
-		return;
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &progress_now);
 	if (!progress_started) {
-		progress_t0 = now;
-		progress_last.tv_sec = 0;
+		progress_started = 1;
+		progress_t0 = progress_now;
 	}
-	if (progress_started && done < total && secs(&progress_last, &now) < 0.2)
+	if (!progress_drawn)
+		return progress_forced || secs(&progress_t0, &progress_now) >= 1.0;
+	return final || secs(&progress_last, &progress_now) >= 0.2;
+}
+
+static void progress_drew(void)
+{
+	progress_drawn = progress_shown = 1;
+	progress_last = progress_now;
+}
+
+void cmd_progress_bytes(void *what, uint64_t done, uint64_t total)
+{
+	if (!progress_due(done >= total))
 		return;
-	progress_started = 1;
-	progress_last = now;
-	double el = secs(&progress_t0, &now);
+	double el = secs(&progress_t0, &progress_now);
 	double rate = el > 0 ? (double)done / el / 1048576.0 : 0;
 	fprintf(stderr, "\r%s: %s %llu/%llu MiB (%.0f%%), %.0f MiB/s   ", cmd_name,
 		what ? (const char *)what : "", (unsigned long long)(done >> 20),
 		(unsigned long long)(total >> 20), total ? 100.0 * (double)done / (double)total : 100.0,
 		rate);
-	progress_shown = 1;
+	progress_drew();
 }
 
 void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads)
 {
-	if (!cmd_progress_on || cmd_quiet)
+	/* every payload's line once drawing began: the last stands at the end */
+	if (!progress_due(1))
 		return;
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	if (!progress_started)
-		progress_t0 = now;
-	progress_started = 1;
-	double el = secs(&progress_t0, &now);
+	double el = secs(&progress_t0, &progress_now);
 	fprintf(stderr, "\r%s: %s %llu MiB, %llu payloads, %.0f MiB/s   ", cmd_name,
 		what ? (const char *)what : "", (unsigned long long)(bytes >> 20),
 		(unsigned long long)payloads, el > 0 ? (double)bytes / el / 1048576.0 : 0.0);
-	progress_shown = 1;
+	progress_drew();
 }
 
 void cmd_progress_end(void)
 {
 	if (progress_shown)
 		fputc('\n', stderr);
-	progress_shown = progress_started = 0;
+	progress_started = progress_drawn = progress_shown = 0;
 }
 
 void cmd_progress_clear(void)
@@ -511,7 +522,7 @@ int cmd_pack_output_close(struct dcr_tar_out *tar, int r, struct dcr_err *e)
 void cmd_common_option(int c, const char *usage)
 {
 	switch (c) {
-	case 'p': cmd_progress_on = 1; return;
+	case 'p': cmd_progress_on = progress_forced = 1; return;
 	case 'n': cmd_progress_on = 0; return;
 	case 'q': cmd_quiet = 1; return;
 	case 'h': fputs(usage, stdout); exit(cmd_finish(EXIT_OK));

@@ -23,7 +23,7 @@ static const char usage[] =
 	"      --threads N      hash with N threads (default: one per core)\n"
 	"      --porcelain      one stable, tab-separated line per tensor\n"
 	"  -z                   end porcelain lines with NUL\n"
-	"      --progress       show progress on stderr (default: when it is a terminal)\n"
+	"      --progress       show progress on stderr (default: at a terminal, after 1 s)\n"
 	"      --no-progress    do not show progress\n"
 	"  -q, --quiet          print nothing; only the exit status tells\n"
 	"  -h, --help           show this help\n"

@@ -63,3 +63,13 @@ grep -q "^differ: 'big'" "$T/out" || fail "no report of 'big'"
 run 0 dcr-verify -q --progress "$T/p"
 [ ! -s "$T/err" ] && [ ! -s "$T/out" ] || fail "-q printed: $(cat "$T/out" "$T/err")"
 say "ok: progress, and --tensor hashes its tensor alone"
+
+# at a terminal, work that ends within its first second shows no progress
+# line unless --progress asks for one from the start
+if command -v script >/dev/null 2>&1 && script -q -c true /dev/null </dev/null >/dev/null 2>&1; then
+	script -q -c "dcr-verify '$T/p'" /dev/null >"$T/tty" </dev/null
+	[ "$(tr -d '\r' <"$T/tty")" = "$id" ] || fail "quick work at a terminal drew progress: $(cat -v "$T/tty")"
+	script -q -c "dcr-verify --progress '$T/p'" /dev/null >"$T/tty" </dev/null
+	grep -q "hashed 4/4 MiB" "$T/tty" || fail "--progress at a terminal drew nothing: $(cat -v "$T/tty")"
+	say "ok: no progress line for quick work at a terminal"
+fi
