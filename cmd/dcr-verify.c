@@ -74,11 +74,10 @@ static void report(void *ctx, const struct dcr_verify_item *it)
 	}
 }
 
-/* Hash one tensor (one) or every one into dg, marking them in sel; with
- * progress on, in batches of at least 1 GiB (and 1% of the checkpoint),
+/* Hash one tensor (one) or every one into dg; with progress on, in batches of at least 1 GiB (and 1% of the checkpoint),
  * each on every thread, the bytes done shown after each. */
 static void hash_tensors(const struct dcr_ckpt *c, const struct dcr_ckpt_tensor *one,
-			 int threads, dcr_digest *dg, uint8_t *sel)
+			 int threads, dcr_digest *dg)
 {
 	uint64_t total = 0, done = 0, batch = 0;
 	for (size_t i = 0; i < c->ntensors; i++)
@@ -91,7 +90,7 @@ static void hash_tensors(const struct dcr_ckpt *c, const struct dcr_ckpt_tensor 
 	cmd_progress_bytes("hashed", 0, total);
 	for (size_t i = 0, from = 0; i < c->ntensors; i++) {
 		if (!one || &c->tensors[i] == one) {
-			sel[i] = bsel[i] = 1;
+			bsel[i] = 1;
 			batch += dcr_tensor_bytes(c->tensors[i].info);
 		}
 		if (i + 1 < c->ntensors && (!cmd_progress_on || batch < step))
@@ -163,19 +162,18 @@ int main(int argc, char **argv)
 		cmd_die_err(&e, EXIT_FATAL);
 	if (!against) {
 		dcr_digest id, *dg = dcr_calloc(have->ntensors + 1, sizeof(dcr_digest));
-		uint8_t *sel = dcr_calloc(have->ntensors + 1, 1);
-		if (!dg || !sel)
+		if (!dg)
 			cmd_die("out of memory");
 		const struct dcr_ckpt_tensor *one = only ? dcr_ckpt_find(have, only) : NULL;
 		if (only && !one)
 			cmd_die("no tensor '%s' in '%s'", only, argv[optind]);
-		hash_tensors(have, one, threads, dg, sel);
+		hash_tensors(have, one, threads, dg);
 		if (dcr_ckpt_unchanged(have, &e))
 			cmd_die_err(&e, EXIT_FATAL);
 		char hex[65];
 		if (tensors || only) {
 			for (size_t i = 0; i < have->ntensors; i++) {
-				if (!sel[i])
+				if (one && &have->tensors[i] != one)
 					continue;
 				dcr_digest_hex(&dg[i], hex);
 				if (!o.quiet)
@@ -190,7 +188,6 @@ int main(int argc, char **argv)
 			printf("%s%c", hex, o.eol);
 		}
 		free(dg);
-		free(sel);
 		dcr_ckpt_close(have);
 		dcr_receiver_close(rc);
 		return cmd_finish(EXIT_OK);
