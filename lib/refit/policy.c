@@ -358,16 +358,14 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 						 ? "another attempt of it"
 						 : "it before this wait began",
 					 stale->error);
-			if (failed > o->max_failed)
-				r = dcr_err_set(e, DCR_ENOTFOUND,
-						"policy '%s': %u of %u receivers acknowledged version %llu (state %.12s); nothing committed%s",
-						policy, good, o->expect, (unsigned long long)o->version,
-						hex, told);
-			else
-				r = dcr_err_set(e, DCR_ENOTFOUND,
-						"policy '%s': %u of %u receivers acknowledged version %llu (state %.12s) after %.0f s; nothing committed%s",
-						policy, good, o->expect, (unsigned long long)o->version,
-						hex, o->timeout_s, told);
+			/* ended by the reports, or by the timeout */
+			char after[48] = "";
+			if (failed <= o->max_failed)
+				snprintf(after, sizeof(after), " after %.0f s", o->timeout_s);
+			r = dcr_err_set(e, DCR_ENOTFOUND,
+					"policy '%s': %u of %u receivers acknowledged version %llu (state %.12s)%s; nothing committed%s",
+					policy, good, o->expect, (unsigned long long)o->version, hex,
+					after, told);
 			dcr_acks_free(v, n);
 			break;
 		}
