@@ -28,9 +28,16 @@ static char **cmd_argv;
 /* An interrupted command (^C, a job scheduler's SIGTERM, a closed
  * terminal) removes its temporary files, then dies of the signal as it
  * would have (a caller sees the same status). */
+/* A pack directory this command is to create (-o DIR, absent at the
+ * start): removed again if the command fails or is interrupted while it is
+ * still empty (a pull's payloads, kept for its retry, keep it). */
+static const char *made_dir;
+
 static void on_fatal_signal(int sig)
 {
 	dcr_atomic_remove_all();
+	if (made_dir)
+		rmdir(made_dir);
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
@@ -485,6 +492,9 @@ int cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_tar
 	*tar = NULL;
 	cmd_pack_output_check(output);
 	if (strcmp(output, "-") && !dcr_output_is_stream(output)) {
+		struct stat sb;
+		if (lstat(output, &sb) && errno == ENOENT)
+			made_dir = output;
 		*out = (struct dcr_pack_out){.entry = dcr_pack_dir_entry,
 					     .ctx = (void *)output,
 					     .stage = dcr_pack_dir_stage,
@@ -510,8 +520,12 @@ int cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_tar
 
 int cmd_pack_output_close(struct dcr_tar_out *tar, int r, struct dcr_err *e)
 {
-	if (!tar)
+	if (!tar) {
+		if (r && made_dir)
+			rmdir(made_dir);
+		made_dir = NULL;
 		return r;
+	}
 	if (r) {
 		dcr_tar_out_close(tar, NULL);
 		return r;

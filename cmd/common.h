@@ -97,7 +97,9 @@ struct dcr_pack_in *cmd_open_pack_input(const char *path, struct cmd_delta_input
  * terminal), a stream (dcr_output_is_stream: a FIFO, /dev/fd/N) a tar
  * stream written there, else a directory; returns 1 for a directory, else
  * 0. cmd_pack_output_close finishes the tar (r: the result so far;
- * returns the final one). */
+ * returns the final one); where r is an error it removes a directory the
+ * command was to create if it is still empty (a full disk at the first
+ * payload leaves no new empty directory behind). */
 struct dcr_pack_out;
 struct dcr_tar_out;
 int cmd_pack_output(const char *output, struct dcr_pack_out *out, struct dcr_tar_out **tar);

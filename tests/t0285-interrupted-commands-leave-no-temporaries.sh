@@ -8,7 +8,10 @@
 #     temporary file left; a SIGINT ignored by its starter stays ignored;
 #   - temporary files of processes killed with SIGKILL (which no handler
 #     sees) are removed by the next write of the same pack directory and
-#     the next apply of the receiver (.dcr/), those of live processes kept.
+#     the next apply of the receiver (.dcr/), those of live processes kept;
+#   - dcr-pack -o DIR and dcr-pull -o DIR that fail on a full disk (a
+#     64 KiB tmpfs, where the root user may mount one) say so, and leave
+#     neither a temporary file nor the new empty directory DIR.
 if [ -z "${BASH_VERSION:-}" ]; then
 	command -v bash >/dev/null 2>&1 || { echo "SKIP: bash is missing"; exit 77; }
 	exec bash "$0" "$@"
@@ -91,4 +94,20 @@ run 0 dcr-apply -q "$T/r" "$T/d2"
 [ "$(temps "$T/r")" = "$T/r/.dcr/.state.tmp-$live-0" ] ||
 	fail "apply: temporary files in .dcr after it: $(temps "$T/r")"
 run 0 dcr-verify -q "$T/r" --against "$T/g/v2"
+
+# a full disk at the first payload: no new empty directory stays behind
+if [ "$(id -u)" = 0 ] && mkdir -p "$T/mnt" && mount -t tmpfs -o size=64k tmpfs "$T/mnt" 2>/dev/null; then
+	trap 'umount "$T/mnt" 2>/dev/null || true; rm -rf "$T"' EXIT
+	run 0 dcr-diff -q --dense "$T/g/v1" -o "$T/dense"
+	run 0 dcr-pack -q -o "$T/pd" "$T/dense"
+	run 0 dcr-push -q "$T/pd" "$T/store/dense"
+	[ "$(stat -c %s "$T/pd/payload-000000.dcrp")" -gt 65536 ] || fail "the test's payload fits 64 KiB"
+	run 128 dcr-pack -q -o "$T/mnt/p" "$T/dense"
+	grep -q "No space left on device" "$T/err" || fail "pack -o on a full disk: $(cat "$T/err")"
+	run 128 dcr-pull -q -o "$T/mnt/o" "$T/store/dense"
+	grep -q "No space left on device" "$T/err" || fail "pull -o on a full disk: $(cat "$T/err")"
+	left=$(find "$T/mnt" -mindepth 1)
+	[ -z "$left" ] || fail "a full disk left: $left"
+	umount "$T/mnt"
+fi
 say "ok: interrupted commands leave no temporary files; killed ones' are cleared"
