@@ -332,6 +332,19 @@ void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads)
 	progress_drew();
 }
 
+void cmd_progress_text(int final, const char *fmt, ...)
+{
+	if (!progress_due(final))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "\r%s: ", cmd_name);
+	vfprintf(stderr, fmt, ap);
+	fputs("   ", stderr);
+	va_end(ap);
+	progress_drew();
+}
+
 void cmd_progress_end(void)
 {
 	if (progress_shown)

@@ -59,6 +59,10 @@ void cmd_progress_end(void);
 void cmd_progress_clear(void);
 /* For transfers: bytes and payloads moved so far, and the rate. */
 void cmd_progress_xfer(void *what, uint64_t bytes, uint64_t payloads);
+/* A progress line of its own words (printf's format), drawn as the others
+ * are: after a second of work, then at most five times a second, and
+ * always when final. */
+void cmd_progress_text(int final, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Binary input from standard input: exit 128 with "refusing to read WHAT
  * from a terminal" when it is one (a forgotten argument would wait). */

@@ -47,6 +47,9 @@ static const char usage[] =
 	"  -z                   with --log --porcelain: end records with NUL\n"
 	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE    CA certificates for https\n"
+	"      --progress       trainer: show the acknowledgements as they come, on\n"
+	"                       stderr (default at a terminal, after a second)\n"
+	"      --no-progress    do not show progress\n"
 	"  -q, --quiet          print nothing but errors (and the trainer's state id)\n"
 	"  -h, --help           show this help\n"
 	"\n"
@@ -169,6 +172,8 @@ static void parse_args(int argc, char **argv, struct args *a)
 		{"porcelain", no_argument, NULL, 'O'},
 		{"endpoint", required_argument, NULL, 'E'},
 		{"cacert", required_argument, NULL, 'C'},
+		{"progress", no_argument, NULL, 'p'},
+		{"no-progress", no_argument, NULL, 'n'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -293,6 +298,24 @@ static int store_status(const struct args *a)
 	return cmd_finish(EXIT_OK);
 }
 
+/* The trainer's wait, as it goes: "policy P: v3: 1 of 2 acknowledged, 4 s
+ * of 600 s" (seconds waited, of --timeout) */
+static void acks_progress(void *ctx, unsigned acks, unsigned expect, unsigned failed)
+{
+	const struct args *a = ctx;
+	static double t0 = -1;
+	double now = dcr_now_s();
+	if (t0 < 0)
+		t0 = now;
+	char fl[48] = "", tm[64] = "";
+	if (failed)
+		snprintf(fl, sizeof(fl), ", %u failed", failed);
+	if (a->timeout > 0)
+		snprintf(tm, sizeof(tm), ", %.0f s of %g s", now - t0, a->timeout);
+	cmd_progress_text(acks >= expect, "policy %s: v%llu: %u of %u acknowledged%s%s",
+			  cmd_quote(a->policy), (unsigned long long)a->co.version, acks, expect, fl, tm);
+}
+
 /* The trainer: wait for the acknowledgements, commit V in the store, print
  * the state id the next diff starts from. */
 static int trainer_commit(struct args *a)
@@ -306,6 +329,7 @@ static int trainer_commit(struct args *a)
 	struct dcr_policy_commit_opts po = {.version = a->co.version,
 					    .expect = (unsigned)a->expect,
 					    .timeout_s = a->timeout, .fault = &cmd_fault,
+					    .progress = acks_progress, .progress_ctx = a,
 					    .max_failed = a->max_failed < 0 ? 0 : (unsigned)a->max_failed};
 	/* the pack's target and attempt (a receiver's report of another
 	 * attempt is stale); with --state the pack need not be there */
@@ -319,6 +343,7 @@ static int trainer_commit(struct args *a)
 	unsigned seen = 0;
 	r = dcr_policy_commit(s, a->policy, &po, &seen, &e);
 	dcr_store_close(s);
+	cmd_progress_end();
 	if (r)
 		cmd_die_err(&e, exit_for(r));
 	char hex[65];

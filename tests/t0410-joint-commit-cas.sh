@@ -35,6 +35,12 @@ done
 run 1 dcr-commit --store "$S" --policy pol --version 1 --expect 2 --timeout 0.3
 grep -q "0 of 2" "$T/err" || fail "no acknowledgement count in '$(cat "$T/err")'"
 run 0 dcr-commit "$T/ra" --store "$S" --policy pol --receiver ra
+# the trainer's wait shows the count as it goes (--progress: stderr is a file)
+run 1 dcr-commit --progress --store "$S" --policy pol --version 1 --expect 2 --timeout 0.3
+grep -q "policy pol: v1: 1 of 2 acknowledged, 0 s of 0.3 s" "$T/err" ||
+	fail "no progress of the wait in '$(cat -v "$T/err")'"
+run 1 dcr-commit --store "$S" --policy pol --version 1 --expect 2 --timeout 0.3
+! grep -q "acknowledged, " "$T/err" || fail "progress without --progress: '$(cat -v "$T/err")'"
 # an acknowledgement naming another state does not count
 printf 'dcr-ack 1\nversion 1\nstate %s\nreceiver rx\n' "$S3" >"$S/pol/acks/v1/rx"
 run 1 dcr-commit --store "$S" --policy pol --version 1 --expect 2

@@ -342,6 +342,8 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 		}
 		if (acks_seen)
 			*acks_seen = good;
+		if (o->progress)
+			o->progress(o->progress_ctx, good, o->expect, failed);
 		if (good >= o->expect) {
 			dcr_acks_free(v, n);
 			break;

@@ -72,6 +72,10 @@ struct dcr_policy_commit_opts {
 				report of another is stale, not counted */
 	int have_attempt;
 	struct dcr_fault *fault; /* fault points (core/fault.h) */
+	/* called after each look at the acknowledgements: how many name the
+	 * state, how many count as failure reports (NULL: none) */
+	void (*progress)(void *ctx, unsigned acks, unsigned expect, unsigned failed);
+	void *progress_ctx;
 };
 /* Wait for the acknowledgements, then create refs/vV with compare-and-set.
  * DCR_ECONFLICT when V is already committed (by anyone: e names its state)
