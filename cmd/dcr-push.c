@@ -48,6 +48,8 @@ static const char usage[] =
 	"      --dry-run        with --gc: only list what would be removed\n"
 	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE    CA certificates for https\n"
+	"      --force          replace the pack of a version the store has committed\n"
+	"                       (refused without it: lagging receivers fetch that pack)\n"
 	"  -j, --parallel N     uploads (with --gc: deletions) in flight (default 4)\n"
 	"      --retries N      retries of a failed request (default 5)\n"
 	"      --progress       show progress on stderr\n"
@@ -55,7 +57,8 @@ static const char usage[] =
 	"  -q, --quiet          print nothing but errors\n"
 	"  -h, --help           show this help\n"
 	"\n"
-	"Exit status: 0 pushed (or finalized), 128 error, 129 usage error.\n";
+	"Exit status: 0 pushed (or finalized); 1 refused: NAME is vV and the store has\n"
+	"committed version V (STORE/refs/vV); 128 error; 129 usage error.\n";
 
 static void fin_progress(void *ctx, uint32_t have, uint32_t n)
 {
@@ -133,6 +136,39 @@ static void gc_behind(void *ctx, const char *receiver, uint64_t version, int let
 			 (unsigned long long)o->max_behind, (unsigned long long)version);
 }
 
+/* NAME is vV: refuse (exit 1) when STORE, a policy's directory, has
+ * committed V. A pushed pack replaces the one there, payloads first, so a
+ * rerun step pushed under a committed version's name destroyed the pack
+ * that receivers behind the head fetch to reach that state. Where the
+ * store does not tell (its answer is an error), a warning, and the push
+ * goes on, as its listing and deletions do. */
+static void refuse_committed(struct dcr_store *s, const char *surl, uint64_t v)
+{
+	struct dcr_err e = {0};
+	dcr_digest d;
+	int r = dcr_policy_ref(s, NULL, v, &d, &e);
+	if (r == DCR_ENOTFOUND)
+		return;
+	if (r && r != DCR_EFORMAT) {
+		/* a key that may put but not read refs (S3 answers 403 for a
+		 * missing object without s3:ListBucket): the push goes on */
+		if (!cmd_quiet)
+			fprintf(stderr, "dcr-push: warning: cannot tell whether '%s' has committed version %llu (%s); pushing\n",
+				cmd_quote(surl), (unsigned long long)v, e.msg);
+		return;
+	}
+	char st[80] = "its ref damaged";
+	if (!r) {
+		char hex[65];
+		dcr_digest_hex(&d, hex);
+		snprintf(st, sizeof(st), "state %.12s", hex);
+	}
+	dcr_err_set(&e, DCR_ECONFLICT,
+		    "'%s' has committed version %llu (%s): its pack is what receivers behind fetch to reach it; push the step as the next version (dcr-commit --store ... --status shows the head), or replace it with --force",
+		    cmd_quote(surl), (unsigned long long)v, st);
+	cmd_die_err(&e, EXIT_NEGATIVE);
+}
+
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-push", argc, argv);
@@ -148,6 +184,7 @@ int main(int argc, char **argv)
 		{"timeout", required_argument, NULL, 'T'},
 		{"sign", required_argument, NULL, 'S'},
 		{"version", required_argument, NULL, 'V'},
+		{"force", no_argument, NULL, 'f'},
 		{"progress", no_argument, NULL, 'p'},
 		{"no-progress", no_argument, NULL, 'n'},
 		{"quiet", no_argument, NULL, 'q'},
@@ -156,7 +193,7 @@ int main(int argc, char **argv)
 	};
 	struct dcr_store_opts so = {0};
 	struct dcr_xfer_opts xo = {0};
-	int c, dry = 0, fin = 0, have_timeout = 0;
+	int c, dry = 0, fin = 0, have_timeout = 0, force = 0;
 	const char *gc = NULL, *policy = NULL, *sign = NULL;
 	struct dcr_finalize_opts fo = {0};
 	uint64_t keep = 1, max_behind = UINT64_MAX;
@@ -175,6 +212,7 @@ int main(int argc, char **argv)
 			gc_only = 1;
 			break;
 		case 'F': fin = 1; break;
+		case 'f': force = 1; break;
 		case 'N':
 			fo.producers = (uint32_t)cmd_parse_u64(usage, "--producers", optarg, 1,
 							       DCR_PRODUCERS_MAX);
@@ -194,6 +232,8 @@ int main(int argc, char **argv)
 			break;
 		}
 	}
+	if (force && (gc || fin))
+		cmd_usage_error(usage, "--force goes with a push of a pack, not --gc or --finalize");
 	if (!fin && (fo.producers || have_timeout || sign || fo.have_version))
 		cmd_usage_error(usage, "--producers, --timeout, --sign and --version go with --finalize");
 	if (fin) {
@@ -268,6 +308,9 @@ int main(int argc, char **argv)
 	xo.progress = cmd_progress_xfer;
 	xo.progress_ctx = "push";
 	struct dcr_xfer_stats st = {0};
+	uint64_t ver;
+	if (!force && !dcr_version_parse(name, strlen(name), &ver))
+		refuse_committed(s, surl, ver);
 	int r = dcr_push(s, name, in, &xo, &st, &e);
 	dcr_pack_in_close(in);
 	dcr_store_close(s);

@@ -3,7 +3,8 @@
 # commits version V only with N acknowledgements of the right state and only
 # once (compare-and-set: two trainers at once, exactly one wins; a retried one
 # loses), and prints the base id for the next diff; a receiver refuses a delta
-# whose base is not its committed HEAD; GC removes only unneeded packs.
+# whose base is not its committed HEAD; GC removes only unneeded packs; a
+# push to a committed version's name is refused unless --force.
 . "$DCR_SRC/tests/lib-dcr.sh"
 need dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint
 run 0 gen-checkpoint -q --size 1M --steps 3 "$T/g"
@@ -77,6 +78,20 @@ grep -q "already committed\|committed by another trainer" "$L" || { cat "$L" >&2
 run 1 dcr-commit --store "$S" --policy pol --version 1 --expect 2
 run 0 dcr-commit --store "$S" --policy pol --status --porcelain
 grep -q "^head	1	$S1$" "$T/out" || fail "store head is not v1"
+# a committed version's pack stays: a rerun step pushed under its name is
+# refused before a byte is written (it replaced the pack receivers behind
+# fetch), and --force replaces it
+cp -r "$S/pol/v1" "$T/v1.before"
+run 1 dcr-push "$T/p2" "$S/pol/v1"
+grep -q "has committed version 1 (state ${S1%"${S1#????????????}"})" "$T/err" ||
+	fail "unclear refusal of a committed version's push: $(cat "$T/err")"
+one_line_error dcr-push
+diff -r "$T/v1.before" "$S/pol/v1" >/dev/null || fail "a refused push changed the committed pack"
+run 0 dcr-push -q --force "$T/p2" "$S/pol/v1"
+diff -r "$T/p2" "$S/pol/v1" >/dev/null || fail "--force did not replace the pack"
+run 0 dcr-push -q --force "$T/p1" "$S/pol/v1"
+run 129 dcr-push --force --gc "$S" --policy pol
+
 # many trainers racing for v2 (with no acknowledgement needed): one winner
 wins=0
 for i in 1 2 3 4 5 6; do

@@ -207,7 +207,8 @@ static int parse_ref(const uint8_t *buf, size_t len, uint64_t version, dcr_diges
 int dcr_policy_ref(struct dcr_store *s, const char *policy, uint64_t version, dcr_digest *state,
 		   struct dcr_err *e)
 {
-	char *name = dcr_asprintf("%s/refs/v%llu", policy, (unsigned long long)version);
+	char *name = policy ? dcr_asprintf("%s/refs/v%llu", policy, (unsigned long long)version)
+			    : dcr_asprintf("refs/v%llu", (unsigned long long)version);
 	uint8_t *buf = NULL;
 	size_t len;
 	int r = name ? get_record(s, name, &buf, &len, e) : dcr_err_sys(e, ENOMEM, "ref");

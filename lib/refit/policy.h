@@ -57,7 +57,9 @@ void dcr_acks_free(struct dcr_ack *v, size_t n);
 /* The committed head: the highest refs/vV (have = 0 when there is none). */
 int dcr_policy_head(struct dcr_store *s, const char *policy, struct dcr_head *h,
 		    struct dcr_err *e);
-/* The state committed for version V (DCR_ENOTFOUND if none). */
+/* The state committed for version V (DCR_ENOTFOUND if none). policy NULL:
+ * s is opened at the policy's own directory (STORE/POLICY, where a push of
+ * STORE/POLICY/vV puts the pack). */
 int dcr_policy_ref(struct dcr_store *s, const char *policy, uint64_t version, dcr_digest *state,
 		   struct dcr_err *e);
 
