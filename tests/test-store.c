@@ -18,6 +18,7 @@
 #include "core/bytes.h"
 #include "transport/awsconf.h"
 #include "transport/awscred.h"
+#include "transport/names.h"
 #include "transport/sigv4.h"
 
 /* ---- AWS configuration files ------------------------------------------ */
@@ -584,6 +585,26 @@ Test(dir, list_prefix_sorted_without_temp_files)
 	cr_assert_eq(n, 0);
 	dcr_store_names_free(l, n);
 	cr_assert_eq(dcr_store_list(st, "../", &l, &n, &e), DCR_EFORMAT);
+}
+
+/* A listing's memory is bounded by its names' bytes, not only by their
+ * count: 4M names of the longest length held 4 GiB. */
+Test(names, listing_bytes_bounded)
+{
+	struct dcr_names l = {0};
+	struct dcr_err e = {0};
+	char name[DCR_NAME_MAX + 1];
+	memset(name, 'a', DCR_NAME_MAX);
+	name[DCR_NAME_MAX] = '\0';
+	size_t fit = DCR_STORE_LIST_BYTES / (DCR_NAME_MAX + 1);
+	int r = 0;
+	while (!(r = dcr_names_add_listed(&l, strdup(name), "hostile", DCR_EREMOTE, &e)))
+		cr_assert_leq(l.n, fit);
+	cr_assert_eq(r, DCR_EREMOTE);
+	cr_assert_eq(l.n, fit);
+	cr_assert(strstr(e.msg, "MiB of names"), "%s", e.msg);
+	cr_assert_eq(l.bytes, fit * (DCR_NAME_MAX + 1));
+	dcr_store_names_free(l.v, l.n);
 }
 
 Test(dir, delete)

@@ -98,8 +98,13 @@ int dcr_names_add_listed(struct dcr_names *l, char *name, const char *what, int 
 	else if (l->n >= DCR_STORE_LIST_MAX)
 		r = dcr_err_set(e, code, "cannot list '%s': more than %u names", what,
 				DCR_STORE_LIST_MAX);
+	else if (l->bytes + strlen(name) + 1 > DCR_STORE_LIST_BYTES)
+		r = dcr_err_set(e, code, "cannot list '%s': more than %zu MiB of names", what,
+				DCR_STORE_LIST_BYTES >> 20);
 	else if (dcr_names_add(l, name))
 		r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
+	else
+		l->bytes += strlen(name) + 1;
 	if (r)
 		free(name);
 	return r;

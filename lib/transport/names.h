@@ -26,11 +26,13 @@ void dcr_store_names_free(char **names, size_t n);
 struct dcr_names {
 	char **v;
 	size_t n, cap;
+	size_t bytes; /* of the names listed (dcr_names_add_listed), NULs counted */
 };
 int dcr_names_add(struct dcr_names *l, char *str);
 /* Add name, as a store's listing (what, in messages) names it; takes name
  * on every path. A name no store could hold (dcr_store_check_name) and a
- * listing past DCR_STORE_LIST_MAX names are errors (DCR_EFORMAT, code),
+ * listing past DCR_STORE_LIST_MAX names or DCR_STORE_LIST_BYTES bytes of
+ * them are errors (DCR_EFORMAT, code),
  * as every store's listing is bounded (transport/store.h). */
 int dcr_names_add_listed(struct dcr_names *l, char *name, const char *what, int code,
 			 struct dcr_err *e);

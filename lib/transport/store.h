@@ -173,12 +173,15 @@ int dcr_store_stat(struct dcr_store *s, const char *name, uint64_t *size,
 /* Names starting with prefix ("" for all; "v42/" for one directory), sorted
  * by strcmp. *names is a malloc'd array of *n malloc'd strings: free with
  * dcr_store_names_free. Directory stores skip their own temp files. A
- * listing is bounded: more than DCR_STORE_LIST_MAX names, or
- * DCR_STORE_LIST_EMPTY truncated pages in a row that name nothing (a
- * server paging without end), is an error (DCR_EREMOTE; a directory's
- * DCR_EFORMAT), and so is a name listed that no store could hold
- * (dcr_store_check_name; DCR_EFORMAT). */
+ * listing is bounded: more than DCR_STORE_LIST_MAX names, names of more
+ * than DCR_STORE_LIST_BYTES bytes in all (each counted with its NUL: 4M
+ * names of 64 bytes; without it, 4M names of the longest length held 4
+ * GiB), or DCR_STORE_LIST_EMPTY truncated pages in a row that name
+ * nothing (a server paging without end), is an error (DCR_EREMOTE; a
+ * directory's DCR_EFORMAT), and so is a name listed that no store could
+ * hold (dcr_store_check_name; DCR_EFORMAT). */
 #define DCR_STORE_LIST_MAX (1u << 22)
+#define DCR_STORE_LIST_BYTES ((size_t)256 << 20)
 #define DCR_STORE_LIST_EMPTY 8
 int dcr_store_list(struct dcr_store *s, const char *prefix, char ***names,
 		   size_t *n, struct dcr_err *e);
