@@ -425,12 +425,24 @@ static void dense_item(struct dcr_buf *raw, struct dcr_buf *body, uint64_t tenso
 	add(raw, body->p, body->len);
 }
 
-static int cmd_names(uint64_t n, const char *out)
+/* A pack of n new tensors of one element, an item each, named with
+ * namelen bytes (at least 9), in payloads that each name 2^19 of them, or
+ * fewer where their names would take more than 128 MiB. */
+static int cmd_names(uint64_t n, const char *out, size_t namelen)
 {
 	struct dcr_err e;
 	dcr_digest zero = {{0}}, dg;
 	uint8_t attempt[16] = {7};
-	const uint64_t per = 1u << 19; /* tensors a payload names */
+	if (namelen < 9)
+		namelen = 9;
+	uint64_t per = 1u << 19; /* tensors a payload names */
+	if (per * namelen > (128u << 20))
+		per = (128u << 20) / namelen;
+	char *name = malloc(namelen + 1);
+	if (!name)
+		die("out of memory", NULL);
+	memset(name, 'x', namelen);
+	name[namelen] = '\0';
 	struct dcr_buf raw = {0}, img = {0}, body = {0}, planes = {0}, pieces = {0};
 	/* one element of F64 zeros: a zstd frame of 8 zero bytes */
 	zframe_start(&planes, 8);
@@ -440,8 +452,9 @@ static int cmd_names(uint64_t n, const char *out)
 	for (uint64_t i0 = 0, idx = 0; i0 < n; i0 += per, idx++) {
 		raw.len = 0;
 		for (uint64_t i = i0; i < n && i < i0 + per; i++) {
-			char name[32];
-			snprintf(name, sizeof(name), "n%08llu", (unsigned long long)i);
+			char num[24];
+			snprintf(num, sizeof(num), "n%08llu", (unsigned long long)(i % 100000000));
+			memcpy(name, num, 9);
 			struct dcr_delta_tensor t = {.name = name, .file = "model.safetensors",
 						     .flags = DCR_TENSOR_NEW, .dtype = DCR_DT_F64,
 						     .ndim = 1, .shape = {1}, .nelem = 1};
@@ -460,6 +473,7 @@ static int cmd_names(uint64_t n, const char *out)
 	tar_close(&tr);
 	fprintf(stderr, "hostile: %llu new tensors of one element, an item each, in payloads of %llu\n",
 		(unsigned long long)n, (unsigned long long)per);
+	free(name);
 	return 0;
 }
 
@@ -840,7 +854,9 @@ static int cmd_interleave(const char *in, const char *out)
 	return 0;
 }
 
-static int cmd_tensors(uint64_t n, const char *out)
+/* A delta stream of n TENSOR records and no END; names of namelen bytes
+ * (at least 13: "t" and the record's number). */
+static int cmd_tensors(uint64_t n, const char *out, size_t namelen)
 {
 	int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fo < 0)
@@ -850,12 +866,20 @@ static int cmd_tensors(uint64_t n, const char *out)
 	memcpy(h, DCR_DELTA_MAGIC, 8);
 	put_le32(h + 8, DCR_DELTA_VERSION);
 	add(&b, h, sizeof(h));
-	char name[32];
+	if (namelen < 13)
+		namelen = 13;
+	char *name = malloc(namelen + 1);
+	if (!name)
+		die("out of memory", NULL);
+	memset(name, 'x', namelen);
+	name[namelen] = '\0';
 	struct dcr_delta_tensor t = {.name = name, .file = "model.safetensors",
 				     .flags = DCR_TENSOR_NEW, .dtype = DCR_DT_BF16, .ndim = 1,
 				     .shape = {1}};
 	for (uint64_t i = 0; i < n; i++) {
-		snprintf(name, sizeof(name), "t%012llu", (unsigned long long)i);
+		char num[24];
+		snprintf(num, sizeof(num), "t%012llu", (unsigned long long)(i % 1000000000000ULL));
+		memcpy(name, num, 13);
 		body.len = 0;
 		if (dcr_delta_tensor_body(&body, &t))
 			die("out of memory", NULL);
@@ -872,6 +896,7 @@ static int cmd_tensors(uint64_t n, const char *out)
 	}
 	dcr_buf_free(&b);
 	dcr_buf_free(&body);
+	free(name);
 	return close(fo) ? 128 : 0;
 }
 
@@ -972,17 +997,19 @@ int main(int argc, char **argv)
 		return cmd_overlap(argv[2], argv[3], argc == 5 ? argv[4] : NULL);
 	if (argc == 4 && !strcmp(argv[1], "interleave"))
 		return cmd_interleave(argv[2], argv[3]);
-	if (argc == 4 && !strcmp(argv[1], "names"))
-		return cmd_names(strtoull(argv[2], NULL, 10), argv[3]);
-	if (argc == 4 && !strcmp(argv[1], "tensors"))
-		return cmd_tensors(strtoull(argv[2], NULL, 10), argv[3]);
+	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "names"))
+		return cmd_names(strtoull(argv[2], NULL, 10), argv[3],
+				 argc == 5 ? (size_t)strtoull(argv[4], NULL, 10) : 9);
+	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "tensors"))
+		return cmd_tensors(strtoull(argv[2], NULL, 10), argv[3],
+				   argc == 5 ? (size_t)strtoull(argv[4], NULL, 10) : 13);
 	if (argc == 4 && !strcmp(argv[1], "endcount"))
 		return cmd_endcount(argv[2], argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "oddsize"))
 		return cmd_oddsize(strtoull(argv[2], NULL, 10), argv[3]);
 	fputs("usage: hostile index N OUT | bomb OUT | again ITEMS OUT [spread|period] | dense ELEMS ITEMS OUT [TENSOR] | tamper IN OUT\n"
 	      "       hostile overlap CKPT OUT [plain|dense|corrupt-dense|pastend|undeclared|escape|xor-new|repeat|misdigest]\n"
-	      "       hostile interleave IN OUT | tensors N OUT | names N OUT | oddsize SIZE OUT | endcount IN OUT\n",
+	      "       hostile interleave IN OUT | tensors N OUT [NAMELEN] | names N OUT [NAMELEN] | oddsize SIZE OUT | endcount IN OUT\n",
 	      stderr);
 	return 129;
 }

@@ -12,7 +12,9 @@
 # whose payloads each keep within 2^20 but together name more (2^19 new
 # tensors each, an item apiece) is refused at the item past 2^20, by
 # dcr-apply and by the in-memory apply: they kept a few hundred bytes per
-# tensor named, without bound, until the stream's end.
+# tensor named, without bound, until the stream's end. And the same for
+# long names (up to 65,535 bytes each): a delta's TENSOR and REMOVE
+# records, and the names of a pack's items, past 256 MiB are refused.
 . "$DCR_SRC/tests/lib-dcr.sh"
 H="$DCR_BUILD/tests/hostile"
 need_gnu_time
@@ -55,3 +57,35 @@ for apply in dcr-apply "$DCR_BUILD/tests/mem-apply --device cpu"; do
 	[ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"
 done
 say "ok: payloads that name more than 2^20 tensors together refused in bounded memory"
+
+# Long names: each may be 65,535 bytes, so 2^20 of them were 128 GiB kept.
+# A delta's TENSOR and REMOVE records take at most 256 MiB: 10,000 names
+# of 60,000 bytes (600 MB, streamed through a FIFO, never on disk) are
+# refused at the record past it; each reader kept them all, until the
+# stream's end, and more for a longer stream.
+mkfifo "$T/fifo"
+for cmd in dcr-apply dcr-pack "dcr-pack --list"; do
+	"$H" tensors 10000 "$T/fifo" 60000 2>/dev/null &
+	feeder=$!
+	case $cmd in
+	dcr-apply) m=$(peak_rss 128 dcr-apply "$T/r" "$T/fifo") ;;
+	*) m=$(peak_rss 128 $cmd "$T/fifo") ;;
+	esac
+	wait $feeder 2>/dev/null || true
+	one_line_error "${cmd%% *}"
+	grep -q "names take more than 256 MiB" "$T/err" || fail "$cmd: $(cat "$T/err")"
+	bound "$cmd, long names" 700 "$m"
+done
+[ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"
+# payloads that each keep within it (128 MiB of names apiece) but together
+# name more are refused at the item past it: 6,708 names of 60,000 bytes
+# in three payloads, zstd-squeezed to 82 KB
+"$H" names 6708 "$T/long.tar" 60000 2>/dev/null || fail "hostile exited $?"
+for apply in dcr-apply "$DCR_BUILD/tests/mem-apply --device cpu"; do
+	m=$(peak_rss 128 $apply "$T/r" "$T/long.tar")
+	grep -q "payload-000002.dcrp: the names of the tensors the pack's items change take more than 256 MiB" "$T/err" ||
+		fail "$apply: $(cat "$T/err")"
+	bound "${apply%% *}, long names" 800 "$m"
+	[ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"
+done
+say "ok: tensors' names past 256 MiB refused in bounded memory"

@@ -552,6 +552,43 @@ static void round_trip(unsigned unit, uint64_t len, size_t n, int dense)
 	dcr_changes_free(&got);
 }
 
+static int discard(void *ctx, const void *p, size_t n)
+{
+	(void)p;
+	*(uint64_t *)ctx += n;
+	return 0;
+}
+
+/* A writer makes no delta a reader refuses: TENSOR and REMOVE bodies past
+ * DCR_DELTA_NAMES_BYTES are refused, the refused record not written. */
+Test(delta, writer_refuses_names_past_their_bytes)
+{
+	struct dcr_delta_writer w;
+	struct dcr_err e = {0};
+	dcr_digest base = {{0}};
+	uint8_t attempt[16] = {0};
+	uint64_t out = 0;
+	cr_assert_eq(dcr_delta_writer_init(&w, (struct dcr_sink){discard, &out}, &base, attempt,
+					   "test", &e), 0);
+	static char name[60001];
+	memset(name, 'x', 60000);
+	struct dcr_delta_tensor t = {.name = name, .file = "m.safetensors",
+				     .dtype = DCR_DT_BF16, .ndim = 1, .shape = {1}};
+	int r = 0;
+	uint32_t i = 0;
+	for (; i < 10000 && !r; i++) {
+		name[i % 60000] = 'y'; /* names differ; their order is the caller's */
+		r = i % 2 ? dcr_delta_write_remove(&w, name, &e) : dcr_delta_write_tensor(&w, &t, &e);
+	}
+	cr_assert_eq(r, DCR_EFORMAT);
+	cr_assert(strstr(e.msg, "more than 256 MiB"), "%s", e.msg);
+	cr_assert_leq(w.name_bytes, DCR_DELTA_NAMES_BYTES);
+	cr_assert_gt(w.name_bytes + 60000, DCR_DELTA_NAMES_BYTES);
+	cr_assert_eq(w.ntensors + w.nremoved, i - 1);
+	cr_assert_eq(w.rec.len, 0);
+	dcr_delta_writer_release(&w);
+}
+
 Test(delta, plain_codec_round_trip)
 {
 	unsigned units[] = {1, 2, 4, 8};

@@ -127,23 +127,36 @@ int dcr_delta_tensor_body(struct dcr_buf *b, const struct dcr_delta_tensor *t)
 	return r ? -ENOMEM : 0;
 }
 
-/* Room for one more TENSOR or REMOVE record (DCR_DELTA_TENSORS_MAX)? */
-static int w_room(const struct dcr_delta_writer *w, struct dcr_err *e)
+/* Room for one more TENSOR or REMOVE record, its body in w->rec
+ * (DCR_DELTA_TENSORS_MAX, DCR_DELTA_NAMES_BYTES)? Counts it if so, else
+ * drops the body. */
+static int w_room(struct dcr_delta_writer *w, struct dcr_err *e)
 {
-	return w->ntensors + w->nremoved >= DCR_DELTA_TENSORS_MAX
-		       ? dcr_err_set(e, DCR_EFORMAT, "%s: more than %u tensors, which no reader takes",
-				     w->what, DCR_DELTA_TENSORS_MAX)
-		       : 0;
+	int r = 0;
+	if (w->ntensors + w->nremoved >= DCR_DELTA_TENSORS_MAX)
+		r = dcr_err_set(e, DCR_EFORMAT, "%s: more than %u tensors, which no reader takes",
+				w->what, DCR_DELTA_TENSORS_MAX);
+	else if (w->rec.len > DCR_DELTA_NAMES_BYTES - w->name_bytes)
+		r = dcr_err_set(e, DCR_EFORMAT,
+				"%s: its tensors' names take more than %llu MiB, which no reader takes",
+				w->what, (unsigned long long)(DCR_DELTA_NAMES_BYTES >> 20));
+	if (r)
+		w->rec.len = 0;
+	else
+		w->name_bytes += w->rec.len;
+	return r;
 }
 
 int dcr_delta_write_tensor(struct dcr_delta_writer *w, const struct dcr_delta_tensor *t,
 			   struct dcr_err *e)
 {
+	if (dcr_delta_tensor_body(&w->rec, t)) {
+		w->rec.len = 0;
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	}
 	int r = w_room(w, e);
 	if (r)
 		return r;
-	if (dcr_delta_tensor_body(&w->rec, t))
-		return dcr_err_sys(e, ENOMEM, "%s", w->what);
 	w->ntensors++;
 	return w_record(w, DCR_REC_TENSOR, e);
 }
@@ -196,11 +209,15 @@ int dcr_delta_write_name(struct dcr_delta_writer *w, uint32_t type, const char *
 
 int dcr_delta_write_remove(struct dcr_delta_writer *w, const char *name, struct dcr_err *e)
 {
+	if (add_str(&w->rec, name)) {
+		w->rec.len = 0;
+		return dcr_err_sys(e, ENOMEM, "%s", w->what);
+	}
 	int r = w_room(w, e);
 	if (r)
 		return r;
 	w->nremoved++;
-	return dcr_delta_write_name(w, DCR_REC_REMOVE, name, e);
+	return w_record(w, DCR_REC_REMOVE, e);
 }
 
 int dcr_delta_write_done(struct dcr_delta_writer *w, uint32_t tensor,
@@ -384,13 +401,19 @@ int dcr_delta_reader_init(struct dcr_delta_reader *r, struct dcr_source src,
 	return dcr_delta_reader_init_with(r, src, NULL, 0, what, e);
 }
 
-int dcr_delta_count_names(const struct dcr_delta_rec *rec, uint64_t *n, const char *what,
-			  struct dcr_err *e)
+int dcr_delta_count_names(const struct dcr_delta_rec *rec, struct dcr_delta_names *c,
+			  const char *what, struct dcr_err *e)
 {
-	if ((rec->type == DCR_REC_TENSOR || rec->type == DCR_REC_REMOVE) &&
-	    ++*n > DCR_DELTA_TENSORS_MAX)
+	if (rec->type != DCR_REC_TENSOR && rec->type != DCR_REC_REMOVE)
+		return 0;
+	if (++c->n > DCR_DELTA_TENSORS_MAX)
 		return dcr_err_set(e, DCR_EFORMAT, "%s names more than %u tensors", what,
 				   DCR_DELTA_TENSORS_MAX);
+	if (rec->len > DCR_DELTA_NAMES_BYTES - c->bytes)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s: its tensors' names take more than %llu MiB", what,
+				   (unsigned long long)(DCR_DELTA_NAMES_BYTES >> 20));
+	c->bytes += rec->len;
 	return 0;
 }
 
@@ -451,7 +474,7 @@ int dcr_delta_next(struct dcr_delta_reader *r, struct dcr_delta_rec *rec, struct
 		r->ended = 1;
 	} else if ((rec->type == DCR_REC_JRENAME || rec->type == DCR_REC_JUNLINK) && r->journal) {
 		/* fine */
-	} else if ((s = dcr_delta_count_names(rec, &r->nnames, r->what, e))) {
+	} else if ((s = dcr_delta_count_names(rec, &r->names, r->what, e))) {
 		return s;
 	} else if (rec->type < DCR_REC_TENSOR ||
 		   (rec->type > DCR_REC_END && rec->type < DCR_REC_ANCILLARY)) {

@@ -27,6 +27,10 @@
  * millions would grow it without bound. Seven times the tensors of the
  * largest mixture-of-experts checkpoints published (with their scales). */
 #define DCR_DELTA_TENSORS_MAX (1u << 20)
+/* ...and their record bodies (names, files, shapes) together at most this
+ * many bytes: each name may be 65,535 bytes long, and 2^20 of the longest
+ * were 128 GiB kept. 256 bytes a tensor at the most tensors. */
+#define DCR_DELTA_NAMES_BYTES ((uint64_t)256 << 20)
 
 enum dcr_rec_type {
 	DCR_REC_TENSOR = 1, /* a target tensor's name, file, dtype, shape */
@@ -86,6 +90,7 @@ struct dcr_delta_writer {
 	struct dcr_buf rec;
 	struct dcr_buf frame; /* small records waiting to go in one write */
 	uint32_t ntensors, nremoved;
+	uint64_t name_bytes; /* of their bodies */
 	uint64_t nitems, nchanges, bytes;
 	const char *what; /* for messages */
 };
@@ -147,10 +152,15 @@ struct dcr_delta_rec {
 	uint64_t len;
 	const uint8_t *body; /* valid until the next call */
 };
-/* Count rec in *n when it is a TENSOR or REMOVE record: DCR_EFORMAT past
- * DCR_DELTA_TENSORS_MAX (what names the stream), else 0. */
-int dcr_delta_count_names(const struct dcr_delta_rec *rec, uint64_t *n, const char *what,
-			  struct dcr_err *e);
+/* TENSOR and REMOVE records so far, and their bodies' bytes. */
+struct dcr_delta_names {
+	uint64_t n, bytes;
+};
+/* Count rec in *c when it is a TENSOR or REMOVE record (from its header:
+ * before its body is read): DCR_EFORMAT past DCR_DELTA_TENSORS_MAX records
+ * or DCR_DELTA_NAMES_BYTES bytes (what names the stream), else 0. */
+int dcr_delta_count_names(const struct dcr_delta_rec *rec, struct dcr_delta_names *c,
+			  const char *what, struct dcr_err *e);
 
 struct dcr_delta_reader {
 	struct dcr_source src;
@@ -165,7 +175,7 @@ struct dcr_delta_reader {
 	uint64_t end_tensors, end_items, end_changes;
 	uint64_t offset;   /* bytes consumed */
 	int journal;       /* accept journal-only records */
-	uint64_t nnames;   /* TENSOR and REMOVE records so far */
+	struct dcr_delta_names names; /* TENSOR and REMOVE records so far */
 };
 /* Read a delta's header from src. A reader that failed to start holds
  * nothing (releasing it too is harmless); one that started is released

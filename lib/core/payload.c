@@ -353,7 +353,7 @@ int dcr_payload_records_next(struct dcr_payload_records *it, struct dcr_delta_re
 	rec->len = get_le64(h + 8);
 	if (rec->flags)
 		return rec_bad(it, "malformed record", e);
-	if ((r = dcr_delta_count_names(rec, &it->nnames, it->what, e)))
+	if ((r = dcr_delta_count_names(rec, &it->names, it->what, e)))
 		return r;
 	if (rec->len > DCR_REC_MAX || rec->len > it->raw_len - it->raw_done +
 						 (it->win_len - it->win_pos))

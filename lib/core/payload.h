@@ -17,6 +17,7 @@
 
 #include "core/blake3.h"
 #include "core/buf.h"
+#include "core/delta.h"
 #include "core/digest.h"
 #include "core/error.h"
 
@@ -82,7 +83,7 @@ struct dcr_payload_records {
 	int frame_done;
 	struct dcr_buf rec;	/* the current record's body */
 	const char *what;
-	uint64_t nnames;	/* TENSOR and REMOVE records so far */
+	struct dcr_delta_names names; /* TENSOR and REMOVE records so far */
 };
 /* Start reading the records of payload image buf (len bytes) that
  * dcr_payload_check (or _check_digest) accepted into p. */

@@ -19,12 +19,14 @@
 
 struct ap_tcount {
 	struct dcr_ntab tab;
+	uint64_t name_bytes; /* of the names kept, NULs counted */
 };
 
 /* Item it of tensor t (as its payload declares it), from `what`: 0, or a
  * refusal (DCR_EFORMAT) when the elements it changes (a dense one: all of
  * its range) bring t's to more than the least size any payload declared
- * for it, or when it names a tensor past DCR_DELTA_TENSORS_MAX. */
+ * for it, or when it names a tensor past DCR_DELTA_TENSORS_MAX or a name
+ * past DCR_DELTA_NAMES_BYTES of them. */
 int ap_tcount_item(struct ap_tcount *c, const struct dcr_delta_tensor *t,
 		   const struct dcr_item *it, const char *what, struct dcr_err *e);
 void ap_tcount_free(struct ap_tcount *c);
