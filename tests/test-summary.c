@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,4 +213,100 @@ Test(summary, join_rows_columns_and_refusals)
 	join_expect(v, 4, DCR_EFORMAT, "is producer 2 of 4, not 3 of 4");
 	for (int i = 0; i < 4; i++)
 		dcr_summary_release(&v[i]);
+}
+
+/* A manifest of n tensors named with 60,000 bytes each: built, with its
+ * target the state its tensors add up to, and parsed. */
+static int parse_long_names(uint32_t n, struct dcr_err *e)
+{
+	struct dcr_manifest m = {0}, back;
+	struct dcr_state_entry *ent = calloc(n, sizeof(*ent));
+	m.tensors = calloc(n, sizeof(*m.tensors));
+	cr_assert(ent && m.tensors);
+	m.ntensors = n;
+	for (uint32_t i = 0; i < n; i++) {
+		struct dcr_delta_tensor *t = &m.tensors[i];
+		t->name = malloc(60001);
+		cr_assert(t->name);
+		memset(t->name, 'x', 60000);
+		t->name[60000] = '\0';
+		char num[16];
+		snprintf(num, sizeof(num), "%08u", i); /* increasing */
+		memcpy(t->name, num, 8);
+		t->file = strdup("model.safetensors");
+		t->dtype = DCR_DT_BF16;
+		t->ndim = 1;
+		t->shape[0] = 1;
+		t->digest.b[0] = (uint8_t)i;
+		t->have_digest = 1;
+		ent[i] = (struct dcr_state_entry){.name = t->name, .dtype = t->dtype, .ndim = 1,
+						  .shape = t->shape, .digest = t->digest};
+	}
+	dcr_state_id(ent, n, &m.target);
+	free(ent);
+	struct dcr_buf b = {0};
+	cr_assert_eq(dcr_manifest_build(&m, &b, e), 0, "%s", e->msg);
+	int r = dcr_manifest_parse(b.p, b.len, "m", &back, e);
+	if (!r)
+		dcr_manifest_release(&back);
+	dcr_buf_free(&b);
+	dcr_manifest_release(&m);
+	return r;
+}
+
+/* A manifest's tensor names are bounded by their bytes as a delta's are
+ * (DCR_DELTA_NAMES_BYTES): each is kept, and may be 65,535 bytes long. */
+Test(manifest, tensor_names_bytes_bounded)
+{
+	struct dcr_err e = {0};
+	cr_assert_eq(parse_long_names(4400, &e), 0, "%s", e.msg); /* 264 MB */
+	cr_assert_eq(parse_long_names(4500, &e), DCR_EFORMAT);	 /* 270 MB */
+}
+
+/* The same bound on a producer's summary: n tensors named with 60,000
+ * bytes each, no parts of them here. */
+static int parse_summary_long_names(uint32_t n, struct dcr_err *e)
+{
+	struct dcr_summary s, back;
+	memset(&s, 0, sizeof(s));
+	s.nproducers = 1;
+	s.ntensors = n;
+	s.tensors = calloc(n, sizeof(*s.tensors));
+	struct dcr_state_entry *ent = calloc(n, sizeof(*ent));
+	cr_assert(s.tensors && ent);
+	for (uint32_t i = 0; i < n; i++) {
+		struct dcr_delta_tensor *t = &s.tensors[i].t;
+		t->name = malloc(60001);
+		cr_assert(t->name);
+		memset(t->name, 'x', 60000);
+		t->name[60000] = '\0';
+		char num[16];
+		snprintf(num, sizeof(num), "%08u", i);
+		memcpy(t->name, num, 8);
+		t->file = strdup("model.safetensors");
+		t->dtype = DCR_DT_BF16;
+		t->ndim = 1;
+		t->shape[0] = 1;
+		t->nelem = 1;
+		ent[i] = (struct dcr_state_entry){.name = t->name, .dtype = t->dtype, .ndim = 1,
+						  .shape = t->shape};
+	}
+	s.ncanon = n;
+	dcr_tensor_set_id(ent, n, &s.canon);
+	free(ent);
+	struct dcr_buf b = {0};
+	cr_assert_eq(dcr_summary_build(&s, &b, e), 0, "%s", e->msg);
+	int r = dcr_summary_parse(b.p, b.len, "s", &back, e);
+	if (!r)
+		dcr_summary_release(&back);
+	dcr_buf_free(&b);
+	dcr_summary_release(&s);
+	return r;
+}
+
+Test(summary, tensor_names_bytes_bounded)
+{
+	struct dcr_err e = {0};
+	cr_assert_eq(parse_summary_long_names(4400, &e), 0, "%s", e.msg); /* 264 MB */
+	cr_assert_eq(parse_summary_long_names(4500, &e), DCR_EFORMAT);	   /* 270 MB */
 }

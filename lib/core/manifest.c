@@ -195,7 +195,11 @@ static int read_tensors(struct dcr_rd *rd, struct dcr_manifest *m, struct dcr_er
 		return -ENOMEM;
 	for (uint32_t i = 0; i < nt; i++) {
 		uint64_t bl = dcr_rd_varint(rd);
-		const uint8_t *body = rd->bad ? NULL : dcr_rd_bytes(rd, bl);
+		/* their bodies within a delta's bound (each is kept) */
+		if (rd->bad || bl > DCR_DELTA_NAMES_BYTES - m->names_bytes)
+			return 1;
+		m->names_bytes += bl;
+		const uint8_t *body = dcr_rd_bytes(rd, bl);
 		const uint8_t *dg = dcr_rd_bytes(rd, 32);
 		if (!body || !dg)
 			return 1;
@@ -244,9 +248,12 @@ static int read_removed(struct dcr_rd *rd, struct dcr_manifest *m)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < nr; i++) {
 		uint64_t n = dcr_rd_varint(rd);
-		const uint8_t *s = rd->bad || n > 65535 ? NULL : dcr_rd_bytes(rd, n);
+		const uint8_t *s = rd->bad || n > 65535 || n + 1 > DCR_DELTA_NAMES_BYTES - m->names_bytes
+					   ? NULL
+					   : dcr_rd_bytes(rd, n);
 		if (!s || memchr(s, 0, n))
 			return 1;
+		m->names_bytes += n + 1;
 		m->removed[i] = strndup((const char *)s, n);
 		m->nremoved = i + 1;
 		if (!m->removed[i])

@@ -95,10 +95,14 @@ static int parse_tensors(struct dcr_rd *rd, struct dcr_summary *s, const char *w
 		return 1;
 	if (!(s->tensors = dcr_calloc(nt ? nt : 1, sizeof(*s->tensors))))
 		return -ENOMEM;
+	uint64_t names = 0; /* the bodies' bytes, within a delta's bound */
 	for (uint32_t i = 0; i < nt; i++) {
 		struct dcr_summary_tensor *st = &s->tensors[i];
 		uint64_t bl = dcr_rd_varint(rd);
-		const uint8_t *body = rd->bad || bl > dcr_rd_left(rd) ? NULL : dcr_rd_bytes(rd, bl);
+		if (rd->bad || bl > DCR_DELTA_NAMES_BYTES - names)
+			return 1;
+		names += bl;
+		const uint8_t *body = bl > dcr_rd_left(rd) ? NULL : dcr_rd_bytes(rd, bl);
 		if (!body)
 			return 1;
 		struct dcr_delta_rec rec = {.type = DCR_REC_TENSOR, .len = bl, .body = body};
