@@ -47,8 +47,9 @@ static const char usage[] =
 	"  -z                   with --log --porcelain: end records with NUL\n"
 	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE    CA certificates for https\n"
-	"      --progress       trainer: show the acknowledgements as they come, on\n"
-	"                       stderr (default at a terminal, after a second)\n"
+	"      --progress       show progress on stderr (default at a terminal, after a\n"
+	"                       second): the trainer's acknowledgements as they come,\n"
+	"                       a receiver's bytes hashed with --full\n"
 	"      --no-progress    do not show progress\n"
 	"  -q, --quiet          print nothing but errors (and the trainer's state id)\n"
 	"  -h, --help           show this help\n"
@@ -356,7 +357,7 @@ static int trainer_commit(struct args *a)
 }
 
 /* A receiver: advance HEAD, and with --store acknowledge it. */
-static int receiver_commit(const struct args *a)
+static int receiver_commit(struct args *a)
 {
 	struct dcr_err e = {0};
 	if (a->expect >= 0 || a->have_state)
@@ -371,8 +372,13 @@ static int receiver_commit(const struct args *a)
 	if (r)
 		cmd_die_err(&e, cmd_exit_code(r));
 	rc->threads = a->threads;
+	if (cmd_progress_on) {
+		a->co.progress = cmd_progress_bytes;
+		a->co.progress_ctx = "hashed";
+	}
 	struct dcr_commit_result res;
 	r = dcr_commit_receiver(rc, s, a->policy, a->receiver, &a->co, &res, &e);
+	cmd_progress_end();
 	if (r)
 		cmd_die_err(&e, exit_for(r));
 	dcr_store_close(s);

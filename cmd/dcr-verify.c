@@ -74,37 +74,23 @@ static void report(void *ctx, const struct dcr_verify_item *it)
 	}
 }
 
-/* Hash one tensor (one) or every one into dg; with progress on, in batches of at least 1 GiB (and 1% of the checkpoint),
- * each on every thread, the bytes done shown after each. */
+/* Hash one tensor (one) or every one into dg; with progress on, in
+ * batches of at least 1 GiB (and 1% of the checkpoint), each on every
+ * thread, the bytes done shown after each. */
 static void hash_tensors(const struct dcr_ckpt *c, const struct dcr_ckpt_tensor *one,
 			 int threads, dcr_digest *dg)
 {
-	uint64_t total = 0, done = 0, batch = 0;
-	for (size_t i = 0; i < c->ntensors; i++)
-		if (!one || &c->tensors[i] == one)
-			total += dcr_tensor_bytes(c->tensors[i].info);
-	uint64_t step = total / 100 > (1ull << 30) ? total / 100 : 1ull << 30;
-	uint8_t *bsel = dcr_calloc(c->ntensors + 1, 1); /* this batch's */
-	if (!bsel)
-		cmd_die("out of memory");
-	cmd_progress_bytes("hashed", 0, total);
-	for (size_t i = 0, from = 0; i < c->ntensors; i++) {
-		if (!one || &c->tensors[i] == one) {
-			bsel[i] = 1;
-			batch += dcr_tensor_bytes(c->tensors[i].info);
-		}
-		if (i + 1 < c->ntensors && (!cmd_progress_on || batch < step))
-			continue;
-		int r = dcr_ckpt_digests_sel(c, dg, bsel, threads);
-		if (r)
-			cmd_die("cannot hash '%s': %s", c->path, strerror(-r));
-		memset(bsel + from, 0, i + 1 - from);
-		from = i + 1;
-		done += batch;
-		batch = 0;
-		cmd_progress_bytes("hashed", done, total);
+	uint8_t *sel = NULL;
+	if (one) {
+		if (!(sel = dcr_calloc(c->ntensors + 1, 1)))
+			cmd_die("out of memory");
+		sel[one - c->tensors] = 1;
 	}
-	free(bsel);
+	int r = dcr_ckpt_digests_progress(c, dg, sel, threads,
+					  cmd_progress_on ? cmd_progress_bytes : NULL, "hashed");
+	if (r)
+		cmd_die("cannot hash '%s': %s", c->path, strerror(-r));
+	free(sel);
 	cmd_progress_end();
 }
 

@@ -93,3 +93,20 @@ grep -q "already at the target" "$T/err" || fail "the delta was applied twice: $
 run 0 dcr-commit --version 4 "$T/z"
 head_is "$T/z" 4 "$(state_id "$G/v4")"
 say "ok: a damaged record of the last apply names its way out, which works"
+
+# --full hashes every tensor again instead of trusting the state cache: it
+# refuses files that no longer hold the applied target (a bit flipped after
+# the apply), commits those that do, and --progress shows the bytes hashed
+cp -r "$G/v0" "$T/f"
+rm -rf "$T/f/.dcr"
+bare "$G/v0" "$G/v1" "$T/f"
+cp "$T/f/model.safetensors" "$T/keep"
+python3 -c 'import sys
+f = open(sys.argv[1], "r+b"); f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); f.write(bytes([b[0] ^ 1]))' "$T/f/model.safetensors"
+run 1 dcr-commit --full "$T/f"
+grep -q "does not hold the applied target" "$T/err" || fail "--full: $(cat "$T/err")"
+cp "$T/keep" "$T/f/model.safetensors"
+run 0 dcr-commit --full --progress "$T/f"
+grep -q "dcr-commit: hashed [0-9]*/[0-9]* MiB (100%)" "$T/err" || fail "no progress: $(cat -v "$T/err")"
+head_is "$T/f" 1 "$(state_id "$G/v1")"
+say "ok: dcr-commit --full rehashes, refuses, commits, shows progress"

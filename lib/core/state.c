@@ -990,6 +990,42 @@ void dcr_ckpt_state_from(const struct dcr_ckpt *c, const dcr_digest *dg, dcr_dig
 	free(ent);
 }
 
+int dcr_ckpt_digests_progress(const struct dcr_ckpt *c, dcr_digest *out, const uint8_t *sel,
+			      int threads, void (*progress)(void *ctx, uint64_t done, uint64_t total),
+			      void *ctx)
+{
+	if (!progress)
+		return sel ? dcr_ckpt_digests_sel(c, out, sel, threads)
+			   : dcr_ckpt_digests(c, out, threads);
+	uint64_t total = 0, done = 0, batch = 0;
+	for (size_t i = 0; i < c->ntensors; i++)
+		if (!sel || sel[i])
+			total += dcr_tensor_bytes(c->tensors[i].info);
+	uint64_t step = total / 100 > (1ull << 30) ? total / 100 : 1ull << 30;
+	uint8_t *bsel = dcr_calloc(c->ntensors + 1, 1); /* this batch's */
+	if (!bsel)
+		return -ENOMEM;
+	progress(ctx, 0, total);
+	int r = 0;
+	for (size_t i = 0, from = 0; i < c->ntensors && !r; i++) {
+		if (!sel || sel[i]) {
+			bsel[i] = 1;
+			batch += dcr_tensor_bytes(c->tensors[i].info);
+		}
+		if (i + 1 < c->ntensors && batch < step)
+			continue;
+		r = dcr_ckpt_digests_sel(c, out, bsel, threads);
+		memset(bsel + from, 0, i + 1 - from);
+		from = i + 1;
+		done += batch;
+		batch = 0;
+		if (!r)
+			progress(ctx, done, total);
+	}
+	free(bsel);
+	return r;
+}
+
 int dcr_ckpt_state_id_threads(const struct dcr_ckpt *c, int threads, dcr_digest *id,
 			      dcr_digest *per_tensor, struct dcr_err *e)
 {

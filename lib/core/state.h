@@ -152,6 +152,13 @@ int dcr_ckpt_digests(const struct dcr_ckpt *c, dcr_digest *out, int threads);
 /* Only the tensors i with sel[i] != 0. */
 int dcr_ckpt_digests_sel(const struct dcr_ckpt *c, dcr_digest *out, const uint8_t *sel,
 			 int threads);
+/* The same (sel NULL: every tensor), telling progress(ctx, bytes done,
+ * bytes in all) at the start and after each batch of at least 1 GiB and 1%
+ * of the selected bytes, each batch on `threads` threads; progress NULL:
+ * one batch, as dcr_ckpt_digests_sel. 0 or -errno. */
+int dcr_ckpt_digests_progress(const struct dcr_ckpt *c, dcr_digest *out, const uint8_t *sel,
+			      int threads, void (*progress)(void *ctx, uint64_t done, uint64_t total),
+			      void *ctx);
 /* State id from precomputed per-tensor digests. */
 void dcr_ckpt_state_from(const struct dcr_ckpt *c, const dcr_digest *dg, dcr_digest *id);
 

@@ -375,7 +375,11 @@ int dcr_commit_local(struct dcr_receiver *rc, const struct dcr_commit_opts *o,
 			dcr_ckpt_close(c);
 			return dcr_err_sys(e, ENOMEM, "commit");
 		}
-		r = dcr_ckpt_state_id_threads(c, rc->threads, &cur, dg, e);
+		r = dcr_ckpt_digests_progress(c, dg, NULL, rc->threads, o->progress, o->progress_ctx);
+		if (r)
+			r = dcr_err_sys(e, -r, "cannot hash '%s'", c->path);
+		else
+			dcr_ckpt_state_from(c, dg, &cur);
 		if (!r && !memcmp(cur.b, a.target.b, 32))
 			dcr_receiver_save_state(rc, c, &cur, dg, e); /* best effort */
 		free(dg);

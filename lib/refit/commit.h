@@ -62,6 +62,10 @@ struct dcr_commit_opts {
 			     else HEAD's + 1) */
 	uint64_t version;
 	int full;         /* re-hash every tensor instead of trusting the state cache */
+	/* with full: told the bytes hashed, as dcr_ckpt_digests_progress
+	 * tells them (NULL: nothing told) */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
 };
 
 struct dcr_commit_result {
