@@ -14,6 +14,11 @@ tests, without the map code (python stdlib only).
   layout-step.py export CANON -o OUT
       what a trainer exports from such fp32 weights: every BF16 element x
       becomes round-to-nearest-even(x<<16 | f(x)) (NaN: 0x7fc0)
+  --zero-centered (widen, export): Megatron's zero-centered gamma
+      (apply_layernorm_1p): a norm weight's fp32 master w is stored as
+      fp32(w - 1) (widen: shard tensors named *layer_norm* or *layernorm*),
+      and exported as round-to-nearest-even(fp32(fp32(w - 1) + 1)) (export:
+      canonical tensors named *norm.weight*), both sums rounded in fp32
 """
 import argparse
 import os
@@ -71,17 +76,32 @@ def jit(x):
         and (x & 0x7F80) != 0x7F80
 
 
-def widen(data, jitter=False, exact=False):
+def f32_add(u, v):
+    """fp32 bits of fp32(bits u) + v, rounded to fp32 (a double holds the
+    exact sum of an fp32 and +-1, so the one rounding is struct's)"""
+    f = struct.unpack("<f", struct.pack("<I", u))[0]
+    if f != f or f in (float("inf"), float("-inf")):
+        return u
+    return struct.unpack("<I", struct.pack("<f", f + v))[0]
+
+
+def widen(data, jitter=False, exact=False, zc=False):
     xs = struct.unpack("<%dH" % (len(data) // 2), data)
     if exact:
-        return struct.pack("<%dI" % len(xs), *[x << 16 for x in xs])
-    return struct.pack("<%dI" % len(xs), *[(x << 16) | (noise(x) ^ (1 if jitter and jit(x) else 0))
-                                           for x in xs])
+        ws = [x << 16 for x in xs]
+    else:
+        ws = [(x << 16) | (noise(x) ^ (1 if jitter and jit(x) else 0)) for x in xs]
+    if zc:
+        ws = [f32_add(w, -1.0) for w in ws]
+    return struct.pack("<%dI" % len(ws), *ws)
 
 
-def export(data):
+def export(data, zc=False):
     xs = struct.unpack("<%dH" % (len(data) // 2), data)
-    return struct.pack("<%dH" % len(xs), *[rne((x << 16) | noise(x)) for x in xs])
+    ws = [(x << 16) | noise(x) for x in xs]
+    if zc:
+        ws = [f32_add(f32_add(w, -1.0), 1.0) for w in ws]
+    return struct.pack("<%dH" % len(ws), *[rne(w) for w in ws])
 
 
 def cmd_widen(a):
@@ -91,14 +111,16 @@ def cmd_widen(a):
         # keep the file's tensor order (st_read returns header order)
         for name, (dt, shape, data) in src.items():
             assert dt == "BF16", (name, dt)
-            ts.append((name, "F32", shape, widen(data, a.jitter, a.exact)))
+            zc = a.zero_centered and ("layer_norm" in name or "layernorm" in name)
+            ts.append((name, "F32", shape, widen(data, a.jitter, a.exact, zc)))
         ls.ESIZE["F32"] = 4
         ls.st_write(os.path.join(a.output, r, "model.safetensors"), ts)
 
 
 def cmd_export(a):
     src = read_dir(a.canon)
-    ts = [(name, dt, shape, export(data)) for name, (dt, shape, data) in sorted(src.items())]
+    ts = [(name, dt, shape, export(data, a.zero_centered and name.endswith("norm.weight")))
+          for name, (dt, shape, data) in sorted(src.items())]
     ls.st_write(os.path.join(a.output, "model.safetensors"), ts)
 
 
@@ -115,9 +137,11 @@ def main():
     w.add_argument("-o", "--output", required=True)
     w.add_argument("--jitter", action="store_true")
     w.add_argument("--exact", action="store_true")
+    w.add_argument("--zero-centered", action="store_true")
     x = sub.add_parser("export")
     x.add_argument("canon")
     x.add_argument("-o", "--output", required=True)
+    x.add_argument("--zero-centered", action="store_true")
     a = ap.parse_args()
     return {"step": cmd_step, "widen": cmd_widen, "export": cmd_export}[a.cmd](a)
 

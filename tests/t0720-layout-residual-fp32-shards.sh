@@ -4,8 +4,9 @@
 # exporting framework does), compares the converted bits and sends
 # overwrites: the merged deltas carry exactly the elements whose exported
 # bf16 value changed (none of the fp32 changes below bf16 resolution), and
-# the full merge turns the exported base into the exported target. The
-# export is computed independently by tests/layout-step.py.
+# the full merge turns the exported base into the exported target; with
+# Megatron's zero-centered gamma (dcr-layout generate --zero-centered-gamma)
+# too. The export is computed independently by tests/layout-step.py.
 . "$(dirname "$0")/lib-layout.sh"
 
 cfg=qwen2-kv8
@@ -66,4 +67,43 @@ echo "ok placement into fp32 serving shards"
 grep -q 'stored values changed' "$tmp/stats" || fail "no stats"
 sed -n 's/.*, \([0-9]*\) residual unchanged after conversion.*/\1/p' "$tmp/stats" | grep -qv '^0$' ||
 	fail "no sub-bf16 fp32 change was seen: $(cat "$tmp/stats")"
+
+# Megatron's zero-centered gamma (--zero-centered-gamma: norm weights stored
+# as gamma - 1): each rank adds 1 in fp32 and rounds to bf16 as the export
+# does, and the merged deltas take the exported base to the exported target;
+# a map made without the option gives norms off by one, which the target
+# digests refuse
+z="$tmp/z"
+$STEP export --zero-centered "$c/c0" -o "$z/e0" || fail "export zc c0"
+$STEP export --zero-centered "$c/c1" -o "$z/e1" || fail "export zc c1"
+"$B/dcr-verify" --tensors "$z/e1" >"$z/edigests" || fail "digests"
+$SLICE slice "$D/$cfg.json" "$c/c0" --framework megatron --tp 2 -o "$z/b0" || fail slice
+$SLICE slice "$D/$cfg.json" "$c/c1" --framework megatron --tp 2 -o "$z/b1" || fail slice
+$STEP widen --zero-centered "$z/b0" -o "$z/t0" || fail widen
+$STEP widen --zero-centered "$z/b1" -o "$z/t1" || fail widen
+for zcg in --zero-centered-gamma ""; do
+	"$B/dcr-layout" generate --config "$D/$cfg.json" --framework megatron --tp 2 \
+		--stored-dtype F32 $zcg -o "$z/map.json" || fail "map $zcg"
+	rm -f "$z"/r-*.delta
+	for r in 0 1; do
+		"$B/dcr-diff" --layout "$z/map.json" --rank $r "$z/t0/rank-$r" "$z/t1/rank-$r" \
+			-o "$z/r-$r.delta" || fail "zc rank $r"
+	done
+	if [ -n "$zcg" ]; then
+		"$B/dcr-diff" --merge --target-digests "$z/edigests" --base-id "$("$B/dcr-verify" "$z/e0")" \
+			"$z"/r-*.delta -o "$z/full.delta" || fail "zc full merge"
+		rm -rf "$tmp/a"
+		cp -r "$z/e0" "$tmp/a"
+		"$B/dcr-apply" -q "$tmp/a" "$z/full.delta" || fail "zc apply"
+		"$B/dcr-verify" -q "$tmp/a" --against "$z/e1" ||
+			fail "zero-centered: exported base + merge != exported target"
+	elif "$B/dcr-diff" --merge --target-digests "$z/edigests" --base-id "$("$B/dcr-verify" "$z/e0")" \
+		"$z"/r-*.delta -o "$z/full.delta" 2>"$tmp/err"; then
+		rm -rf "$tmp/a"
+		cp -r "$z/e0" "$tmp/a"
+		! "$B/dcr-apply" -q "$tmp/a" "$z/full.delta" 2>/dev/null ||
+			fail "a map without --zero-centered-gamma reached the zero-centered target"
+	fi
+done
+echo "ok zero-centered gamma: exported base + merge == exported target"
 exit 0
