@@ -9,7 +9,8 @@
 # The manifest is the last object written and names the joined target; the
 # finalizer reads the summaries and 32 bytes of each payload, not the
 # payloads. Finalize --sign makes a signed pack that a receiver with the
-# key takes, and one with another key refuses.
+# key takes, and one with another key refuses. dcr-pack --attempt names
+# the pack's attempt on every producer; producers that disagree make none.
 . "$DCR_SRC/tests/lib-producers.sh"
 
 for spec in "qwen2-kv8 4 1" "qwen2-moe 2 2"; do
@@ -80,4 +81,20 @@ produce "$w" $cfg 1 4 "$S/retry" -s 64M
 run_ok "$B/dcr-push" --finalize --producers 4 "$S/retry"
 receive $cfg "$S/retry" r-retry
 echo "ok retry"
+
+# --attempt names the pack's attempt on every producer: the manifest
+# carries it; producers that disagree make no pack
+A=0123456789abcdef0123456789abcdef
+producers "$w" $cfg 4 "$S/att" -s 4K --attempt $A
+run_ok "$B/dcr-push" --finalize --producers 4 "$S/att"
+"$B/dcr-pack" --list --porcelain "$S/att" >"$T/list" || fail "list the attempt's pack"
+grep "^manifest" "$T/list" | tr '\t' '\n' | grep -qx $A ||
+	fail "the manifest does not name attempt $A: $(grep '^manifest' "$T/list")"
+receive $cfg "$S/att" r-att
+produce "$w" $cfg 2 4 "$S/att" -s 4K --attempt fedcba9876543210fedcba9876543210
+[ "$(cat "$w/rc-2")" = "0 0 0" ] || fail "producer 2 of another attempt: $(cat "$w/err-2")"
+rc=0
+"$B/dcr-push" --finalize --producers 4 "$S/att" 2>"$T/err" || rc=$?
+[ $rc = 128 ] || fail "summaries of two attempts finalized (exit $rc): $(cat "$T/err")"
+echo "ok --attempt: $(head -n 1 "$T/err")"
 exit 0
