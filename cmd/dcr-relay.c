@@ -34,8 +34,8 @@ static const char usage[] =
 	"      --cache-size SIZE   bytes of finished objects kept, oldest packs\n"
 	"                          dropped first (default 16G; K, M, G, T)\n"
 	"  -j, --parallel N        objects fetched from the parents at once (default 4)\n"
-	"      --window SIZE       bytes per ranged GET to a parent, whole MiB, 1M to\n"
-	"                          1G (default 1M)\n"
+	"      --window SIZE       bytes per ranged GET to a parent, rounded down to\n"
+	"                          whole 1 MiB pieces, at most 1G (default 1M)\n"
 	"      --no-prefetch       fetch payloads only when a child asks, not the\n"
 	"                          whole pack once its manifest is asked for\n"
 	"      --threads N         server threads (default 4)\n"
@@ -258,11 +258,10 @@ static void parse_options(int argc, char **argv, struct dcr_relay_opts *ro,
 				cmd_usage_error(usage, "bad --cache-size '%s'", optarg);
 			break;
 		case 'w':
-			/* whole 1 MiB pieces, each checked as it arrives (a
-			 * smaller window was taken as 1M, a ragged one cut) */
-			if (!(ro->window = parse_big_size(optarg)) || ro->window > (1ull << 30) ||
-			    ro->window % (1u << DCR_PIECE_LOG2))
-				cmd_usage_error(usage, "bad --window '%s' (whole MiB, 1M to 1G)", optarg);
+			/* rounded down to whole 1 MiB pieces, at least one, as
+			 * dcr-pull --part-size is */
+			if (!(ro->window = parse_big_size(optarg)) || ro->window > (1ull << 30))
+				cmd_usage_error(usage, "bad --window '%s' (at most 1G)", optarg);
 			break;
 		case 'N': ro->no_prefetch = 1; break;
 		case 'T':
