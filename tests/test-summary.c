@@ -215,6 +215,24 @@ Test(summary, join_rows_columns_and_refusals)
 		dcr_summary_release(&v[i]);
 }
 
+/* Tensor i of one BF16 element in model.safetensors, named with 60,000
+ * bytes that sort by i. */
+static void long_named(struct dcr_delta_tensor *t, uint32_t i)
+{
+	t->name = malloc(60001);
+	cr_assert(t->name);
+	memset(t->name, 'x', 60000);
+	t->name[60000] = '\0';
+	char num[16];
+	snprintf(num, sizeof(num), "%08u", i);
+	memcpy(t->name, num, 8);
+	t->file = strdup("model.safetensors");
+	t->dtype = DCR_DT_BF16;
+	t->ndim = 1;
+	t->shape[0] = 1;
+	t->nelem = 1;
+}
+
 /* A manifest of n tensors named with 60,000 bytes each: built, with its
  * target the state its tensors add up to, and parsed. */
 static int parse_long_names(uint32_t n, struct dcr_err *e)
@@ -226,17 +244,7 @@ static int parse_long_names(uint32_t n, struct dcr_err *e)
 	m.ntensors = n;
 	for (uint32_t i = 0; i < n; i++) {
 		struct dcr_delta_tensor *t = &m.tensors[i];
-		t->name = malloc(60001);
-		cr_assert(t->name);
-		memset(t->name, 'x', 60000);
-		t->name[60000] = '\0';
-		char num[16];
-		snprintf(num, sizeof(num), "%08u", i); /* increasing */
-		memcpy(t->name, num, 8);
-		t->file = strdup("model.safetensors");
-		t->dtype = DCR_DT_BF16;
-		t->ndim = 1;
-		t->shape[0] = 1;
+		long_named(t, i);
 		t->digest.b[0] = (uint8_t)i;
 		t->have_digest = 1;
 		ent[i] = (struct dcr_state_entry){.name = t->name, .dtype = t->dtype, .ndim = 1,
@@ -276,18 +284,7 @@ static int parse_summary_long_names(uint32_t n, struct dcr_err *e)
 	cr_assert(s.tensors && ent);
 	for (uint32_t i = 0; i < n; i++) {
 		struct dcr_delta_tensor *t = &s.tensors[i].t;
-		t->name = malloc(60001);
-		cr_assert(t->name);
-		memset(t->name, 'x', 60000);
-		t->name[60000] = '\0';
-		char num[16];
-		snprintf(num, sizeof(num), "%08u", i);
-		memcpy(t->name, num, 8);
-		t->file = strdup("model.safetensors");
-		t->dtype = DCR_DT_BF16;
-		t->ndim = 1;
-		t->shape[0] = 1;
-		t->nelem = 1;
+		long_named(t, i);
 		ent[i] = (struct dcr_state_entry){.name = t->name, .dtype = t->dtype, .ndim = 1,
 						  .shape = t->shape};
 	}
