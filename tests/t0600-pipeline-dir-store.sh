@@ -3,7 +3,8 @@
 # on the trainer side, dcr-pull | dcr-apply on the receiver side, with several
 # payloads; the receiver ends bit-identical to the new checkpoint. Also the
 # by-hand paths: dcr-pull -o DIR then dcr-apply DIR, tar tvf of a pulled
-# stream, and a second apply of the same pack changes nothing.
+# stream, and a second apply of the same pack changes nothing; STORE/NAME/
+# with a trailing slash is STORE/NAME.
 . "$DCR_SRC/tests/lib-xfer.sh"
 gen 32M 1
 S="$T/store"
@@ -24,6 +25,12 @@ mv "$T/out" "$T/v1.tar"
 tar tf "$T/v1.tar" >"$T/list" || fail "tar cannot list the pulled stream"
 [ "$(tail -n 1 "$T/list")" = manifest.dcrm ] || fail "manifest is not last: $(cat "$T/list")"
 [ "$(grep -c '^payload-' "$T/list")" = "$n" ] || fail "tar lists other payloads"
+
+# STORE/NAME/ as a shell completes a directory: the trailing slash ignored
+run_ok dcr-pull -q "$S/v1/"
+cmp -s "$T/out" "$T/v1.tar" || fail "dcr-pull STORE/NAME/ pulled another stream"
+run_ok dcr-push -q "$T/v1.tar" "$S/v1copy//"
+[ -f "$S/v1copy/manifest.dcrm" ] || fail "dcr-push STORE/NAME/ did not make NAME"
 
 # by hand: pull into a directory, apply the directory
 receiver r2

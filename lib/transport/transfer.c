@@ -22,22 +22,33 @@
 
 int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_err *e)
 {
-	const char *slash = strrchr(arg, '/');
-	const char *scheme = strstr(arg, "://");
+	/* trailing slashes go (a shell completes a directory store's pack
+	 * directory with one) */
+	size_t n = strlen(arg);
+	while (n > 1 && arg[n - 1] == '/')
+		n--;
+	char *a = strndup(arg, n);
+	if (!a)
+		return dcr_err_sys(e, ENOMEM, "%s", arg);
+	const char *slash = strrchr(a, '/');
+	const char *scheme = strstr(a, "://");
+	int r = 0;
+	*store = *name = NULL;
 	if (!slash || !slash[1] || (scheme && slash < scheme + 3) ||
 	    (scheme && !strchr(scheme + 3, '/'))) {
 		char *shown = dcr_url_redact(arg);
-		int r = dcr_err_set(e, DCR_EFORMAT,
-				    "'%s' is not STORE/NAME (e.g. /srv/store/v42 or s3://bucket/prefix/v42)",
-				    shown ? shown : "the argument");
+		r = dcr_err_set(e, DCR_EFORMAT,
+				"'%s' is not STORE/NAME (e.g. /srv/store/v42 or s3://bucket/prefix/v42)",
+				shown ? shown : "the argument");
 		free(shown);
-		return r;
+	} else {
+		*store = slash == a ? dcr_strdup("/") : strndup(a, (size_t)(slash - a));
+		*name = dcr_strdup(slash + 1);
+		r = !*store || !*name ? dcr_err_sys(e, ENOMEM, "%s", arg)
+				      : dcr_store_check_name(*name, e);
 	}
-	*store = slash == arg ? dcr_strdup("/") : strndup(arg, (size_t)(slash - arg));
-	*name = dcr_strdup(slash + 1);
-	if (!*store || !*name)
-		return dcr_err_sys(e, ENOMEM, "%s", arg);
-	return dcr_store_check_name(*name, e);
+	free(a);
+	return r;
 }
 
 static char *obj(const char *name, const char *entry)

@@ -8,7 +8,8 @@
 #include "core/trust.h"
 #include "transport/store.h"
 
-/* Split "STORE/NAME" at its last '/' into a store URL and a pack name. */
+/* Split "STORE/NAME" at its last '/' into a store URL and a pack name
+ * (trailing slashes ignored). */
 int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_err *e);
 
 #define DCR_PART_SIZE (16u << 20)
