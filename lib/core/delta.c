@@ -136,14 +136,12 @@ static int w_room(struct dcr_delta_writer *w, struct dcr_err *e)
 	if (w->ntensors + w->nremoved >= DCR_DELTA_TENSORS_MAX)
 		r = dcr_err_set(e, DCR_EFORMAT, "%s: more than %u tensors, which no reader takes",
 				w->what, DCR_DELTA_TENSORS_MAX);
-	else if (w->rec.len > DCR_DELTA_NAMES_BYTES - w->name_bytes)
+	else if (dcr_delta_names_take(&w->name_bytes, w->rec.len))
 		r = dcr_err_set(e, DCR_EFORMAT,
 				"%s: its tensors' names take more than %llu MiB, which no reader takes",
 				w->what, (unsigned long long)(DCR_DELTA_NAMES_BYTES >> 20));
 	if (r)
 		w->rec.len = 0;
-	else
-		w->name_bytes += w->rec.len;
 	return r;
 }
 
@@ -409,11 +407,10 @@ int dcr_delta_count_names(const struct dcr_delta_rec *rec, struct dcr_delta_name
 	if (++c->n > DCR_DELTA_TENSORS_MAX)
 		return dcr_err_set(e, DCR_EFORMAT, "%s names more than %u tensors", what,
 				   DCR_DELTA_TENSORS_MAX);
-	if (rec->len > DCR_DELTA_NAMES_BYTES - c->bytes)
+	if (dcr_delta_names_take(&c->bytes, rec->len))
 		return dcr_err_set(e, DCR_EFORMAT,
 				   "%s: its tensors' names take more than %llu MiB", what,
 				   (unsigned long long)(DCR_DELTA_NAMES_BYTES >> 20));
-	c->bytes += rec->len;
 	return 0;
 }
 

@@ -31,6 +31,16 @@
  * many bytes: each name may be 65,535 bytes long, and 2^20 of the longest
  * were 128 GiB kept. 256 bytes a tensor at the most tensors. */
 #define DCR_DELTA_NAMES_BYTES ((uint64_t)256 << 20)
+/* Take n more bytes of names into *used: 0, or -1 (*used as it was) when
+ * they would go past DCR_DELTA_NAMES_BYTES. Every reader and writer that
+ * keeps names counts them so. */
+static inline int dcr_delta_names_take(uint64_t *used, uint64_t n)
+{
+	if (n > DCR_DELTA_NAMES_BYTES - *used)
+		return -1;
+	*used += n;
+	return 0;
+}
 
 enum dcr_rec_type {
 	DCR_REC_TENSOR = 1, /* a target tensor's name, file, dtype, shape */

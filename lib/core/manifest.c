@@ -185,7 +185,8 @@ static int parse_pieces(struct dcr_rd *rd, const char *what, struct dcr_manifest
 
 /* The manifest's tensor table: TENSOR record bodies, each with its target
  * digest, in name order; 0, -ENOMEM, or 1 when it is malformed. */
-static int read_tensors(struct dcr_rd *rd, struct dcr_manifest *m, struct dcr_err *e)
+static int read_tensors(struct dcr_rd *rd, struct dcr_manifest *m, uint64_t *names,
+			struct dcr_err *e)
 {
 	uint32_t nt = dcr_rd_le32(rd);
 	if (rd->bad || nt > dcr_rd_left(rd) / 40 || nt > DCR_DELTA_TENSORS_MAX)
@@ -196,9 +197,8 @@ static int read_tensors(struct dcr_rd *rd, struct dcr_manifest *m, struct dcr_er
 	for (uint32_t i = 0; i < nt; i++) {
 		uint64_t bl = dcr_rd_varint(rd);
 		/* their bodies within a delta's bound (each is kept) */
-		if (rd->bad || bl > DCR_DELTA_NAMES_BYTES - m->names_bytes)
+		if (rd->bad || dcr_delta_names_take(names, bl))
 			return 1;
-		m->names_bytes += bl;
 		const uint8_t *body = dcr_rd_bytes(rd, bl);
 		const uint8_t *dg = dcr_rd_bytes(rd, 32);
 		if (!body || !dg)
@@ -239,7 +239,7 @@ static int tensors_add_up(const struct dcr_manifest *m)
  * malformed, or -ENOMEM; what they fill is freed with the manifest. */
 
 /* The removed tensors' names. */
-static int read_removed(struct dcr_rd *rd, struct dcr_manifest *m)
+static int read_removed(struct dcr_rd *rd, struct dcr_manifest *m, uint64_t *names)
 {
 	uint32_t nr = dcr_rd_le32(rd);
 	if (rd->bad || nr > dcr_rd_left(rd) || nr + (uint64_t)m->ntensors > DCR_DELTA_TENSORS_MAX)
@@ -248,12 +248,11 @@ static int read_removed(struct dcr_rd *rd, struct dcr_manifest *m)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < nr; i++) {
 		uint64_t n = dcr_rd_varint(rd);
-		const uint8_t *s = rd->bad || n > 65535 || n + 1 > DCR_DELTA_NAMES_BYTES - m->names_bytes
+		const uint8_t *s = rd->bad || n > 65535 || dcr_delta_names_take(names, n + 1)
 					   ? NULL
 					   : dcr_rd_bytes(rd, n);
 		if (!s || memchr(s, 0, n))
 			return 1;
-		m->names_bytes += n + 1;
 		m->removed[i] = strndup((const char *)s, n);
 		m->nremoved = i + 1;
 		if (!m->removed[i])
@@ -366,12 +365,13 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 		}
 		memcpy(m->pdigest[i].b, p, 32);
 	}
-	int r = read_tensors(&rd, m, e);
+	uint64_t names = 0; /* the bytes of the names kept, as a delta's */
+	int r = read_tensors(&rd, m, &names, e);
 	if (r == -ENOMEM)
 		goto oom;
 	if (r)
 		goto bad;
-	if ((r = read_removed(&rd, m)) == -ENOMEM)
+	if ((r = read_removed(&rd, m, &names)) == -ENOMEM)
 		goto oom;
 	if (r)
 		goto bad;

@@ -46,8 +46,6 @@ struct dcr_manifest {
 	struct dcr_delta_tensor *tensors; /* sorted by name, digests set */
 	uint32_t nremoved;
 	char **removed;
-	uint64_t names_bytes; /* tensor bodies and removed names (with their
-				 ends), at most DCR_DELTA_NAMES_BYTES */
 	uint64_t nitems, nchanges;
 	uint32_t nalt;     /* alternative bases (manifest flag 1) */
 	int dense;         /* a dense copy (manifest flag 2): fits any receiver */

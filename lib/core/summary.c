@@ -99,9 +99,8 @@ static int parse_tensors(struct dcr_rd *rd, struct dcr_summary *s, const char *w
 	for (uint32_t i = 0; i < nt; i++) {
 		struct dcr_summary_tensor *st = &s->tensors[i];
 		uint64_t bl = dcr_rd_varint(rd);
-		if (rd->bad || bl > DCR_DELTA_NAMES_BYTES - names)
+		if (rd->bad || dcr_delta_names_take(&names, bl))
 			return 1;
-		names += bl;
 		const uint8_t *body = bl > dcr_rd_left(rd) ? NULL : dcr_rd_bytes(rd, bl);
 		if (!body)
 			return 1;

@@ -30,7 +30,7 @@ int ap_tcount_item(struct ap_tcount *c, const struct dcr_delta_tensor *dt,
 		return dcr_err_set(e, DCR_EFORMAT,
 				   "%s: the pack's items name more than %u tensors (a pack names at most that many); nothing written",
 				   what, DCR_DELTA_TENSORS_MAX);
-	if (!t && strlen(name) + 1 > DCR_DELTA_NAMES_BYTES - c->name_bytes)
+	if (!t && dcr_delta_names_take(&c->name_bytes, strlen(name) + 1))
 		return dcr_err_set(e, DCR_EFORMAT,
 				   "%s: the names of the tensors the pack's items change take more than %llu MiB (a pack's take at most that); nothing written",
 				   what, (unsigned long long)(DCR_DELTA_NAMES_BYTES >> 20));
@@ -43,7 +43,6 @@ int ap_tcount_item(struct ap_tcount *c, const struct dcr_delta_tensor *dt,
 			return dcr_err_sys(e, ENOMEM, "%s", what);
 		}
 		t->units = units;
-		c->name_bytes += strlen(name) + 1;
 	}
 	if (units < t->units)
 		t->units = units;
