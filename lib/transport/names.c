@@ -92,19 +92,20 @@ int dcr_names_add_listed(struct dcr_names *l, char *name, const char *what, int 
 	int r = 0;
 	if (!name)
 		return dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
+	size_t len = strlen(name) + 1;
 	if (dcr_store_check_name(name, &ne))
 		r = dcr_err_set(e, DCR_EFORMAT, "cannot list '%s': it lists a bad name (%s)", what,
 				ne.msg);
 	else if (l->n >= DCR_STORE_LIST_MAX)
 		r = dcr_err_set(e, code, "cannot list '%s': more than %u names", what,
 				DCR_STORE_LIST_MAX);
-	else if (l->bytes + strlen(name) + 1 > DCR_STORE_LIST_BYTES)
+	else if (len > DCR_STORE_LIST_BYTES - l->bytes)
 		r = dcr_err_set(e, code, "cannot list '%s': more than %zu MiB of names", what,
 				DCR_STORE_LIST_BYTES >> 20);
 	else if (dcr_names_add(l, name))
 		r = dcr_err_sys(e, ENOMEM, "cannot list '%s'", what);
 	else
-		l->bytes += strlen(name) + 1;
+		l->bytes += len;
 	if (r)
 		free(name);
 	return r;
