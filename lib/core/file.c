@@ -206,7 +206,10 @@ int dcr_atomic_is_stale(const char *name)
 	return kill((pid_t)pid, 0) && errno == ESRCH;
 }
 
-int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
+/* dcr_atomic_open; with make_dir, the directory (and its parents) made
+ * right before each try, and tried again when it is gone before the
+ * temporary file is in it (see dcr_atomic_open_mkdir). */
+static int atomic_open(struct dcr_atomic *a, const char *final, int make_dir, struct dcr_err *e)
 {
 	a->fd = -1;
 	a->direct = 0;
@@ -216,7 +219,7 @@ int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
 	char *dir = dcr_dirname(final);
 	const char *base = strrchr(final, '/');
 	base = base ? base + 1 : final;
-	for (int tries = 0; a->final && dir && tries < 100; tries++) {
+	for (int tries = 0, gone = 0; a->final && dir && tries < 100; tries++) {
 		a->tmp = dcr_asprintf("%s/.%s.tmp-%ld-%d", dir, base, (long)getpid(),
 				      tries);
 		if (!a->tmp)
@@ -224,15 +227,29 @@ int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
 		/* named before it exists: a signal between the two must not
 		 * leave it (a name with our pid is nobody else's) */
 		a->slot = track(a->tmp);
-		a->fd = open(a->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		int r = make_dir ? dcr_mkdir_p(dir, e) : 0;
+		/* nothing between the directory's making and the file's
+		 * creation but these calls: the window in which an rmdir(2)
+		 * of the empty directory makes the open fail */
+		a->fd = r ? -1 : open(a->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 		if (a->fd >= 0) {
 			free(dir);
 			return 0;
 		}
-		int err = errno;
+		int err = r ? -r : errno;
 		untrack(a);
 		free(a->tmp);
 		a->tmp = NULL;
+		if (make_dir && !r && err == ENOENT && ++gone < DCR_ATOMIC_DIR_TRIES) {
+			tries--; /* the same name again */
+			continue;
+		}
+		if (r) {
+			free(dir);
+			free(a->final);
+			a->final = NULL;
+			return r;
+		}
 		if (err != EEXIST) {
 			free(dir);
 			free(a->final);
@@ -244,6 +261,16 @@ int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
 	free(a->final);
 	a->final = NULL;
 	return dcr_err_sys(e, ENOMEM, "cannot create a temporary file for '%s'", final);
+}
+
+int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e)
+{
+	return atomic_open(a, final, 0, e);
+}
+
+int dcr_atomic_open_mkdir(struct dcr_atomic *a, const char *final, struct dcr_err *e)
+{
+	return atomic_open(a, final, 1, e);
 }
 
 /* The descriptor a name like /dev/fd/N stands for, or -1. */

@@ -32,6 +32,13 @@ struct dcr_atomic {
 	int slot;   /* 1 + its place in dcr_atomic_remove_all's table; 0 none */
 };
 int dcr_atomic_open(struct dcr_atomic *a, const char *final, struct dcr_err *e);
+/* The same, making final's directory (and its parents) first, where
+ * another process may remove it whenever it is empty (a directory
+ * store's delete does): the directory is made right before each try to
+ * create the temporary file, and a try that finds it gone again is
+ * repeated, DCR_ATOMIC_DIR_TRIES times at most. */
+#define DCR_ATOMIC_DIR_TRIES 10000
+int dcr_atomic_open_mkdir(struct dcr_atomic *a, const char *final, struct dcr_err *e);
 /* Whether an output named by a user is a stream to write in place rather
  * than a file to replace: a name of an open descriptor (/dev/stdout,
  * /dev/stderr, /dev/fd/N, /proc/self/fd/N) or of something that exists

@@ -131,16 +131,6 @@ static char *dir_path(struct dcr_store *s, const char *name, struct dcr_err *e)
 	return p;
 }
 
-static int dir_parent(const char *path, struct dcr_err *e)
-{
-	char *d = dcr_dirname(path);
-	if (!d)
-		return dcr_err_sys(e, ENOMEM, "cannot create the directory of '%s'", path);
-	int r = dcr_mkdir_p(d, e);
-	free(d);
-	return r;
-}
-
 static int copy_fd(int in, int out, const char *src, const char *dst,
 		   uint64_t *copied, struct dcr_err *e)
 {
@@ -198,16 +188,10 @@ static int dir_write(struct dcr_store *s, const char *name, const void *buf,
 	if (!path)
 		return -ENOMEM;
 	struct dcr_atomic a;
-	int r = -ENOENT;
 	/* a delete that emptied the directory removes it (dir_delete): one
-	 * may do so between its making and the temporary file's; make it
-	 * again (once the file is there, the directory is not empty). Each
-	 * try loses only to an rmdir(2) in that window. */
-	for (int tries = 0; r == -ENOENT && tries < 1000; tries++) {
-		r = dir_parent(path, e);
-		if (!r)
-			r = dcr_atomic_open(&a, path, e);
-	}
+	 * may do so between its making and the temporary file's; it is made
+	 * again (once the file is there, the directory is not empty) */
+	int r = dcr_atomic_open_mkdir(&a, path, e);
 	if (r) {
 		free(path);
 		return r;
