@@ -301,18 +301,15 @@ static int store_status(const struct args *a)
 
 /* The trainer's wait, as it goes: "policy P: v3: 1 of 2 acknowledged, 4 s
  * of 600 s" (seconds waited, of --timeout) */
-static void acks_progress(void *ctx, unsigned acks, unsigned expect, unsigned failed)
+static void acks_progress(void *ctx, unsigned acks, unsigned expect, unsigned failed,
+			  double waited_s)
 {
 	const struct args *a = ctx;
-	static double t0 = -1;
-	double now = dcr_now_s();
-	if (t0 < 0)
-		t0 = now;
 	char fl[48] = "", tm[64] = "";
 	if (failed)
 		snprintf(fl, sizeof(fl), ", %u failed", failed);
 	if (a->timeout > 0)
-		snprintf(tm, sizeof(tm), ", %.0f s of %g s", now - t0, a->timeout);
+		snprintf(tm, sizeof(tm), ", %.0f s of %g s", waited_s, a->timeout);
 	cmd_progress_text(acks >= expect, "policy %s: v%llu: %u of %u acknowledged%s%s",
 			  cmd_quote(a->policy), (unsigned long long)a->co.version, acks, expect, fl, tm);
 }

@@ -309,7 +309,7 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 		if (r)
 			return r;
 	}
-	double deadline = dcr_now_s() + o->timeout_s;
+	double start = dcr_now_s(), deadline = start + o->timeout_s;
 	unsigned good = 0, had = 0, nap_ms = 25;
 	struct dcr_ack *old = NULL; /* the first listing's records */
 	size_t nold = 0;
@@ -344,7 +344,7 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 		if (acks_seen)
 			*acks_seen = good;
 		if (o->progress)
-			o->progress(o->progress_ctx, good, o->expect, failed);
+			o->progress(o->progress_ctx, good, o->expect, failed, dcr_now_s() - start);
 		if (good >= o->expect) {
 			dcr_acks_free(v, n);
 			break;

@@ -75,8 +75,10 @@ struct dcr_policy_commit_opts {
 	int have_attempt;
 	struct dcr_fault *fault; /* fault points (core/fault.h) */
 	/* called after each look at the acknowledgements: how many name the
-	 * state, how many count as failure reports (NULL: none) */
-	void (*progress)(void *ctx, unsigned acks, unsigned expect, unsigned failed);
+	 * state, how many count as failure reports, the seconds waited so
+	 * far (NULL: none) */
+	void (*progress)(void *ctx, unsigned acks, unsigned expect, unsigned failed,
+			 double waited_s);
 	void *progress_ctx;
 };
 /* Wait for the acknowledgements, then create refs/vV with compare-and-set.
