@@ -25,14 +25,14 @@ struct dcr_fault cmd_fault;
 static int cmd_argc;
 static char **cmd_argv;
 
-/* An interrupted command (^C, a job scheduler's SIGTERM, a closed
- * terminal) removes its temporary files, then dies of the signal as it
- * would have (a caller sees the same status). */
 /* A pack directory this command is to create (-o DIR, absent at the
  * start): removed again if the command fails or is interrupted while it is
  * still empty (a pull's payloads, kept for its retry, keep it). */
 static const char *made_dir;
 
+/* An interrupted command (^C, a job scheduler's SIGTERM, a closed
+ * terminal) removes its temporary files, then dies of the signal as it
+ * would have (a caller sees the same status). */
 static void on_fatal_signal(int sig)
 {
 	dcr_atomic_remove_all();
