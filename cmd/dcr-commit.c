@@ -272,6 +272,9 @@ static int store_status(const struct args *a)
 			printf("pack\t%llu\n", (unsigned long long)sv.packs[i]);
 		for (size_t i = 0; i < sv.ndense; i++)
 			printf("dense\t%llu\n", (unsigned long long)sv.dense[i]);
+		for (size_t i = 0; i < sv.nbad_dense; i++)
+			printf("bad-dense\t%llu\t%s\n", (unsigned long long)sv.bad_dense[i].version,
+			       cmd_quote(sv.bad_dense[i].why));
 	} else {
 		if (h->have)
 			printf("policy %s: version %llu, state %s\n", a->policy,
@@ -293,6 +296,10 @@ static int store_status(const struct args *a)
 		print_runs(sv.packs, sv.npacks);
 		fputs("dense copies: ", stdout);
 		print_runs(sv.dense, sv.ndense);
+		for (size_t i = 0; i < sv.nbad_dense; i++)
+			printf("dense copy v%llu: not relied on: %s\n",
+			       (unsigned long long)sv.bad_dense[i].version,
+			       cmd_quote(sv.bad_dense[i].why));
 	}
 	dcr_policy_survey_release(&sv);
 	dcr_store_close(s);

@@ -136,6 +136,14 @@ static void gc_behind(void *ctx, const char *receiver, uint64_t version, int let
 			 (unsigned long long)o->max_behind, (unsigned long long)version);
 }
 
+static void gc_bad_dense(void *ctx, uint64_t version, const char *why)
+{
+	(void)ctx;
+	cmd_warn("the dense copy v%llu.dense is not relied on: %s; no receiver is let go by it, nor an older dense copy removed for it; push a dense copy of version %llu's checkpoint in its place (dcr-diff --dense CKPT | dcr-pack | dcr-push - STORE/NAME/v%llu.dense)",
+		 (unsigned long long)version, why, (unsigned long long)version,
+		 (unsigned long long)version);
+}
+
 /* NAME is vV: refuse (exit 1) when STORE, a policy's directory, has
  * committed V. A pushed pack replaces the one there, payloads first, so a
  * rerun step pushed under a committed version's name destroyed the pack
@@ -263,7 +271,7 @@ int main(int argc, char **argv)
 		struct dcr_store *s;
 		struct dcr_gc_opts go = {.keep = keep, .max_behind = max_behind, .dry_run = dry,
 					 .parallel = (unsigned)xo.parallel, .removed = gc_report,
-					 .behind = gc_behind};
+					 .behind = gc_behind, .bad_dense = gc_bad_dense};
 		struct dcr_gc_result res;
 		go.ctx = &go;
 		if (dcr_store_open(gc, &so, &s, &e))

@@ -244,26 +244,39 @@ int dcr_policy_head(struct dcr_store *s, const char *policy, struct dcr_head *h,
 	return r;
 }
 
-int dcr_policy_pack(struct dcr_store *s, const char *policy, uint64_t version,
-		    dcr_digest *state, uint8_t attempt[16], struct dcr_err *e)
+/* The manifest of the pack NAME/vV (dense: NAME/vV.dense): its target
+ * state, attempt and whether it is a dense copy. */
+static int pack_manifest(struct dcr_store *s, const char *policy, uint64_t version, int dense,
+			 dcr_digest *state, uint8_t attempt[16], int *is_dense, struct dcr_err *e)
 {
-	char *name = dcr_asprintf("%s/v%llu/%s", policy, (unsigned long long)version,
-				  DCR_MANIFEST_NAME);
+	char *name = dcr_asprintf("%s/v%llu%s/%s", policy, (unsigned long long)version,
+				  dense ? ".dense" : "", DCR_MANIFEST_NAME);
 	uint8_t *buf = NULL;
 	size_t len;
 	struct dcr_manifest m;
 	int r = name ? dcr_store_get(s, name, &buf, &len, e) : dcr_err_sys(e, ENOMEM, "manifest");
 	if (r == DCR_ENOTFOUND)
-		r = dcr_err_set(e, DCR_ENOTFOUND,
-				"no pack '%s' in '%s' to take the target state from; give --state",
-				name, dcr_store_url(s));
+		r = dcr_err_set(e, DCR_ENOTFOUND, "no pack '%s' in '%s'", name, dcr_store_url(s));
 	else if (!r && !(r = dcr_manifest_parse(buf, len, name, &m, e))) {
 		*state = m.target;
 		memcpy(attempt, m.attempt, 16);
+		*is_dense = m.dense;
 		dcr_manifest_release(&m);
 	}
 	free(buf);
 	free(name);
+	return r;
+}
+
+int dcr_policy_pack(struct dcr_store *s, const char *policy, uint64_t version,
+		    dcr_digest *state, uint8_t attempt[16], struct dcr_err *e)
+{
+	int dense, r = pack_manifest(s, policy, version, 0, state, attempt, &dense, e);
+	if (r == DCR_ENOTFOUND && e)
+		dcr_err_set(e, DCR_ENOTFOUND,
+			    "no pack '%s/v%llu/%s' in '%s' to take the target state from; give --state",
+			    policy, (unsigned long long)version, DCR_MANIFEST_NAME,
+			    dcr_store_url(s));
 	return r;
 }
 
@@ -487,6 +500,67 @@ static int add_version(uint64_t **v, size_t *n, uint64_t x)
 	return 0;
 }
 
+/* Whether the dense copy NAME/vV.dense holds version V's committed state:
+ * 1, or 0 with why (its manifest is not a dense copy's, or names another
+ * state than refs/vV, or either cannot be read). */
+static int dense_holds_ref(struct dcr_store *s, const char *policy, uint64_t v, char *why,
+			   size_t wlen)
+{
+	struct dcr_err e = {0};
+	dcr_digest ref, target;
+	uint8_t attempt[16];
+	int dense = 0;
+	char a[65], b[65];
+	if (dcr_policy_ref(s, policy, v, &ref, &e) ||
+	    pack_manifest(s, policy, v, 1, &target, attempt, &dense, &e)) {
+		snprintf(why, wlen, "%s", e.msg);
+		return 0;
+	}
+	if (!dense) {
+		snprintf(why, wlen, "its manifest is not a dense copy's (dcr-diff --dense)");
+		return 0;
+	}
+	if (memcmp(&ref, &target, sizeof(ref))) {
+		dcr_digest_hex(&target, a);
+		dcr_digest_hex(&ref, b);
+		snprintf(why, wlen, "it holds state %.12s, and v%llu is committed as %.12s",
+			 a, (unsigned long long)v, b);
+		return 0;
+	}
+	return 1;
+}
+
+/* Pass over the dense copies of committed versions that do not hold
+ * their version's committed state (sv->bad_dense, with why): receivers
+ * would catch up by them to a state no later delta applies to. */
+static int check_dense(struct dcr_store *s, const char *policy, struct dcr_policy_survey *sv)
+{
+	char why[sizeof(((struct dcr_err *)0)->msg)];
+	size_t w = 0;
+	for (size_t i = 0; i < sv->ndense; i++) {
+		uint64_t v = sv->dense[i];
+		if (!sv->head.have || v > sv->head.version ||
+		    dense_holds_ref(s, policy, v, why, sizeof(why))) {
+			sv->dense[w++] = v;
+			continue;
+		}
+		if (!(sv->nbad_dense & (sv->nbad_dense + 1))) { /* 0, 1, 3, 7, ...: grow */
+			struct dcr_bad_dense *nb =
+				realloc(sv->bad_dense, 2 * (sv->nbad_dense + 1) * sizeof(*nb));
+			if (!nb)
+				return -ENOMEM;
+			sv->bad_dense = nb;
+		}
+		struct dcr_bad_dense *b = &sv->bad_dense[sv->nbad_dense];
+		if (!(b->why = dcr_strdup(why)))
+			return -ENOMEM;
+		b->version = v;
+		sv->nbad_dense++;
+	}
+	sv->ndense = w;
+	return 0;
+}
+
 /* dcr_policy_survey, and with names the listing of NAME/ it was made from
  * (*names, *n: the caller frees them). */
 static int survey(struct dcr_store *s, const char *policy, struct dcr_policy_survey *sv,
@@ -520,6 +594,10 @@ static int survey(struct dcr_store *s, const char *policy, struct dcr_policy_sur
 		qsort(sv->packs, sv->npacks, sizeof(*sv->packs), cmp_u64);
 	if (sv->ndense)
 		qsort(sv->dense, sv->ndense, sizeof(*sv->dense), cmp_u64);
+	if (check_dense(s, policy, sv)) {
+		dcr_store_names_free(nm, nn);
+		return dcr_err_sys(e, ENOMEM, "policy");
+	}
 	/* each receiver's latest acknowledgement, and its failure report
 	 * if that is newer (records of a receiver come newest first) */
 	struct dcr_ack *all = sv->latest;
@@ -588,10 +666,14 @@ void dcr_policy_survey_release(struct dcr_policy_survey *sv)
 	dcr_acks_free(sv->failed, sv->nfailed);
 	free(sv->packs);
 	free(sv->dense);
+	for (size_t i = 0; i < sv->nbad_dense; i++)
+		free(sv->bad_dense[i].why);
+	free(sv->bad_dense);
 	memset(sv, 0, sizeof(*sv));
 }
 
-/* The newest complete dense copy of a committed version: 0, or -1 when
+/* The newest complete dense copy of a committed version (the survey kept
+ * only those that hold their version's committed state): 0, or -1 when
  * there is none. */
 static int newest_dense(const struct dcr_policy_survey *sv, uint64_t *dense)
 {
@@ -720,6 +802,9 @@ int dcr_policy_gc(struct dcr_store *s, const char *policy, const struct dcr_gc_o
 	/* the newest complete dense copy of a committed version serves every
 	 * receiver an older one would, with fewer deltas after it */
 	uint64_t dense = 0, oldest;
+	for (size_t i = 0; i < sv.nbad_dense; i++)
+		if (o->bad_dense)
+			o->bad_dense(o->ctx, sv.bad_dense[i].version, sv.bad_dense[i].why);
 	int have_dense = !newest_dense(&sv, &dense), let_go;
 	if (gc_receivers(&sv, o, have_dense, dense, &oldest, &let_go, res))
 		r = dcr_err_sys(e, ENOMEM, "gc");

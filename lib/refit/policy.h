@@ -121,8 +121,16 @@ struct dcr_policy_survey {
 				     latest acknowledgement, by name */
 	size_t nfailed;
 	uint64_t *packs, *dense;  /* versions whose pack, and whose dense copy, is
-				     complete (its manifest stored), ascending */
+				     complete (its manifest stored), ascending;
+				     a dense copy of a committed version only
+				     where it holds that version's committed
+				     state (refs/vX) */
 	size_t npacks, ndense;
+	struct dcr_bad_dense {	  /* the dense copies of committed versions that */
+		uint64_t version; /* do not (a dense copy of another checkpoint, */
+		char *why;	  /* or a delta's pack, pushed under the name), */
+	} *bad_dense;		  /* ascending, and why */
+	size_t nbad_dense;
 };
 int dcr_policy_survey(struct dcr_store *s, const char *policy, struct dcr_policy_survey *sv,
 		      struct dcr_err *e);
@@ -143,6 +151,9 @@ struct dcr_gc_opts {
 	 * dense copy newer than its version) */
 	void (*behind)(void *ctx, const char *receiver, uint64_t version, int let_go);
 	void *ctx;
+	/* each dense copy NAME/vX.dense of a committed version not relied on,
+	 * and why: it does not hold version X's committed state (refs/vX) */
+	void (*bad_dense)(void *ctx, uint64_t version, const char *why);
 };
 
 struct dcr_gc_result {
@@ -162,7 +173,9 @@ struct dcr_gc_result {
  *    no receiver has acknowledged anything; where a receiver was let go
  *    (o->max_behind), none after the dense copy it catches up by;
  *  - dense copies NAME/vX.dense/ older than the newest complete one (its
- *    manifest is in the store) of a committed version;
+ *    manifest is in the store) of a committed version that holds that
+ *    version's committed state (its manifest, a dense copy's, names the
+ *    state of refs/vX; others are passed over, o->bad_dense told);
  *  - a receiver's acknowledgements of committed versions before its
  *    latest (only the latest says where it stands).
  * Refs stay. res is filled even on error (release it). */

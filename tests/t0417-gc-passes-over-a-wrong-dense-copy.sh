@@ -1,0 +1,75 @@
+#!/bin/sh
+# dcr-push --gc relies on a dense copy NAME/vX.dense (to remove older
+# dense copies, and to let a receiver far behind go, which then catches
+# up by it) only when it holds version X's committed state: its manifest
+# a dense copy's whose target is refs/vX. A dense copy of another
+# checkpoint pushed under vX's name (the trainer's dense job given the
+# wrong step), or a delta's pack pushed there, is passed over with a
+# warning that names it; before, GC removed the good older dense copy and
+# every pack up to vX, and the receiver it let go reached a state no
+# later delta applies to.
+. "$DCR_SRC/tests/lib-dcr.sh"
+need dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint
+run 0 gen-checkpoint -q --size 1M --steps 4 "$T/g"
+G=$T/g S=$T/store
+run 0 dcr-commit --store "$S" --policy pol --version 0 --expect 0 --state "$(state_id "$G/v0")"
+cp -r "$G/v0" "$T/ra"
+cp -r "$G/v0" "$T/rb"
+for v in 1 2 3 4; do
+	run 0 dcr-diff "$G/v$((v - 1))" "$G/v$v" -o "$T/d$v"
+	run 0 dcr-pack -o "$T/p$v" "$T/d$v"
+	run 0 dcr-push -q "$T/p$v" "$S/pol/v$v"
+	run 0 dcr-apply -q --version $v "$T/ra" "$T/p$v"
+	run 0 dcr-commit -q "$T/ra" --store "$S" --policy pol --receiver ra
+	if [ $v = 1 ]; then # rb acknowledges v1, then stops
+		run 0 dcr-apply -q --version 1 "$T/rb" "$T/p1"
+		run 0 dcr-commit -q "$T/rb" --store "$S" --policy pol --receiver rb
+	fi
+	run 0 dcr-commit -q --store "$S" --policy pol --version $v --expect 1
+done
+# a right dense copy of v2; under v3's name one of v2's checkpoint too
+run 0 dcr-diff --dense "$G/v2" -o "$T/dd2"
+run 0 dcr-pack -o "$T/pd2" "$T/dd2"
+run 0 dcr-push -q "$T/pd2" "$S/pol/v2.dense"
+run 0 dcr-push -q "$T/pd2" "$S/pol/v3.dense"
+
+id2=$(state_id "$G/v2" | cut -c1-12)
+id3=$(state_id "$G/v3" | cut -c1-12)
+run 0 dcr-push --gc "$S" --policy pol --max-behind 1
+grep -q "warning: the dense copy v3.dense is not relied on: it holds state $id2, and v3 is committed as $id3; no receiver is let go by it" "$T/err" ||
+	{ cat "$T/err"; fail "no word of the wrong dense copy"; }
+grep -q "receiver 'rb' is at v1, more than 1 versions behind: not waited for" "$T/err" ||
+	{ cat "$T/err"; fail "rb was not let go by the right dense copy"; }
+# rb is let go by v2.dense: v1 and v2 go, v3 and v4 stay, and so do both
+# dense copies (the right one is the newest that counts)
+[ "$(cut -f1 "$T/out" | tr '\n' ' ')" = "v1 v2 " ] || fail "gc removed '$(cat "$T/out")'"
+for p in v3 v4 v2.dense v3.dense; do
+	[ -f "$S/pol/$p/manifest.dcrm" ] || fail "gc removed $p"
+done
+# the status an operator (or the elastic join of dcr(7)) picks a dense
+# copy from lists only the right one as a dense copy
+run 0 dcr-commit --store "$S" --policy pol --status
+grep -q "^dense copies: v2$" "$T/out" &&
+	grep -q "^dense copy v3: not relied on: it holds state $id2, and v3 is committed as $id3$" "$T/out" ||
+	{ cat "$T/out"; fail "status does not tell the wrong dense copy"; }
+run 0 dcr-commit --store "$S" --policy pol --status --porcelain
+[ "$(grep dense "$T/out" | cut -f1,2 | tr '\t\n' ': ')" = "dense:2 bad-dense:3 " ] ||
+	{ cat "$T/out"; fail "porcelain status of the dense copies"; }
+# and rb catches up by it
+run 0 sh -c "dcr-pull -q --dense '$S/pol/v2' | dcr-apply -q --version 2 '$T/rb'"
+run 0 dcr-commit -q "$T/rb" --store "$S" --policy pol --receiver rb
+for v in 3 4; do
+	run 0 sh -c "dcr-pull -q '$S/pol/v$v' | dcr-apply -q --version $v '$T/rb'"
+	run 0 dcr-commit -q "$T/rb" --store "$S" --policy pol --receiver rb
+done
+same "$T/rb" "$G/v4"
+say "ok: a dense copy of another state is passed over, the right older one serves"
+
+# a delta's pack pushed under a dense copy's name is no dense copy
+run 0 dcr-push -q "$T/p4" "$S/pol/v4.dense"
+run 0 dcr-push --gc "$S" --policy pol --dry-run
+grep -q "warning: the dense copy v4.dense is not relied on: its manifest is not a dense copy's" "$T/err" ||
+	{ cat "$T/err"; fail "no word of the pack under v4.dense"; }
+# (every receiver is at v4 now: v3's pack may go, no dense copy)
+[ "$(cut -f1 "$T/out" | tr '\n' ' ')" = "v3 " ] || fail "gc would remove '$(cat "$T/out")'"
+say "ok: a delta's pack under a dense copy's name is passed over"
