@@ -47,6 +47,36 @@ static const char usage[] =
 	"With -o DIR, payloads already in DIR that check out are not fetched again\n"
 	"(resume). Exit status: 0 pulled, 128 error, 129 usage error.\n";
 
+/* NAME is vV (or vV.dense) and the store, a policy's directory, has
+ * committed V: 1 and the state it committed, which the pack must reach
+ * (a pack pushed again after its commit, or a dense copy of another
+ * checkpoint pushed under the name, would take the receiver to a state no
+ * later delta applies to). 0 when V is not committed there, or the store
+ * does not tell (a warning: the pull goes on, as pushes do). */
+static int committed_target(const struct dcr_pull_source *src, size_t n, dcr_digest *want)
+{
+	const char *name = src[0].name;
+	size_t len = strlen(name);
+	uint64_t v;
+	if (len > 6 && !strcmp(name + len - 6, ".dense"))
+		len -= 6;
+	if (dcr_version_parse(name, len, &v))
+		return 0;
+	struct dcr_err e = {0};
+	int r = DCR_ENOTFOUND;
+	for (size_t i = 0; i < n; i++) {
+		memset(&e, 0, sizeof(e));
+		if (!(r = dcr_policy_ref(src[i].s, NULL, v, want, &e)))
+			return 1;
+		if (r == DCR_ENOTFOUND)
+			return 0;
+	}
+	if (!cmd_quiet)
+		fprintf(stderr, "dcr-pull: warning: cannot tell whether version %llu is committed (%s); pulling\n",
+			(unsigned long long)v, e.msg);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	cmd_init("dcr-pull", argc, argv);
@@ -108,6 +138,9 @@ int main(int argc, char **argv)
 		if (r)
 			cmd_die_err(&e, EXIT_FATAL);
 	}
+	dcr_digest want;
+	if (committed_target(src, nsrc, &want))
+		xo.want_target = &want;
 	struct dcr_pack_out out;
 	struct dcr_tar_out *tar;
 	int to_dir = cmd_pack_output(output, &out, &tar);

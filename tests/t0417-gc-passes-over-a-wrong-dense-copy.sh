@@ -7,7 +7,8 @@
 # wrong step), or a delta's pack pushed there, is passed over with a
 # warning that names it; before, GC removed the good older dense copy and
 # every pack up to vX, and the receiver it let go reached a state no
-# later delta applies to.
+# later delta applies to. dcr-pull of such a pack, or of a committed
+# version's pack pushed again with --force, is refused.
 . "$DCR_SRC/tests/lib-dcr.sh"
 need dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint
 run 0 gen-checkpoint -q --size 1M --steps 4 "$T/g"
@@ -64,6 +65,21 @@ for v in 3 4; do
 done
 same "$T/rb" "$G/v4"
 say "ok: a dense copy of another state is passed over, the right older one serves"
+
+# a receiver that pulls the wrong dense copy by hand is refused before
+# anything goes on, and so is one that pulls a committed version's pack
+# pushed again with --force (another step's, here v4's under v3)
+run 128 dcr-pull -q --dense "$S/pol/v3" -o "$T/wrong"
+grep -q "reaches state $id2, and its version is committed as $id3: not the pack of that version" "$T/err" ||
+	{ cat "$T/err"; fail "the wrong dense copy was pulled"; }
+[ ! -e "$T/wrong" ] || fail "a refused pull left '$T/wrong'"
+run 0 dcr-push -q --force "$T/p4" "$S/pol/v3"
+run 128 dcr-pull -q "$S/pol/v3" -o "$T/wrong"
+grep -q "and its version is committed as $id3: not the pack of that version" "$T/err" ||
+	{ cat "$T/err"; fail "a replaced pack was pulled"; }
+run 0 dcr-push -q --force "$T/p3" "$S/pol/v3"
+run 0 dcr-pull -q "$S/pol/v3" -o "$T/right"
+say "ok: a pull of a committed version's pack that does not reach its state is refused"
 
 # a delta's pack pushed under a dense copy's name is no dense copy
 run 0 dcr-push -q "$T/p4" "$S/pol/v4.dense"

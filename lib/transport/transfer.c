@@ -1010,6 +1010,16 @@ static int get_manifest(struct sources *ss, uint8_t **man, size_t *man_len, uint
 				r = dcr_err_set(e, DCR_EFORMAT,
 						"'%s' is not a dense copy (dcr-diff --dense makes one)", url);
 			}
+			if (!r && o && o->want_target &&
+			    memcmp(&m->target, o->want_target, sizeof(m->target))) {
+				char a[65], b[65];
+				dcr_digest_hex(&m->target, a);
+				dcr_digest_hex(o->want_target, b);
+				dcr_manifest_release(m);
+				r = dcr_err_set(e, DCR_ECONFLICT,
+						"'%s' reaches state %.12s, and its version is committed as %.12s: not the pack of that version (a step pushed again after its commit, or a dense copy of another checkpoint)",
+						url, a, b);
+			}
 			/* the signature: checked before anything of the pack goes
 			 * on; a pack that names no version is never signed
 			 * (dcr-pack --sign needs --version), so none is asked

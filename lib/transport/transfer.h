@@ -40,6 +40,10 @@ struct dcr_xfer_opts {
 	 * wait_s, payloads listed before the manifest exists go on ahead: no
 	 * receiver applies anything before a manifest) */
 	const struct dcr_trust *trust;
+	/* pull: the state the pack must reach (its manifest's target), or
+	 * NULL: a committed version's (refs/vV), which a pack pushed under
+	 * its name again, or a dense copy of another checkpoint, does not */
+	const dcr_digest *want_target;
 };
 
 struct dcr_xfer_stats {
