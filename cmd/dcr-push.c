@@ -60,6 +60,39 @@ static const char usage[] =
 	"Exit status: 0 pushed (or finalized); 1 refused: NAME is vV and the store has\n"
 	"committed version V (STORE/refs/vV); 128 error; 129 usage error.\n";
 
+/* NAME is vV: refuse (exit 1) when STORE, a policy's directory, has
+ * committed V. A pushed pack replaces the one there, payloads first, so a
+ * rerun step pushed under a committed version's name destroyed the pack
+ * that receivers behind the head fetch to reach that state. Where the
+ * store does not tell (its answer is an error), a warning, and the push
+ * goes on, as its listing and deletions do. */
+static void refuse_committed(struct dcr_store *s, const char *surl, uint64_t v)
+{
+	struct dcr_err e = {0};
+	dcr_digest d;
+	int r = dcr_policy_ref(s, NULL, v, &d, &e);
+	if (r == DCR_ENOTFOUND)
+		return;
+	if (r && r != DCR_EFORMAT) {
+		/* a key that may put but not read refs (S3 answers 403 for a
+		 * missing object without s3:ListBucket): the push goes on */
+		if (!cmd_quiet)
+			fprintf(stderr, "dcr-push: warning: cannot tell whether '%s' has committed version %llu (%s); pushing\n",
+				cmd_quote(surl), (unsigned long long)v, e.msg);
+		return;
+	}
+	char st[80] = "its ref damaged";
+	if (!r) {
+		char hex[65];
+		dcr_digest_hex(&d, hex);
+		snprintf(st, sizeof(st), "state %.12s", hex);
+	}
+	dcr_err_set(&e, DCR_ECONFLICT,
+		    "'%s' has committed version %llu (%s): its pack is what receivers behind fetch to reach it; push the step as the next version (dcr-commit --store ... --status shows the head), or replace it with --force",
+		    cmd_quote(surl), (unsigned long long)v, st);
+	cmd_die_err(&e, EXIT_NEGATIVE);
+}
+
 static void fin_progress(void *ctx, uint32_t have, uint32_t n)
 {
 	(void)ctx;
@@ -68,7 +101,7 @@ static void fin_progress(void *ctx, uint32_t have, uint32_t n)
 }
 
 static int finalize(int argc, char **argv, const struct dcr_store_opts *so,
-		    struct dcr_finalize_opts *fo, const char *sign)
+		    struct dcr_finalize_opts *fo, const char *sign, int force)
 {
 	if (argc - optind != 1)
 		cmd_usage_error(usage, "--finalize needs STORE/NAME and nothing else");
@@ -94,6 +127,11 @@ static int finalize(int argc, char **argv, const struct dcr_store_opts *so,
 	struct dcr_store *s;
 	if (dcr_store_open(surl, so, &s, &e))
 		cmd_die_err(&e, EXIT_FATAL);
+	/* the manifest it writes replaces a committed version's as a push's
+	 * would */
+	uint64_t ver;
+	if (!force && !dcr_version_parse(name, strlen(name), &ver))
+		refuse_committed(s, surl, ver);
 	fo->fault = &cmd_fault;
 	fo->progress = fin_progress;
 	struct dcr_finalize_stats st = {0};
@@ -142,39 +180,6 @@ static void gc_bad_dense(void *ctx, uint64_t version, const char *why)
 	cmd_warn("the dense copy v%llu.dense is not relied on: %s; no receiver is let go by it, nor an older dense copy removed for it; push a dense copy of version %llu's checkpoint in its place (dcr-diff --dense CKPT | dcr-pack | dcr-push - STORE/NAME/v%llu.dense)",
 		 (unsigned long long)version, why, (unsigned long long)version,
 		 (unsigned long long)version);
-}
-
-/* NAME is vV: refuse (exit 1) when STORE, a policy's directory, has
- * committed V. A pushed pack replaces the one there, payloads first, so a
- * rerun step pushed under a committed version's name destroyed the pack
- * that receivers behind the head fetch to reach that state. Where the
- * store does not tell (its answer is an error), a warning, and the push
- * goes on, as its listing and deletions do. */
-static void refuse_committed(struct dcr_store *s, const char *surl, uint64_t v)
-{
-	struct dcr_err e = {0};
-	dcr_digest d;
-	int r = dcr_policy_ref(s, NULL, v, &d, &e);
-	if (r == DCR_ENOTFOUND)
-		return;
-	if (r && r != DCR_EFORMAT) {
-		/* a key that may put but not read refs (S3 answers 403 for a
-		 * missing object without s3:ListBucket): the push goes on */
-		if (!cmd_quiet)
-			fprintf(stderr, "dcr-push: warning: cannot tell whether '%s' has committed version %llu (%s); pushing\n",
-				cmd_quote(surl), (unsigned long long)v, e.msg);
-		return;
-	}
-	char st[80] = "its ref damaged";
-	if (!r) {
-		char hex[65];
-		dcr_digest_hex(&d, hex);
-		snprintf(st, sizeof(st), "state %.12s", hex);
-	}
-	dcr_err_set(&e, DCR_ECONFLICT,
-		    "'%s' has committed version %llu (%s): its pack is what receivers behind fetch to reach it; push the step as the next version (dcr-commit --store ... --status shows the head), or replace it with --force",
-		    cmd_quote(surl), (unsigned long long)v, st);
-	cmd_die_err(&e, EXIT_NEGATIVE);
 }
 
 int main(int argc, char **argv)
@@ -240,8 +245,8 @@ int main(int argc, char **argv)
 			break;
 		}
 	}
-	if (force && (gc || fin))
-		cmd_usage_error(usage, "--force goes with a push of a pack, not --gc or --finalize");
+	if (force && gc)
+		cmd_usage_error(usage, "--force goes with a push or --finalize, not --gc");
 	if (!fin && (fo.producers || have_timeout || sign || fo.have_version))
 		cmd_usage_error(usage, "--producers, --timeout, --sign and --version go with --finalize");
 	if (fin) {
@@ -260,7 +265,7 @@ int main(int argc, char **argv)
 			if (*p < 0x21 || *p > 0x7e)
 				cmd_usage_error(usage, "--policy wants printable bytes, not '%s'", policy);
 		fo.policy = policy;
-		return finalize(argc, argv, &so, &fo, sign);
+		return finalize(argc, argv, &so, &fo, sign, force);
 	}
 	if (gc) {
 		if (!policy || argc != optind)

@@ -97,4 +97,21 @@ rc=0
 "$B/dcr-push" --finalize --producers 4 "$S/att" 2>"$T/err" || rc=$?
 [ $rc = 128 ] || fail "summaries of two attempts finalized (exit $rc): $(cat "$T/err")"
 echo "ok --attempt: $(head -n 1 "$T/err")"
+
+# a committed version's manifest is not rewritten by a finalize run again
+# (a trainer restarted after its joint commit reruns the step), as a
+# push's pack is not (dcr-push(1), COMMITTED VERSIONS); --force does it
+producers "$w" $cfg 4 "$S/pol/v1" -s 4K
+run_ok "$B/dcr-push" --finalize --producers 4 "$S/pol/v1"
+run_ok "$B/dcr-commit" --store "$S" --policy pol --version 0 --expect 0 --state "$(cat "$T/$cfg/base-id")"
+run_ok "$B/dcr-commit" --store "$S" --policy pol --version 1 --expect 0 --state "$(cat "$T/$cfg/new-id")"
+man1=$(sha256sum <"$S/pol/v1/manifest.dcrm")
+rc=0
+"$B/dcr-push" --finalize --producers 4 "$S/pol/v1" 2>"$T/err" || rc=$?
+[ $rc = 1 ] || fail "finalize of committed v1 exited $rc: $(cat "$T/err")"
+contains "$(cat "$T/err")" "has committed version 1 (state $(cut -c1-12 "$T/$cfg/new-id"))"
+[ "$(sha256sum <"$S/pol/v1/manifest.dcrm")" = "$man1" ] || fail "a refused finalize wrote the manifest"
+run_ok "$B/dcr-push" --finalize --force --producers 4 "$S/pol/v1"
+receive $cfg "$S/pol/v1" r-v1
+echo "ok a committed version's finalize refused, --force does it"
 exit 0
