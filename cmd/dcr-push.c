@@ -58,7 +58,9 @@ static const char usage[] =
 	"  -h, --help           show this help\n"
 	"\n"
 	"Exit status: 0 pushed (or finalized); 1 refused: NAME is vV and the store has\n"
-	"committed version V (STORE/refs/vV); 128 error; 129 usage error.\n";
+	"committed version V (STORE/refs/vV), or NAME is vV.dense and the pack is not a\n"
+	"dense copy of that version's state (or one is there already); 128 error;\n"
+	"129 usage error.\n";
 
 /* NAME is vV: refuse (exit 1) when STORE, a policy's directory, has
  * committed V. A pushed pack replaces the one there, payloads first, so a
@@ -91,6 +93,47 @@ static void refuse_committed(struct dcr_store *s, const char *surl, uint64_t v)
 		    "'%s' has committed version %llu (%s): its pack is what receivers behind fetch to reach it; push the step as the next version (dcr-commit --store ... --status shows the head), or replace it with --force",
 		    cmd_quote(surl), (unsigned long long)v, st);
 	cmd_die_err(&e, EXIT_NEGATIVE);
+}
+
+/* NAME is vV.dense and STORE, a policy's directory, has committed V: 1
+ * and *want, the state the dense copy must hold (its manifest does not
+ * go up otherwise). A complete dense copy of that state already there is
+ * not pushed over (exit 1): its payloads would be overwritten first, by
+ * a pack that may turn out to be of another state. */
+static int dense_target(struct dcr_store *s, const char *surl, const char *name, uint64_t v,
+			dcr_digest *want)
+{
+	struct dcr_err e = {0};
+	int r = dcr_policy_ref(s, NULL, v, want, &e);
+	if (r == DCR_ENOTFOUND)
+		return 0;
+	if (r) {
+		if (!cmd_quiet)
+			fprintf(stderr, "dcr-push: warning: cannot tell whether '%s' has committed version %llu (%s); pushing\n",
+				cmd_quote(surl), (unsigned long long)v, e.msg);
+		return 0;
+	}
+	char *mo = dcr_asprintf("%s/%s", name, DCR_MANIFEST_NAME);
+	uint8_t *buf = NULL;
+	size_t len;
+	struct dcr_manifest m;
+	int held = 0;
+	if (mo && !dcr_store_get(s, mo, &buf, &len, &e) &&
+	    !dcr_manifest_parse(buf, len, mo, &m, &e)) {
+		held = m.dense && !memcmp(&m.target, want, sizeof(*want));
+		dcr_manifest_release(&m);
+	}
+	free(buf);
+	free(mo);
+	if (held) {
+		char hex[65];
+		dcr_digest_hex(want, hex);
+		dcr_err_set(&e, DCR_ECONFLICT,
+			    "'%s' holds a dense copy of committed version %llu (state %.12s) already: nothing to push (--force replaces it)",
+			    cmd_quote(surl), (unsigned long long)v, hex);
+		cmd_die_err(&e, EXIT_NEGATIVE);
+	}
+	return 1;
 }
 
 static void fin_progress(void *ctx, uint32_t have, uint32_t n)
@@ -322,11 +365,27 @@ int main(int argc, char **argv)
 	xo.progress_ctx = "push";
 	struct dcr_xfer_stats st = {0};
 	uint64_t ver;
-	if (!force && !dcr_version_parse(name, strlen(name), &ver))
+	size_t nl = strlen(name);
+	dcr_digest want;
+	if (!force && !dcr_version_parse(name, nl, &ver))
 		refuse_committed(s, surl, ver);
+	else if (!force && nl > 6 && !strcmp(name + nl - 6, ".dense")) {
+		xo.dense = 1; /* NAME.dense is where receivers look for a dense copy */
+		if (!dcr_version_parse(name, nl - 6, &ver) &&
+		    dense_target(s, surl, name, ver, &want))
+			xo.want_target = &want;
+	}
 	int r = dcr_push(s, name, in, &xo, &st, &e);
 	dcr_pack_in_close(in);
 	dcr_store_close(s);
+	if (r == DCR_ECONFLICT) { /* a dense copy of another state */
+		char why[sizeof(e.msg)];
+		memcpy(why, e.msg, sizeof(why));
+		dcr_err_set(&e, r,
+			    "%s: not a dense copy of committed version %llu's state (refs/v%llu); push the dense copy of that version's checkpoint",
+			    why, (unsigned long long)ver, (unsigned long long)ver);
+		cmd_die_err(&e, EXIT_NEGATIVE);
+	}
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);
 	cmd_progress_end();

@@ -8,7 +8,9 @@
 # warning that names it; before, GC removed the good older dense copy and
 # every pack up to vX, and the receiver it let go reached a state no
 # later delta applies to. dcr-pull of such a pack, or of a committed
-# version's pack pushed again with --force, is refused.
+# version's pack pushed again with --force, is refused; dcr-push refuses
+# to write its manifest, and to push over a right dense copy already
+# there.
 . "$DCR_SRC/tests/lib-dcr.sh"
 need dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint
 run 0 gen-checkpoint -q --size 1M --steps 4 "$T/g"
@@ -28,14 +30,26 @@ for v in 1 2 3 4; do
 	fi
 	run 0 dcr-commit -q --store "$S" --policy pol --version $v --expect 1
 done
-# a right dense copy of v2; under v3's name one of v2's checkpoint too
+id2=$(state_id "$G/v2" | cut -c1-12)
+id3=$(state_id "$G/v3" | cut -c1-12)
+# a right dense copy of v2; pushed again, it is refused before anything
+# is written (its payloads would be overwritten first)
 run 0 dcr-diff --dense "$G/v2" -o "$T/dd2"
 run 0 dcr-pack -o "$T/pd2" "$T/dd2"
 run 0 dcr-push -q "$T/pd2" "$S/pol/v2.dense"
-run 0 dcr-push -q "$T/pd2" "$S/pol/v3.dense"
-
-id2=$(state_id "$G/v2" | cut -c1-12)
-id3=$(state_id "$G/v3" | cut -c1-12)
+ls -l --time-style=full-iso "$S/pol/v2.dense" >"$T/v2.ls"
+run 1 dcr-push -q "$T/pd2" "$S/pol/v2.dense"
+grep -q "holds a dense copy of committed version 2 (state $id2) already: nothing to push" "$T/err" ||
+	{ cat "$T/err"; fail "no word of the dense copy already there"; }
+ls -l --time-style=full-iso "$S/pol/v2.dense" | cmp -s - "$T/v2.ls" || fail "a refused push wrote to v2.dense"
+# one of v2's checkpoint under v3's name: its manifest does not go up
+run 1 dcr-push -q "$T/pd2" "$S/pol/v3.dense"
+grep -q "the pack reaches state $id2, not $id3: its manifest was not written (its payloads were): not a dense copy of committed version 3's state" "$T/err" ||
+	{ cat "$T/err"; fail "a dense copy of another state was pushed"; }
+[ ! -e "$S/pol/v3.dense/manifest.dcrm" ] || fail "the wrong dense copy's manifest went up"
+say "ok: dcr-push refuses a dense copy of another state, and one already there"
+# (pushed anyway, with --force, for what follows)
+run 0 dcr-push -q --force "$T/pd2" "$S/pol/v3.dense"
 run 0 dcr-push --gc "$S" --policy pol --max-behind 1
 grep -q "warning: the dense copy v3.dense is not relied on: it holds state $id2, and v3 is committed as $id3; no receiver is let go by it" "$T/err" ||
 	{ cat "$T/err"; fail "no word of the wrong dense copy"; }
@@ -81,8 +95,12 @@ run 0 dcr-push -q --force "$T/p3" "$S/pol/v3"
 run 0 dcr-pull -q "$S/pol/v3" -o "$T/right"
 say "ok: a pull of a committed version's pack that does not reach its state is refused"
 
-# a delta's pack pushed under a dense copy's name is no dense copy
-run 0 dcr-push -q "$T/p4" "$S/pol/v4.dense"
+# a delta's pack pushed under a dense copy's name is no dense copy:
+# refused, and passed over when forced there
+run 128 dcr-push -q "$T/p4" "$S/pol/v4.dense"
+grep -q "the pack is not a dense copy (dcr-diff --dense makes one): its manifest was not written" "$T/err" ||
+	{ cat "$T/err"; fail "a delta's pack was pushed as a dense copy"; }
+run 0 dcr-push -q --force "$T/p4" "$S/pol/v4.dense"
 run 0 dcr-push --gc "$S" --policy pol --dry-run
 grep -q "warning: the dense copy v4.dense is not relied on: its manifest is not a dense copy's" "$T/err" ||
 	{ cat "$T/err"; fail "no word of the pack under v4.dense"; }

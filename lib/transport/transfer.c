@@ -99,13 +99,30 @@ static int keep(uint8_t **dst, size_t *dlen, const uint8_t *buf, size_t len, str
 }
 
 /* The manifest against the payloads that went up: each one it lists, with
- * its size and digest, and no other. */
-static int push_check(const struct push_tail *t, const struct pset *up, struct dcr_err *e)
+ * its size and digest, and no other; with o->dense a dense copy's, and
+ * its target o->want_target (where set), before it goes up. */
+static int push_check(const struct push_tail *t, const struct pset *up,
+		      const struct dcr_xfer_opts *o, struct dcr_err *e)
 {
 	struct dcr_manifest m;
+	const dcr_digest *want = o ? o->want_target : NULL;
 	int r = dcr_manifest_parse(t->man, t->man_len, DCR_MANIFEST_NAME, &m, e);
 	if (r)
 		return r;
+	if (o && o->dense && !m.dense) {
+		dcr_manifest_release(&m);
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "the pack is not a dense copy (dcr-diff --dense makes one): its manifest was not written (its payloads were)");
+	}
+	if (want && memcmp(&m.target, want, sizeof(*want))) {
+		char a[65], b[65];
+		dcr_digest_hex(&m.target, a);
+		dcr_digest_hex(want, b);
+		dcr_manifest_release(&m);
+		return dcr_err_set(e, DCR_ECONFLICT,
+				   "the pack reaches state %.12s, not %.12s: its manifest was not written (its payloads were)",
+				   a, b);
+	}
 	for (uint32_t i = 0; i < m.npayloads && !r; i++) {
 		uint32_t idx = dcr_manifest_index(&m, i);
 		const struct pset_ent *pe = pset_find(up, idx);
@@ -373,7 +390,9 @@ int dcr_push(struct dcr_store *s, const char *name, struct dcr_pack_in *in,
 	if (t.summary)
 		r = push_summary(s, name, &t, &up, &lf, &bytes, e);
 	else
-		r = (r = push_check(&t, &up, e)) ? r : push_tail_put(s, name, &t, &up, &lf, &bytes, e);
+		r = (r = push_check(&t, &up, o, e))
+			    ? r
+			    : push_tail_put(s, name, &t, &up, &lf, &bytes, e);
 	if (r)
 		goto out;
 	if (st) {

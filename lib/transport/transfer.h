@@ -24,7 +24,8 @@ int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_e
 struct dcr_xfer_opts {
 	int parallel;        /* transfers in flight (default 4) */
 	double wait_s;       /* pull: follow a pack being pushed for this long */
-	int dense;           /* pull: the pack must be a dense copy */
+	int dense;           /* the pack must be a dense copy (a push: checked
+				before its manifest goes up) */
 	uint64_t part_size;  /* pull from a server: bytes per ranged GET, rounded
 				up to whole pieces (default DCR_PART_SIZE) */
 	/* pull: a fault point before each entry is handed on; when armed, the
@@ -40,9 +41,11 @@ struct dcr_xfer_opts {
 	 * wait_s, payloads listed before the manifest exists go on ahead: no
 	 * receiver applies anything before a manifest) */
 	const struct dcr_trust *trust;
-	/* pull: the state the pack must reach (its manifest's target), or
-	 * NULL: a committed version's (refs/vV), which a pack pushed under
-	 * its name again, or a dense copy of another checkpoint, does not */
+	/* the state the pack must reach (its manifest's target), or NULL: a
+	 * committed version's (refs/vV), which a pack pushed under its name
+	 * again, or a dense copy of another checkpoint, does not. A pull
+	 * checks it before anything goes on, a push before its manifest goes
+	 * up (DCR_ECONFLICT) */
 	const dcr_digest *want_target;
 };
 
