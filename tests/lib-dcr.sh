@@ -107,6 +107,31 @@ state_id() {
 	cat "$T/out"
 }
 
+# lagging_chain G S N: the policy "pol" in store S committed at v0..vN of
+# the generated chain G (gen-checkpoint --steps N), each step diffed,
+# packed ($T/pV) and pushed; receiver $T/ra applies and acknowledges every
+# version, $T/rb only v1 and then stops (a receiver left behind).
+lagging_chain() {
+	run 0 dcr-commit --store "$2" --policy pol --version 0 --expect 0 --state "$(state_id "$1/v0")"
+	rm -rf "$T/ra" "$T/rb"
+	cp -r "$1/v0" "$T/ra"
+	cp -r "$1/v0" "$T/rb"
+	_v=1
+	while [ $_v -le "$3" ]; do
+		run 0 dcr-diff "$1/v$((_v - 1))" "$1/v$_v" -o "$T/d$_v"
+		run 0 dcr-pack -o "$T/p$_v" "$T/d$_v"
+		run 0 dcr-push -q "$T/p$_v" "$2/pol/v$_v"
+		run 0 dcr-apply -q --version $_v "$T/ra" "$T/p$_v"
+		run 0 dcr-commit -q "$T/ra" --store "$2" --policy pol --receiver ra
+		if [ $_v = 1 ]; then
+			run 0 dcr-apply -q --version 1 "$T/rb" "$T/p1"
+			run 0 dcr-commit -q "$T/rb" --store "$2" --policy pol --receiver rb
+		fi
+		run 0 dcr-commit -q --store "$2" --policy pol --version $_v --expect 1
+		_v=$((_v + 1))
+	done
+}
+
 # same CKPT REF: CKPT holds exactly REF's tensors, checked three ways:
 # dcr-verify --against, equal state ids, and mkst.py's independent compare.
 same() {
