@@ -96,4 +96,20 @@ for deny in none DELETE; do
 	contains "$(grep '^PUT ' "$T/log-$deny" | tail -n 1)" "PUT /store/v1/manifest.dcrm 200"
 	refit r4 "$H/v1"
 done
+
+# a policy whose refs the key may not read (a server that answers 403):
+# the push of a version and the pull of it go on, since neither can tell
+# whether it is committed; the push says so, the pull (which a receiver
+# runs every step) does not
+start_server hrefs http-store.js --deny-match '/refs/' --log "$T/log-refs"
+H="http://127.0.0.1:$PORT/store"
+gen-checkpoint -q --size 256K --steps 1 "$T/g3" || fail "gen-checkpoint exited $?"
+run_ok dcr-diff "$T/g3/v0" "$T/g3/v1" -o "$T/d3"
+run_ok dcr-pack -o "$T/p3" "$T/d3"
+run_ok dcr-push "$T/p3" "$H/pol/v1"
+contains "$(cat "$T/err")" "warning: cannot tell whether '$H/pol' has committed version 1"
+grep -q '^GET /store/pol/refs/v1 403' "$T/log-refs" || fail "the push did not ask for the ref"
+run_ok dcr-pull "$H/pol/v1" -o "$T/p3-pulled"
+[ ! -s "$T/err" ] || fail "the pull said: $(cat "$T/err")"
+[ "$(grep -c '^GET /store/pol/refs/v1 403' "$T/log-refs")" = 2 ] || fail "the pull did not ask for the ref"
 exit 0

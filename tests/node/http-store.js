@@ -8,6 +8,8 @@
 //   --no-list                answer listings with 404
 //   --deny METHOD            answer every METHOD request with 403 (a key
 //                            without the right to it, s3:DeleteObject)
+//   --deny-match REGEX       answer every request whose URL matches with 403
+//                            (a key that may not read some objects)
 //   --ignore-if-none-match   overwrite even with "If-None-Match: *"
 //   --bearer TOKEN           answer 401 to a request without
 //                            "Authorization: Bearer TOKEN"
@@ -33,6 +35,7 @@ async function handle(req, res) {
   if (faults.shouldFail(req)) return text(res, req, 500, 'internal error (injected)');
   if (faults.shouldStall(req)) return faults.log(req, 0, 'STALL');
   if (o.deny === req.method) return text(res, req, 403, `${req.method} denied here`);
+  if (o.denyMatch && new RegExp(o.denyMatch).test(req.url)) return text(res, req, 403, 'denied here');
   if (o.bearer && req.headers.authorization !== `Bearer ${o.bearer}`) return text(res, req, 401, 'a bearer token is wanted');
   const obj = objects.get(p);
   switch (req.method) {
