@@ -100,8 +100,7 @@ static void refuse_committed(struct dcr_store *s, const char *surl, uint64_t v)
  * go up otherwise). A complete dense copy of that state already there is
  * not pushed over (exit 1): its payloads would be overwritten first, by
  * a pack that may turn out to be of another state. */
-static int dense_target(struct dcr_store *s, const char *surl, const char *name, uint64_t v,
-			dcr_digest *want)
+static int dense_target(struct dcr_store *s, const char *surl, uint64_t v, dcr_digest *want)
 {
 	struct dcr_err e = {0};
 	int r = dcr_policy_ref(s, NULL, v, want, &e);
@@ -113,19 +112,8 @@ static int dense_target(struct dcr_store *s, const char *surl, const char *name,
 				cmd_quote(surl), (unsigned long long)v, e.msg);
 		return 0;
 	}
-	char *mo = dcr_asprintf("%s/%s", name, DCR_MANIFEST_NAME);
-	uint8_t *buf = NULL;
-	size_t len;
-	struct dcr_manifest m;
-	int held = 0;
-	if (mo && !dcr_store_get(s, mo, &buf, &len, &e) &&
-	    !dcr_manifest_parse(buf, len, mo, &m, &e)) {
-		held = m.dense && !memcmp(&m.target, want, sizeof(*want));
-		dcr_manifest_release(&m);
-	}
-	free(buf);
-	free(mo);
-	if (held) {
+	char why[sizeof(e.msg)];
+	if (dcr_policy_dense_holds(s, NULL, v, want, why, sizeof(why))) {
 		char hex[65];
 		dcr_digest_hex(want, hex);
 		dcr_err_set(&e, DCR_ECONFLICT,
@@ -372,7 +360,7 @@ int main(int argc, char **argv)
 	else if (!force && nl > 6 && !strcmp(name + nl - 6, ".dense")) {
 		xo.dense = 1; /* NAME.dense is where receivers look for a dense copy */
 		if (!dcr_version_parse(name, nl - 6, &ver) &&
-		    dense_target(s, surl, name, ver, &want))
+		    dense_target(s, surl, ver, &want))
 			xo.want_target = &want;
 	}
 	int r = dcr_push(s, name, in, &xo, &st, &e);

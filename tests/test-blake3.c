@@ -333,6 +333,26 @@ Test(manifest, piece_table)
 	cr_assert_eq(back.piece0[1], 1);
 	cr_assert_eq(memcmp(back.pieces, m.pieces, m.npieces * 32), 0);
 
+	/* the head alone (GC's ranged read of a dense copy): what the whole
+	 * parse gives, from its first bytes; fewer, another magic, unknown
+	 * flags or another version are refused */
+	struct dcr_manifest h;
+	cr_assert_eq(dcr_manifest_head(man.p, DCR_MANIFEST_HEAD_LEN, "m", &h, &e), 0, "%s", e.msg);
+	cr_assert(!memcmp(&h.target, &back.target, 32) && !memcmp(&h.base, &back.base, 32) &&
+		  !memcmp(h.attempt, back.attempt, 16) && h.dense == back.dense && !h.npayloads);
+	cr_assert_eq(dcr_manifest_head(man.p, DCR_MANIFEST_HEAD_LEN - 1, "m", &h, &e), DCR_EFORMAT);
+	uint8_t hb[DCR_MANIFEST_HEAD_LEN];
+	memcpy(hb, man.p, sizeof(hb));
+	hb[12] |= 0x80; /* flag 128 */
+	cr_assert_eq(dcr_manifest_head(hb, sizeof(hb), "m", &h, &e), DCR_EFORMAT);
+	cr_assert(strstr(e.msg, "unknown manifest flags"), "%s", e.msg);
+	memcpy(hb, man.p, sizeof(hb));
+	hb[8] = 9; /* version 9 */
+	cr_assert_eq(dcr_manifest_head(hb, sizeof(hb), "m", &h, &e), DCR_EFORMAT);
+	hb[8] = man.p[8];
+	hb[0] ^= 1;
+	cr_assert_eq(dcr_manifest_head(hb, sizeof(hb), "m", &h, &e), DCR_EFORMAT);
+
 	/* the streaming check (dcr-pull's parts, a relay's windows): every
 	 * piece reported once, in order, whatever the slices; from a piece's
 	 * start on; a flipped byte fails its piece alone */

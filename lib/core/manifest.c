@@ -315,6 +315,25 @@ static int read_index(struct dcr_rd *rd, struct dcr_manifest *m)
 	return 0;
 }
 
+int dcr_manifest_head(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
+		      struct dcr_err *e)
+{
+	memset(m, 0, sizeof(*m));
+	if (len < DCR_MANIFEST_HEAD_LEN || memcmp(buf, DCR_MANIFEST_MAGIC, 8))
+		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr manifest", what);
+	uint32_t version = get_le32(buf + 8), flags = get_le32(buf + 12);
+	if (version != DCR_PACK_VERSION)
+		return dcr_err_version(e, what, "manifest", version, DCR_PACK_VERSION);
+	if (flags & ~(uint32_t)(DCR_MANIFEST_BASES | DCR_MANIFEST_DENSE | DCR_MANIFEST_PIECES |
+				DCR_MANIFEST_VERSION | DCR_MANIFEST_INDEX))
+		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown manifest flags 0x%x", what, flags);
+	m->dense = (flags & DCR_MANIFEST_DENSE) != 0;
+	memcpy(m->base.b, buf + 16, 32);
+	memcpy(m->target.b, buf + 48, 32);
+	memcpy(m->attempt, buf + 80, 16);
+	return 0;
+}
+
 int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
 		       struct dcr_err *e)
 {

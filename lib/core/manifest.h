@@ -117,6 +117,14 @@ long dcr_piece_check_feed(struct dcr_piece_check *c, const uint8_t **p, size_t *
 int dcr_manifest_build(const struct dcr_manifest *m, struct dcr_buf *out, struct dcr_err *e);
 int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
 		       struct dcr_err *e);
+/* The head alone (its first DCR_MANIFEST_HEAD_LEN bytes: magic, version,
+ * flags, base, target, attempt) into m's base, target, attempt and dense,
+ * the rest of m zero (nothing to release): what a ranged read of a large
+ * manifest tells without its trailer, so unchecked by it; checked whole
+ * by dcr_manifest_parse wherever the pack is used. */
+#define DCR_MANIFEST_HEAD_LEN 96
+int dcr_manifest_head(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
+		      struct dcr_err *e);
 void dcr_manifest_release(struct dcr_manifest *m);
 
 #endif

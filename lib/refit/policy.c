@@ -244,39 +244,26 @@ int dcr_policy_head(struct dcr_store *s, const char *policy, struct dcr_head *h,
 	return r;
 }
 
-/* The manifest of the pack NAME/vV (dense: NAME/vV.dense): its target
- * state, attempt and whether it is a dense copy. */
-static int pack_manifest(struct dcr_store *s, const char *policy, uint64_t version, int dense,
-			 dcr_digest *state, uint8_t attempt[16], int *is_dense, struct dcr_err *e)
+int dcr_policy_pack(struct dcr_store *s, const char *policy, uint64_t version,
+		    dcr_digest *state, uint8_t attempt[16], struct dcr_err *e)
 {
-	char *name = dcr_asprintf("%s/v%llu%s/%s", policy, (unsigned long long)version,
-				  dense ? ".dense" : "", DCR_MANIFEST_NAME);
+	char *name = dcr_asprintf("%s/v%llu/%s", policy, (unsigned long long)version,
+				  DCR_MANIFEST_NAME);
 	uint8_t *buf = NULL;
 	size_t len;
 	struct dcr_manifest m;
 	int r = name ? dcr_store_get(s, name, &buf, &len, e) : dcr_err_sys(e, ENOMEM, "manifest");
 	if (r == DCR_ENOTFOUND)
-		r = dcr_err_set(e, DCR_ENOTFOUND, "no pack '%s' in '%s'", name, dcr_store_url(s));
+		r = dcr_err_set(e, DCR_ENOTFOUND,
+				"no pack '%s' in '%s' to take the target state from; give --state",
+				name, dcr_store_url(s));
 	else if (!r && !(r = dcr_manifest_parse(buf, len, name, &m, e))) {
 		*state = m.target;
 		memcpy(attempt, m.attempt, 16);
-		*is_dense = m.dense;
 		dcr_manifest_release(&m);
 	}
 	free(buf);
 	free(name);
-	return r;
-}
-
-int dcr_policy_pack(struct dcr_store *s, const char *policy, uint64_t version,
-		    dcr_digest *state, uint8_t attempt[16], struct dcr_err *e)
-{
-	int dense, r = pack_manifest(s, policy, version, 0, state, attempt, &dense, e);
-	if (r == DCR_ENOTFOUND && e)
-		dcr_err_set(e, DCR_ENOTFOUND,
-			    "no pack '%s/v%llu/%s' in '%s' to take the target state from; give --state",
-			    policy, (unsigned long long)version, DCR_MANIFEST_NAME,
-			    dcr_store_url(s));
 	return r;
 }
 
@@ -500,29 +487,37 @@ static int add_version(uint64_t **v, size_t *n, uint64_t x)
 	return 0;
 }
 
-/* Whether the dense copy NAME/vV.dense holds version V's committed state:
- * 1, or 0 with why (its manifest is not a dense copy's, or names another
- * state than refs/vV, or either cannot be read). */
-static int dense_holds_ref(struct dcr_store *s, const char *policy, uint64_t v, char *why,
-			   size_t wlen)
+int dcr_policy_dense_holds(struct dcr_store *s, const char *policy, uint64_t v,
+			   const dcr_digest *ref, char *why, size_t wlen)
 {
 	struct dcr_err e = {0};
-	dcr_digest ref, target;
-	uint8_t attempt[16];
-	int dense = 0;
+	dcr_digest r, target;
 	char a[65], b[65];
-	if (dcr_policy_ref(s, policy, v, &ref, &e) ||
-	    pack_manifest(s, policy, v, 1, &target, attempt, &dense, &e)) {
+	char *name = policy ? dcr_asprintf("%s/v%llu.dense/%s", policy, (unsigned long long)v,
+					   DCR_MANIFEST_NAME)
+			    : dcr_asprintf("v%llu.dense/%s", (unsigned long long)v, DCR_MANIFEST_NAME);
+	uint8_t head[DCR_MANIFEST_HEAD_LEN];
+	struct dcr_manifest m;
+	int rc = name ? 0 : dcr_err_sys(&e, ENOMEM, "dense copy");
+	if (!rc && !ref && !(rc = dcr_policy_ref(s, policy, v, &r, &e)))
+		ref = &r;
+	/* the head alone: a dense copy's manifest holds a CV per MiB of its
+	 * payloads, tens of MB for a large model */
+	if (!rc && !(rc = dcr_store_get_range(s, name, 0, sizeof(head), head, &e)))
+		rc = dcr_manifest_head(head, sizeof(head), name, &m, &e);
+	free(name);
+	if (rc) {
 		snprintf(why, wlen, "%s", e.msg);
 		return 0;
 	}
-	if (!dense) {
+	target = m.target;
+	if (!m.dense) {
 		snprintf(why, wlen, "its manifest is not a dense copy's (dcr-diff --dense)");
 		return 0;
 	}
-	if (memcmp(&ref, &target, sizeof(ref))) {
+	if (memcmp(ref, &target, sizeof(*ref))) {
 		dcr_digest_hex(&target, a);
-		dcr_digest_hex(&ref, b);
+		dcr_digest_hex(ref, b);
 		snprintf(why, wlen, "it holds state %.12s, and v%llu is committed as %.12s",
 			 a, (unsigned long long)v, b);
 		return 0;
@@ -540,7 +535,7 @@ static int check_dense(struct dcr_store *s, const char *policy, struct dcr_polic
 	for (size_t i = 0; i < sv->ndense; i++) {
 		uint64_t v = sv->dense[i];
 		if (!sv->head.have || v > sv->head.version ||
-		    dense_holds_ref(s, policy, v, why, sizeof(why))) {
+		    dcr_policy_dense_holds(s, policy, v, NULL, why, sizeof(why))) {
 			sv->dense[w++] = v;
 			continue;
 		}

@@ -99,6 +99,12 @@ int dcr_policy_commit(struct dcr_store *s, const char *policy,
 int dcr_policy_target(struct dcr_store *s, const char *policy, uint64_t version,
 		      dcr_digest *state, struct dcr_err *e);
 /* Its target state and the attempt it is of: as dcr_policy_target. */
+/* Whether the dense copy vV.dense of policy (NULL: s is opened at the
+ * policy's directory) holds the state ref (NULL: refs/vV's): 1, or 0 with
+ * why (its manifest is not a dense copy's, names another state, or it or
+ * the ref cannot be read). Reads the manifest's head alone. */
+int dcr_policy_dense_holds(struct dcr_store *s, const char *policy, uint64_t v,
+			   const dcr_digest *ref, char *why, size_t wlen);
 int dcr_policy_pack(struct dcr_store *s, const char *policy, uint64_t version,
 		    dcr_digest *state, uint8_t attempt[16], struct dcr_err *e);
 
