@@ -693,9 +693,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	}
 	case 3: {
-		struct dcr_manifest m;
-		if (!dcr_manifest_parse(p, n, "fuzz", &m, &e))
+		struct dcr_manifest m, h;
+		int head = dcr_manifest_head(p, n, "fuzz", &h, &e);
+		if (!dcr_manifest_parse(p, n, "fuzz", &m, &e)) {
+			/* a manifest that parses has a head that says the same */
+			if (head || memcmp(&h.target, &m.target, 32) || h.dense != m.dense)
+				abort();
 			dcr_manifest_release(&m);
+		}
 		break;
 	}
 	case 4: {
