@@ -315,13 +315,16 @@ static int read_index(struct dcr_rd *rd, struct dcr_manifest *m)
 	return 0;
 }
 
-int dcr_manifest_head(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
+/* The head's fields, magic and length checked: version, flags, base,
+ * target, attempt (DCR_MANIFEST_HEAD_LEN bytes). */
+static int parse_head(const uint8_t *buf, const char *what, struct dcr_manifest *m,
 		      struct dcr_err *e)
 {
-	memset(m, 0, sizeof(*m));
-	if (len < DCR_MANIFEST_HEAD_LEN || memcmp(buf, DCR_MANIFEST_MAGIC, 8))
-		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr manifest", what);
 	uint32_t version = get_le32(buf + 8), flags = get_le32(buf + 12);
+	if (version == 1)
+		return dcr_err_set(e, DCR_EFORMAT,
+				   "%s is a version 1 manifest, packed by an older dcr (SHA-256 tensor digests): make the delta again with this dcr-diff and dcr-pack",
+				   what);
 	if (version != DCR_PACK_VERSION)
 		return dcr_err_version(e, what, "manifest", version, DCR_PACK_VERSION);
 	if (flags & ~(uint32_t)(DCR_MANIFEST_BASES | DCR_MANIFEST_DENSE | DCR_MANIFEST_PIECES |
@@ -334,11 +337,20 @@ int dcr_manifest_head(const uint8_t *buf, size_t len, const char *what, struct d
 	return 0;
 }
 
+int dcr_manifest_head(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
+		      struct dcr_err *e)
+{
+	memset(m, 0, sizeof(*m));
+	if (len < DCR_MANIFEST_HEAD_LEN || memcmp(buf, DCR_MANIFEST_MAGIC, 8))
+		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr manifest", what);
+	return parse_head(buf, what, m, e);
+}
+
 int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_manifest *m,
 		       struct dcr_err *e)
 {
 	memset(m, 0, sizeof(*m));
-	if (len < 8 + 8 + 32 + 32 + 16 + 32 || memcmp(buf, DCR_MANIFEST_MAGIC, 8))
+	if (len < DCR_MANIFEST_HEAD_LEN + 32 || memcmp(buf, DCR_MANIFEST_MAGIC, 8))
 		return dcr_err_set(e, DCR_EFORMAT, "%s is not a dcr manifest", what);
 	/* a newer dcr's manifest is told as one, whatever its checksum is */
 	if (get_le32(buf + 8) > DCR_PACK_VERSION)
@@ -347,22 +359,12 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 	dcr_sha256(buf, len - 32, &d);
 	if (DCR_CHECKSUM_DIFFERS(d.b, buf + len - 32))
 		return dcr_err_set(e, DCR_EDIGEST, "%s is corrupt: checksum mismatch", what);
+	int r = parse_head(buf, what, m, e);
+	if (r)
+		return r;
+	const uint32_t flags = get_le32(buf + 12);
 	struct dcr_rd rd;
-	dcr_rd_init(&rd, buf + 8, len - 8 - 32);
-	uint32_t version = dcr_rd_le32(&rd), flags = dcr_rd_le32(&rd);
-	if (version == 1)
-		return dcr_err_set(e, DCR_EFORMAT,
-				   "%s is a version 1 manifest, packed by an older dcr (SHA-256 tensor digests): make the delta again with this dcr-diff and dcr-pack",
-				   what);
-	if (version != DCR_PACK_VERSION)
-		return dcr_err_version(e, what, "manifest", version, DCR_PACK_VERSION);
-	if (flags & ~(uint32_t)(DCR_MANIFEST_BASES | DCR_MANIFEST_DENSE | DCR_MANIFEST_PIECES |
-				DCR_MANIFEST_VERSION | DCR_MANIFEST_INDEX))
-		return dcr_err_set(e, DCR_EFORMAT, "%s: unknown manifest flags 0x%x", what, flags);
-	m->dense = (flags & DCR_MANIFEST_DENSE) != 0;
-	memcpy(m->base.b, dcr_rd_bytes(&rd, 32), 32);
-	memcpy(m->target.b, dcr_rd_bytes(&rd, 32), 32);
-	memcpy(m->attempt, dcr_rd_bytes(&rd, 16), 16);
+	dcr_rd_init(&rd, buf + DCR_MANIFEST_HEAD_LEN, len - DCR_MANIFEST_HEAD_LEN - 32);
 	m->npayloads = dcr_rd_le32(&rd);
 	if (rd.bad || m->npayloads > dcr_rd_left(&rd) / 40 || m->npayloads > DCR_PAYLOADS_MAX)
 		goto bad;
@@ -385,7 +387,7 @@ int dcr_manifest_parse(const uint8_t *buf, size_t len, const char *what, struct 
 		memcpy(m->pdigest[i].b, p, 32);
 	}
 	uint64_t names = 0; /* the bytes of the names kept, as a delta's */
-	int r = read_tensors(&rd, m, &names, e);
+	r = read_tensors(&rd, m, &names, e);
 	if (r == -ENOMEM)
 		goto oom;
 	if (r)
