@@ -63,6 +63,16 @@ static const char usage[] =
 	"dense copy of that version's state (or one is there already); 128 error;\n"
 	"129 usage error.\n";
 
+/* The store did not tell whether version v is committed (its answer to
+ * refs/vV was an error): the push goes on, as its listing and deletions
+ * do, with a warning. */
+static void cannot_tell(const char *surl, uint64_t v, const struct dcr_err *e)
+{
+	if (!cmd_quiet)
+		fprintf(stderr, "dcr-push: warning: cannot tell whether '%s' has committed version %llu (%s); pushing\n",
+			cmd_quote(surl), (unsigned long long)v, e->msg);
+}
+
 /* NAME is vV: refuse (exit 1) when STORE, a policy's directory, has
  * committed V. A pushed pack replaces the one there, payloads first, so a
  * rerun step pushed under a committed version's name destroyed the pack
@@ -78,10 +88,8 @@ static void refuse_committed(struct dcr_store *s, const char *surl, uint64_t v)
 		return;
 	if (r && r != DCR_EFORMAT) {
 		/* a key that may put but not read refs (S3 answers 403 for a
-		 * missing object without s3:ListBucket): the push goes on */
-		if (!cmd_quiet)
-			fprintf(stderr, "dcr-push: warning: cannot tell whether '%s' has committed version %llu (%s); pushing\n",
-				cmd_quote(surl), (unsigned long long)v, e.msg);
+		 * missing object without s3:ListBucket) */
+		cannot_tell(surl, v, &e);
 		return;
 	}
 	char st[80] = "its ref damaged";
@@ -108,9 +116,7 @@ static int dense_target(struct dcr_store *s, const char *surl, uint64_t v, dcr_d
 	if (r == DCR_ENOTFOUND)
 		return 0;
 	if (r) {
-		if (!cmd_quiet)
-			fprintf(stderr, "dcr-push: warning: cannot tell whether '%s' has committed version %llu (%s); pushing\n",
-				cmd_quote(surl), (unsigned long long)v, e.msg);
+		cannot_tell(surl, v, &e);
 		return 0;
 	}
 	char why[sizeof(e.msg)];
@@ -367,7 +373,7 @@ int main(int argc, char **argv)
 	int r = dcr_push(s, name, in, &xo, &st, &e);
 	dcr_pack_in_close(in);
 	dcr_store_close(s);
-	if (r == DCR_ECONFLICT) { /* a dense copy of another state */
+	if (r == DCR_ECONFLICT && xo.want_target) { /* a dense copy of another state */
 		char why[sizeof(e.msg)];
 		memcpy(why, e.msg, sizeof(why));
 		dcr_err_set(&e, r,

@@ -48,14 +48,19 @@ bound "dcr-pack --list" 450 "$m"
 run 128 dcr-apply "$T/r" "$T/max"
 grep -q "is truncated" "$T/err" || fail "2^20 tensors: $(cat "$T/err")"
 say "ok: a delta of more than 2^20 tensors refused in bounded memory"
+# applies_refuse PACK MESSAGE MIB [LABEL]: dcr-apply and the in-memory
+# apply each refuse PACK with MESSAGE, in at most MIB MiB, the receiver
+# untouched
+applies_refuse() {
+	for apply in dcr-apply "$DCR_BUILD/tests/mem-apply --device cpu"; do
+		m=$(peak_rss 128 $apply "$T/r" "$1")
+		grep -q "$2" "$T/err" || fail "$apply: $(cat "$T/err")"
+		bound "${apply%% *}${4:-}" "$3" "$m"
+		[ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"
+	done
+}
 "$H" names 1048577 "$T/names.tar" 2>/dev/null || fail "hostile exited $?"
-for apply in dcr-apply "$DCR_BUILD/tests/mem-apply --device cpu"; do
-	m=$(peak_rss 128 $apply "$T/r" "$T/names.tar")
-	grep -q "payload-000002.dcrp: the pack's items name more than 1048576 tensors" "$T/err" ||
-		fail "$apply: $(cat "$T/err")"
-	bound "${apply%% *}" 600 "$m"
-	[ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"
-done
+applies_refuse "$T/names.tar" "payload-000002.dcrp: the pack's items name more than 1048576 tensors" 600
 say "ok: payloads that name more than 2^20 tensors together refused in bounded memory"
 
 # Long names: each may be 65,535 bytes, so 2^20 of them were 128 GiB kept.
@@ -81,11 +86,7 @@ done
 # name more are refused at the item past it: 6,708 names of 60,000 bytes
 # in three payloads, zstd-squeezed to 82 KB
 "$H" names 6708 "$T/long.tar" 60000 2>/dev/null || fail "hostile exited $?"
-for apply in dcr-apply "$DCR_BUILD/tests/mem-apply --device cpu"; do
-	m=$(peak_rss 128 $apply "$T/r" "$T/long.tar")
-	grep -q "payload-000002.dcrp: the names of the tensors the pack's items change take more than 256 MiB" "$T/err" ||
-		fail "$apply: $(cat "$T/err")"
-	bound "${apply%% *}, long names" 800 "$m"
-	[ "$(snapshot "$T/r")" = "$before" ] || fail "the receiver changed"
-done
+applies_refuse "$T/long.tar" \
+	"payload-000002.dcrp: the names of the tensors the pack's items change take more than 256 MiB" \
+	800 ", long names"
 say "ok: tensors' names past 256 MiB refused in bounded memory"
