@@ -11,6 +11,8 @@ usage: packtar.py SRC DST OP [ARGS...]
                     entry of N bytes: the payload itself is truncated)
   rename I NAME     entry I under another name
   take I SRC2 J     entry I replaced by entry J of the pack stream SRC2
+  kind I KIND [TO]  entry I, under its name, made a symlink or hardlink to
+                    TO, a dir or a fifo (KIND), with no data
 The output is a plain ustar stream, as libarchive and tar(1) read it.
 """
 import io
@@ -22,6 +24,7 @@ def main():
     src, dst, op, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     with tarfile.open(src) as t:
         ents = [(m.name, t.extractfile(m).read()) for m in t.getmembers()]
+    kinds = {}  # entry index -> (tarfile type, link target)
     if op == 'swap':
         i, j = int(args[0]), int(args[1])
         ents[i], ents[j] = ents[j], ents[i]
@@ -46,13 +49,21 @@ def main():
         with tarfile.open(args[1]) as t:
             m = t.getmembers()[j]
             ents[i] = (m.name, t.extractfile(m).read())
+    elif op == 'kind':
+        i = int(args[0])
+        types = {'symlink': tarfile.SYMTYPE, 'hardlink': tarfile.LNKTYPE,
+                 'dir': tarfile.DIRTYPE, 'fifo': tarfile.FIFOTYPE}
+        kinds[i] = (types[args[1]], args[2] if len(args) > 2 else '')
+        ents[i] = (ents[i][0], b'')
     else:
         sys.exit('packtar.py: unknown operation ' + op)
     with tarfile.open(dst, 'w', format=tarfile.USTAR_FORMAT) as t:
-        for name, data in ents:
+        for k, (name, data) in enumerate(ents):
             ti = tarfile.TarInfo(name)
             ti.size = len(data)
             ti.mode = 0o644
+            if k in kinds:
+                ti.type, ti.linkname = kinds[k]
             t.addfile(ti, io.BytesIO(data))
 
 

@@ -2,7 +2,8 @@
 # dcr-apply on pack streams taken apart and put back wrong (tests/packtar.py):
 # a reordered stream and a duplicated payload end bit-identical; a corrupted,
 # truncated, missing or mislabelled payload, a manifest that is not last, a
-# stream cut mid-entry or without a manifest, a signed stream with two
+# stream cut mid-entry or without a manifest, an entry that is a link, a
+# directory or a fifo, a signed stream with two
 # signatures or one too large each end in exit 128 and one
 # line naming the entry and the cause, and the receiver's files hash as
 # before.
@@ -58,6 +59,15 @@ packtar "$T/p.tar" "$T/q.tar" swap "$((np - 1))" "$man"
 bad "entry 'payload-00000$((np - 1)).dcrp' after the manifest"
 packtar "$T/p.tar" "$T/q.tar" drop "$man"
 bad "pack stream ended without a manifest"
+# entries that are not files, under a payload's name: refused, each with why
+packtar "$T/p.tar" "$T/q.tar" kind 1 symlink /etc/passwd
+bad "bad entry 'payload-000001.dcrp': a symbolic link, not a file"
+packtar "$T/p.tar" "$T/q.tar" kind 1 hardlink payload-000000.dcrp
+bad "bad entry 'payload-000001.dcrp': a hard link, not a file"
+packtar "$T/p.tar" "$T/q.tar" kind 1 dir
+bad "bad entry 'payload-000001.dcrp/': a directory, not a file"
+packtar "$T/p.tar" "$T/q.tar" kind 1 fifo
+bad "bad entry 'payload-000001.dcrp': not a regular file"
 # the last payload carried twice, the second time with other bytes
 packtar "$T/p.tar" "$T/q1.tar" dup 1
 packtar "$T/q1.tar" "$T/q.tar" take 2 "$T/p.tar" 3

@@ -465,9 +465,15 @@ int dcr_pack_in_next(struct dcr_pack_in *in, const char **name, const uint8_t **
 		return dcr_err_set(e, DCR_EFORMAT, "pack stream: %s", archive_error_string(in->a));
 	const char *nm = archive_entry_pathname(en);
 	la_int64_t size = archive_entry_size(en);
-	if (!nm || archive_entry_filetype(en) != AE_IFREG || size < 0 ||
-	    (uint64_t)size > PAYLOAD_FILE_MAX)
-		return dcr_err_set(e, DCR_EFORMAT, "pack stream: bad entry '%s'", nm ? nm : "?");
+	const char *why = !nm ? "it has no name"
+			  : archive_entry_hardlink(en) ? "a hard link, not a file"
+			  : archive_entry_filetype(en) == AE_IFLNK ? "a symbolic link, not a file"
+			  : archive_entry_filetype(en) == AE_IFDIR ? "a directory, not a file"
+			  : archive_entry_filetype(en) != AE_IFREG ? "not a regular file"
+			  : size < 0 || (uint64_t)size > PAYLOAD_FILE_MAX ? "larger than any pack file may be"
+									 : NULL;
+	if (why)
+		return dcr_err_set(e, DCR_EFORMAT, "pack stream: bad entry '%s': %s", nm ? nm : "?", why);
 	free(in->name);
 	in->name = dcr_strdup(nm);
 	in->data.len = 0;
