@@ -54,10 +54,10 @@ static const char usage[] =
 	"  -q, --quiet          print nothing but errors (and the trainer's state id)\n"
 	"  -h, --help           show this help\n"
 	"\n"
-	"Exit status: 0 committed (or already committed); 1 refused: the files do not\n"
-	"hold the applied state, the version would not move forward, the store's\n"
-	"version was committed by someone else, too few acknowledgements came, or a\n"
-	"receiver reported failing the version;\n"
+	"Exit status: 0 committed (or already committed with this state); 1 refused:\n"
+	"the files do not hold the applied state, the version would not move forward,\n"
+	"the store's version was committed with another state, too few\n"
+	"acknowledgements came, or a receiver reported failing the version;\n"
 	"128 any other error; 129 usage error.\n";
 
 static int exit_for(int r)
@@ -347,14 +347,26 @@ static int trainer_commit(struct args *a)
 	a->state = po.state;
 	unsigned seen = 0;
 	r = dcr_policy_commit(s, a->policy, &po, &seen, &e);
+	/* V committed already, by this trainer before it was restarted or
+	 * by another: with the state asked for, the commit is done (a
+	 * retried step exits 0, as a retried push does); with another, it
+	 * is refused */
+	dcr_digest d;
+	struct dcr_err e2 = {0};
+	int again = r == DCR_ECONFLICT &&
+		    !dcr_policy_ref(s, a->policy, a->co.version, &d, &e2) &&
+		    !memcmp(&d, &po.state, sizeof(d));
 	dcr_store_close(s);
 	cmd_progress_end();
-	if (r)
+	if (r && !again)
 		cmd_die_err(&e, exit_for(r));
 	char hex[65];
 	dcr_digest_hex(&a->state, hex);
 	printf("%s\n", hex);
-	if (!cmd_quiet)
+	if (!cmd_quiet && again)
+		fprintf(stderr, "dcr-commit: policy %s: version %llu is committed with this state already: nothing to do\n",
+			a->policy, (unsigned long long)a->co.version);
+	else if (!cmd_quiet)
 		fprintf(stderr, "dcr-commit: policy %s: committed version %llu (%u acknowledgements)\n",
 			a->policy, (unsigned long long)a->co.version, seen);
 	return cmd_finish(EXIT_OK);

@@ -58,10 +58,10 @@ static const char usage[] =
 	"  -q, --quiet          print nothing but errors\n"
 	"  -h, --help           show this help\n"
 	"\n"
-	"Exit status: 0 pushed (or finalized); 1 refused: NAME is vV and the store has\n"
-	"committed version V (STORE/refs/vV), or NAME is vV.dense and the pack is not a\n"
-	"dense copy of that version's state (or one is there already); 128 error;\n"
-	"129 usage error.\n";
+	"Exit status: 0 pushed (or finalized), or the store holds this step already\n"
+	"(nothing written); 1 refused: NAME is vV, the store has committed version V\n"
+	"(STORE/refs/vV) and the pack is another step, or NAME is vV.dense and the pack\n"
+	"is not a dense copy of that version's state; 128 error; 129 usage error.\n";
 
 /* The store did not tell whether version v is committed (its answer to
  * refs/vV was an error): the push goes on, as its listing and deletions
@@ -73,43 +73,99 @@ static void cannot_tell(const char *surl, uint64_t v, const struct dcr_err *e)
 			cmd_quote(surl), (unsigned long long)v, e->msg);
 }
 
+/* The manifest of the pack input `in`, read to its end (a stream's manifest
+ * is its last entry): nothing goes up. 0, DCR_ENOTFOUND where it has none
+ * (a producer's summary), or an error (e). */
+static int input_manifest(struct dcr_pack_in *in, struct dcr_manifest *m, struct dcr_err *e)
+{
+	const char *nm;
+	const uint8_t *buf;
+	size_t len;
+	int r;
+	while ((r = dcr_pack_in_next(in, &nm, &buf, &len, e)) == 1)
+		if (!strcmp(nm, DCR_MANIFEST_NAME))
+			return dcr_manifest_parse(buf, len, DCR_MANIFEST_NAME, m, e);
+	return r ? r : dcr_err_set(e, DCR_ENOTFOUND, "the pack has no manifest");
+}
+
+/* The head of the manifest of NAME in STORE (its base, target, flags). */
+static int store_head(struct dcr_store *s, const char *name, struct dcr_manifest *m,
+		      struct dcr_err *e)
+{
+	uint8_t head[DCR_MANIFEST_HEAD_LEN];
+	char *mn = dcr_asprintf("%s/%s", name, DCR_MANIFEST_NAME);
+	int r = mn ? dcr_store_get_range(s, mn, 0, sizeof(head), head, e)
+		   : dcr_err_sys(e, ENOMEM, "manifest");
+	if (!r)
+		r = dcr_manifest_head(head, sizeof(head), mn, m, e);
+	free(mn);
+	return r;
+}
+
 /* NAME is vV: refuse (exit 1) when STORE, a policy's directory, has
- * committed V. A pushed pack replaces the one there, payloads first, so a
- * rerun step pushed under a committed version's name destroyed the pack
- * that receivers behind the head fetch to reach that state. Where the
+ * committed V, unless the pack is that version's step again. A pushed
+ * pack replaces the one there, payloads first, so a rerun step pushed
+ * under a committed version's name destroyed the pack that receivers
+ * behind the head fetch to reach that state; but a rerun of the same step
+ * (a trainer restarted after its joint commit, a retried pipeline) makes a
+ * pack with the same base and target, perhaps cut into other payloads:
+ * that one is read to its end, nothing goes up, and the push exits 0, as
+ * the joint commit of a committed version with its state does. Where the
  * store does not tell (its answer is an error), a warning, and the push
- * goes on, as its listing and deletions do. */
-static void refuse_committed(struct dcr_store *s, const char *surl, uint64_t v)
+ * goes on, as its listing and deletions do. 1: nothing to push. in is
+ * NULL for a finalize, whose manifest is not compared: refused. */
+static int refuse_committed(struct dcr_store *s, const char *surl, const char *name, uint64_t v,
+			    struct dcr_pack_in *in)
 {
 	struct dcr_err e = {0};
 	dcr_digest d;
 	int r = dcr_policy_ref(s, NULL, v, &d, &e);
 	if (r == DCR_ENOTFOUND)
-		return;
+		return 0;
 	if (r && r != DCR_EFORMAT) {
 		/* a key that may put but not read refs (S3 answers 403 for a
 		 * missing object without s3:ListBucket) */
 		cannot_tell(surl, v, &e);
-		return;
+		return 0;
 	}
-	char st[80] = "its ref damaged";
+	char st[80] = "its ref damaged", hex[65];
 	if (!r) {
-		char hex[65];
 		dcr_digest_hex(&d, hex);
 		snprintf(st, sizeof(st), "state %.12s", hex);
+	}
+	if (!r && in) {
+		struct dcr_manifest mine, there;
+		if ((r = input_manifest(in, &mine, &e)) && r != DCR_ENOTFOUND)
+			cmd_die_err(&e, EXIT_FATAL);
+		int same = !r && !store_head(s, name, &there, &e) &&
+			   !memcmp(&mine.base, &there.base, sizeof(d)) &&
+			   !memcmp(&mine.target, &d, sizeof(d)) &&
+			   !memcmp(&there.target, &d, sizeof(d)) && mine.dense == there.dense;
+		if (!r)
+			dcr_manifest_release(&mine);
+		if (same) {
+			if (!cmd_quiet)
+				fprintf(stderr, "dcr-push: '%s' has committed version %llu (state %.12s), and its pack there has this pack's base and target: nothing pushed\n",
+					cmd_quote(surl), (unsigned long long)v, hex);
+			return 1;
+		}
 	}
 	dcr_err_set(&e, DCR_ECONFLICT,
 		    "'%s' has committed version %llu (%s): its pack is what receivers behind fetch to reach it; push the step as the next version (dcr-commit --store ... --status shows the head), or replace it with --force",
 		    cmd_quote(surl), (unsigned long long)v, st);
 	cmd_die_err(&e, EXIT_NEGATIVE);
+	return 0;
 }
 
 /* NAME is vV.dense and STORE, a policy's directory, has committed V: 1
  * and *want, the state the dense copy must hold (its manifest does not
  * go up otherwise). A complete dense copy of that state already there is
- * not pushed over (exit 1): its payloads would be overwritten first, by
- * a pack that may turn out to be of another state. */
-static int dense_target(struct dcr_store *s, const char *surl, uint64_t v, dcr_digest *want)
+ * not pushed over: its payloads would be overwritten first, by a pack
+ * that may turn out to be of another state. The pack is read to its end
+ * instead: a dense copy of that state is nothing to push (2, exit 0),
+ * any other pack is refused (exit 1). */
+static int dense_target(struct dcr_store *s, const char *surl, uint64_t v, dcr_digest *want,
+			struct dcr_pack_in *in)
 {
 	struct dcr_err e = {0};
 	int r = dcr_policy_ref(s, NULL, v, want, &e);
@@ -120,15 +176,32 @@ static int dense_target(struct dcr_store *s, const char *surl, uint64_t v, dcr_d
 		return 0;
 	}
 	char why[sizeof(e.msg)];
-	if (dcr_policy_dense_holds(s, NULL, v, want, why, sizeof(why))) {
-		char hex[65];
-		dcr_digest_hex(want, hex);
-		dcr_err_set(&e, DCR_ECONFLICT,
-			    "'%s' holds a dense copy of committed version %llu (state %.12s) already: nothing to push (--force replaces it)",
-			    cmd_quote(surl), (unsigned long long)v, hex);
-		cmd_die_err(&e, EXIT_NEGATIVE);
+	if (!dcr_policy_dense_holds(s, NULL, v, want, why, sizeof(why)))
+		return 1;
+	char hex[65], other[80] = "is not a dense copy";
+	struct dcr_manifest m;
+	dcr_digest_hex(want, hex);
+	if ((r = input_manifest(in, &m, &e)) && r != DCR_ENOTFOUND)
+		cmd_die_err(&e, EXIT_FATAL);
+	int same = !r && m.dense && !memcmp(&m.target, want, sizeof(*want));
+	if (!r && m.dense) {
+		char t[65];
+		dcr_digest_hex(&m.target, t);
+		snprintf(other, sizeof(other), "reaches state %.12s", t);
 	}
-	return 1;
+	if (!r)
+		dcr_manifest_release(&m);
+	if (same) {
+		if (!cmd_quiet)
+			fprintf(stderr, "dcr-push: '%s' holds a dense copy of committed version %llu (state %.12s) already: nothing pushed\n",
+				cmd_quote(surl), (unsigned long long)v, hex);
+		return 2;
+	}
+	dcr_err_set(&e, DCR_ECONFLICT,
+		    "'%s' holds a dense copy of committed version %llu (state %.12s) already, and this pack %s: nothing pushed (--force replaces the copy)",
+		    cmd_quote(surl), (unsigned long long)v, hex, other);
+	cmd_die_err(&e, EXIT_NEGATIVE);
+	return 0;
 }
 
 static void fin_progress(void *ctx, uint32_t have, uint32_t n)
@@ -169,7 +242,7 @@ static int finalize(int argc, char **argv, const struct dcr_store_opts *so,
 	 * would */
 	uint64_t ver;
 	if (!force && !dcr_version_parse(name, strlen(name), &ver))
-		refuse_committed(s, surl, ver);
+		refuse_committed(s, surl, name, ver, NULL);
 	fo->fault = &cmd_fault;
 	fo->progress = fin_progress;
 	struct dcr_finalize_stats st = {0};
@@ -362,15 +435,19 @@ int main(int argc, char **argv)
 	uint64_t ver;
 	size_t nl = strlen(name);
 	dcr_digest want;
+	int r = 0, done = 0; /* done: the store holds this pack's step already */
 	if (!force && !dcr_version_parse(name, nl, &ver))
-		refuse_committed(s, surl, ver);
+		done = refuse_committed(s, surl, name, ver, in);
 	else if (!force && nl > 6 && !strcmp(name + nl - 6, ".dense")) {
 		xo.dense = 1; /* NAME.dense is where receivers look for a dense copy */
 		if (!dcr_version_parse(name, nl - 6, &ver) &&
-		    dense_target(s, surl, ver, &want))
+		    (r = dense_target(s, surl, ver, &want, in)) == 1)
 			xo.want_target = &want;
+		done = r == 2;
+		r = 0;
 	}
-	int r = dcr_push(s, name, in, &xo, &st, &e);
+	if (!done)
+		r = dcr_push(s, name, in, &xo, &st, &e);
 	dcr_pack_in_close(in);
 	dcr_store_close(s);
 	if (r == DCR_ECONFLICT && xo.want_target) { /* a dense copy of another state */
@@ -384,7 +461,7 @@ int main(int argc, char **argv)
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);
 	cmd_progress_end();
-	if (!cmd_quiet && cmd_progress_on)
+	if (!cmd_quiet && cmd_progress_on && !done)
 		fprintf(stderr, "dcr-push: %u payloads and the manifest (or summary), %llu bytes, to %s\n",
 			st.payloads, (unsigned long long)st.bytes, dest);
 	free(surl);

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Joint commit through a directory store: receivers acknowledge, the trainer
 # commits version V only with N acknowledgements of the right state and only
-# once (compare-and-set: two trainers at once, exactly one wins; a retried one
-# loses), and prints the base id for the next diff; a receiver refuses a delta
+# once (compare-and-set: of trainers racing with different states exactly one
+# wins; one that finds V committed with the state it wanted, racing or
+# retried, is done: exit 0), and prints the base id for the next diff; a receiver refuses a delta
 # whose base is not its committed HEAD; GC removes only unneeded packs; a
 # push to a committed version's name is refused unless --force.
 . "$DCR_SRC/tests/lib-dcr.sh"
@@ -14,9 +15,15 @@ S0=$(state_id "$G/v0"); S1=$(state_id "$G/v1"); S2=$(state_id "$G/v2"); S3=$(sta
 # bootstrap: version 0 needs no acknowledgement and no predecessor
 run 0 dcr-commit --store "$S" --policy pol --version 0 --expect 0 --state "$S0"
 [ "$(cat "$T/out")" = "$S0" ] || fail "commit of v0 printed '$(cat "$T/out")'"
-run 1 dcr-commit --store "$S" --policy pol --version 0 --expect 0 --state "$S0"
+# again (a retried step): done already, the same state printed; with
+# another state: refused
+run 0 dcr-commit --store "$S" --policy pol --version 0 --expect 0 --state "$S0"
+[ "$(cat "$T/out")" = "$S0" ] || fail "a retried commit of v0 printed '$(cat "$T/out")'"
+grep -q "version 0 is committed with this state already: nothing to do" "$T/err" ||
+	fail "no word of the commit done already: $(cat "$T/err")"
+run 1 dcr-commit --store "$S" --policy pol --version 0 --expect 0 --state "$S1"
 one_line_error dcr-commit
-grep -q "already committed" "$T/err" || fail "no 'already committed' message"
+grep -q "already committed (state $S0)" "$T/err" || fail "no 'already committed' message"
 # v2 cannot be committed before v1
 run 1 dcr-commit --store "$S" --policy pol --version 2 --expect 0 --state "$S2"
 
@@ -61,7 +68,8 @@ run 0 dcr-commit "$T/rb" --store "$S" --policy pol --receiver rb
 run 0 dcr-commit --status --porcelain "$T/rb"
 grep -q "^head	1	$S1$" "$T/out" || fail "rb's HEAD is not v1"
 
-# two trainers at once: exactly one wins, the loser is told the state
+# two trainers at once: exactly one commits, the other finds it done with
+# the state it wanted (both exit 0 and print it)
 set +e
 dcr-commit --store "$S" --policy pol --version 1 --expect 2 >"$T/o1" 2>"$T/e1" &
 p=$!
@@ -70,18 +78,29 @@ rc2=$?
 wait $p
 rc1=$?
 set -e
-[ $((rc1 + rc2)) -eq 1 ] || fail "two trainers: exit codes $rc1 and $rc2, want one 0 and one 1"
-if [ $rc1 -eq 0 ]; then W=$T/o1 L=$T/e2; else W=$T/o2 L=$T/e1; fi
-[ "$(cat "$W")" = "$S1" ] || fail "the winner printed '$(cat "$W")', not the v1 state"
-grep -q "already committed\|committed by another trainer" "$L" || { cat "$L" >&2; fail "loser's message"; }
-# a retried trainer loses too
-run 1 dcr-commit --store "$S" --policy pol --version 1 --expect 2
+[ $rc1 = 0 ] && [ $rc2 = 0 ] || fail "two trainers: exit codes $rc1 and $rc2, want 0 and 0"
+[ "$(cat "$T/o1")" = "$S1" ] && [ "$(cat "$T/o2")" = "$S1" ] || fail "the trainers printed '$(cat "$T/o1")' and '$(cat "$T/o2")', not the v1 state"
+[ "$(cat "$T/e1" "$T/e2" | grep -c "committed version 1 (2 acknowledgements)")" = 1 ] &&
+	[ "$(cat "$T/e1" "$T/e2" | grep -c "nothing to do")" = 1 ] ||
+	fail "not one commit and one found done: $(cat "$T/e1" "$T/e2")"
+# a retried trainer finds it done; one wanting another state is refused
+run 0 dcr-commit --store "$S" --policy pol --version 1 --expect 2
+grep -q "nothing to do" "$T/err" || fail "a retried trainer: $(cat "$T/err")"
+run 1 dcr-commit --store "$S" --policy pol --version 1 --expect 0 --state "$S3"
+grep -q "already committed (state $S1)" "$T/err" || fail "another state: $(cat "$T/err")"
 run 0 dcr-commit --store "$S" --policy pol --status --porcelain
 grep -q "^head	1	$S1$" "$T/out" || fail "store head is not v1"
-# a committed version's pack stays: a rerun step pushed under its name is
+# a committed version's pack stays: another step pushed under its name is
 # refused before a byte is written (it replaced the pack receivers behind
-# fetch), and --force replaces it
+# fetch), and --force replaces it; the same step again (a rerun: the same
+# base and target, here cut into other payloads and streamed) is nothing
+# to push, exit 0
 cp -r "$S/pol/v1" "$T/v1.before"
+dcr-pack -s 16K "$T/d1" >"$T/p1.tar"
+run 0 dcr-push - "$S/pol/v1" <"$T/p1.tar"
+grep -q "has committed version 1 (state ${S1%"${S1#????????????}"}), and its pack there has this pack's base and target: nothing pushed" "$T/err" ||
+	fail "no word of the step there already: $(cat "$T/err")"
+diff -r "$T/v1.before" "$S/pol/v1" >/dev/null || fail "a push of the same step changed the committed pack"
 run 1 dcr-push "$T/p2" "$S/pol/v1"
 grep -q "has committed version 1 (state ${S1%"${S1#????????????}"})" "$T/err" ||
 	fail "unclear refusal of a committed version's push: $(cat "$T/err")"
@@ -92,14 +111,32 @@ diff -r "$T/p2" "$S/pol/v1" >/dev/null || fail "--force did not replace the pack
 run 0 dcr-push -q --force "$T/p1" "$S/pol/v1"
 run 129 dcr-push --force --gc "$S" --policy pol
 
-# many trainers racing for v2 (with no acknowledgement needed): one winner
-wins=0
+# many trainers racing for v2 (with no acknowledgement needed): one
+# commits, the others find it done
 for i in 1 2 3 4 5 6; do
-	(set +e; dcr-commit -q --store "$S" --policy pol --version 2 --expect 0 --state "$S2" >/dev/null 2>&1; echo $? >"$T/race$i") &
+	(set +e; dcr-commit --store "$S" --policy pol --version 2 --expect 0 --state "$S2" >/dev/null 2>"$T/race$i.err"; echo $? >"$T/race$i") &
 done
 wait
-for i in 1 2 3 4 5 6; do [ "$(cat "$T/race$i")" = 0 ] && wins=$((wins + 1)); done
-[ $wins -eq 1 ] || fail "$wins of 6 racing trainers committed v2"
+for i in 1 2 3 4 5 6; do [ "$(cat "$T/race$i")" = 0 ] || fail "racing trainer $i: $(cat "$T/race$i.err")"; done
+[ "$(cat "$T"/race?.err | grep -c "committed version 2 (0 acknowledgements)")" = 1 ] ||
+	fail "not one commit of v2: $(cat "$T"/race?.err)"
+# and racing with as many states, for another policy's v0: exactly one wins,
+# the ref names its state, the others are refused
+for i in 1 2 3 4 5 6; do
+	st=$(printf '%064x' "$i")
+	(set +e; dcr-commit -q --store "$S" --policy race --version 0 --expect 0 --state "$st" >"$T/rs$i" 2>/dev/null; echo $? >"$T/rc$i") &
+done
+wait
+wins=0
+for i in 1 2 3 4 5 6; do
+	case $(cat "$T/rc$i") in
+	0) wins=$((wins + 1)); won=$(cat "$T/rs$i") ;;
+	1) ;;
+	*) fail "racing trainer $i exited $(cat "$T/rc$i")" ;;
+	esac
+done
+[ $wins -eq 1 ] || fail "$wins of 6 trainers racing with different states committed"
+grep -q "^state $won$" "$S/race/refs/v0" || fail "the ref does not name the winner's state $won"
 
 # a receiver at HEAD v1 refuses a delta whose base is not v1 (v2->v3),
 # and v1->v2 applies; committing v2 without applying it is refused

@@ -9,8 +9,8 @@
 # every pack up to vX, and the receiver it let go reached a state no
 # later delta applies to. dcr-pull of such a pack, or of a committed
 # version's pack pushed again with --force, is refused; dcr-push refuses
-# to write its manifest, and to push over a right dense copy already
-# there.
+# to write its manifest, and to push another pack over a right dense copy
+# already there (the same copy pushed again is nothing to push: exit 0).
 . "$DCR_SRC/tests/lib-dcr.sh"
 need dcr-pack dcr-commit dcr-push dcr-pull gen-checkpoint
 run 0 gen-checkpoint -q --size 1M --steps 4 "$T/g"
@@ -18,22 +18,38 @@ G=$T/g S=$T/store
 lagging_chain "$G" "$S" 4 # ra follows, rb stops at v1
 id2=$(state_id "$G/v2" | cut -c1-12)
 id3=$(state_id "$G/v3" | cut -c1-12)
-# a right dense copy of v2; pushed again, it is refused before anything
-# is written (its payloads would be overwritten first)
+# a right dense copy of v2; pushed again (a retried job), nothing is
+# written and the push succeeds; a dense copy of another state pushed
+# there is refused before anything is written (the payloads of the right
+# one would be overwritten first)
 run 0 dcr-diff --dense "$G/v2" -o "$T/dd2"
 run 0 dcr-pack -o "$T/pd2" "$T/dd2"
 run 0 dcr-push -q "$T/pd2" "$S/pol/v2.dense"
 ls -l --time-style=full-iso "$S/pol/v2.dense" >"$T/v2.ls"
-run 1 dcr-push -q "$T/pd2" "$S/pol/v2.dense"
-grep -q "holds a dense copy of committed version 2 (state $id2) already: nothing to push" "$T/err" ||
+run 0 dcr-push "$T/pd2" "$S/pol/v2.dense"
+grep -q "holds a dense copy of committed version 2 (state $id2) already: nothing pushed" "$T/err" ||
 	{ cat "$T/err"; fail "no word of the dense copy already there"; }
+ls -l --time-style=full-iso "$S/pol/v2.dense" | cmp -s - "$T/v2.ls" || fail "a push of the same copy wrote to v2.dense"
+# the same copy cut into other payloads, as a stream: the same
+dcr-pack -s 64K "$T/dd2" >"$T/pd2.tar"
+run 0 dcr-push -q - "$S/pol/v2.dense" <"$T/pd2.tar"
+ls -l --time-style=full-iso "$S/pol/v2.dense" | cmp -s - "$T/v2.ls" || fail "a push of the same copy wrote to v2.dense"
+run 0 dcr-diff --dense "$G/v3" -o "$T/dd3"
+run 0 dcr-pack -o "$T/pd3" "$T/dd3"
+run 1 dcr-push -q "$T/pd3" "$S/pol/v2.dense"
+grep -q "holds a dense copy of committed version 2 (state $id2) already, and this pack reaches state $id3: nothing pushed (--force replaces the copy)" "$T/err" ||
+	{ cat "$T/err"; fail "no word of the other state"; }
+# v2's step, a delta's pack, there: not a dense copy
+run 1 dcr-push -q "$T/p2" "$S/pol/v2.dense"
+grep -q "already, and this pack is not a dense copy: nothing pushed" "$T/err" ||
+	{ cat "$T/err"; fail "no word of the delta's pack"; }
 ls -l --time-style=full-iso "$S/pol/v2.dense" | cmp -s - "$T/v2.ls" || fail "a refused push wrote to v2.dense"
 # one of v2's checkpoint under v3's name: its manifest does not go up
 run 1 dcr-push -q "$T/pd2" "$S/pol/v3.dense"
 grep -q "the pack reaches state $id2, not $id3: its manifest was not written (its payloads were): not a dense copy of committed version 3's state" "$T/err" ||
 	{ cat "$T/err"; fail "a dense copy of another state was pushed"; }
 [ ! -e "$S/pol/v3.dense/manifest.dcrm" ] || fail "the wrong dense copy's manifest went up"
-say "ok: dcr-push refuses a dense copy of another state, and one already there"
+say "ok: dcr-push refuses a dense copy of another state; the same copy again is a no-op"
 # (pushed anyway, with --force, for what follows)
 run 0 dcr-push -q --force "$T/pd2" "$S/pol/v3.dense"
 run 0 dcr-push --gc "$S" --policy pol --max-behind 1

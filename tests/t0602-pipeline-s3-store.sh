@@ -35,19 +35,29 @@ last=$(grep '^PUT ' "$T/log" | tail -n 1)
 contains "$last" "PUT /dcr-test/refits/v1/manifest.dcrm 200"
 refit r3 "$S/v1"
 
-# once the store has committed v1, a push under its name is refused before
-# anything is written (refs/v1 read over S3: a missing one is NoSuchKey),
-# and --force replaces the pack
+# once the store has committed v1, a push of another step under its name is
+# refused before anything is written (refs/v1 read over S3: a missing one
+# is NoSuchKey), the same step again is nothing to push, and --force
+# replaces the pack
 # (the ref written as dcr-commit writes one: s3rver ignores If-None-Match,
 # so dcr-commit refuses to commit there)
 printf 'dcr-ref 1\nversion 1\nstate %s\ncommitter 00\n' "$(dcr-verify "$T/g/v1")" >"$T/ref"
 run_ok "$TOOL" --endpoint "$EP" s3://dcr-test put refits/refs/v1 "$T/ref"
-dcr-diff "$T/g/v0" "$T/g/v1" | dcr-pack -o "$T/again"
+dcr-diff "$T/g/v1" "$T/g/v0" | dcr-pack -o "$T/other"
 n0=$(wc -l <"$T/log")
-expect_fail 1 dcr-push -q "$T/again" "$S/v1"
+expect_fail 1 dcr-push -q "$T/other" "$S/v1"
 grep -q "has committed version 1" "$T/err" || fail "unclear refusal: $(cat "$T/err")"
 tail -n +$((n0 + 1)) "$T/log" >"$T/log.new"
 grep -q '^GET /dcr-test/refits/refs/v1 200' "$T/log.new" || fail "refs/v1 not read: $(cat "$T/log.new")"
 ! grep -q '^PUT \|^DELETE ' "$T/log.new" || fail "a refused push wrote: $(cat "$T/log.new")"
+# the same step again (a rerun pipeline): nothing to push, exit 0, nothing
+# written; the manifest's head read with a range GET
+n0=$(wc -l <"$T/log")
+dcr-diff "$T/g/v0" "$T/g/v1" | dcr-pack | dcr-push - "$S/v1" 2>"$T/err" ||
+	fail "the same step pushed again: $(cat "$T/err")"
+grep -q "nothing pushed" "$T/err" || fail "no word of the step there: $(cat "$T/err")"
+tail -n +$((n0 + 1)) "$T/log" >"$T/log.new"
+! grep -q '^PUT \|^DELETE ' "$T/log.new" || fail "a push of the same step wrote: $(cat "$T/log.new")"
+dcr-diff "$T/g/v0" "$T/g/v1" | dcr-pack -o "$T/again"
 run_ok dcr-push -q --force "$T/again" "$S/v1"
 refit r4 "$S/v1"

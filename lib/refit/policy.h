@@ -82,8 +82,10 @@ struct dcr_policy_commit_opts {
 	void *progress_ctx;
 };
 /* Wait for the acknowledgements, then create refs/vV with compare-and-set.
- * DCR_ECONFLICT when V is already committed (by anyone: e names its state)
- * or V-1 is not; DCR_ENOTFOUND when the acknowledgements did not come, or
+ * DCR_ECONFLICT when V is already committed (by anyone, this caller's
+ * earlier attempt too: e names its state; dcr-commit compares it, from
+ * dcr_policy_ref, with the state it wanted, and a retried step that
+ * finds its own state there goes on) or V-1 is not; DCR_ENOTFOUND when the acknowledgements did not come, or
  * more than max_failed receivers reported failing V (e names one and
  * gives its reason). A report counts when it names the attempt being
  * committed, or names none and was not there, as it is, when the wait
