@@ -48,9 +48,10 @@ static const char usage[] =
 	"      --dry-run        with --gc: only list what would be removed\n"
 	"      --endpoint URL   S3 endpoint (default $DCR_S3_ENDPOINT, else AWS)\n"
 	"      --cacert FILE    CA certificates for https\n"
-	"      --force          replace the pack (or dense copy, or with --finalize the\n"
-	"                       manifest) of a version the store has committed\n"
-	"                       (refused without it: lagging receivers fetch that pack)\n"
+	"      --force          replace the pack (or dense copy) of a version the store\n"
+	"                       has committed (refused without it: lagging receivers\n"
+	"                       fetch that pack); with --finalize, write its manifest\n"
+	"                       where it is missing\n"
 	"  -j, --parallel N     uploads (with --gc: deletions) in flight (default 4)\n"
 	"      --retries N      retries of a failed request (default 5)\n"
 	"      --progress       show progress on stderr\n"
@@ -73,19 +74,55 @@ static void cannot_tell(const char *surl, uint64_t v, const struct dcr_err *e)
 			cmd_quote(surl), (unsigned long long)v, e->msg);
 }
 
-/* The manifest of the pack input `in`, read to its end (a stream's manifest
- * is its last entry): nothing goes up. 0, DCR_ENOTFOUND where it has none
- * (a producer's summary), or an error (e). */
-static int input_manifest(struct dcr_pack_in *in, struct dcr_manifest *m, struct dcr_err *e)
+/* What the pack input `in` ends with, read to its end (a stream's manifest
+ * or summary is its last entry, and the stream's writer, dcr-pack in a
+ * pipe, must be able to finish): nothing goes up. 1: its manifest, parsed
+ * into *m; 2: a producer's summary, into *sm; 0: neither; or an error (e). */
+static int input_tail(struct dcr_pack_in *in, struct dcr_manifest *m, struct dcr_summary *sm,
+		      struct dcr_err *e)
 {
 	const char *nm;
 	const uint8_t *buf;
 	size_t len;
-	int r;
-	while ((r = dcr_pack_in_next(in, &nm, &buf, &len, e)) == 1)
+	uint32_t producer;
+	int r, k = 0;
+	while ((r = dcr_pack_in_next(in, &nm, &buf, &len, e)) == 1 && !k) {
 		if (!strcmp(nm, DCR_MANIFEST_NAME))
-			return dcr_manifest_parse(buf, len, DCR_MANIFEST_NAME, m, e);
-	return r ? r : dcr_err_set(e, DCR_ENOTFOUND, "the pack has no manifest");
+			k = (r = dcr_manifest_parse(buf, len, DCR_MANIFEST_NAME, m, e)) ? r : 1;
+		else if (dcr_summary_name_parse(nm, &producer))
+			k = (r = dcr_summary_parse(buf, len, nm, sm, e)) ? r : 2;
+		if (k < 0)
+			return k;
+	}
+	while (r == 1) /* entries past it: the pusher would refuse them */
+		r = dcr_pack_in_next(in, &nm, &buf, &len, e);
+	if (r && k == 1)
+		dcr_manifest_release(m);
+	if (r && k == 2)
+		dcr_summary_release(sm);
+	return r ? r : k;
+}
+
+/* Producer sm->producer's summary of NAME in STORE is the same share of
+ * the same step as *sm (dcr_summary_same_share). */
+static int same_share(struct dcr_store *s, const char *name, const struct dcr_summary *sm)
+{
+	struct dcr_err e = {0};
+	struct dcr_summary there;
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	char *sn = dcr_summary_name(sm->producer);
+	char *on = sn ? dcr_asprintf("%s/%s", name, sn) : NULL;
+	int same = on && !dcr_store_get(s, on, &buf, &len, &e) && len <= DCR_SUMMARY_MAX &&
+		   !dcr_summary_parse(buf, len, on, &there, &e);
+	if (same) {
+		same = dcr_summary_same_share(sm, &there);
+		dcr_summary_release(&there);
+	}
+	free(buf);
+	free(on);
+	free(sn);
+	return same;
 }
 
 /* The head of the manifest of NAME in STORE (its base, target, flags). */
@@ -113,7 +150,9 @@ static int store_head(struct dcr_store *s, const char *name, struct dcr_manifest
  * the joint commit of a committed version with its state does. Where the
  * store does not tell (its answer is an error), a warning, and the push
  * goes on, as its listing and deletions do. 1: nothing to push. in is
- * NULL for a finalize, whose manifest is not compared: refused. */
+ * NULL for a finalize: 2 where the committed version's manifest is there
+ * (the finalize must find it the bytes the summaries join to, and writes
+ * nothing), else refused. */
 static int refuse_committed(struct dcr_store *s, const char *surl, const char *name, uint64_t v,
 			    struct dcr_pack_in *in)
 {
@@ -133,20 +172,32 @@ static int refuse_committed(struct dcr_store *s, const char *surl, const char *n
 		dcr_digest_hex(&d, hex);
 		snprintf(st, sizeof(st), "state %.12s", hex);
 	}
+	if (!r && !in) {
+		struct dcr_manifest there;
+		if (!store_head(s, name, &there, &e) && !memcmp(&there.target, &d, sizeof(d)))
+			return 2;
+	}
 	if (!r && in) {
 		struct dcr_manifest mine, there;
-		if ((r = input_manifest(in, &mine, &e)) && r != DCR_ENOTFOUND)
+		struct dcr_summary sm;
+		int k = input_tail(in, &mine, &sm, &e), same = 0;
+		if (k < 0)
 			cmd_die_err(&e, EXIT_FATAL);
-		int same = !r && !store_head(s, name, &there, &e) &&
-			   !memcmp(&mine.base, &there.base, sizeof(d)) &&
-			   !memcmp(&mine.target, &d, sizeof(d)) &&
-			   !memcmp(&there.target, &d, sizeof(d)) && mine.dense == there.dense;
-		if (!r)
+		if (k == 1) {
+			same = !store_head(s, name, &there, &e) &&
+			       !memcmp(&mine.base, &there.base, sizeof(d)) &&
+			       !memcmp(&mine.target, &d, sizeof(d)) &&
+			       !memcmp(&there.target, &d, sizeof(d)) && mine.dense == there.dense;
 			dcr_manifest_release(&mine);
+		} else if (k == 2) {
+			same = same_share(s, name, &sm);
+			dcr_summary_release(&sm);
+		}
 		if (same) {
 			if (!cmd_quiet)
-				fprintf(stderr, "dcr-push: '%s' has committed version %llu (state %.12s), and its pack there has this pack's base and target: nothing pushed\n",
-					cmd_quote(surl), (unsigned long long)v, hex);
+				fprintf(stderr, "dcr-push: '%s' has committed version %llu (state %.12s), and its pack there has this pack's %s: nothing pushed\n",
+					cmd_quote(surl), (unsigned long long)v, hex,
+					k == 1 ? "base and target" : "producer's share of the step");
 			return 1;
 		}
 	}
@@ -181,15 +232,18 @@ static int dense_target(struct dcr_store *s, const char *surl, uint64_t v, dcr_d
 	char hex[65], other[80] = "is not a dense copy";
 	struct dcr_manifest m;
 	dcr_digest_hex(want, hex);
-	if ((r = input_manifest(in, &m, &e)) && r != DCR_ENOTFOUND)
+	struct dcr_summary sm;
+	if ((r = input_tail(in, &m, &sm, &e)) < 0)
 		cmd_die_err(&e, EXIT_FATAL);
-	int same = !r && m.dense && !memcmp(&m.target, want, sizeof(*want));
-	if (!r && m.dense) {
+	if (r == 2)
+		dcr_summary_release(&sm);
+	int same = r == 1 && m.dense && !memcmp(&m.target, want, sizeof(*want));
+	if (r == 1 && m.dense) {
 		char t[65];
 		dcr_digest_hex(&m.target, t);
 		snprintf(other, sizeof(other), "reaches state %.12s", t);
 	}
-	if (!r)
+	if (r == 1)
 		dcr_manifest_release(&m);
 	if (same) {
 		if (!cmd_quiet)
@@ -238,19 +292,31 @@ static int finalize(int argc, char **argv, const struct dcr_store_opts *so,
 	struct dcr_store *s;
 	if (dcr_store_open(surl, so, &s, &e))
 		cmd_die_err(&e, EXIT_FATAL);
-	/* the manifest it writes replaces a committed version's as a push's
-	 * would */
+	/* a committed version's manifest stays as it is: refused unless it
+	 * is there, and then the summaries must join to it (a finalize run
+	 * again: nothing written, exit 0) */
 	uint64_t ver;
-	if (!force && !dcr_version_parse(name, strlen(name), &ver))
-		refuse_committed(s, surl, name, ver, NULL);
+	int committed = !force && !dcr_version_parse(name, strlen(name), &ver) &&
+			refuse_committed(s, surl, name, ver, NULL) == 2;
 	fo->fault = &cmd_fault;
 	fo->progress = fin_progress;
 	struct dcr_finalize_stats st = {0};
 	int r = dcr_finalize(s, name, fo, &st, &e);
 	dcr_store_close(s);
+	if (r == DCR_ECONFLICT && committed) {
+		char why[sizeof(e.msg)];
+		memcpy(why, e.msg, sizeof(why));
+		dcr_err_set(&e, r,
+			    "%s: '%s' has committed version %llu, and the summaries there join to another manifest (push the step as the next version)",
+			    why, cmd_quote(surl), (unsigned long long)ver);
+		cmd_die_err(&e, EXIT_NEGATIVE);
+	}
 	if (r)
 		cmd_die_err(&e, EXIT_FATAL);
-	if (!cmd_quiet) {
+	if (!cmd_quiet && committed)
+		fprintf(stderr, "dcr-push: '%s' has committed version %llu, and its manifest is the one the summaries join to: nothing written\n",
+			cmd_quote(surl), (unsigned long long)ver);
+	else if (!cmd_quiet) {
 		char t[65];
 		dcr_digest_hex(&st.target, t);
 		fprintf(stderr,

@@ -16,9 +16,19 @@ cp -r "$G/v0" "$T/r1"
 cp -r "$G/v0" "$T/r2"
 base=$(state_id "$G/v0")
 
+# publish NEW: dcr-diff | dcr-pack | dcr-push of the step to v1; every
+# stage must exit 0 (as under bash's pipefail: a push that stopped reading
+# early would kill dcr-pack with SIGPIPE)
+publish() {
+	{ dcr-diff -q --base-id "$base" "$G/v0" "$1"; echo $? >"$T/rc.0"; } |
+		{ dcr-pack; echo $? >"$T/rc.1"; } | dcr-push - "$S/pol/v1"
+	echo $? >"$T/rc.2"
+	[ "$(cat "$T/rc.0" "$T/rc.1" "$T/rc.2" | tr '\n' ' ')" = "0 0 0 " ] ||
+		{ echo "diff, pack, push exited $(cat "$T/rc.0" "$T/rc.1" "$T/rc.2" | tr '\n' ' ')" >&2; return 1; }
+}
 step() { # NEW: the step to v1 from v0, as a job script runs it
 	set -e
-	dcr-diff -q --base-id "$base" "$G/v0" "$1" | dcr-pack | dcr-push - "$S/pol/v1"
+	publish "$1"
 	for r in r1 r2; do
 		dcr-pull -q "$S/pol/v1" | dcr-apply -q "$T/$r"
 		dcr-commit -q "$T/$r" --version 1 --store "$S" --policy pol --receiver $r
@@ -41,6 +51,13 @@ grep -q "version 1 is committed with this state already: nothing to do" "$T/err"
 	fail "no word from the commit: $(cat "$T/err")"
 store_snap | cmp -s - "$T/store.before" || fail "the step run again changed the store"
 snapshot "$T/r1" | cmp -s - "$T/r1.before" || fail "the step run again changed r1"
+# the push reads the stream to its end-of-archive blocks, which its writer
+# sends last: here half a second after the manifest, and still taken
+dcr-diff -q --base-id "$base" "$G/v0" "$G/v1" | dcr-pack >"$T/p1.tar"
+n=$(wc -c <"$T/p1.tar")
+{ head -c $((n - 1024)) "$T/p1.tar"; sleep 0.5; tail -c 1024 "$T/p1.tar"; echo $? >"$T/rc.w"; } |
+	dcr-push -q - "$S/pol/v1" || fail "the same step from a slow writer: exit $?"
+[ "$(cat "$T/rc.w")" = 0 ] || fail "the push stopped reading before the end-of-archive blocks (writer exit $(cat "$T/rc.w"))"
 say "ok: a step run again as a whole exits 0 and writes nothing"
 
 # other weights for the same step: refused before anything is written

@@ -98,20 +98,38 @@ rc=0
 [ $rc = 128 ] || fail "summaries of two attempts finalized (exit $rc): $(cat "$T/err")"
 echo "ok --attempt: $(head -n 1 "$T/err")"
 
-# a committed version's manifest is not rewritten by a finalize run again
-# (a trainer restarted after its joint commit reruns the step), as a
-# push's pack is not (dcr-push(1), COMMITTED VERSIONS); --force does it
+# a committed version's pack stays as it is: the step run again (a trainer
+# restarted after its joint commit reruns it: every producer pushes, then
+# a finalize) writes nothing and exits 0, the producers' payloads cut
+# otherwise; a producer's share of another step (another base) is refused
+# before anything is written, as is a finalize whose summaries join to
+# another manifest; --force writes what joins to the same one
 producers "$w" $cfg 4 "$S/pol/v1" -s 4K
 run_ok "$B/dcr-push" --finalize --producers 4 "$S/pol/v1"
 run_ok "$B/dcr-commit" --store "$S" --policy pol --version 0 --expect 0 --state "$(cat "$T/$cfg/base-id")"
 run_ok "$B/dcr-commit" --store "$S" --policy pol --version 1 --expect 0 --state "$(cat "$T/$cfg/new-id")"
-man1=$(sha256sum <"$S/pol/v1/manifest.dcrm")
+snap() { (cd "$S/pol/v1" && ls -l --time-style=full-iso && cat ./* | sha256sum); }
+snap >"$T/v1.before"
+producers "$w" $cfg 4 "$S/pol/v1" -s 16K
+for r in 0 1 2 3; do
+	contains "$(cat "$w/err-$r")" "has committed version 1 (state $(cut -c1-12 "$T/$cfg/new-id")), and its pack there has this pack's producer's share of the step: nothing pushed"
+done
+run_ok "$B/dcr-push" --finalize --producers 4 "$S/pol/v1"
+contains "$(cat "$T/err")" "has committed version 1, and its manifest is the one the summaries join to: nothing written"
+snap | cmp -s - "$T/v1.before" || fail "the step run again changed committed v1"
 rc=0
-"$B/dcr-push" --finalize --producers 4 "$S/pol/v1" 2>"$T/err" || rc=$?
-[ $rc = 1 ] || fail "finalize of committed v1 exited $rc: $(cat "$T/err")"
-contains "$(cat "$T/err")" "has committed version 1 (state $(cut -c1-12 "$T/$cfg/new-id"))"
-[ "$(sha256sum <"$S/pol/v1/manifest.dcrm")" = "$man1" ] || fail "a refused finalize wrote the manifest"
+"$B/dcr-diff" --layout "$w/map.json" --rank 0 --base-id "$(cat "$T/$cfg/new-id")" "$w/t0/rank-0" \
+	"$w/t1/rank-0" 2>/dev/null | "$B/dcr-pack" --producer 0/4 | "$B/dcr-push" - "$S/pol/v1" 2>"$T/err" || rc=$?
+[ $rc = 1 ] || fail "another step's share under committed v1 exited $rc: $(cat "$T/err")"
+contains "$(cat "$T/err")" "has committed version 1 (state $(cut -c1-12 "$T/$cfg/new-id")): its pack is what receivers behind fetch"
+snap | cmp -s - "$T/v1.before" || fail "a refused producer changed committed v1"
+# summaries that join to another manifest (a version named in it now)
+rc=0
+"$B/dcr-push" --finalize --producers 4 --version 1 "$S/pol/v1" 2>"$T/err" || rc=$?
+[ $rc = 1 ] || fail "finalize of committed v1 to another manifest exited $rc: $(cat "$T/err")"
+contains "$(cat "$T/err")" "already has another manifest: it is final: '$S/pol' has committed version 1, and the summaries there join to another manifest"
+snap | cmp -s - "$T/v1.before" || fail "a refused finalize changed committed v1"
 run_ok "$B/dcr-push" --finalize --force --producers 4 "$S/pol/v1"
 receive $cfg "$S/pol/v1" r-v1
-echo "ok a committed version's finalize refused, --force does it"
+echo "ok a committed step run again by its producers writes nothing; another is refused"
 exit 0

@@ -4,7 +4,8 @@
  * that are there under a valid trailer); and the join of several
  * producers' summaries into a manifest, whose target digests equal the
  * tensor digests of the whole tensors, with overlaps, gaps, another
- * delta's summary and disagreeing declarations refused. */
+ * delta's summary and disagreeing declarations refused; one producer's
+ * share of a step told apart from another's (dcr_summary_same_share). */
 #include "config.h"
 
 #include <criterion/criterion.h>
@@ -97,6 +98,57 @@ Test(summary, round_trip_and_every_truncation)
 	}
 	dcr_summary_release(&s);
 	dcr_buf_free(&b);
+}
+
+/* one producer's share of a step, made again: the same share however
+ * its attempt, payloads and parts' order differ; another base, another
+ * producer, another block of the tensor, or one element's bits not */
+Test(summary, same_share)
+{
+	fill();
+	struct dcr_summary a, b;
+	make(&a, 1, 2, 20, 40, 0, C);
+	make(&b, 1, 2, 20, 40, 0, C);
+	cr_assert(dcr_summary_same_share(&a, &b));
+	memset(b.attempt, 3, 16);
+	b.nitems = 9; /* its changes cut into other items */
+	b.npayloads = 1;
+	uint32_t idx = dcr_producer_index(1, 0);
+	uint64_t size = 123;
+	dcr_digest pd = {{1}};
+	b.pindex = &idx;
+	b.psize = &size;
+	b.pdigest = &pd;
+	struct dcr_parts *ps = &b.tensors[0].parts;
+	cr_assert(ps->n >= 2, "want several parts, got %zu", ps->n);
+	struct dcr_blake3_part t = ps->v[0];
+	ps->v[0] = ps->v[ps->n - 1];
+	ps->v[ps->n - 1] = t;
+	cr_assert(dcr_summary_same_share(&a, &b), "attempt, payloads and order of parts");
+	b.pindex = NULL;
+	b.psize = NULL;
+	b.pdigest = NULL;
+	b.npayloads = 0;
+	b.base.b[0] ^= 1;
+	cr_assert(!dcr_summary_same_share(&a, &b), "another base");
+	b.base.b[0] ^= 1;
+	b.producer = 0;
+	cr_assert(!dcr_summary_same_share(&a, &b), "another producer");
+	b.producer = 1;
+	dcr_summary_release(&b);
+	make(&b, 1, 2, 20, 39, 0, C);
+	cr_assert(!dcr_summary_same_share(&a, &b), "another block");
+	dcr_summary_release(&b);
+	data[(25 * C + 7) * 2] ^= 1;
+	make(&b, 1, 2, 20, 40, 0, C);
+	cr_assert(!dcr_summary_same_share(&a, &b), "one element's bits");
+	data[(25 * C + 7) * 2] ^= 1;
+	dcr_summary_release(&b);
+	make(&b, 1, 2, 20, 40, 0, C);
+	b.nchanges++;
+	cr_assert(!dcr_summary_same_share(&a, &b), "another count of changes");
+	dcr_summary_release(&b);
+	dcr_summary_release(&a);
 }
 
 /* a summary's bytes with counts patched at off, then a fresh trailer */

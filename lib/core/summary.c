@@ -69,6 +69,67 @@ int dcr_summary_build(const struct dcr_summary *s, struct dcr_buf *out, struct d
 	return 0;
 }
 
+static int part_cmp(const void *x, const void *y)
+{
+	const struct dcr_blake3_part *p = *(const struct dcr_blake3_part *const *)x;
+	const struct dcr_blake3_part *q = *(const struct dcr_blake3_part *const *)y;
+	return p->a < q->a ? -1 : p->a > q->a ? 1 : p->b < q->b ? -1 : p->b > q->b;
+}
+
+static int same_part(const struct dcr_blake3_part *p, const struct dcr_blake3_part *q)
+{
+	return p->a == q->a && p->b == q->b && p->n == q->n && p->head_len == q->head_len &&
+	       p->tail_len == q->tail_len && p->nnodes == q->nnodes &&
+	       !memcmp(p->bytes, q->bytes, p->head_len + p->tail_len) &&
+	       (!p->nnodes || !memcmp(p->node, q->node, p->nnodes * sizeof(*p->node)));
+}
+
+/* The parts of x and y, each sorted by range, pairwise the same. */
+static int same_parts(const struct dcr_parts *x, const struct dcr_parts *y)
+{
+	if (x->n != y->n)
+		return 0;
+	if (!x->n)
+		return 1;
+	const struct dcr_blake3_part **sx = malloc(x->n * sizeof(*sx));
+	const struct dcr_blake3_part **sy = malloc(y->n * sizeof(*sy));
+	int same = sx && sy;
+	for (size_t i = 0; same && i < x->n; i++) {
+		sx[i] = &x->v[i];
+		sy[i] = &y->v[i];
+	}
+	if (same) {
+		qsort(sx, x->n, sizeof(*sx), part_cmp);
+		qsort(sy, y->n, sizeof(*sy), part_cmp);
+	}
+	for (size_t i = 0; same && i < x->n; i++)
+		same = same_part(sx[i], sy[i]);
+	free(sx);
+	free(sy);
+	return same;
+}
+
+int dcr_summary_same_share(const struct dcr_summary *a, const struct dcr_summary *b)
+{
+	if (memcmp(&a->base, &b->base, sizeof(a->base)) || a->producer != b->producer ||
+	    a->nproducers != b->nproducers || a->ncanon != b->ncanon ||
+	    memcmp(&a->canon, &b->canon, sizeof(a->canon)) || a->ntensors != b->ntensors ||
+	    a->nchanges != b->nchanges)
+		return 0;
+	for (uint32_t i = 0; i < a->ntensors; i++) {
+		const struct dcr_delta_tensor *p = &a->tensors[i].t, *q = &b->tensors[i].t;
+		if (strcmp(p->name, q->name) || !p->file != !q->file ||
+		    (p->file && strcmp(p->file, q->file)) || p->dtype != q->dtype || p->ndim != q->ndim ||
+		    p->nelem != q->nelem || p->flags != q->flags ||
+		    memcmp(p->shape, q->shape, p->ndim * sizeof(p->shape[0])) ||
+		    p->have_digest != q->have_digest ||
+		    (p->have_digest && memcmp(&p->digest, &q->digest, sizeof(p->digest))) ||
+		    !same_parts(&a->tensors[i].parts, &b->tensors[i].parts))
+			return 0;
+	}
+	return 1;
+}
+
 void dcr_summary_release(struct dcr_summary *s)
 {
 	free(s->pindex);

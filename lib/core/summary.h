@@ -75,6 +75,12 @@ int dcr_summary_build(const struct dcr_summary *s, struct dcr_buf *out, struct d
 int dcr_summary_parse(const uint8_t *buf, size_t len, const char *what, struct dcr_summary *s,
 		      struct dcr_err *e);
 void dcr_summary_release(struct dcr_summary *s);
+/* 1 if a and b are the same producer's share of the same step: the same
+ * base, producer and producers, tensor set, and tensors with the same
+ * digest parts (in any order); the attempt, the payloads and how the
+ * changes were cut into them may differ (a step run again after its
+ * commit, dcr-push(1)). Else 0. */
+int dcr_summary_same_share(const struct dcr_summary *a, const struct dcr_summary *b);
 
 /* The manifest of the pack that the summaries of all n producers make
  * (v[r] is producer r's; names[r] names it in messages): one delta (base,

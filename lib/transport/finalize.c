@@ -207,7 +207,7 @@ static int put_manifest(struct dcr_store *s, const char *name, const struct dcr_
 	r = dcr_store_get(s, mo, &old, &ol, e);
 	if (!r) {
 		if (ol != man->len || memcmp(old, man->p, ol))
-			r = dcr_err_set(e, DCR_EFORMAT,
+			r = dcr_err_set(e, DCR_ECONFLICT,
 					"pack '%s' in '%s' already has another manifest: it is final",
 					name, dcr_store_url(s));
 		goto out; /* finalized before: the same manifest */

@@ -38,7 +38,8 @@ struct dcr_finalize_stats {
  * delta, each payload in the store with the trailer its summary names,
  * every canonical element claimed by exactly one producer), join the
  * target digests, and put the manifest last (a manifest already there
- * must be the same bytes). A producer's summary whose payloads do not yet
+ * must be the same bytes: then nothing is written, st->written_bytes 0;
+ * another is DCR_ECONFLICT). A producer's summary whose payloads do not yet
  * match is waited for like a missing one (its retry is being pushed). */
 int dcr_finalize(struct dcr_store *s, const char *name, const struct dcr_finalize_opts *o,
 		 struct dcr_finalize_stats *st, struct dcr_err *e);
