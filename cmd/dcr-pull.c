@@ -57,11 +57,8 @@ static const char usage[] =
 static int committed_target(const struct dcr_pull_source *src, size_t n, dcr_digest *want)
 {
 	const char *name = src[0].name;
-	size_t len = strlen(name);
 	uint64_t v;
-	if (len > 6 && !strcmp(name + len - 6, ".dense"))
-		len -= 6;
-	if (dcr_version_parse(name, len, &v))
+	if (dcr_version_parse(name, dcr_dense_stem(name, strlen(name)), &v))
 		return 0;
 	struct dcr_err e = {0};
 	int r = DCR_ENOTFOUND;

@@ -86,7 +86,9 @@ static int input_tail(struct dcr_pack_in *in, struct dcr_manifest *m, struct dcr
 	size_t len;
 	uint32_t producer;
 	int r, k = 0;
-	while ((r = dcr_pack_in_next(in, &nm, &buf, &len, e)) == 1 && !k) {
+	while ((r = dcr_pack_in_next(in, &nm, &buf, &len, e)) == 1) {
+		if (k) /* entries past it: the pusher would refuse them */
+			continue;
 		if (!strcmp(nm, DCR_MANIFEST_NAME))
 			k = (r = dcr_manifest_parse(buf, len, DCR_MANIFEST_NAME, m, e)) ? r : 1;
 		else if (dcr_summary_name_parse(nm, &producer))
@@ -94,8 +96,6 @@ static int input_tail(struct dcr_pack_in *in, struct dcr_manifest *m, struct dcr
 		if (k < 0)
 			return k;
 	}
-	while (r == 1) /* entries past it: the pusher would refuse them */
-		r = dcr_pack_in_next(in, &nm, &buf, &len, e);
 	if (r && k == 1)
 		dcr_manifest_release(m);
 	if (r && k == 2)
@@ -113,7 +113,7 @@ static int same_share(struct dcr_store *s, const char *name, const struct dcr_su
 	size_t len = 0;
 	char *sn = dcr_summary_name(sm->producer);
 	char *on = sn ? dcr_asprintf("%s/%s", name, sn) : NULL;
-	int same = on && !dcr_store_get(s, on, &buf, &len, &e) && len <= DCR_SUMMARY_MAX &&
+	int same = on && !dcr_store_get(s, on, &buf, &len, &e) &&
 		   !dcr_summary_parse(buf, len, on, &there, &e);
 	if (same) {
 		same = dcr_summary_same_share(sm, &there);
@@ -123,20 +123,6 @@ static int same_share(struct dcr_store *s, const char *name, const struct dcr_su
 	free(on);
 	free(sn);
 	return same;
-}
-
-/* The head of the manifest of NAME in STORE (its base, target, flags). */
-static int store_head(struct dcr_store *s, const char *name, struct dcr_manifest *m,
-		      struct dcr_err *e)
-{
-	uint8_t head[DCR_MANIFEST_HEAD_LEN];
-	char *mn = dcr_asprintf("%s/%s", name, DCR_MANIFEST_NAME);
-	int r = mn ? dcr_store_get_range(s, mn, 0, sizeof(head), head, e)
-		   : dcr_err_sys(e, ENOMEM, "manifest");
-	if (!r)
-		r = dcr_manifest_head(head, sizeof(head), mn, m, e);
-	free(mn);
-	return r;
 }
 
 /* NAME is vV: refuse (exit 1) when STORE, a policy's directory, has
@@ -174,7 +160,7 @@ static int refuse_committed(struct dcr_store *s, const char *surl, const char *n
 	}
 	if (!r && !in) {
 		struct dcr_manifest there;
-		if (!store_head(s, name, &there, &e) && !memcmp(&there.target, &d, sizeof(d)))
+		if (!dcr_store_manifest_head(s, name, &there, &e) && !memcmp(&there.target, &d, sizeof(d)))
 			return 2;
 	}
 	if (!r && in) {
@@ -184,7 +170,7 @@ static int refuse_committed(struct dcr_store *s, const char *surl, const char *n
 		if (k < 0)
 			cmd_die_err(&e, EXIT_FATAL);
 		if (k == 1) {
-			same = !store_head(s, name, &there, &e) &&
+			same = !dcr_store_manifest_head(s, name, &there, &e) &&
 			       !memcmp(&mine.base, &there.base, sizeof(d)) &&
 			       !memcmp(&mine.target, &d, sizeof(d)) &&
 			       !memcmp(&there.target, &d, sizeof(d)) && mine.dense == there.dense;
@@ -499,14 +485,14 @@ int main(int argc, char **argv)
 	xo.progress_ctx = "push";
 	struct dcr_xfer_stats st = {0};
 	uint64_t ver;
-	size_t nl = strlen(name);
+	size_t nl = strlen(name), stem = dcr_dense_stem(name, nl);
 	dcr_digest want;
 	int r = 0, done = 0; /* done: the store holds this pack's step already */
 	if (!force && !dcr_version_parse(name, nl, &ver))
 		done = refuse_committed(s, surl, name, ver, in);
-	else if (!force && nl > 6 && !strcmp(name + nl - 6, ".dense")) {
+	else if (!force && stem < nl) {
 		xo.dense = 1; /* NAME.dense is where receivers look for a dense copy */
-		if (!dcr_version_parse(name, nl - 6, &ver) &&
+		if (!dcr_version_parse(name, stem, &ver) &&
 		    (r = dense_target(s, surl, ver, &want, in)) == 1)
 			xo.want_target = &want;
 		done = r == 2;

@@ -19,6 +19,7 @@
 #include "refit/policy.h"
 #include "refit/record.h"
 #include "refit/version.h"
+#include "transport/transfer.h"
 
 int dcr_policy_check_name(const char *policy, struct dcr_err *e)
 {
@@ -458,11 +459,10 @@ static enum gc_kind gc_kind(const char *rest, uint64_t *v, size_t *len, int *man
 	if (!sl)
 		return GC_OTHER;
 	*len = (size_t)(sl - rest);
-	enum gc_kind k = !dcr_version_parse(rest, *len, v) ? GC_PACK
-			 : *len > 6 && !memcmp(sl - 6, ".dense", 6) &&
-					   !dcr_version_parse(rest, *len - 6, v)
-				 ? GC_DENSE
-				 : GC_OTHER;
+	size_t stem = dcr_dense_stem(rest, *len);
+	enum gc_kind k = !dcr_version_parse(rest, *len, v)			   ? GC_PACK
+			 : stem < *len && !dcr_version_parse(rest, stem, v) ? GC_DENSE
+									   : GC_OTHER;
 	if (k != GC_OTHER) {
 		*manifest = !strcmp(sl + 1, DCR_MANIFEST_NAME);
 		return k;
@@ -493,18 +493,14 @@ int dcr_policy_dense_holds(struct dcr_store *s, const char *policy, uint64_t v,
 	struct dcr_err e = {0};
 	dcr_digest r, target;
 	char a[65], b[65];
-	char *name = policy ? dcr_asprintf("%s/v%llu.dense/%s", policy, (unsigned long long)v,
-					   DCR_MANIFEST_NAME)
-			    : dcr_asprintf("v%llu.dense/%s", (unsigned long long)v, DCR_MANIFEST_NAME);
-	uint8_t head[DCR_MANIFEST_HEAD_LEN];
+	char *name = policy ? dcr_asprintf("%s/v%llu.dense", policy, (unsigned long long)v)
+			    : dcr_asprintf("v%llu.dense", (unsigned long long)v);
 	struct dcr_manifest m;
 	int rc = name ? 0 : dcr_err_sys(&e, ENOMEM, "dense copy");
 	if (!rc && !ref && !(rc = dcr_policy_ref(s, policy, v, &r, &e)))
 		ref = &r;
-	/* the head alone: a dense copy's manifest holds a CV per MiB of its
-	 * payloads, tens of MB for a large model */
-	if (!rc && !(rc = dcr_store_get_range(s, name, 0, sizeof(head), head, &e)))
-		rc = dcr_manifest_head(head, sizeof(head), name, &m, &e);
+	if (!rc)
+		rc = dcr_store_manifest_head(s, name, &m, &e);
 	free(name);
 	if (rc) {
 		snprintf(why, wlen, "%s", e.msg);

@@ -23,6 +23,11 @@ int dcr_version_parse(const char *s, size_t n, uint64_t *v)
 	return 0;
 }
 
+size_t dcr_dense_stem(const char *s, size_t n)
+{
+	return n > 6 && !memcmp(s + n - 6, ".dense", 6) ? n - 6 : n;
+}
+
 int dcr_version_from_name(const char *path, uint64_t *v)
 {
 	size_t n = strlen(path);

@@ -20,6 +20,19 @@
 #include "core/util.h"
 #include "transport/transfer.h"
 
+int dcr_store_manifest_head(struct dcr_store *s, const char *name, struct dcr_manifest *m,
+			    struct dcr_err *e)
+{
+	uint8_t head[DCR_MANIFEST_HEAD_LEN];
+	char *mn = dcr_asprintf("%s/%s", name, DCR_MANIFEST_NAME);
+	int r = mn ? dcr_store_get_range(s, mn, 0, sizeof(head), head, e)
+		   : dcr_err_sys(e, ENOMEM, "manifest");
+	if (!r)
+		r = dcr_manifest_head(head, sizeof(head), mn, m, e);
+	free(mn);
+	return r;
+}
+
 int dcr_split_store_url(const char *arg, char **store, char **name, struct dcr_err *e)
 {
 	/* trailing slashes go (a shell completes a directory store's pack

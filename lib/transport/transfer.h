@@ -49,6 +49,13 @@ struct dcr_xfer_opts {
 	const dcr_digest *want_target;
 };
 
+/* The head of the manifest of pack NAME in s (dcr_manifest_head: base,
+ * target, attempt, dense), read alone with a ranged GET: a dense copy's
+ * manifest holds a CV per MiB of its payloads, tens of MB for a large
+ * model. */
+int dcr_store_manifest_head(struct dcr_store *s, const char *name, struct dcr_manifest *m,
+			    struct dcr_err *e);
+
 struct dcr_xfer_stats {
 	uint32_t payloads;
 	uint64_t bytes;
